@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for trident_assets: Java for Spark, a virtualenv, the package and its dev tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+if ! command -v java >/dev/null 2>&1; then need+=(openjdk-17-jre-headless); fi
+if [ "${TRIDENT_WITH_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then need+=(chromium); fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+  else
+    echo "Please install: ${need[*]} (Debian/Ubuntu: sudo apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev]"

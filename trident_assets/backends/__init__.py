@@ -1,0 +1,1 @@
+"""State stores: in-memory and DuckDB."""

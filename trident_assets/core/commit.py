@@ -1,0 +1,127 @@
+"""The commit protocol: batches commit in strict txid order, and a committed batch is final.
+
+A *scope* (a state, or a topology whose states share one store) records its last committed
+txid in the store, in the same transaction as the values it guards. For batch ``txid``:
+
+* ``txid <= last``: already committed -> nothing is applied, the result says so;
+* ``txid == last + 1`` (or the first txid when nothing is committed): apply, then record;
+* anything else: :class:`~trident_assets.errors.OutOfOrderCommitError`, nothing changes.
+
+An ad-hoc batch (``txid is None``) is applied without touching the marker.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from trident_assets.errors import ConfigError, OutOfOrderCommitError
+
+__all__ = [
+    "FIRST_TXID",
+    "CommitDecision",
+    "CommitResult",
+    "CommitStore",
+    "StoreTransaction",
+    "commit_batch",
+    "decide_commit",
+]
+
+R = TypeVar("R")
+"""What applying the batch returned."""
+
+FIRST_TXID = 1
+"""The txid of a topology's first batch."""
+
+
+class CommitDecision(enum.Enum):
+    """What to do with a batch."""
+
+    APPLY = "apply"
+    ALREADY_COMMITTED = "already_committed"
+
+
+def decide_commit(scope: str, last_committed: int | None, txid: int) -> CommitDecision:
+    """Decide whether batch ``txid`` may commit to ``scope`` after ``last_committed``.
+
+    Raises:
+        ConfigError: ``txid`` is not a positive integer.
+        OutOfOrderCommitError: an earlier txid has not committed yet.
+    """
+    if isinstance(txid, bool) or not isinstance(txid, int) or txid < FIRST_TXID:
+        msg = f"txid must be an integer >= {FIRST_TXID}, got {txid!r} for {scope!r}"
+        raise ConfigError(msg)
+    if last_committed is not None and txid <= last_committed:
+        return CommitDecision.ALREADY_COMMITTED
+    expected = FIRST_TXID if last_committed is None else last_committed + 1
+    if txid == expected:
+        return CommitDecision.APPLY
+    done = "no txid yet" if last_committed is None else f"up to txid {last_committed}"
+    msg = (
+        f"refusing to commit txid {txid} to {scope!r}: it has committed {done}, so txid "
+        f"{expected} must commit first (batches commit in strict txid order). Nothing was changed; "
+        f"run txid {expected} (the coordinator sensor does this) and then retry txid {txid}."
+    )
+    raise OutOfOrderCommitError(msg)
+
+
+class StoreTransaction(Protocol):
+    """One open transaction of a state store."""
+
+    def last_committed(self, scope: str) -> int | None:
+        """Return the last txid committed to ``scope``, or None."""
+
+    def mark_committed(self, scope: str, txid: int) -> None:
+        """Record ``txid`` as committed to ``scope`` (effective when the transaction commits)."""
+
+
+class CommitStore(Protocol):
+    """A store whose writes can be grouped into one atomic transaction."""
+
+    def transaction(self) -> AbstractContextManager[StoreTransaction]:
+        """Open a transaction: committed on normal exit, rolled back on an exception."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult(Generic[R]):
+    """The outcome of :func:`commit_batch`."""
+
+    scope: str
+    txid: int | None
+    applied: bool
+    previous: int | None
+    """The scope's last committed txid before this call."""
+    result: R | None = None
+
+    @property
+    def already_committed(self) -> bool:
+        """True if the batch had committed before and nothing was applied."""
+        return not self.applied
+
+
+def commit_batch(
+    store: CommitStore,
+    scope: str,
+    txid: int | None,
+    apply: Callable[[StoreTransaction], R],
+) -> CommitResult[R]:
+    """Apply batch ``txid`` to ``scope`` exactly once, atomically with its commit marker.
+
+    ``apply`` runs inside the store transaction and must do all of the batch's writes there.
+    If it raises, the transaction rolls back and the error propagates.
+
+    Raises:
+        OutOfOrderCommitError: an earlier txid has not committed; nothing was changed.
+    """
+    with store.transaction() as tx:
+        previous = tx.last_committed(scope)
+        if txid is None:
+            return CommitResult(scope, None, True, previous, apply(tx))
+        if decide_commit(scope, previous, txid) is CommitDecision.ALREADY_COMMITTED:
+            return CommitResult(scope, txid, False, previous)
+        result = apply(tx)
+        tx.mark_committed(scope, txid)
+    return CommitResult(scope, txid, True, previous, result)

@@ -1,0 +1,55 @@
+"""The exceptions trident_assets raises: one small hierarchy, named by condition.
+
+Every message names what was wrong (state, txid, key or field), what was expected and
+how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AggregationError",
+    "BatchUnavailableError",
+    "ConfigError",
+    "FieldNotFoundError",
+    "OutOfOrderCommitError",
+    "StaleTxidError",
+    "StateLayoutError",
+    "StoreLockedError",
+    "TridentError",
+]
+
+
+class TridentError(Exception):
+    """Base class of every error raised by trident_assets."""
+
+
+class ConfigError(TridentError, ValueError):
+    """A configuration or declaration is invalid; raised before anything is written."""
+
+
+class FieldNotFoundError(ConfigError):
+    """An operation names a field the stream does not have."""
+
+
+class StaleTxidError(TridentError):
+    """A batch's txid is behind the txid already stored in the state ("behind")."""
+
+
+class OutOfOrderCommitError(TridentError):
+    """A commit of txid N was attempted before txid N-1 committed; nothing was changed."""
+
+
+class StateLayoutError(TridentError):
+    """A stored state does not have the layout (kind, key arity, types) the caller expects."""
+
+
+class BatchUnavailableError(TridentError):
+    """A transactional batch can no longer be re-read exactly (retention, compaction)."""
+
+
+class StoreLockedError(TridentError):
+    """The state store is held by another process and did not free within the wait."""
+
+
+class AggregationError(TridentError):
+    """An aggregator was given input it cannot aggregate (e.g. Sum of a null value)."""

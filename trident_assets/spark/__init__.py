@@ -1,0 +1,1 @@
+"""The Spark layer: sessions, batch reads of the log, and Trident's stream operations."""

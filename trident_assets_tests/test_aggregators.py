@@ -1,0 +1,89 @@
+"""Built-in aggregators, value updaters and the global state updaters."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from trident_assets import (
+    AggregationError,
+    CombinerValueUpdater,
+    Count,
+    Max,
+    MemoryBackingMap,
+    Min,
+    OpaqueMap,
+    ReducerValueUpdater,
+    SnapshottableMap,
+    Sum,
+)
+from trident_assets.core.aggregators import (
+    ReducerAggregator,
+    apply_combiner_global,
+    apply_reducer_global,
+)
+
+
+def test_count_and_sum() -> None:
+    assert Count().init(("x",)) == 1
+    assert Count().combine(2, 3) == 5
+    assert Count().zero() == 0
+    assert Sum().init((4,)) == 4
+    assert Sum().combine(1, 2.5) == 3.5
+    assert Sum().combine(Decimal("1.1"), Decimal("2.2")) == Decimal("3.3")
+    with pytest.raises(AggregationError, match="Sum got a null value"):
+        Sum().init((None,))
+    assert (Count.sql_combine, Sum.sql_combine, Min.sql_combine, Max.sql_combine) == (
+        "sum",
+        "sum",
+        "min",
+        "max",
+    )
+
+
+def test_min_max_skip_nulls() -> None:
+    assert Min().combine(3, 1) == 1
+    assert Min().combine(None, 2) == 2
+    assert Min().combine(2, None) == 2
+    assert Max().combine(3, 1) == 3
+    assert Max().combine(None, None) is None
+    assert Max().zero() is None
+
+
+def test_combiner_value_updater_takes_arg_when_absent() -> None:
+    assert CombinerValueUpdater(Count(), 3)(None) == 3
+    assert CombinerValueUpdater(Count(), 3)(4) == 7
+
+
+class Collect(ReducerAggregator[list]):
+    def init(self) -> list:
+        return []
+
+    def reduce(self, acc: list, values: tuple) -> list:
+        return [*acc, values[0]]
+
+
+def test_reducer_value_updater() -> None:
+    assert ReducerValueUpdater(Collect(), [("a",), ("b",)])(None) == ["a", "b"]
+    assert ReducerValueUpdater(Collect(), [("c",)])(["a"]) == ["a", "c"]
+
+
+def test_global_combiner_writes_zero_for_an_empty_batch() -> None:
+    backing = MemoryBackingMap()
+    snap = SnapshottableMap(OpaqueMap(backing))
+    snap.begin_commit(1)
+    assert apply_combiner_global(snap, Count(), [2, 3]) == 5
+    snap.commit(1)
+    snap.begin_commit(2)
+    assert apply_combiner_global(snap, Count(), []) == 5, "empty batch combines zero()"
+    snap.commit(2)
+    assert len(backing.data) == 1
+    assert next(iter(backing.data.values())).curr_txid == 2, "the empty batch was still written"
+
+
+def test_global_reducer() -> None:
+    snap = SnapshottableMap(OpaqueMap(MemoryBackingMap()))
+    snap.begin_commit(1)
+    assert apply_reducer_global(snap, Collect(), [("a",), ("b",)]) == ["a", "b"]
+    snap.commit(1)
