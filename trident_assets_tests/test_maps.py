@@ -220,9 +220,7 @@ def test_reducer_groups_by_key_with_one_update() -> None:
     backing = MemoryBackingMap()
     state = OpaqueMap(backing)
     state.begin_commit(1)
-    keys, new = apply_reducer(
-        state, Concat(), [("a",), ("b",), ("a",)], [("x",), ("y",), ("z",)]
-    )
+    keys, new = apply_reducer(state, Concat(), [("a",), ("b",), ("a",)], [("x",), ("y",), ("z",)])
     state.commit(1)
     assert keys == [("a",), ("b",)]
     assert new == ["xz", "y"]

@@ -1,0 +1,1 @@
+"""Spouts: where batches come from, and the coordinator that fixes each txid's offset ranges."""

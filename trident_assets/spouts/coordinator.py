@@ -1,0 +1,132 @@
+"""The batch coordinator: decides which offset ranges batch ``txid`` reads, per spout kind.
+
+* Transactional: the ranges of a txid are recorded at its first emission; every replay reads
+  exactly those. If any of them can no longer be read, the replay stops with
+  :class:`~trident_assets.errors.BatchUnavailableError`; other data is never substituted.
+* Opaque: every attempt of txid N reads from where committed txid N-1 ended; the ranges
+  become final when the batch commits (recorded in the state's transaction). Once a txid
+  is committed its ranges are final, so a later replay reads exactly them.
+* Non-transactional: reads from where the last attempt ended; no replay guarantee.
+"""
+
+from __future__ import annotations
+
+from trident_assets.errors import BatchUnavailableError, OutOfOrderCommitError
+from trident_assets.spouts.config import SpoutConfig, SpoutKind
+from trident_assets.spouts.metastore import SpoutMetaStore
+from trident_assets.spouts.planner import fair_split, start_offset
+from trident_assets.spouts.ranges import BatchPlan, PartitionRange
+from trident_assets.spouts.source import PartitionedSource
+
+__all__ = ["BatchCoordinator"]
+
+
+class BatchCoordinator:
+    """Plans and records the batches of one spout of one topology."""
+
+    def __init__(
+        self,
+        topology: str,
+        spout: str,
+        source: PartitionedSource,
+        config: SpoutConfig,
+        meta: SpoutMetaStore,
+    ) -> None:
+        """Coordinate spout ``spout`` of ``topology`` reading ``source``."""
+        self.topology = topology
+        self.spout = spout
+        self.source = source
+        self.config = config
+        self.meta = meta
+
+    def emit(self, txid: int) -> BatchPlan:
+        """Return the plan of batch ``txid`` (recording it first if the kind requires).
+
+        Raises:
+            OutOfOrderCommitError: batch ``txid - 1`` has not committed (opaque) or been
+                emitted (transactional) yet.
+            BatchUnavailableError: a transactional replay's ranges can no longer be read.
+        """
+        stored = self.meta.ranges(self.topology, self.spout, txid)
+        kind = self.config.kind
+        if stored is not None and (stored[1] or kind is SpoutKind.TRANSACTIONAL):
+            self._check_readable(txid, stored[0])
+            return BatchPlan.of(self.topology, self.spout, txid, kind, stored[0], replay=True)
+        self._check_order(txid)
+        committed_only = kind is SpoutKind.OPAQUE
+        previous = self.meta.latest_before(self.topology, self.spout, txid, committed_only)
+        if kind is SpoutKind.NON_TRANSACTIONAL and stored is not None:
+            previous = {**previous, **{r.partition: r for r in stored[0]}}
+        plan = self._plan_new(txid, previous)
+        if kind is not SpoutKind.OPAQUE:
+            self.meta.record(self.topology, self.spout, txid, plan.ranges, committed=False)
+        return plan
+
+    def commit(self, plan: BatchPlan) -> None:
+        """Make ``plan``'s ranges final; call inside the state's commit transaction."""
+        self.meta.record(self.topology, self.spout, plan.txid, plan.ranges, committed=True)
+        self.meta.cleanup_before(self.topology, self.spout, plan.txid)
+
+    def last_committed_txid(self) -> int | None:
+        """The greatest txid whose ranges are committed."""
+        return self.meta.last_committed_txid(self.topology, self.spout)
+
+    def _check_order(self, txid: int) -> None:
+        last = self.meta.last_committed_txid(self.topology, self.spout)
+        expected = 1 if last is None else last + 1
+        if txid > expected:
+            msg = (
+                f"spout {self.spout!r} of topology {self.topology!r} cannot emit txid {txid}: "
+                f"the last committed txid is {last}, so txid {expected} must commit first"
+            )
+            raise OutOfOrderCommitError(msg)
+
+    def _plan_new(self, txid: int, previous: dict[str, PartitionRange]) -> BatchPlan:
+        starts: dict[str, int] = {}
+        available: dict[str, int] = {}
+        skipped = 0
+        for partition in self.source.partitions():
+            prev = previous.get(partition)
+            start = start_offset(self.source, partition, prev, self.config)
+            if prev is not None and prev.deployment_id == self.config.deployment_id:
+                skipped += max(0, start - prev.next_offset)
+            starts[partition] = start
+            available[partition] = self.source.latest(partition) - start
+        take = fair_split(available, self.config.max_batch_size)
+        ranges = [
+            PartitionRange(p, starts[p], starts[p] + take[p], self.config.deployment_id)
+            for p in starts
+        ]
+        return BatchPlan.of(
+            self.topology,
+            self.spout,
+            txid,
+            self.config.kind,
+            ranges,
+            replay=False,
+            skipped_by_retention=skipped,
+        )
+
+    def _check_readable(self, txid: int, ranges: list[PartitionRange]) -> None:
+        existing = set(self.source.partitions())
+        for r in ranges:
+            if r.count == 0:
+                continue
+            if r.partition not in existing:
+                msg = (
+                    f"cannot replay txid {txid} of spout {self.spout!r}: partition {r.partition} "
+                    f"(offsets {r.first_offset}..{r.last_offset}) no longer exists. A "
+                    "transactional batch is never replayed with other data; restore the partition "
+                    "or redeploy the topology with a fresh state."
+                )
+                raise BatchUnavailableError(msg)
+            earliest = self.source.earliest(r.partition)
+            if r.first_offset < earliest or r.next_offset > self.source.latest(r.partition):
+                msg = (
+                    f"cannot replay txid {txid} of spout {self.spout!r}: it needs {r.partition} "
+                    f"offsets {r.first_offset}..{r.last_offset}, but the log now holds "
+                    f"{earliest}..{self.source.latest(r.partition) - 1} (retention deleted them). "
+                    "A transactional batch is never replayed with other data; raise retention or "
+                    "use an opaque spout."
+                )
+                raise BatchUnavailableError(msg)
