@@ -14,13 +14,43 @@ from trident_assets.spouts.source import assign_round_robin
 from trident_assets.testing import MemorySource
 
 
+META_FACTORY: list = [MemorySpoutMetaStore]
+
+
+@pytest.fixture(autouse=True, params=["memory", "duckdb"])
+def meta_backend(request, tmp_path):
+    """Run every test against both metadata stores."""
+    if request.param == "memory":
+        META_FACTORY[0] = MemorySpoutMetaStore
+        yield
+        return
+    from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
+    from trident_assets.backends.duckdb_store import DuckDBStore
+
+    stores: list[DuckDBStore] = []
+
+    def fresh() -> DuckDBSpoutMetaStore:
+        stores.append(DuckDBStore(tmp_path / f"meta{len(stores)}.duckdb"))
+        return DuckDBSpoutMetaStore(stores[-1])
+
+    META_FACTORY[0] = fresh
+    yield
+    for store in stores:
+        store.close()
+    META_FACTORY[0] = MemorySpoutMetaStore
+
+
+def new_meta():
+    return META_FACTORY[0]()
+
+
 def records(n: int, prefix: str = "r") -> list[bytes]:
     return [f"{prefix}{i}".encode() for i in range(n)]
 
 
 def make(kind: SpoutKind, source: MemorySource, meta=None, **cfg) -> BatchCoordinator:
     return BatchCoordinator(
-        "wc", "sentences", source, SpoutConfig(kind=kind, **cfg), meta or MemorySpoutMetaStore()
+        "wc", "sentences", source, SpoutConfig(kind=kind, **cfg), meta or new_meta()
     )
 
 
@@ -141,7 +171,7 @@ def deploy(src, meta, start, deployment, **cfg) -> BatchCoordinator:
 def test_deploy_only_positions_reset_on_a_new_deployment_only() -> None:
     src = MemorySource()
     src.append("t@0", records(4))
-    meta = MemorySpoutMetaStore()
+    meta = new_meta()
     first = deploy(src, meta, StartPosition.EARLIEST, "d1")
     one = first.emit(1)
     first.commit(one)
@@ -159,7 +189,7 @@ def test_deploy_only_positions_reset_on_a_new_deployment_only() -> None:
 def test_ignore_stored_offsets_on_a_new_deployment() -> None:
     src = MemorySource()
     src.append("t@0", records(4))
-    meta = MemorySpoutMetaStore()
+    meta = new_meta()
     first = deploy(src, meta, StartPosition.UNCOMMITTED_EARLIEST, "d1")
     first.commit(first.emit(1))
     ignoring = deploy(
@@ -210,7 +240,7 @@ def test_cleanup_keeps_each_partitions_newest_range() -> None:
     src = MemorySource()
     src.append("t@0", records(2))
     src.append("t@1", records(2))
-    meta = MemorySpoutMetaStore()
+    meta = new_meta()
     coord = make(SpoutKind.OPAQUE, src, meta=meta)
     coord.commit(coord.emit(1))
     src.remove_partition("t@1")

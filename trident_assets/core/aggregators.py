@@ -42,6 +42,8 @@ class CombinerAggregator(ABC, Generic[T]):
 
     sql_combine: ClassVar[SqlCombine | None] = None
     """How SQL combines two partials (``sum``/``min``/``max``), or None for Python only."""
+    output_type: ClassVar[str | None] = None
+    """The SQL type of a partial (e.g. ``"bigint"``); Python-only combiners must set it."""
 
     @abstractmethod
     def init(self, values: tuple[Any, ...]) -> T:
@@ -72,6 +74,7 @@ class Count(CombinerAggregator[int]):
     """Counts tuples."""
 
     sql_combine = "sum"
+    output_type = "bigint"
 
     def init(self, values: tuple[Any, ...]) -> int:
         """One per tuple."""

@@ -109,8 +109,8 @@ class MemorySpoutMetaStore:
 
     def _newest(self, topology: str, spout: str, txid: int) -> list[tuple[int, PartitionRange]]:
         newest: dict[str, tuple[int, PartitionRange]] = {}
-        for (topo, sp, t), (ranges, _) in self.rows.items():
-            if topo == topology and sp == spout:
+        for (topo, sp, t), (ranges, committed) in self.rows.items():
+            if topo == topology and sp == spout and committed:
                 for r in ranges:
                     if r.partition not in newest or newest[r.partition][0] < t:
                         newest[r.partition] = (t, r)

@@ -1,0 +1,95 @@
+"""Per-batch aggregation on Spark: built-in aggregators as SQL expressions, Python ones as pandas UDFs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
+from trident_assets.errors import ConfigError
+
+__all__ = ["combine_partials", "is_sql_combiner"]
+
+
+def is_sql_combiner(agg: Any) -> bool:
+    """True for the built-ins whose partials Spark computes and DuckDB merges in SQL."""
+    return isinstance(agg, Count | Sum | Min | Max)
+
+
+def _sql_expr(agg: CombinerAggregator[Any], column: str) -> Any:
+    from pyspark.sql import functions as F
+
+    if isinstance(agg, Count):
+        return F.count(F.lit(1))
+    if isinstance(agg, Sum):
+        return F.sum(F.col(column))
+    if isinstance(agg, Min):
+        return F.min(F.col(column))
+    return F.max(F.col(column))
+
+
+def combine_partials(
+    df: Any, group: Sequence[str], column: str, agg: CombinerAggregator[Any], output: str
+) -> Any:
+    """One row per group (exactly one row when ``group`` is empty) with the batch's partial.
+
+    An empty batch's global aggregate is ``agg.zero()``, as Trident's SingleEmitAggregator.
+
+    Raises:
+        ConfigError: a Python combiner declares no ``output_type``.
+    """
+    from pyspark.sql import functions as F
+
+    if is_sql_combiner(agg):
+        expr = _sql_expr(agg, column)
+        if group:
+            return df.groupBy(*group).agg(expr.alias(output))
+        zero = agg.zero()
+        value = expr if zero is None else F.coalesce(expr, F.lit(zero))
+        return df.agg(value.alias(output))
+    if not agg.output_type:
+        msg = (
+            f"{type(agg).__name__} is a Python combiner: set its class attribute output_type to "
+            "the SQL type of its partials (e.g. output_type = 'double')"
+        )
+        raise ConfigError(msg)
+    return _python_partials(df, tuple(group), column, agg, output)
+
+
+def _python_partials(
+    df: Any, group: tuple[str, ...], column: str, agg: CombinerAggregator[Any], output: str
+) -> Any:
+    """Fold ``init``/``combine`` per group inside a grouped pandas UDF (Arrow batches)."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    key_types = {f.name: f.dataType.simpleString() for f in df.schema.fields if f.name in group}
+    schema = ", ".join([*(f"`{k}` {key_types[k]}" for k in group), f"`{output}` {agg.output_type}"])
+
+    def fold(pdf: pd.DataFrame) -> pd.DataFrame:
+        total = agg.zero()
+        started = False
+        for value in pdf[column]:
+            partial = agg.init((value,))
+            total = partial if not started else agg.combine(total, partial)
+            started = True
+        row = {k: [pdf[k].iloc[0]] for k in group} if len(pdf) else {k: [None] for k in group}
+        row[output] = [total]
+        return pd.DataFrame(row)
+
+    if group:
+        return df.groupBy(*group).applyInPandas(fold, schema)
+    one = df.withColumn("__g", F.lit(0)).groupBy("__g")
+    out = one.applyInPandas(lambda pdf: fold(pdf.drop(columns="__g")), schema)
+    # an empty batch has no group: emit zero() so a global aggregate has exactly one row
+    zero = df.sparkSession.createDataFrame([(agg.zero(),)], f"`{output}` {agg.output_type}")
+    return _first_or_zero(out, zero)
+
+
+def _first_or_zero(out: Any, zero: Any) -> Any:
+    """``out`` if it has a row, else ``zero`` (evaluated by Spark, not on the driver)."""
+    from pyspark.sql import functions as F
+
+    tagged = out.withColumn("__rank", F.lit(0)).unionByName(zero.withColumn("__rank", F.lit(1)))
+    best = tagged.agg(F.min("__rank").alias("__best"))
+    return tagged.join(best, tagged["__rank"] == best["__best"]).drop("__rank", "__best")

@@ -1,0 +1,473 @@
+"""Running one batch (one txid) of a topology on Spark and committing it to the state store.
+
+Order of work for batch ``txid`` (Trident's batch phase, then its commit phase):
+
+1. If the topology already committed ``txid``: nothing runs; the outcome says so.
+2. Each spout's coordinator fixes the batch's offset ranges; Spark reads them in parallel
+   and the scheme decodes them (failed records become dead letters).
+3. Spark computes every stream; each state gets its per-key partials (combined in Spark);
+   queries read the state as committed before this batch, with one bulk lookup.
+4. ONE store transaction applies every state (one set-based statement each), records the
+   new values, outputs and dead letters, makes the spout ranges final, and marks ``txid``
+   committed. A crash anywhere leaves the old state or the new, never a mix.
+
+Data moves between Spark and DuckDB only as Arrow tables (``DataFrame.toArrow()``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from trident_assets.backends.duckdb_merge import apply_partials, apply_partials_python
+from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
+from trident_assets.core.caching import GLOBAL_KEY
+from trident_assets.core.commit import commit_batch, decide_commit
+from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
+from trident_assets.core.values import StateType
+from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
+from trident_assets.spouts.coordinator import BatchCoordinator
+from trident_assets.spouts.ranges import BatchPlan
+from trident_assets.stream.queries import MapGet, SnapshotGet
+from trident_assets.stream.topology import Node, TridentState, TridentTopology
+
+__all__ = ["BatchOutcome", "StateOutcome", "TopologyRunner"]
+
+GLOBAL_COLUMN = "key"
+"""Key column of an ungrouped (global) state."""
+DEAD_LETTERS = "_trident_dead_letters"
+NEW_VALUES_KEPT = 50
+"""How many recent txids of new values and outputs each table keeps."""
+
+Fault = Callable[[str], None]
+"""Called at named points of a batch (``after_emit``, ``after_state_write``,
+``before_commit``); the chaos tests kill the process there."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateOutcome:
+    """What a batch did to one state."""
+
+    name: str
+    table: str
+    keys_in: int
+    keys_updated: int
+    keys_skipped: int
+    size: int
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """The result of :meth:`TopologyRunner.run_batch`."""
+
+    topology: str
+    txid: int
+    applied: bool
+    """False when the txid had committed before: nothing changed."""
+    plans: dict[str, BatchPlan] = field(default_factory=dict)
+    tuples_in: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+    states: dict[str, StateOutcome] = field(default_factory=dict)
+    outputs: dict[str, int] = field(default_factory=dict)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+class TopologyRunner:
+    """Runs batches of one topology against a Spark session, a log and a DuckDB store."""
+
+    def __init__(
+        self,
+        topology: TridentTopology,
+        spark: Any,
+        store: DuckDBStore,
+        log: Any,
+        *,
+        fault: Fault | None = None,
+    ) -> None:
+        """Bind the topology to its runtime resources."""
+        self.topology = topology
+        self.spark = spark
+        self.store = store
+        self.log = log
+        self.fault = fault or (lambda _point: None)
+        self.meta = DuckDBSpoutMetaStore(store)
+        self._ensure_tables()
+
+    @property
+    def scope(self) -> str:
+        """The commit scope: the topology name."""
+        return self.topology.name
+
+    def last_committed(self) -> int | None:
+        """The last committed txid of the topology."""
+        return self.store.last_committed(self.scope)
+
+    def coordinator(self, spout_id: str) -> BatchCoordinator:
+        """The batch coordinator of one spout."""
+        spout = self.topology.spouts[spout_id].args["spout"]
+        return BatchCoordinator(
+            self.topology.name, spout_id, spout.source(self.log), spout.config, self.meta
+        )
+
+    def backlog(self) -> int:
+        """Records available to the next batch across all spouts (before batch-size limits)."""
+        total = 0
+        for spout_id, node in self.topology.spouts.items():
+            coordinator = self.coordinator(spout_id)
+            source = node.args["spout"].source(self.log)
+            done = self.meta.latest_before(self.topology.name, spout_id, 1 << 62, True)
+            for partition in source.partitions():
+                prev = done.get(partition)
+                start = source.earliest(partition) if prev is None else prev.next_offset
+                total += max(0, source.latest(partition) - start)
+            del coordinator
+        return total
+
+    def run_batch(self, txid: int) -> BatchOutcome:
+        """Process and commit batch ``txid`` exactly once.
+
+        Raises:
+            OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
+            BatchUnavailableError: a transactional replay can no longer be read.
+        """
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        last = self.last_committed()
+        if last is not None and txid <= last:
+            plans = {sid: self.coordinator(sid).emit(txid) for sid in self.topology.spouts}
+            return BatchOutcome(self.scope, txid, False, plans)
+        decide_commit(self.scope, last, txid)
+        plans = {sid: self.coordinator(sid).emit(txid) for sid in self.topology.spouts}
+        timings["emit"] = time.perf_counter() - started
+        self.fault("after_emit")
+        run = _BatchRun(self, txid, plans)
+        prepared = run.prepare()
+        timings["spark"] = time.perf_counter() - started - timings["emit"]
+
+        def apply(_tx: Any) -> BatchOutcome:
+            return run.commit(prepared)
+
+        t_commit = time.perf_counter()
+        result = commit_batch(self.store, self.scope, txid, apply)
+        outcome = (
+            result.result
+            if result.applied and result.result
+            else BatchOutcome(self.scope, txid, False, plans)
+        )
+        timings["commit"] = time.perf_counter() - t_commit
+        timings["total"] = time.perf_counter() - started
+        outcome.timings_s = timings
+        return outcome
+
+    def _ensure_tables(self) -> None:
+        self.store.conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {DEAD_LETTERS} (topology VARCHAR NOT NULL, "
+            "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, topic VARCHAR, partition INTEGER, "
+            '"offset" BIGINT, reason VARCHAR NOT NULL, value BLOB)'
+        )
+
+
+@dataclass
+class _Prepared:
+    partials: dict[str, pa.Table]
+    outputs: dict[str, pa.Table]
+    dead: dict[str, pa.Table]
+    tuples_in: dict[str, int]
+
+
+class _BatchRun:
+    """The Spark side of one batch: lazily built DataFrames, memoised per node."""
+
+    def __init__(self, runner: TopologyRunner, txid: int, plans: dict[str, BatchPlan]) -> None:
+        self.runner = runner
+        self.spark = runner.spark
+        self.txid = txid
+        self.plans = plans
+        self.frames: dict[int, Any] = {}
+        self.dead: dict[str, Any] = {}
+        self.new_values: dict[str, pa.Table] = {}
+
+    # -- building DataFrames ---------------------------------------------------------------
+
+    def frame(self, node: Node) -> Any:
+        key = id(node)
+        if key not in self.frames:
+            self.frames[key] = self._build(node)
+        return self.frames[key]
+
+    def _build(self, node: Node) -> Any:
+
+        a = node.args
+        if node.kind == "spout":
+            spout = a["spout"]
+            raw = spout.read(self.spark, self.runner.log, self.plans[a["spout_id"]])
+            good, dead = spout.scheme.decode(raw)
+            self.dead[a["spout_id"]] = dead
+            return good
+        if node.kind == "new_values":
+            state: TridentState = a["state"]
+            return self.spark.createDataFrame(self.new_values[state.spec.name])
+        parent = self.frame(node.parents[0])
+        if node.kind == "each":
+            return a["function"].apply(parent, a["inputs"], a["outputs"])
+        if node.kind == "filter":
+            return parent.where(a["filter"].condition(a["inputs"]))
+        if node.kind == "project":
+            return parent.select(*node.fields)
+        if node.kind == "aggregate":
+            return combine_partials(parent, a["group"], a["inputs"][0], a["agg"], a["output"])
+        if node.kind == "query":
+            return self._query(parent, a)
+        msg = f"cannot run node kind {node.kind!r}"
+        raise AssertionError(msg)
+
+    def _query(self, parent: Any, a: dict[str, Any]) -> Any:
+        from pyspark.sql import functions as F
+
+        state: TridentState = a["state"]
+        store = self.runner.store
+        out = a["output"]
+        if isinstance(a["query"], SnapshotGet):
+            value = _read_global(store, state)
+            return parent.withColumn(out, F.lit(value))
+        keys = parent.select(*a["inputs"]).distinct().toArrow()
+        if isinstance(a["query"], MapGet) and store.layout(state.table) is not None:
+            found = _bulk_lookup(store, state, keys, a["inputs"], out)
+        else:
+            read = _read_state(store, state)
+            args = [tuple(row.values()) for row in keys.to_pylist()]
+            results = a["query"].batch_retrieve(read, args)
+            if len(results) != len(args):
+                msg = (
+                    f"{type(a['query']).__name__}.batch_retrieve returned {len(results)} results "
+                    f"for {len(args)} inputs; it must return one result per input"
+                )
+                raise ValueError(msg)
+            found = keys.append_column(out, pa.array(results))
+        if found.num_rows == 0:
+            return parent.withColumn(out, F.lit(None))
+        lookup = self.spark.createDataFrame(found)
+        return parent.join(F.broadcast(lookup), on=list(a["inputs"]), how="left")
+
+    # -- the two phases --------------------------------------------------------------------
+
+    def prepare(self) -> _Prepared:
+        """Run Spark for everything that does not depend on this batch's new state."""
+        topo = self.runner.topology
+        partials: dict[str, pa.Table] = {}
+        for name, state in topo.states.items():
+            partials[name] = self._state_input(state)
+        outputs = {
+            name: self.frame(stream.node).toArrow()
+            for name, stream in topo.outputs.items()
+            if not _depends_on_new_values(stream.node)
+        }
+        for spout_id in topo.spouts:
+            self.frame(topo.spouts[spout_id])
+        dead = {sid: df.toArrow() for sid, df in self.dead.items()}
+        tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
+        return _Prepared(partials, outputs, dead, tuples_in)
+
+    def _state_input(self, state: TridentState) -> pa.Table:
+        from pyspark.sql import functions as F
+
+        a = state.node.args
+        parent = self.frame(state.node.parents[0])
+        if "updater" in a:
+            return parent.select(*a["inputs"]).toArrow()
+        agg = a["agg"]
+        group, out = a["group"], a["output"]
+        if isinstance(agg, ReducerAggregator):
+            cols = F.struct(*[F.col(c) for c in a["inputs"]])
+            grouped = (
+                parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
+                if group
+                else parent.agg(F.collect_list(cols).alias("__tuples"))
+            )
+            return grouped.toArrow()
+        table = combine_partials(parent, group, a["inputs"][0], agg, out).toArrow()
+        if not group:
+            table = table.append_column(GLOBAL_COLUMN, pa.array([GLOBAL_KEY[0]] * table.num_rows))
+        return table
+
+    def commit(self, prepared: _Prepared) -> BatchOutcome:
+        """Apply everything inside the open store transaction."""
+        runner = self.runner
+        store = runner.store
+        topo = runner.topology
+        outcome = BatchOutcome(topo.name, self.txid, True, self.plans, prepared.tuples_in)
+        for name, state in topo.states.items():
+            outcome.states[name] = self._apply_state(state, prepared.partials[name])
+        runner.fault("after_state_write")
+        outputs = dict(prepared.outputs)
+        for name, stream in topo.outputs.items():
+            if name not in outputs:
+                outputs[name] = self.frame(stream.node).toArrow()
+        for name, table in outputs.items():
+            _store_rows(store, f"{topo.name}__out_{name}", self.txid, table)
+            outcome.outputs[name] = table.num_rows
+        for name, table in self.new_values.items():
+            _store_rows(store, f"{topo.name}__{name}__new_values", self.txid, table)
+        outcome.dead_letters = _store_dead_letters(store, topo.name, self.txid, prepared.dead)
+        for spout_id, plan in self.plans.items():
+            runner.coordinator(spout_id).commit(plan)
+        runner.fault("before_commit")
+        return outcome
+
+    def _apply_state(self, state: TridentState, batch: pa.Table) -> StateOutcome:
+        store = self.runner.store
+        a = state.node.args
+        spec = state.spec
+        txid = self.txid
+        if "updater" in a:
+            new = a["updater"].update_state(store, state.table, batch, txid)
+            if new is not None:
+                self.new_values[spec.name] = new
+            rows = batch.num_rows
+            return StateOutcome(spec.name, state.table, rows, rows, 0, _size(store, state.table))
+        agg = a["agg"]
+        keys = list(a["group"]) or [GLOBAL_COLUMN]
+        out = a["output"]
+        if isinstance(agg, ReducerAggregator):
+            result = _apply_reducer(store, state, batch, keys, txid)
+        elif is_sql_combiner(agg):
+            result = apply_partials(
+                store,
+                state.table,
+                batch,
+                key_columns=keys,
+                value_column=out,
+                combine=agg.sql_combine,
+                state_type=spec.state_type,
+                txid=txid,
+                return_new_values=True,
+            )
+        else:
+            result = apply_partials_python(
+                store,
+                state.table,
+                batch,
+                key_columns=keys,
+                value_column=out,
+                agg=agg,
+                state_type=spec.state_type,
+                txid=txid,
+                return_new_values=True,
+            )
+        if result.new_values is not None:
+            self.new_values[spec.name] = result.new_values
+        return StateOutcome(
+            spec.name,
+            state.table,
+            result.keys_in,
+            result.keys_updated,
+            result.keys_skipped,
+            _size(store, state.table),
+        )
+
+
+def _depends_on_new_values(node: Node) -> bool:
+    return node.kind == "new_values" or any(_depends_on_new_values(p) for p in node.parents)
+
+
+def _size(store: DuckDBStore, table: str) -> int:
+    return store.size(table) if store.layout(table) is not None else 0
+
+
+def _map_state(store: DuckDBStore, state: TridentState, **layout: Any) -> Any:
+    backing = store.map(state.table, **layout)
+    if state.spec.state_type is StateType.OPAQUE:
+        return OpaqueMap(backing)
+    if state.spec.state_type is StateType.TRANSACTIONAL:
+        return TransactionalMap(backing)
+    return NonTransactionalMap(backing)
+
+
+def _read_state(store: DuckDBStore, state: TridentState) -> Any:
+    """The state as committed (read outside any batch: ``curr`` of each value)."""
+    return _map_state(store, state)
+
+
+def _read_global(store: DuckDBStore, state: TridentState) -> Any:
+    if store.layout(state.table) is None:
+        return None
+    return _read_state(store, state).multi_get([GLOBAL_KEY])[0]
+
+
+def _bulk_lookup(
+    store: DuckDBStore, state: TridentState, keys: pa.Table, inputs: tuple[str, ...], out: str
+) -> pa.Table:
+    """ONE SQL join of the batch's distinct keys against the state table."""
+    layout = store.layout(state.table)
+    assert layout is not None
+    value = "t.curr"
+    conds = " AND ".join(
+        f'k."{i}" IS NOT DISTINCT FROM t."{c}"'
+        for i, c in zip(inputs, layout.key_columns, strict=True)
+    )
+    select = ", ".join(f'k."{i}"' for i in inputs)
+    with store.registered(keys) as name:
+        return store.conn.execute(
+            f'SELECT {select}, {value} AS "{out}" FROM {name} AS k '
+            f'LEFT JOIN "{state.table}" AS t ON {conds}'
+        ).fetch_arrow_table()
+
+
+def _apply_reducer(
+    store: DuckDBStore, state: TridentState, batch: pa.Table, keys: list[str], txid: int
+) -> Any:
+    from trident_assets.backends.duckdb_merge import MergeResult
+
+    agg = state.node.args["agg"]
+    rows = batch.to_pylist()
+    key_tuples = (
+        [tuple(r[k] for k in keys) for r in rows] if state.group else [GLOBAL_KEY] * len(rows)
+    )
+    groups = [[tuple(t.values()) for t in r["__tuples"]] for r in rows]
+    flat_keys = [k for k, g in zip(key_tuples, groups, strict=True) for _ in g]
+    flat_tuples = [t for g in groups for t in g]
+    mstate = _map_state(store, state, key_columns=tuple(keys))
+    mstate.begin_commit(txid)
+    unique, new = apply_reducer(mstate, agg, flat_keys, flat_tuples)
+    mstate.commit(txid)
+    new_values = pa.table(
+        {**{k: [u[i] for u in unique] for i, k in enumerate(keys)}, state.value_field: new}
+    )
+    return MergeResult(len(unique), len(unique), 0, new_values)
+
+
+def _store_rows(store: DuckDBStore, table: str, txid: int, rows: pa.Table) -> None:
+    """Replace the rows of ``txid`` in a per-txid output table (one statement each)."""
+    conn = store.conn
+    with_txid = rows.add_column(0, "txid", pa.array([txid] * rows.num_rows, pa.int64()))
+    with store.registered(with_txid) as name:
+        conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM {name} LIMIT 0')
+        conn.execute(
+            f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - NEW_VALUES_KEPT]
+        )
+        conn.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM {name}')
+
+
+def _store_dead_letters(
+    store: DuckDBStore, topology: str, txid: int, dead: dict[str, pa.Table]
+) -> int:
+    conn = store.conn
+    conn.execute(f"DELETE FROM {DEAD_LETTERS} WHERE topology = ? AND txid = ?", [topology, txid])
+    total = 0
+    for spout_id, table in dead.items():
+        if table.num_rows == 0:
+            continue
+        total += table.num_rows
+        with store.registered(table) as name:
+            conn.execute(
+                f'INSERT INTO {DEAD_LETTERS} SELECT ?, ?, ?, topic, partition, "offset", reason, '
+                f"value FROM {name}",
+                [topology, spout_id, txid],
+            )
+    return total

@@ -1,0 +1,88 @@
+"""The embedded log as a spout source: ``LogSource`` (offsets) and ``LogSpout`` (declaration)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.errors import ConfigError
+from trident_assets.spouts.config import SpoutConfig
+from trident_assets.spouts.ranges import BatchPlan
+
+if TYPE_CHECKING:
+    from trident_assets.log.store import PartitionedLog
+    from trident_assets.spark.schemes import Scheme
+
+__all__ = ["LogSource", "LogSpout"]
+
+
+def _split(partition: str) -> tuple[str, int]:
+    topic, _, number = partition.rpartition("@")
+    return topic, int(number)
+
+
+class LogSource:
+    """A PartitionedSource over topics of a :class:`~trident_assets.log.store.PartitionedLog`."""
+
+    def __init__(self, log: PartitionedLog, topics: Sequence[str]) -> None:
+        """Read ``topics`` of ``log``; partition ids are ``topic@n``."""
+        self.log = log
+        self.topics = list(topics)
+
+    def partitions(self) -> list[str]:
+        """Every partition of the topics that exist now (a deleted topic's partitions vanish)."""
+        existing = set(self.log.topics())
+        return [
+            f"{t}@{p}" for t in self.topics if t in existing for p in range(self.log.partitions(t))
+        ]
+
+    def earliest(self, partition: str) -> int:
+        """First readable offset."""
+        return self.log.earliest_offset(*_split(partition))
+
+    def latest(self, partition: str) -> int:
+        """Next offset to be written."""
+        return self.log.latest_offset(*_split(partition))
+
+    def offset_for_timestamp(self, partition: str, timestamp_ms: int) -> int | None:
+        """First offset with a timestamp >= ``timestamp_ms``."""
+        return self.log.offset_for_timestamp(*_split(partition), timestamp_ms)
+
+
+class LogSpout:
+    """A spout reading topics of the embedded log, decoded by a scheme.
+
+    Args:
+        topics: one topic or several (their partitions are read together).
+        scheme: turns record bytes into fields (see :mod:`trident_assets.spark.schemes`).
+        config: spout kind, start position, batch size, deployment.
+    """
+
+    def __init__(
+        self, topics: str | Sequence[str], scheme: Scheme, config: SpoutConfig | None = None
+    ) -> None:
+        """Declare the spout; nothing is read until a batch runs."""
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        if not self.topics:
+            msg = "LogSpout needs at least one topic"
+            raise ConfigError(msg)
+        self.scheme = scheme
+        self.config = config or SpoutConfig()
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The fields the scheme produces."""
+        return self.scheme.fields
+
+    def source(self, log: PartitionedLog) -> LogSource:
+        """The offsets view of the topics."""
+        return LogSource(log, self.topics)
+
+    def read(self, spark: Any, log: PartitionedLog, plan: BatchPlan) -> Any:
+        """The raw records of ``plan`` as a Spark DataFrame, read in parallel by Spark."""
+        from trident_assets.spark.log_reader import read_ranges
+
+        ranges = [
+            (r.topic, r.partition_number, r.first_offset, r.last_offset) for r in plan.non_empty()
+        ]
+        return read_ranges(spark, log, ranges)

@@ -1,0 +1,1 @@
+"""Trident's stream API: topologies, streams and the operations declared on them."""

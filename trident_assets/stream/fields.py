@@ -1,0 +1,61 @@
+"""Field-list validation done when a topology is declared, not when it runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from trident_assets.errors import ConfigError, FieldNotFoundError
+
+__all__ = ["as_fields", "check_distinct", "require_fields"]
+
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def as_fields(fields: str | Sequence[str], what: str = "field list") -> tuple[str, ...]:
+    """Normalise ``"a"`` or ``["a", "b"]`` to a tuple and validate each name.
+
+    Raises:
+        ConfigError: a name is not a valid identifier or the list is malformed.
+    """
+    names = (fields,) if isinstance(fields, str) else tuple(fields)
+    for name in names:
+        if not isinstance(name, str) or not _FIELD.match(name):
+            msg = (
+                f"invalid field name {name!r} in {what}: use letters, digits and underscores, "
+                "starting with a letter or underscore"
+            )
+            raise ConfigError(msg)
+    return names
+
+
+def require_fields(wanted: Sequence[str], existing: Sequence[str], operation: str) -> None:
+    """Check every field in ``wanted`` exists (Trident's projection validation).
+
+    Raises:
+        FieldNotFoundError: naming the missing field and the fields that exist.
+    """
+    for name in wanted:
+        if name not in existing:
+            msg = (
+                f"{operation}: trying to select non-existent field {name!r} from stream "
+                f"containing fields {list(existing)}"
+            )
+            raise FieldNotFoundError(msg)
+
+
+def check_distinct(new: Sequence[str], existing: Sequence[str], operation: str) -> None:
+    """Check appended fields neither repeat nor collide with existing ones.
+
+    Raises:
+        ConfigError: a field would appear twice.
+    """
+    seen = set(existing)
+    for name in new:
+        if name in seen:
+            msg = (
+                f"{operation}: output field {name!r} already exists in {list(existing)} "
+                "(or is repeated); choose a new name"
+            )
+            raise ConfigError(msg)
+        seen.add(name)

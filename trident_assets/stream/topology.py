@@ -1,0 +1,379 @@
+"""Declaring a topology: ``TridentTopology``, ``Stream``, ``GroupedStream``, ``TridentState``.
+
+Declaration is pure: it validates field names and the exactly-once compatibility of spouts
+and states, and builds a graph of nodes. :mod:`trident_assets.spark.executor` runs the graph
+for one batch on Spark.
+
+Example:
+    >>> from trident_assets.stream.topology import TridentTopology, StateSpec
+    >>> from trident_assets.stream.operations import Split
+    >>> from trident_assets.core.aggregators import Count
+    >>> topo = TridentTopology("word_count")
+    >>> # spout: e.g. LogSpout("sentences", StringScheme("sentence"))
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator
+from trident_assets.core.values import StateType
+from trident_assets.errors import ConfigError
+from trident_assets.spouts.config import SpoutKind, validate_name
+from trident_assets.stream.fields import as_fields, check_distinct, require_fields
+from trident_assets.stream.operations import Filter, Function
+from trident_assets.stream.queries import QueryFunction
+
+__all__ = [
+    "ExactlyOnceWarning",
+    "GroupedStream",
+    "StateSpec",
+    "StateUpdater",
+    "Stream",
+    "TridentState",
+    "TridentTopology",
+]
+
+
+class ExactlyOnceWarning(UserWarning):
+    """A topology combines a spout and a state in a way that cannot be exactly-once."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpec:
+    """Which state a persist writes: its name (unique in the topology) and replay guarantee."""
+
+    name: str
+    state_type: StateType = StateType.OPAQUE
+
+    def __post_init__(self) -> None:
+        """Validate the name."""
+        validate_name("state", self.name)
+
+    @classmethod
+    def opaque(cls, name: str) -> StateSpec:
+        """An opaque state: exactly-once with transactional and opaque spouts."""
+        return cls(name, StateType.OPAQUE)
+
+    @classmethod
+    def transactional(cls, name: str) -> StateSpec:
+        """A transactional state: exactly-once with transactional spouts only."""
+        return cls(name, StateType.TRANSACTIONAL)
+
+    @classmethod
+    def non_transactional(cls, name: str) -> StateSpec:
+        """A non-transactional state: at-least-once (replays count twice)."""
+        return cls(name, StateType.NON_TRANSACTIONAL)
+
+
+class StateUpdater:
+    """Applies a whole batch to a state (``partition_persist``), in bulk.
+
+    Subclasses implement :meth:`update_state`; it receives the state's store, the table
+    name, the batch as a pyarrow Table of the input fields, and the txid, runs inside the
+    batch's commit transaction, and returns the new-values rows (a pyarrow Table) or None.
+    """
+
+    def update_state(self, store: Any, table: str, batch: Any, txid: int | None) -> Any:
+        """Apply ``batch`` to the state; return the new-values rows or None."""
+        msg = f"{type(self).__name__} must implement update_state(store, table, batch, txid)"
+        raise ConfigError(msg)
+
+
+@dataclass(eq=False)
+class Node:
+    """A node of the topology graph."""
+
+    kind: str
+    fields: tuple[str, ...]
+    parents: tuple[Node, ...] = ()
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def spout_kinds(self) -> set[SpoutKind]:
+        """The kinds of every spout upstream of this node."""
+        if self.kind == "spout":
+            return {self.args["spout"].config.kind}
+        kinds: set[SpoutKind] = set()
+        for parent in self.parents:
+            kinds |= parent.spout_kinds()
+        if self.kind == "new_values":
+            kinds |= self.args["state"].node.spout_kinds()
+        return kinds
+
+
+class TridentTopology:
+    """A named graph of streams and states; one partition of its assets is one txid."""
+
+    def __init__(self, name: str, *, strict: bool = False) -> None:
+        """Declare topology ``name``; ``strict`` turns exactly-once warnings into errors."""
+        self.name = validate_name("topology", name)
+        self.strict = strict
+        self.spouts: dict[str, Node] = {}
+        self.states: dict[str, TridentState] = {}
+        self.queries: list[Stream] = []
+        self.outputs: dict[str, Stream] = {}
+
+    def new_stream(self, spout_id: str, spout: Any) -> Stream:
+        """A stream of the batches a spout emits; ``spout_id`` names its offset metadata."""
+        validate_name("spout", spout_id)
+        if spout_id in self.spouts:
+            msg = f"topology {self.name!r} already has a spout {spout_id!r}; spout ids are unique"
+            raise ConfigError(msg)
+        node = Node("spout", tuple(spout.fields), args={"spout_id": spout_id, "spout": spout})
+        self.spouts[spout_id] = node
+        return Stream(self, node)
+
+    def _register_state(self, state: TridentState) -> None:
+        if state.spec.name in self.states:
+            msg = f"topology {self.name!r} already has a state {state.spec.name!r}"
+            raise ConfigError(msg)
+        self.states[state.spec.name] = state
+
+    def check_exactly_once(self, spec: StateSpec, node: Node) -> None:
+        """Warn (or raise in strict mode) if ``spec`` fed by ``node`` cannot be exactly-once."""
+        kinds = node.spout_kinds()
+        problems = []
+        if spec.state_type is StateType.NON_TRANSACTIONAL:
+            problems.append("a non-transactional state counts replays twice")
+        if SpoutKind.NON_TRANSACTIONAL in kinds:
+            problems.append("a non-transactional spout cannot replay a batch")
+        if spec.state_type is StateType.TRANSACTIONAL and SpoutKind.OPAQUE in kinds:
+            problems.append(
+                "a transactional state with an opaque spout skips a replayed batch that may differ"
+            )
+        if not problems:
+            return
+        msg = (
+            f"state {spec.name!r} of topology {self.name!r} is not exactly-once: "
+            + "; ".join(problems)
+            + ". Use an opaque state (works with transactional and opaque spouts)."
+        )
+        if self.strict:
+            raise ConfigError(msg)
+        warnings.warn(msg, ExactlyOnceWarning, stacklevel=3)
+
+
+class Stream:
+    """A stream of tuples with named fields; each operation returns a new Stream."""
+
+    def __init__(self, topology: TridentTopology, node: Node) -> None:
+        """Wrap ``node`` of ``topology``."""
+        self.topology = topology
+        self.node = node
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The stream's output fields."""
+        return self.node.fields
+
+    def _derive(self, kind: str, fields: Sequence[str], **args: Any) -> Stream:
+        return Stream(self.topology, Node(kind, tuple(fields), (self.node,), args))
+
+    def each(
+        self,
+        inputs: str | Sequence[str],
+        op: Function | Filter,
+        outputs: str | Sequence[str] = (),
+    ) -> Stream:
+        """Apply a Function (appends ``outputs``) or a Filter (keeps matching tuples)."""
+        ins = as_fields(inputs, "each inputs")
+        require_fields(ins, self.fields, "each")
+        if isinstance(op, Filter):
+            if outputs:
+                msg = "each with a Filter takes no output fields"
+                raise ConfigError(msg)
+            return self._derive("filter", self.fields, inputs=ins, filter=op)
+        outs = as_fields(outputs, "each outputs")
+        check_distinct(outs, self.fields, "each")
+        op.validate(ins, outs)
+        return self._derive("each", (*self.fields, *outs), inputs=ins, function=op, outputs=outs)
+
+    def filter(self, op: Filter, inputs: str | Sequence[str] | None = None) -> Stream:
+        """Keep tuples for which ``op`` holds (over ``inputs``, default all fields)."""
+        return self.each(self.fields if inputs is None else inputs, op)
+
+    def project(self, fields: str | Sequence[str]) -> Stream:
+        """Keep only ``fields``, in that order."""
+        keep = as_fields(fields, "project")
+        require_fields(keep, self.fields, "project")
+        return self._derive("project", keep)
+
+    def as_output(self, name: str) -> Stream:
+        """Keep this stream's tuples of every batch as output ``name`` (an asset in Dagster)."""
+        validate_name("output", name)
+        if name in self.topology.outputs:
+            msg = f"topology {self.topology.name!r} already has an output {name!r}"
+            raise ConfigError(msg)
+        self.topology.outputs[name] = self
+        return self
+
+    def group_by(self, fields: str | Sequence[str]) -> GroupedStream:
+        """Group by ``fields`` for aggregation, persistence or queries."""
+        group = as_fields(fields, "group_by")
+        require_fields(group, self.fields, "group_by")
+        return GroupedStream(self, group)
+
+    def aggregate(
+        self,
+        inputs: str | Sequence[str],
+        agg: CombinerAggregator[Any],
+        outputs: str | Sequence[str],
+    ) -> Stream:
+        """Aggregate the whole batch to exactly one tuple (``zero()`` for an empty batch)."""
+        return GroupedStream(self, ()).aggregate(inputs, agg, outputs)
+
+    def persistent_aggregate(
+        self,
+        spec: StateSpec,
+        inputs: str | Sequence[str],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
+        output: str,
+    ) -> TridentState:
+        """Aggregate every batch into one global value kept in state ``spec``."""
+        return GroupedStream(self, ()).persistent_aggregate(spec, inputs, agg, output)
+
+    def partition_persist(
+        self,
+        spec: StateSpec,
+        inputs: str | Sequence[str],
+        updater: StateUpdater,
+        outputs: str | Sequence[str] = (),
+    ) -> TridentState:
+        """Hand each whole batch (``inputs`` fields) to ``updater`` under the batch txid."""
+        ins = as_fields(inputs, "partition_persist inputs")
+        require_fields(ins, self.fields, "partition_persist")
+        outs = as_fields(outputs, "partition_persist outputs")
+        self.topology.check_exactly_once(spec, self.node)
+        node = Node(
+            "persist", outs, (self.node,), {"inputs": ins, "updater": updater, "spec": spec}
+        )
+        state = TridentState(self.topology, spec, node, group=(), value_field=None)
+        self.topology._register_state(state)
+        return state
+
+    def state_query(
+        self,
+        state: TridentState,
+        inputs: str | Sequence[str],
+        query: QueryFunction,
+        output: str,
+    ) -> Stream:
+        """Append ``output``: ``query`` over ``state`` with one bulk lookup per batch.
+
+        The query reads the state as committed before this batch (Trident's batch phase).
+        """
+        ins = as_fields(inputs, "state_query inputs")
+        require_fields(ins, self.fields, "state_query")
+        (out,) = as_fields(output, "state_query output")
+        check_distinct((out,), self.fields, "state_query")
+        if state.topology is not self.topology:
+            msg = f"state {state.spec.name!r} belongs to another topology"
+            raise ConfigError(msg)
+        stream = self._derive(
+            "query", (*self.fields, out), inputs=ins, query=query, state=state, output=out
+        )
+        self.topology.queries.append(stream)
+        return stream
+
+
+class GroupedStream:
+    """A stream grouped by key fields."""
+
+    def __init__(self, stream: Stream, group: tuple[str, ...]) -> None:
+        """Group ``stream`` by ``group``."""
+        self.stream = stream
+        self.group = group
+
+    def aggregate(
+        self,
+        inputs: str | Sequence[str],
+        agg: CombinerAggregator[Any],
+        outputs: str | Sequence[str],
+    ) -> Stream:
+        """Aggregate each group of the batch: emits ``group + outputs`` per group."""
+        ins = as_fields(inputs, "aggregate inputs")
+        require_fields(ins, self.stream.fields, "aggregate")
+        outs = as_fields(outputs, "aggregate outputs")
+        if len(outs) != 1:
+            msg = f"aggregate emits one field per aggregator, got {list(outs)}"
+            raise ConfigError(msg)
+        check_distinct(outs, self.group, "aggregate")
+        return self.stream._derive(
+            "aggregate", (*self.group, *outs), inputs=ins, agg=agg, group=self.group, output=outs[0]
+        )
+
+    def persistent_aggregate(
+        self,
+        spec: StateSpec,
+        inputs: str | Sequence[str],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
+        output: str,
+    ) -> TridentState:
+        """Aggregate each batch per group into state ``spec`` under the batch txid.
+
+        Combiners combine partials in Spark before the state is touched; reducers see
+        every tuple of a group. The new values stream carries ``group + [output]``.
+
+        Raises:
+            ConfigError: a combiner with more than one input field, or bad names.
+        """
+        ins = as_fields(inputs, "persistent_aggregate inputs")
+        require_fields(ins, self.stream.fields, "persistent_aggregate")
+        (out,) = as_fields(output, "persistent_aggregate output")
+        check_distinct((out,), self.group, "persistent_aggregate")
+        if isinstance(agg, CombinerAggregator) and len(ins) > 1:
+            msg = f"combiner aggregators take a single input field, got {list(ins)}"
+            raise ConfigError(msg)
+        if not isinstance(agg, CombinerAggregator | ReducerAggregator):
+            msg = (
+                f"persistent_aggregate needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
+            )
+            raise ConfigError(msg)
+        topo = self.stream.topology
+        topo.check_exactly_once(spec, self.stream.node)
+        node = Node(
+            "persist",
+            (*self.group, out),
+            (self.stream.node,),
+            {"inputs": ins, "agg": agg, "group": self.group, "output": out, "spec": spec},
+        )
+        state = TridentState(topo, spec, node, group=self.group, value_field=out)
+        topo._register_state(state)
+        return state
+
+    def state_query(
+        self, state: TridentState, inputs: str | Sequence[str], query: QueryFunction, output: str
+    ) -> Stream:
+        """Query ``state`` for each tuple (the grouping only routes tuples, as in Trident)."""
+        return self.stream.state_query(state, inputs, query, output)
+
+
+class TridentState:
+    """A persisted state declared by ``persistent_aggregate`` or ``partition_persist``."""
+
+    def __init__(
+        self,
+        topology: TridentTopology,
+        spec: StateSpec,
+        node: Node,
+        group: tuple[str, ...],
+        value_field: str | None,
+    ) -> None:
+        """Created by the stream API; not directly."""
+        self.topology = topology
+        self.spec = spec
+        self.node = node
+        self.group = group
+        self.value_field = value_field
+
+    @property
+    def table(self) -> str:
+        """The store table holding this state."""
+        return f"{self.topology.name}__{self.spec.name}"
+
+    def new_values_stream(self) -> Stream:
+        """The (key..., new value) tuples each batch produced."""
+        return Stream(self.topology, Node("new_values", self.node.fields, (), {"state": self}))
