@@ -35,7 +35,7 @@ from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.queries import MapGet, SnapshotGet
-from trident_assets.stream.topology import Node, TridentState, TridentTopology
+from trident_assets.stream.topology import Node, PersistedState, TridentState, TridentTopology
 
 __all__ = ["BatchOutcome", "StateOutcome", "TopologyRunner"]
 
@@ -240,7 +240,11 @@ class _BatchRun:
         if isinstance(a["query"], MapGet) and store.layout(state.table) is not None:
             found = _bulk_lookup(store, state, keys, a["inputs"], out)
         else:
-            read = _read_state(store, state)
+            read = (
+                PersistedState(store, state.table)
+                if "updater" in state.node.args
+                else _read_state(store, state)
+            )
             args = [tuple(row.values()) for row in keys.to_pylist()]
             results = a["query"].batch_retrieve(read, args)
             if len(results) != len(args):
@@ -361,7 +365,8 @@ class _BatchRun:
                 return_new_values=True,
             )
         if result.new_values is not None:
-            self.new_values[spec.name] = result.new_values
+            # the declared fields: group + [output] (a global state's key column is internal)
+            self.new_values[spec.name] = result.new_values.select(list(state.node.fields))
         return StateOutcome(
             spec.name,
             state.table,
@@ -413,10 +418,10 @@ def _bulk_lookup(
     )
     select = ", ".join(f'k."{i}"' for i in inputs)
     with store.registered(keys) as name:
-        return store.conn.execute(
+        return store.conn.sql(
             f'SELECT {select}, {value} AS "{out}" FROM {name} AS k '
             f'LEFT JOIN "{state.table}" AS t ON {conds}'
-        ).fetch_arrow_table()
+        ).to_arrow_table()
 
 
 def _apply_reducer(

@@ -30,6 +30,7 @@ from trident_assets.stream.queries import QueryFunction
 __all__ = [
     "ExactlyOnceWarning",
     "GroupedStream",
+    "PersistedState",
     "StateSpec",
     "StateUpdater",
     "Stream",
@@ -81,6 +82,20 @@ class StateUpdater:
         """Apply ``batch`` to the state; return the new-values rows or None."""
         msg = f"{type(self).__name__} must implement update_state(store, table, batch, txid)"
         raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class PersistedState:
+    """What a QueryFunction's ``batch_retrieve`` gets for a ``partition_persist`` state.
+
+    A StateUpdater keeps its state in tables of its own design, so a query reads them
+    through the store (one bulk statement per batch), as committed before the batch.
+    """
+
+    store: Any
+    """The state store (e.g. a DuckDBStore: ``store.conn``, ``store.registered(arrow)``)."""
+    table: str
+    """The table name the StateUpdater was given."""
 
 
 @dataclass(eq=False)

@@ -1,0 +1,1 @@
+"""Benchmarks of trident_assets (run each as ``python -m bench.<name>``)."""

@@ -1,0 +1,256 @@
+"""State-merge time against state size: one batch of partials into a DuckDB opaque state.
+
+Run: ``python -m bench.state_merge [--sizes 100000,1000000,10000000] [--batch 100000]``.
+
+For each state size N a fresh DuckDB file (in a temp dir) is prefilled with N keys by one
+``generate_series`` statement; then a batch of ``--batch`` partial keys (half existing keys drawn
+at random, half new keys) is applied with :func:`apply_partials` (opaque, sum), once per run with
+a new txid. The median of ``--runs`` runs is reported (wall time of the whole call, including its
+transaction commit and any automatic checkpoint DuckDB decides to run). A second column repeats
+the measurement with ``checkpoint_threshold=1GB`` so that checkpoints are deferred (the cost then
+moves to close or to a later checkpoint). The Python-combiner path (:func:`apply_partials_python`)
+is timed on one batch size into a 1M-key state.
+Results go to ``bench/results/state_merge.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from trident_assets.backends.duckdb_merge import apply_partials, apply_partials_python
+from trident_assets.backends.duckdb_store import DuckDBStore, MapLayout
+from trident_assets.core.aggregators import CombinerAggregator
+from trident_assets.core.values import StateType
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class PySum(CombinerAggregator[int]):
+    """A plain Python sum (no sql_combine), to time the Python-combiner path."""
+
+    def init(self, values: tuple[Any, ...]) -> int:
+        return values[0]
+
+    def combine(self, a: int, b: int) -> int:
+        return a + b
+
+    def zero(self) -> int:
+        return 0
+
+
+def machine() -> dict[str, Any]:
+    mem_kb = 0
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kb / 1024 / 1024, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "duckdb": duckdb.__version__,
+        "pyarrow": pa.__version__,
+    }
+
+
+def prefill(store: DuckDBStore, table: str, n: int) -> float:
+    start = time.perf_counter()
+    store.ensure_map(MapLayout(table, "opaque", ("k0",), ("BIGINT",), "BIGINT"))
+    store.conn.execute(
+        f'INSERT INTO "{table}" SELECT range, 1, 1, NULL FROM range(?)', [n]
+    ).fetchall()
+    store.conn.execute("CHECKPOINT").fetchall()
+    return time.perf_counter() - start
+
+
+def make_batch(rng: random.Random, n: int, size: int, run: int) -> pa.Table:
+    half = size // 2
+    existing = rng.sample(range(n), min(half, n))
+    fresh = range(n + run * size, n + run * size + (size - len(existing)))
+    keys = [*existing, *fresh]
+    rng.shuffle(keys)
+    return pa.table({"k0": pa.array(keys, pa.int64()), "n": pa.array([1] * len(keys), pa.int64())})
+
+
+def time_fast(db: Path, n: int, size: int, runs: int, config: dict[str, str]) -> dict[str, Any]:
+    rng = random.Random(n)
+    with DuckDBStore(db, config=config) as store:
+        fill_s = prefill(store, "state", n)
+        times = []
+        for run in range(runs):
+            batch = make_batch(rng, n, size, run)
+            start = time.perf_counter()
+            result = apply_partials(
+                store,
+                "state",
+                batch,
+                key_columns=["k0"],
+                value_column="n",
+                combine="sum",
+                state_type=StateType.OPAQUE,
+                txid=2 + run,
+            )
+            times.append(time.perf_counter() - start)
+            assert result.keys_updated == size, result
+        final = store.size("state")
+    assert final == n + runs * (size - size // 2)
+    return {
+        "prefill_s": round(fill_s, 2),
+        "runs_ms": [round(t * 1000, 1) for t in times],
+        "median_ms": round(statistics.median(times) * 1000, 1),
+    }
+
+
+def time_python(db: Path, n: int, size: int, runs: int) -> dict[str, Any]:
+    rng = random.Random(7)
+    with DuckDBStore(db) as store:
+        prefill(store, "state_py", n)
+        times = []
+        for run in range(runs):
+            batch = make_batch(rng, n, size, run)
+            start = time.perf_counter()
+            apply_partials_python(
+                store,
+                "state_py",
+                batch,
+                key_columns=["k0"],
+                value_column="n",
+                agg=PySum(),
+                state_type=StateType.OPAQUE,
+                txid=2 + run,
+            )
+            times.append(time.perf_counter() - start)
+    med = statistics.median(times)
+    return {
+        "state_keys": n,
+        "batch_keys": size,
+        "runs_ms": [round(t * 1000, 1) for t in times],
+        "median_ms": round(med * 1000, 1),
+        "keys_per_s": round(size / med),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000,10000000")
+    parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--python-state", type=int, default=1_000_000)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="trident-bench-") as tmp:
+        for n in sizes:
+            default = time_fast(Path(tmp) / f"s{n}.duckdb", n, args.batch, args.runs, {})
+            deferred = time_fast(
+                Path(tmp) / f"d{n}.duckdb",
+                n,
+                args.batch,
+                args.runs,
+                {"checkpoint_threshold": "1GB"},
+            )
+            rows.append(
+                {
+                    "state_keys": n,
+                    "batch_keys": args.batch,
+                    "prefill_s": default["prefill_s"],
+                    "median_ms": default["median_ms"],
+                    "keys_per_s": round(args.batch / default["median_ms"] * 1000),
+                    "runs_ms": default["runs_ms"],
+                    "median_ms_deferred_checkpoint": deferred["median_ms"],
+                    "runs_ms_deferred_checkpoint": deferred["runs_ms"],
+                }
+            )
+            print(
+                f"state {n:>11,}: {default['median_ms']:8.1f} ms/batch "
+                f"(deferred checkpoint {deferred['median_ms']:.1f} ms)",
+                flush=True,
+            )
+        py = time_python(Path(tmp) / "py.duckdb", args.python_state, args.batch, args.runs)
+    ratio = ratio_deferred = None
+    if len(rows) > 1:
+        ratio = round(rows[-1]["median_ms"] / rows[0]["median_ms"], 2)
+        ratio_deferred = round(
+            rows[-1]["median_ms_deferred_checkpoint"] / rows[0]["median_ms_deferred_checkpoint"], 2
+        )
+    report = {
+        "benchmark": "state_merge",
+        "what": "apply_partials(opaque, sum): one batch, half existing (random) and half new keys",
+        "runs": args.runs,
+        "machine": machine(),
+        "fast_path": rows,
+        "ratio_largest_to_smallest": ratio,
+        "ratio_largest_to_smallest_deferred_checkpoint": ratio_deferred,
+        "target_ratio": 2.0,
+        "python_path": py,
+    }
+    md = render(report)
+    print(md)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "state_merge.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "state_merge.md").write_text(md)
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        "# State merge: batch apply time against state size",
+        "",
+        f"{report['what']}; median of {report['runs']} runs, each a new txid.",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['os']}, "
+        f"Python {m['python']}, DuckDB {m['duckdb']}, pyarrow {m['pyarrow']}.",
+        "",
+        "| state keys | batch keys | ms / batch | keys / s "
+        "| ms / batch, checkpoint deferred | prefill s |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["fast_path"]:
+        lines.append(
+            f"| {r['state_keys']:,} | {r['batch_keys']:,} | {r['median_ms']:.1f} | "
+            f"{r['keys_per_s']:,} | {r['median_ms_deferred_checkpoint']:.1f} | {r['prefill_s']} |"
+        )
+    lines += [
+        "",
+        f"Ratio largest/smallest state: {report['ratio_largest_to_smallest']}x "
+        f"({report['ratio_largest_to_smallest_deferred_checkpoint']}x with deferred checkpoints); "
+        f"target <= {report['target_ratio']}x.",
+        "",
+    ]
+    py = report["python_path"]
+    lines += [
+        "| Python combiner path | state keys | batch keys | ms / batch | keys / s |",
+        "|---|---:|---:|---:|---:|",
+        f"| apply_partials_python (opaque, Python sum) | {py['state_keys']:,} | "
+        f"{py['batch_keys']:,} | {py['median_ms']:.1f} | {py['keys_per_s']:,} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

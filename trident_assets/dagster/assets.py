@@ -1,0 +1,168 @@
+"""One multi-asset per topology: spout batches, states and outputs of txid N in one step.
+
+Every txid is applied in ONE store transaction (all states, outputs, dead letters, spout
+ranges and the commit marker), which is why the commit happens in the asset body through
+:class:`~trident_assets.spark.executor.TopologyRunner` rather than in per-output IO managers:
+separate outputs could not share a transaction. A run for a range of txids (catch-up)
+commits each txid separately, in order, with its own materializations.
+"""
+
+
+
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from trident_assets.dagster.partitions import parse_txid, txid_key, txid_partitions
+from trident_assets.dagster.resources import TridentResource
+from trident_assets.spark.executor import BatchOutcome, TopologyRunner
+from trident_assets.stream.topology import TridentTopology
+
+__all__ = ["TOPOLOGY_TAG", "asset_keys", "topology_assets"]
+
+TOPOLOGY_TAG = "trident/topology"
+"""Run tag naming the topology; dagster.yaml limits it to one run at a time."""
+OWNERS = ["team:streaming"]
+
+
+def asset_keys(topology: TridentTopology) -> dict[str, dg.AssetKey]:
+    """The asset key of each spout batch, state and output of ``topology``."""
+    keys = {f"spout:{s}": dg.AssetKey([topology.name, f"{s}_batch"]) for s in topology.spouts}
+    keys |= {f"state:{s}": dg.AssetKey([topology.name, s]) for s in topology.states}
+    keys |= {f"output:{o}": dg.AssetKey([topology.name, o]) for o in topology.outputs}
+    return keys
+
+
+def _specs(topology: TridentTopology, partitions: dg.PartitionsDefinition) -> list[dg.AssetSpec]:
+    keys = asset_keys(topology)
+    spout_keys = [keys[f"spout:{s}"] for s in topology.spouts]
+    specs = [
+        dg.AssetSpec(
+            keys[f"spout:{sid}"],
+            description=f"Batch of spout `{sid}` ({node.args['spout'].config.kind.value}): "
+            "the offset ranges txid N reads, fixed as Trident fixes them.",
+            kinds={"spark"},
+            owners=OWNERS,
+            group_name=topology.name,
+            partitions_def=partitions,
+        )
+        for sid, node in topology.spouts.items()
+    ]
+    for name, state in topology.states.items():
+        specs.append(
+            dg.AssetSpec(
+                keys[f"state:{name}"],
+                deps=spout_keys,
+                description=f"**{state.spec.state_type.value}** state `{name}` after applying "
+                f"txid N (DuckDB table `{state.table}`).",
+                kinds={"spark", "duckdb"},
+                owners=OWNERS,
+                group_name=topology.name,
+                partitions_def=partitions,
+                metadata={"dagster/table_name": state.table},
+            )
+        )
+    for name in topology.outputs:
+        specs.append(
+            dg.AssetSpec(
+                keys[f"output:{name}"],
+                deps=spout_keys + [keys[f"state:{s}"] for s in topology.states],
+                description=f"Tuples of output stream `{name}` per txid.",
+                kinds={"spark", "duckdb"},
+                owners=OWNERS,
+                group_name=topology.name,
+                partitions_def=partitions,
+            )
+        )
+    return specs
+
+
+def topology_assets(topology: TridentTopology) -> dg.AssetsDefinition:
+    """The multi-asset that processes txids of ``topology`` (one partition = one txid)."""
+    partitions = txid_partitions(topology.name)
+    keys = asset_keys(topology)
+
+    @dg.multi_asset(
+        name=f"{topology.name}_batches",
+        specs=_specs(topology, partitions),
+        partitions_def=partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        op_tags={TOPOLOGY_TAG: topology.name},
+    )
+    def _batches(
+        context: dg.AssetExecutionContext, trident: TridentResource
+    ) -> Iterator[dg.MaterializeResult]:
+        txids = sorted(parse_txid(k) for k in context.partition_keys)
+        attempt = int(context.run.tags.get("trident/attempt", "0"))
+        spark = trident.spark()
+        with trident.store() as store:
+            runner = TopologyRunner(topology, spark, store, trident.log(), fault=trident.fault())
+            for txid in txids:
+                outcome = runner.run_batch(txid)
+                context.log.info(_summary(outcome))
+                yield from _materializations(topology, keys, outcome, attempt, len(txids) > 1)
+        if len(txids) > 1:
+            span = {"txids": dg.MetadataValue.text(f"{txids[0]}..{txids[-1]}")}
+            for key in keys.values():
+                yield dg.MaterializeResult(asset_key=key, metadata=span)
+
+    return _batches
+
+
+def _summary(outcome: BatchOutcome) -> str:
+    if not outcome.applied:
+        return f"txid {outcome.txid} was already committed: nothing changed"
+    counts = ", ".join(f"{n}: {s.keys_updated} keys" for n, s in outcome.states.items())
+    return f"txid {outcome.txid} committed ({counts}; {outcome.dead_letters} dead letters)"
+
+
+def _materializations(
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    outcome: BatchOutcome,
+    attempt: int,
+    ranged: bool,
+) -> Iterator[Any]:
+    common: dict[str, Any] = {
+        "txid": dg.MetadataValue.int(outcome.txid),
+        "attempt": dg.MetadataValue.int(attempt),
+        "already_committed": dg.MetadataValue.bool(not outcome.applied),
+    }
+    timings = {f"{k}_s": dg.MetadataValue.float(round(v, 4)) for k, v in outcome.timings_s.items()}
+    partition = txid_key(outcome.txid)
+    events: list[tuple[dg.AssetKey, dict[str, Any]]] = []
+    for sid, plan in outcome.plans.items():
+        meta = {
+            **common,
+            "offsets": dg.MetadataValue.json(plan.offsets_metadata()),
+            "tuples_in": dg.MetadataValue.int(plan.record_count),
+            "replay": dg.MetadataValue.bool(plan.replay),
+            "dead_letters": dg.MetadataValue.int(outcome.dead_letters),
+            "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
+            **timings,
+        }
+        events.append((keys[f"spout:{sid}"], meta))
+    for name in topology.states:
+        meta = dict(common)
+        state = outcome.states.get(name)
+        if state is not None:
+            meta |= {
+                "keys_in": dg.MetadataValue.int(state.keys_in),
+                "keys_updated": dg.MetadataValue.int(state.keys_updated),
+                "keys_skipped": dg.MetadataValue.int(state.keys_skipped),
+                "state_size": dg.MetadataValue.int(state.size),
+                "dagster/row_count": dg.MetadataValue.int(state.size),
+                **timings,
+            }
+        events.append((keys[f"state:{name}"], meta))
+    for name in topology.outputs:
+        meta = dict(common)
+        if name in outcome.outputs:
+            meta["rows"] = dg.MetadataValue.int(outcome.outputs[name])
+        events.append((keys[f"output:{name}"], meta))
+    for key, meta in events:
+        if ranged:
+            yield dg.AssetMaterialization(asset_key=key, partition=partition, metadata=meta)
+        else:
+            yield dg.MaterializeResult(asset_key=key, metadata=meta)

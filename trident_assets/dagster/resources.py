@@ -1,0 +1,86 @@
+"""Resources: where a topology's log and state live, and how its batches reach Spark."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from trident_assets.spark.session import build_spark_session
+
+__all__ = ["TridentResource"]
+
+
+class TridentResource(dg.ConfigurableResource):
+    """Paths and engines of trident_assets topologies.
+
+    The embedded log lives in ``<home>/log`` and the DuckDB state in ``<home>/state.duckdb``
+    (override with ``state_database``). Spark runs locally unless ``spark_remote`` (a Spark
+    Connect URL) or ``spark_conf["spark.master"]`` points elsewhere.
+    """
+
+    home: str = Field(default=".trident", description="Directory holding the log and state.")
+    state_database: str | None = Field(
+        default=None, description="DuckDB state file; default <home>/state.duckdb."
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="Spark settings layered over the local defaults."
+    )
+    spark_remote: str | None = Field(
+        default=None, description="Spark Connect URL (sc://host:port); local Spark if unset."
+    )
+    crash_at: str | None = Field(
+        default=None,
+        description="Chaos testing only: SIGKILL the run process at this point of a batch "
+        "(after_emit, after_state_write, before_commit).",
+    )
+
+    @property
+    def log_root(self) -> Path:
+        """The embedded log's directory."""
+        return Path(self.home) / "log"
+
+    @property
+    def database(self) -> Path:
+        """The DuckDB state file."""
+        return Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
+
+    def log(self) -> Any:
+        """The embedded log."""
+        from trident_assets.log.store import PartitionedLog
+
+        return PartitionedLog(self.log_root)
+
+    def spark(self) -> Any:
+        """The process's SparkSession (created once, reused by later runs in the process)."""
+        return build_spark_session(self.spark_conf, remote=self.spark_remote)
+
+    def fault(self) -> Callable[[str], None] | None:
+        """The batch fault hook: kills this process at ``crash_at`` (None when unset)."""
+        if self.crash_at is None:
+            return None
+        target = self.crash_at
+
+        def _kill(point: str) -> None:
+            if point == target:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        return _kill
+
+    @contextmanager
+    def store(self) -> Iterator[Any]:
+        """Open the DuckDB state store for one run; closed (and unlocked) afterwards."""
+        from trident_assets.backends.duckdb_store import DuckDBStore
+
+        self.database.parent.mkdir(parents=True, exist_ok=True)
+        store = DuckDBStore(self.database)
+        try:
+            yield store
+        finally:
+            store.close()

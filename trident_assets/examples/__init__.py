@@ -1,0 +1,1 @@
+"""Example topologies from the Trident docs: word count with a DRPC-style query, and LocationDB."""

@@ -1,0 +1,55 @@
+"""Streaming word count (the Trident tutorial), with Storm's DRPC ``words`` query as a stream.
+
+sentences -> Split -> group_by(word) -> persistent_aggregate(opaque state, Count), and
+queries -> Split -> group_by(word) -> state_query(MapGet) -> FilterNull -> aggregate(Sum).
+"""
+
+from __future__ import annotations
+
+from trident_assets.core.aggregators import Count, Sum
+from trident_assets.spark.schemes import StringScheme
+from trident_assets.spouts.config import SpoutConfig, SpoutKind
+from trident_assets.spouts.log_spout import LogSpout
+from trident_assets.stream.operations import FilterNull, Split
+from trident_assets.stream.queries import MapGet
+from trident_assets.stream.topology import StateSpec, TridentTopology
+
+__all__ = ["SENTENCES", "build_word_count"]
+
+SENTENCES = (
+    "the cow jumped over the moon",
+    "the man went to the store and bought some candy",
+    "four score and seven years ago",
+    "how many apples can you eat",
+    "to be or not to be the person",
+)
+"""The sample sentences of Trident's FixedBatchSpout example."""
+
+
+def build_word_count(
+    name: str = "word_count",
+    *,
+    topic: str = "sentences",
+    query_topic: str = "word_queries",
+    kind: SpoutKind = SpoutKind.OPAQUE,
+    max_batch_size: int | None = 50_000,
+) -> TridentTopology:
+    """Declare the word-count topology over the embedded log's ``topic``."""
+    topo = TridentTopology(name)
+    config = SpoutConfig(kind=kind, max_batch_size=max_batch_size)
+    counts = (
+        topo.new_stream("sentences", LogSpout(topic, StringScheme("sentence"), config))
+        .each("sentence", Split(), "word")
+        .group_by("word")
+        .persistent_aggregate(StateSpec.opaque("word_counts"), "word", Count(), "count")
+    )
+    (
+        topo.new_stream("queries", LogSpout(query_topic, StringScheme("args"), config))
+        .each("args", Split(), "word")
+        .group_by("word")
+        .state_query(counts, "word", MapGet(), "count")
+        .each("count", FilterNull())
+        .aggregate("count", Sum(), "sum")
+        .as_output("words")
+    )
+    return topo

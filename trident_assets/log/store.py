@@ -1,0 +1,1037 @@
+"""The embedded, durable, Kafka-like partitioned log: topics, partitions, contiguous offsets.
+
+Layout on disk (everything below ``root``)::
+
+    <root>/<topic>/topic.json                       {"format": 1, "partitions": n, ...}
+    <root>/<topic>/.lock                            topic-level flock (add_partitions)
+    <root>/<topic>/<partition:05d>/.lock            partition-level flock (every writer)
+    <root>/<topic>/<partition:05d>/log_start.json   {"log_start": offset} (retention)
+    <root>/<topic>/<partition:05d>/<first:020d>-<last:020d>.parquet   one segment per append
+
+Every segment is an immutable Parquet file holding the inclusive offset range in its name,
+with the columns of :data:`LOG_SCHEMA`. Offsets in a partition are contiguous from 0: segment
+``k+1`` starts at ``last(k) + 1``.
+
+Publishing is atomic and crash-safe. A writer takes an exclusive ``fcntl.flock`` on the
+partition's ``.lock``, removes temp files left by writers that died holding the lock, computes
+the next offset from the last segment name (and the retention start), writes the segment to a
+``.tmp-*`` file in the same directory, fsyncs it, renames it to its final name and fsyncs the
+directory. Readers only ever look at names matching the final pattern, so a writer killed at
+any point leaves either no trace visible to readers or a whole segment. Two writers in
+different processes (or threads, or :class:`PartitionedLog` instances) serialise on the lock,
+so they neither lose nor duplicate offsets.
+
+Retention (:meth:`PartitionedLog.delete_records_before`) moves the partition's log start
+forward (``log_start.json``, written atomically) and then removes whole segments below it;
+reads of offsets below the log start raise :class:`~trident_assets.errors.BatchUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from trident_assets.errors import BatchUnavailableError, ConfigError, TridentError
+from trident_assets.log.names import (
+    validate_partition,
+    validate_partition_count,
+    validate_topic,
+)
+from trident_assets.log.partitioner import kafka_partitions
+
+__all__ = [
+    "HEADERS_TYPE",
+    "LOG_SCHEMA",
+    "SEGMENT_PATTERN",
+    "LogCorruptedError",
+    "PartitionInfo",
+    "PartitionedLog",
+    "Partitioner",
+    "Producer",
+    "Record",
+    "Segment",
+    "TopicExistsError",
+    "UnknownTopicError",
+]
+
+FORMAT_VERSION = 1
+
+HEADERS_TYPE = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+)
+"""Arrow type of the ``headers`` column: ``list<struct<key: string, value: binary>>``."""
+
+LOG_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary(), nullable=False),
+        pa.field("headers", HEADERS_TYPE),
+    ]
+)
+"""Schema of every segment file and of every table :meth:`PartitionedLog.read` returns.
+
+``timestamp`` is Parquet ``TIMESTAMP(MILLIS, isAdjustedToUTC=true)``: Spark reads it as a
+``TimestampType`` (usable in windows) and Arrow as ``timestamp[ms, UTC]``; its integer value
+is Kafka's epoch-millisecond timestamp.
+"""
+
+_BODY_SCHEMA = pa.schema([LOG_SCHEMA.field(n) for n in ("key", "value", "timestamp", "headers")])
+
+SEGMENT_PATTERN = re.compile(r"(\d{20})-(\d{20})\.parquet")
+"""Final segment file names (always used with ``fullmatch``); nothing else is ever read."""
+
+_TMP_PREFIX = ".tmp-"
+_BYTES = (bytes, bytearray, memoryview)
+_ROW_GROUP_ROWS = 128 * 1024
+_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": ["topic", "partition"],
+    "write_statistics": ["topic", "partition", "offset", "timestamp"],
+    "row_group_size": _ROW_GROUP_ROWS,
+}
+
+_before_publish: Callable[[Path], None] | None = None
+"""Test hook: if set, called with the fsynced temp file's path just before it is renamed.
+
+Only crash tests set it (in a child process) to stop a writer between "temp file written"
+and "segment published"; it is ``None`` in normal use.
+"""
+
+Partitioner = Literal["hash", "round_robin"]
+
+
+class UnknownTopicError(ConfigError):
+    """The named topic does not exist in this log."""
+
+
+class TopicExistsError(ConfigError):
+    """A topic with that name already exists."""
+
+
+class LogCorruptedError(TridentError):
+    """Segment files of a partition are missing, overlapping or disagree with their names."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record to append.
+
+    Attributes:
+        value: The payload bytes (required, may be empty).
+        key: The key bytes, or ``None`` (a null key is not the same as ``b""``).
+        timestamp_ms: Epoch milliseconds (Kafka ``CreateTime``); ``None`` means "now" at append.
+        headers: Ordered ``(name, value)`` pairs, or ``None``.
+    """
+
+    value: bytes
+    key: bytes | None = None
+    timestamp_ms: int | None = None
+    headers: list[tuple[str, bytes | None]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One published segment file holding offsets ``first .. last`` (inclusive)."""
+
+    first: int
+    last: int
+    path: Path
+
+
+class PartitionInfo(NamedTuple):
+    """Offsets of one partition: ``earliest`` readable offset and ``latest`` (next to write)."""
+
+    partition: int
+    earliest: int
+    latest: int
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{uuid.uuid4().hex}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.rename(tmp, path)
+    _fsync_path(path.parent, directory=True)
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        msg = f"directory {str(path.parent)!r} is missing (topic deleted?)"
+        raise UnknownTopicError(msg) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _binary_column(col: pa.ChunkedArray | pa.Array, name: str) -> pa.ChunkedArray | pa.Array:
+    t = col.type
+    if t == pa.binary():
+        return col
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return col.cast(pa.binary())
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return col.cast(pa.binary())
+    if pa.types.is_null(t):
+        return col.cast(pa.binary())
+    msg = f"column {name!r} must be binary or string, got {t}"
+    raise ConfigError(msg)
+
+
+def _normalize_table(table: pa.Table) -> pa.Table:
+    """Return ``table`` as ``key, value, timestamp, headers`` typed like :data:`LOG_SCHEMA`."""
+    names = list(table.column_names)
+    if len(set(names)) != len(names):
+        msg = f"records table has duplicate column names: {names}"
+        raise ConfigError(msg)
+    allowed = {
+        "key",
+        "value",
+        "timestamp",
+        "timestamp_ms",
+        "headers",
+        "topic",
+        "partition",
+        "offset",
+    }
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        msg = (
+            f"records table has unknown column(s) {unknown}; expected 'value' and optionally "
+            "'key', 'timestamp' (or 'timestamp_ms'), 'headers' (topic/partition/offset are "
+            "ignored and reassigned)"
+        )
+        raise ConfigError(msg)
+    if "value" not in names:
+        msg = f"records table has no 'value' column (columns: {names})"
+        raise ConfigError(msg)
+    if "timestamp" in names and "timestamp_ms" in names:
+        msg = "records table has both 'timestamp' and 'timestamp_ms'; keep one"
+        raise ConfigError(msg)
+    n = table.num_rows
+    value = _binary_column(table.column("value"), "value")
+    if value.null_count:
+        msg = f"records table has {value.null_count} null value(s); values are required bytes"
+        raise ConfigError(msg)
+    key = _binary_column(table.column("key"), "key") if "key" in names else pa.nulls(n, pa.binary())
+    ts_name = "timestamp" if "timestamp" in names else "timestamp_ms"
+    ts_type = LOG_SCHEMA.field("timestamp").type
+    if ts_name in names:
+        ts = table.column(ts_name)
+        if pa.types.is_integer(ts.type) or pa.types.is_null(ts.type):
+            ts = ts.cast(pa.int64()).cast(ts_type)
+        elif pa.types.is_timestamp(ts.type):
+            # A naive timestamp is taken as UTC; sub-millisecond precision is truncated.
+            ts = pc.cast(ts, pa.timestamp("ms", tz="UTC"), safe=False)
+        else:
+            msg = f"column {ts_name!r} must be int64 epoch ms or a timestamp, got {ts.type}"
+            raise ConfigError(msg)
+        if ts.null_count:
+            ts = ts.fill_null(pa.scalar(_now_ms(), pa.int64()).cast(ts_type))
+    else:
+        ts = pa.array(np.full(n, _now_ms(), dtype=np.int64)).cast(ts_type)
+    if "headers" in names:
+        try:
+            headers = table.column("headers").cast(HEADERS_TYPE)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            msg = f"column 'headers' must be {HEADERS_TYPE}, got {table.column('headers').type}"
+            raise ConfigError(msg) from exc
+    else:
+        headers = pa.nulls(n, HEADERS_TYPE)
+    return pa.Table.from_arrays([key, value, ts, headers], schema=_BODY_SCHEMA)
+
+
+def _records_to_table(
+    values: Sequence[Any],
+    keys: Sequence[Any],
+    timestamps: Sequence[int | None],
+    headers: Sequence[Any],
+) -> pa.Table:
+    now = _now_ms()
+    ts = [now if t is None else t for t in timestamps]
+    hdrs: list[Any] = [
+        None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers
+    ]
+    try:
+        return pa.Table.from_arrays(
+            [
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.array(ts, pa.int64()).cast(LOG_SCHEMA.field("timestamp").type),
+                pa.array(hdrs, HEADERS_TYPE)
+                if any(h is not None for h in hdrs)
+                else pa.nulls(len(hdrs), HEADERS_TYPE),
+            ],
+            schema=_BODY_SCHEMA,
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        msg = (
+            "invalid record: value must be bytes, key bytes or None, timestamp_ms an int or "
+            f"None, headers a list of (str, bytes) pairs or None ({exc})"
+        )
+        raise ConfigError(msg) from exc
+
+
+def _to_body(records: pa.Table | pa.RecordBatch | Sequence[Record]) -> pa.Table:
+    if isinstance(records, pa.RecordBatch):
+        records = pa.Table.from_batches([records])
+    if isinstance(records, pa.Table):
+        return _normalize_table(records)
+    if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
+        msg = f"records must be a pyarrow Table or a list of Record, got {type(records).__name__}"
+        raise ConfigError(msg)
+    for r in records:
+        if not isinstance(r, Record):
+            msg = f"records must be a pyarrow Table or a list of Record, found {type(r).__name__}"
+            raise ConfigError(msg)
+        if r.value is None:
+            msg = "invalid record: value is None; values are required bytes (may be b'')"
+            raise ConfigError(msg)
+        if not isinstance(r.value, _BYTES) or not (r.key is None or isinstance(r.key, _BYTES)):
+            msg = (
+                f"invalid record: value must be bytes and key bytes or None, got value "
+                f"{type(r.value).__name__} and key {type(r.key).__name__}"
+            )
+            raise ConfigError(msg)
+    return _records_to_table(
+        [r.value for r in records],
+        [r.key for r in records],
+        [r.timestamp_ms for r in records],
+        [r.headers for r in records],
+    )
+
+
+def _check_offset(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        msg = f"{what} must be an int offset, got {value!r}"
+        raise ConfigError(msg)
+    return int(value)
+
+
+class PartitionedLog:
+    """An embedded, durable, Kafka-like partitioned log stored under one directory.
+
+    Instances are cheap and hold no open files; any number of instances, threads and
+    processes may use the same root at once. All state lives on disk, so a new instance on
+    the same root sees exactly what others published.
+
+    Args:
+        root: The log directory (created if missing).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).absolute()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"PartitionedLog({str(self.root)!r})"
+
+    # ------------------------------------------------------------------ topics
+
+    def _topic_dir(self, topic: str) -> Path:
+        return self.root / validate_topic(topic)
+
+    def _partition_dir(self, topic: str, partition: int) -> Path:
+        return self.root / topic / f"{partition:05d}"
+
+    def _read_meta(self, topic: str) -> dict[str, Any]:
+        path = self._topic_dir(topic) / "topic.json"
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return dict(json.load(fh))
+        except FileNotFoundError:
+            msg = f"topic {topic!r} does not exist in log {str(self.root)!r}; create it first"
+            raise UnknownTopicError(msg) from None
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        """Create topic ``name`` with ``partitions`` empty partitions, atomically.
+
+        The topic directory is prepared under a hidden staging name and renamed into place,
+        so other processes see either no topic or a complete one.
+
+        Args:
+            name: The topic name (see :func:`~trident_assets.log.names.validate_topic`).
+            partitions: The number of partitions, ``1 .. MAX_PARTITIONS``.
+
+        Raises:
+            ConfigError: If the name or the count is invalid.
+            TopicExistsError: If the topic already exists.
+        """
+        validate_topic(name)
+        partitions = validate_partition_count(partitions)
+        final = self.root / name
+        if final.exists():
+            msg = f"topic {name!r} already exists in log {str(self.root)!r}"
+            raise TopicExistsError(msg)
+        staging = self.root / f".staging-{uuid.uuid4().hex}"
+        staging.mkdir()
+        try:
+            for p in range(partitions):
+                (staging / f"{p:05d}").mkdir()
+            meta = {
+                "format": FORMAT_VERSION,
+                "name": name,
+                "partitions": partitions,
+                "created_ms": _now_ms(),
+            }
+            _write_json_atomic(staging / "topic.json", meta)
+            try:
+                os.rename(staging, final)
+            except OSError as exc:  # ENOTEMPTY/EEXIST: created concurrently
+                msg = f"topic {name!r} already exists in log {str(self.root)!r}"
+                raise TopicExistsError(msg) from exc
+            _fsync_path(self.root, directory=True)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow topic ``name`` to ``total`` partitions (Kafka's ``--alter --partitions``).
+
+        Existing partitions and offsets are untouched. As in Kafka, keys hashed with the new
+        count may map to different partitions than before.
+
+        Args:
+            name: An existing topic.
+            total: The new partition count; must be larger than the current one.
+
+        Raises:
+            UnknownTopicError: If the topic does not exist.
+            ConfigError: If ``total`` is not larger than the current count or is invalid.
+        """
+        total = validate_partition_count(total)
+        tdir = self._topic_dir(name)
+        self._read_meta(name)
+        with _flock(tdir / ".lock"):
+            meta = self._read_meta(name)
+            current = int(meta["partitions"])
+            if total <= current:
+                msg = (
+                    f"topic {name!r} has {current} partition(s); add_partitions needs a larger "
+                    f"total, got {total} (partitions can only be added)"
+                )
+                raise ConfigError(msg)
+            for p in range(current, total):
+                (tdir / f"{p:05d}").mkdir(exist_ok=True)
+            _fsync_path(tdir, directory=True)
+            _write_json_atomic(tdir / "topic.json", {**meta, "partitions": total})
+
+    def delete_topic(self, name: str) -> None:
+        """Delete topic ``name`` and all its records.
+
+        The directory is first renamed to a hidden trash name (so the topic disappears
+        atomically), then removed.
+
+        Raises:
+            UnknownTopicError: If the topic does not exist.
+            ConfigError: If the name is invalid.
+        """
+        tdir = self._topic_dir(name)
+        self._read_meta(name)
+        trash = self.root / f".trash-{uuid.uuid4().hex}"
+        try:
+            os.rename(tdir, trash)
+        except FileNotFoundError:
+            msg = f"topic {name!r} does not exist in log {str(self.root)!r}"
+            raise UnknownTopicError(msg) from None
+        _fsync_path(self.root, directory=True)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def topics(self) -> list[str]:
+        """Return the names of all topics, sorted."""
+        out = []
+        for entry in os.scandir(self.root):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir() and os.path.exists(os.path.join(entry.path, "topic.json")):
+                out.append(entry.name)
+        return sorted(out)
+
+    def partitions(self, name: str) -> int:
+        """Return the number of partitions of topic ``name``.
+
+        Raises:
+            UnknownTopicError: If the topic does not exist.
+            ConfigError: If the name is invalid.
+        """
+        return int(self._read_meta(name)["partitions"])
+
+    def _pdir(self, topic: str, partition: int) -> Path:
+        count = self.partitions(topic)
+        return self._partition_dir(topic, validate_partition(partition, count, topic))
+
+    # ------------------------------------------------------------------ segments
+
+    @staticmethod
+    def _list_segments(pdir: Path) -> list[Segment]:
+        segs = []
+        try:
+            entries = list(os.scandir(pdir))
+        except FileNotFoundError:
+            msg = f"partition directory {str(pdir)!r} is missing (topic deleted?)"
+            raise UnknownTopicError(msg) from None
+        for entry in entries:
+            m = SEGMENT_PATTERN.fullmatch(entry.name)
+            if m:
+                segs.append(Segment(int(m.group(1)), int(m.group(2)), Path(entry.path)))
+        segs.sort(key=lambda s: s.first)
+        return segs
+
+    @staticmethod
+    def _read_log_start(pdir: Path) -> int:
+        try:
+            with open(pdir / "log_start.json", encoding="utf-8") as fh:
+                return int(json.load(fh)["log_start"])
+        except FileNotFoundError:
+            return 0
+
+    @staticmethod
+    def _latest(segs: list[Segment], log_start: int) -> int:
+        return max(segs[-1].last + 1, log_start) if segs else log_start
+
+    def _covering(
+        self, topic: str, partition: int, pdir: Path, first: int, last: int
+    ) -> list[Segment]:
+        """Return the segments covering ``first .. last`` in order, checked for gaps.
+
+        A directory listing taken while another writer renames segments in may (per POSIX)
+        miss an entry added during the listing, so a gap triggers one fresh listing before the
+        partition is declared corrupt.
+        """
+        for attempt in range(2):
+            segs = [s for s in self._list_segments(pdir) if s.last >= first and s.first <= last]
+            expected = first
+            ok = bool(segs) and segs[0].first <= first
+            for s in segs:
+                if s.first > expected:
+                    ok = False
+                    break
+                expected = s.last + 1
+            if ok and expected > last:
+                return segs
+            if attempt == 0:
+                continue
+            earliest = self._read_log_start(pdir)
+            if first < earliest:
+                raise self._unavailable(topic, partition, first, last, earliest, None)
+        msg = (
+            f"topic {topic!r} partition {partition}: segments do not cover offsets "
+            f"{first}..{last} contiguously in {str(pdir)!r}"
+        )
+        raise LogCorruptedError(msg)
+
+    @staticmethod
+    def _unavailable(
+        topic: str, partition: int, first: int, last: int, earliest: int, latest: int | None
+    ) -> BatchUnavailableError:
+        if first < earliest:
+            why = (
+                f"offsets before {earliest} were deleted by retention (earliest readable offset "
+                f"is {earliest})"
+            )
+        else:
+            why = (
+                f"only offsets below the latest offset {latest} have been written (earliest "
+                f"readable offset is {earliest})"
+            )
+        msg = (
+            f"topic {topic!r} partition {partition}: offsets {first}..{last} cannot be read: "
+            f"{why}; a transactional batch cannot be re-read exactly"
+        )
+        return BatchUnavailableError(msg)
+
+    def _check_range(self, topic: str, partition: int, first: Any, last: Any) -> tuple[int, int]:
+        first = _check_offset(first, "first")
+        last = _check_offset(last, "last")
+        if first < 0 or last < first - 1:
+            msg = (
+                f"invalid offset range {first}..{last} for topic {topic!r} partition "
+                f"{partition}: need 0 <= first and last >= first - 1 (last = first - 1 is empty)"
+            )
+            raise ConfigError(msg)
+        return first, last
+
+    def _resolve(self, topic: str, partition: int, first: Any, last: Any) -> list[Segment] | None:
+        """Validate a range and return its segments, or ``None`` for an empty range."""
+        pdir = self._pdir(topic, partition)
+        first, last = self._check_range(topic, partition, first, last)
+        earliest = self._read_log_start(pdir)
+        latest = self._latest(self._list_segments(pdir), earliest)
+        if last == first - 1:
+            if first > latest:
+                raise self._unavailable(topic, partition, first, last, earliest, latest)
+            return None
+        if first < earliest or last >= latest:
+            raise self._unavailable(topic, partition, first, last, earliest, latest)
+        return self._covering(topic, partition, pdir, first, last)
+
+    # ------------------------------------------------------------------ writing
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: pa.Table | pa.RecordBatch | Sequence[Record],
+    ) -> tuple[int, int]:
+        """Append ``records`` to one partition as one atomic segment.
+
+        Either all records become visible, with consecutive offsets following the
+        partition's previous last offset, or (if the process dies or an error is raised)
+        none do.
+
+        Args:
+            topic: An existing topic.
+            partition: A partition number of the topic.
+            records: A list of :class:`Record`, or an Arrow table/record batch with a
+                ``value`` column (binary or string) and optionally ``key`` (binary/string),
+                ``timestamp`` or ``timestamp_ms`` (int64 epoch ms or a timestamp type; nulls
+                mean now) and ``headers`` (:data:`HEADERS_TYPE`). ``topic``, ``partition`` and
+                ``offset`` columns, if present (e.g. a table from :meth:`read`), are ignored.
+
+        Returns:
+            ``(first_offset, last_offset)`` of the appended records, inclusive. For an empty
+            input nothing is written and ``(latest, latest - 1)`` (an empty range) is returned.
+
+        Raises:
+            UnknownTopicError: If the topic does not exist.
+            ConfigError: If the partition or the records are invalid (nothing is written).
+        """
+        pdir = self._pdir(topic, partition)
+        partition = int(partition)
+        body = _to_body(records)
+        n = body.num_rows
+        if n == 0:
+            latest = self.latest_offset(topic, partition)
+            return latest, latest - 1
+        with _flock(pdir / ".lock"):
+            for entry in os.scandir(pdir):
+                if entry.name.startswith(_TMP_PREFIX):
+                    # Left by a writer that died holding the lock: never published.
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+            segs = self._list_segments(pdir)
+            first = self._latest(segs, self._read_log_start(pdir))
+            last = first + n - 1
+            table = pa.Table.from_arrays(
+                [
+                    pa.nulls(n, pa.string()).fill_null(topic),
+                    pa.array(np.full(n, partition, dtype=np.int32)),
+                    pa.array(np.arange(first, last + 1, dtype=np.int64)),
+                    *body.columns[2:3],
+                    *body.columns[0:2],
+                    body.column(3),
+                ],
+                schema=LOG_SCHEMA,
+            )
+            tmp = pdir / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.parquet"
+            final = pdir / f"{first:020d}-{last:020d}.parquet"
+            pq.write_table(table, tmp, **_WRITE_OPTIONS)
+            _fsync_path(tmp)
+            if _before_publish is not None:
+                _before_publish(tmp)
+            os.rename(tmp, final)
+            _fsync_path(pdir, directory=True)
+        return first, last
+
+    def producer(
+        self, topic: str, partitioner: Partitioner = "hash", max_buffered: int = 100_000
+    ) -> Producer:
+        """Return a buffering :class:`Producer` for ``topic``.
+
+        Args:
+            topic: An existing topic.
+            partitioner: ``"hash"`` (Kafka's default: murmur2 of the key; null keys round
+                robin) or ``"round_robin"`` (every record round robin, keys ignored).
+            max_buffered: ``send`` flushes automatically once this many records are buffered.
+
+        Raises:
+            UnknownTopicError: If the topic does not exist.
+            ConfigError: If the partitioner or ``max_buffered`` is invalid.
+        """
+        return Producer(self, topic, partitioner, max_buffered)
+
+    def delete_records_before(self, topic: str, partition: int, offset: int) -> int:
+        """Apply retention: make every offset below ``offset`` unreadable (Kafka deleteRecords).
+
+        The new log start is stored durably first, then whole segments below it are
+        removed. Offsets stay contiguous: the next append continues at the latest offset
+        (or at ``offset`` if everything was deleted). Moving the start backwards is a no-op.
+
+        Args:
+            topic: An existing topic.
+            partition: A partition number of the topic.
+            offset: The new earliest offset, ``<= latest_offset``.
+
+        Returns:
+            The partition's earliest offset after the call.
+
+        Raises:
+            ConfigError: If ``offset`` is negative or beyond the latest offset.
+        """
+        pdir = self._pdir(topic, partition)
+        offset = _check_offset(offset, "offset")
+        with _flock(pdir / ".lock"):
+            start = self._read_log_start(pdir)
+            segs = self._list_segments(pdir)
+            latest = self._latest(segs, start)
+            if offset < 0 or offset > latest:
+                msg = (
+                    f"cannot delete records before offset {offset} in topic {topic!r} partition "
+                    f"{partition}: offset must be between 0 and latest offset {latest}"
+                )
+                raise ConfigError(msg)
+            if offset <= start:
+                return start
+            _write_json_atomic(pdir / "log_start.json", {"log_start": offset})
+            for s in segs:
+                if s.last < offset:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(s.path)
+            _fsync_path(pdir, directory=True)
+            return offset
+
+    # ------------------------------------------------------------------ queries
+
+    def earliest_offset(self, topic: str, partition: int) -> int:
+        """Return the partition's log start: the first offset that can still be read.
+
+        It is 0 until retention deletes records; for an empty partition it equals
+        :meth:`latest_offset`.
+        """
+        return self._read_log_start(self._pdir(topic, partition))
+
+    def latest_offset(self, topic: str, partition: int) -> int:
+        """Return the next offset to be written (Kafka's high watermark / log end offset)."""
+        pdir = self._pdir(topic, partition)
+        return self._latest(self._list_segments(pdir), self._read_log_start(pdir))
+
+    def partition_offsets(self, topic: str) -> list[PartitionInfo]:
+        """Return ``(partition, earliest, latest)`` for every partition of ``topic``."""
+        out = []
+        for p in range(self.partitions(topic)):
+            pdir = self._partition_dir(topic, p)
+            start = self._read_log_start(pdir)
+            out.append(PartitionInfo(p, start, self._latest(self._list_segments(pdir), start)))
+        return out
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """Return the first readable offset whose timestamp is ``>= timestamp_ms``.
+
+        As Kafka's ``offsetsForTimes``: timestamps need not be monotonic, so this is the
+        smallest such *offset*, not the smallest timestamp. Segments whose Parquet statistics
+        show no timestamp ``>= timestamp_ms`` are skipped without reading their rows.
+
+        Returns:
+            The offset, or ``None`` if no readable record has such a timestamp.
+        """
+        pdir = self._pdir(topic, partition)
+        timestamp_ms = _check_offset(timestamp_ms, "timestamp_ms")
+        start = self._read_log_start(pdir)
+        for seg in self._list_segments(pdir):
+            if seg.last < start:
+                continue
+            try:
+                pf = pq.ParquetFile(seg.path)
+            except FileNotFoundError:
+                continue  # removed by retention meanwhile: all its offsets are below the start
+            with pf:
+                ts_idx = pf.schema_arrow.get_field_index("timestamp")
+                for rg in range(pf.metadata.num_row_groups):
+                    stats = pf.metadata.row_group(rg).column(ts_idx).statistics
+                    if stats is not None and stats.has_min_max and stats.max_raw < timestamp_ms:
+                        continue
+                    t = pf.read_row_group(rg, columns=["offset", "timestamp"])
+                    ts = t.column("timestamp").cast(pa.int64()).to_numpy()
+                    offs = t.column("offset").to_numpy()
+                    hits = np.nonzero((ts >= timestamp_ms) & (offs >= start))[0]
+                    if len(hits):
+                        return int(offs[hits[0]])
+        return None
+
+    def segment_files(self, topic: str, partition: int, first: int, last: int) -> list[str]:
+        """Return the absolute paths of the segment files overlapping ``first .. last``.
+
+        The files may also hold offsets outside the range; filter on ``offset`` when reading
+        them (as :func:`trident_assets.spark.log_reader.read_ranges` does).
+
+        Args:
+            topic: An existing topic.
+            partition: A partition number of the topic.
+            first: First offset, inclusive.
+            last: Last offset, inclusive; ``first - 1`` means an empty range (no files).
+
+        Raises:
+            BatchUnavailableError: If ``first`` is below the earliest offset or ``last`` is at
+                or beyond the latest offset.
+            ConfigError: If the range is malformed.
+        """
+        segs = self._resolve(topic, partition, first, last)
+        return [str(s.path) for s in segs or []]
+
+    def read(self, topic: str, partition: int, first: int, last: int) -> pa.Table:
+        """Return the records with offsets ``first .. last`` (inclusive), in offset order.
+
+        Exactly ``last - first + 1`` rows with :data:`LOG_SCHEMA` are returned; the same
+        range always returns the same records until retention deletes them.
+
+        Args:
+            topic: An existing topic.
+            partition: A partition number of the topic.
+            first: First offset, inclusive.
+            last: Last offset, inclusive; ``first - 1`` means an empty range (allowed for
+                ``first <= latest``) and returns an empty table.
+
+        Raises:
+            BatchUnavailableError: If ``first`` is below the earliest offset (deleted by
+                retention) or ``last`` is at or beyond the latest offset (not written yet).
+                The message names the topic, partition, range and earliest/latest offsets.
+            ConfigError: If the topic/partition/range is malformed.
+        """
+        segs = self._resolve(topic, partition, first, last)
+        if segs is None:
+            return LOG_SCHEMA.empty_table()
+        pieces = []
+        try:
+            for seg in segs:
+                pieces.append(self._read_segment(seg, first, last))
+        except FileNotFoundError:
+            pdir = self._partition_dir(topic, partition)
+            earliest = self._read_log_start(pdir)
+            if first < earliest:
+                raise self._unavailable(topic, partition, first, last, earliest, None) from None
+            raise
+        table = pa.concat_tables(pieces)
+        offsets = table.column("offset")
+        if (
+            table.num_rows != last - first + 1
+            or offsets[0].as_py() != first
+            or offsets[-1].as_py() != last
+        ):
+            msg = (
+                f"topic {topic!r} partition {partition}: read of {first}..{last} returned "
+                f"{table.num_rows} rows; segment files disagree with their names"
+            )
+            raise LogCorruptedError(msg)
+        return table
+
+    @staticmethod
+    def _read_segment(seg: Segment, first: int, last: int) -> pa.Table:
+        lo = max(first, seg.first) - seg.first  # row index within the segment
+        hi = min(last, seg.last) - seg.first
+        with pq.ParquetFile(seg.path) as pf:
+            meta = pf.metadata
+            if meta.num_rows != seg.last - seg.first + 1:
+                msg = f"segment {str(seg.path)!r} has {meta.num_rows} rows, its name says otherwise"
+                raise LogCorruptedError(msg)
+            groups, start, base = [], 0, None
+            for rg in range(meta.num_row_groups):
+                rows = meta.row_group(rg).num_rows
+                if start + rows > lo and start <= hi:
+                    groups.append(rg)
+                    base = start if base is None else base
+                start += rows
+            t = pf.read_row_groups(groups)
+        t = t.slice(lo - (base or 0), hi - lo + 1)
+        return t.cast(LOG_SCHEMA) if t.schema != LOG_SCHEMA else t
+
+
+class Producer:
+    """A buffering producer for one topic, like Kafka's ``KafkaProducer`` (not thread-safe).
+
+    :meth:`send` only buffers; :meth:`flush` assigns partitions and appends each partition's
+    records as one atomic segment. A flush is atomic per partition, not across partitions.
+    Use it as a context manager to flush on a clean exit (on an exception the buffer is kept,
+    see :attr:`pending`).
+
+    Partitioning of a record, in order: the explicit ``partition`` given to :meth:`send`;
+    with ``partitioner="hash"`` and a non-null key, Kafka's murmur2 partition of the key for
+    the topic's partition count at flush time; otherwise round robin.
+    """
+
+    def __init__(
+        self,
+        log: PartitionedLog,
+        topic: str,
+        partitioner: Partitioner = "hash",
+        max_buffered: int = 100_000,
+    ) -> None:
+        if partitioner not in ("hash", "round_robin"):
+            msg = f"unknown partitioner {partitioner!r}: use 'hash' or 'round_robin'"
+            raise ConfigError(msg)
+        if isinstance(max_buffered, bool) or not isinstance(max_buffered, int) or max_buffered < 1:
+            msg = f"max_buffered must be a positive int, got {max_buffered!r}"
+            raise ConfigError(msg)
+        self.log = log
+        self.topic = topic
+        self.partitioner: Partitioner = partitioner
+        self.max_buffered = max_buffered
+        self._count = log.partitions(topic)
+        self._rr = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._values: list[bytes] = []
+        self._keys: list[bytes | None] = []
+        self._ts: list[int] = []
+        self._headers: list[list[tuple[str, bytes | None]] | None] = []
+        self._parts: list[int | None] = []
+
+    @property
+    def pending(self) -> int:
+        """The number of records sent but not yet flushed."""
+        return len(self._values)
+
+    def send(
+        self,
+        value: bytes,
+        key: bytes | None = None,
+        timestamp_ms: int | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Buffer one record; flush automatically once ``max_buffered`` records are buffered.
+
+        Args:
+            value: The payload bytes.
+            key: The key bytes or ``None``.
+            timestamp_ms: Epoch milliseconds; ``None`` stamps the record now (at send).
+            headers: ``(name, value)`` pairs or ``None``.
+            partition: An explicit partition, overriding the partitioner.
+
+        Raises:
+            ConfigError: If ``value``/``key`` is not bytes, ``timestamp_ms`` not an int,
+                ``headers`` malformed or ``partition`` out of range (nothing is buffered, so
+                one bad record never blocks a flush).
+        """
+        if not isinstance(value, _BYTES):
+            msg = f"value must be bytes, got {type(value).__name__}"
+            raise ConfigError(msg)
+        if key is not None and not isinstance(key, _BYTES):
+            msg = f"key must be bytes or None, got {type(key).__name__}"
+            raise ConfigError(msg)
+        if timestamp_ms is not None and (
+            isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer))
+        ):
+            msg = f"timestamp_ms must be an int (epoch ms) or None, got {timestamp_ms!r}"
+            raise ConfigError(msg)
+        if headers is not None and not (
+            isinstance(headers, list)
+            and all(
+                isinstance(h, tuple)
+                and len(h) == 2
+                and isinstance(h[0], str)
+                and (h[1] is None or isinstance(h[1], _BYTES))
+                for h in headers
+            )
+        ):
+            msg = f"headers must be a list of (str, bytes | None) tuples or None, got {headers!r}"
+            raise ConfigError(msg)
+        if partition is not None:
+            try:
+                partition = validate_partition(partition, self._count, self.topic)
+            except ConfigError:
+                self._count = self.log.partitions(self.topic)  # partitions may have been added
+                partition = validate_partition(partition, self._count, self.topic)
+        self._values.append(value)
+        self._keys.append(key)
+        self._ts.append(_now_ms() if timestamp_ms is None else int(timestamp_ms))
+        self._headers.append(headers)
+        self._parts.append(partition)
+        if len(self._values) >= self.max_buffered:
+            self.flush()
+
+    def flush(self) -> dict[int, tuple[int, int]]:
+        """Append every buffered record: one atomic segment per partition touched.
+
+        Returns:
+            ``{partition: (first_offset, last_offset)}`` for the partitions written.
+
+        Raises:
+            TridentError: If an append fails; records of partitions already appended are
+                removed from the buffer, the others stay buffered so a retry neither loses
+                nor duplicates records.
+        """
+        n = len(self._values)
+        if n == 0:
+            return {}
+        body = _records_to_table(self._values, self._keys, self._ts, self._headers)
+        count = self.log.partitions(self.topic)
+        self._count = count
+        parts = np.full(n, -1, dtype=np.int64)
+        explicit = [i for i, p in enumerate(self._parts) if p is not None]
+        if explicit:
+            parts[explicit] = [self._parts[i] for i in explicit]
+        if self.partitioner == "hash":
+            keyed = [i for i, k in enumerate(self._keys) if k is not None and parts[i] < 0]
+            if keyed:
+                parts[keyed] = kafka_partitions([bytes(self._keys[i]) for i in keyed], count)  # type: ignore[arg-type]
+        rr = np.nonzero(parts < 0)[0]
+        if len(rr):
+            parts[rr] = (self._rr + np.arange(len(rr))) % count
+            self._rr = int((self._rr + len(rr)) % count)
+        result: dict[int, tuple[int, int]] = {}
+        done = np.zeros(n, dtype=bool)
+        try:
+            for p in np.unique(parts).tolist():
+                idx = np.nonzero(parts == p)[0]
+                result[p] = self.log.append(self.topic, p, body.take(pa.array(idx)))
+                done[idx] = True
+        finally:
+            keep = np.nonzero(~done)[0].tolist()
+            values, keys = self._values, self._keys
+            ts, headers, explicit_parts = self._ts, self._headers, self._parts
+            self._clear()
+            for i in keep:
+                self._values.append(values[i])
+                self._keys.append(keys[i])
+                self._ts.append(ts[i])
+                self._headers.append(headers[i])
+                self._parts.append(
+                    explicit_parts[i] if explicit_parts[i] is not None else int(parts[i])
+                )
+        return result
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.flush()

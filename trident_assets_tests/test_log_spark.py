@@ -1,0 +1,120 @@
+"""Spark reads of log ranges: the same records as direct reads, in parallel, validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from trident_assets.errors import BatchUnavailableError, ConfigError
+from trident_assets.log import PartitionedLog, Record
+from trident_assets.spark.log_reader import log_spark_schema, read_ranges
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as plain dicts sorted by (topic, partition, offset); timestamps as epoch ms."""
+    table = table.set_column(
+        table.schema.get_field_index("timestamp"),
+        "timestamp",
+        table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()),
+    )
+    rows = table.to_pylist()
+    return sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> PartitionedLog:
+    log = PartitionedLog(tmp_path / "log")
+    log.create_topic("events", 4)
+    log.create_topic("other", 1)
+    for p in range(4):
+        for batch in range(3):
+            log.append(
+                "events",
+                p,
+                [
+                    Record(
+                        value=f"p{p}-b{batch}-{i}".encode(),
+                        key=None if i % 3 == 0 else f"k{i}".encode(),
+                        timestamp_ms=1_700_000_000_000 + 1000 * batch + i,
+                        headers=[("n", str(i).encode()), ("empty", None)] if i % 2 else None,
+                    )
+                    for i in range(10 + p)
+                ],
+            )
+    log.append("other", 0, [Record(b"o0"), Record(b"o1")])
+    return log
+
+
+def test_spark_read_equals_direct_read(spark: Any, log: PartitionedLog) -> None:
+    ranges = [
+        ("events", 0, 5, 24),
+        ("events", 1, 0, 32),
+        ("events", 2, 11, 11),
+        ("events", 3, 0, 38),
+    ]
+    ranges.append(("other", 0, 1, 1))
+    df = read_ranges(spark, log, ranges)
+    assert df.schema == log_spark_schema()
+    direct = pa.concat_tables([log.read(*r) for r in ranges])
+    assert _rows(df.toArrow()) == _rows(direct)
+    assert df.count() == direct.num_rows == 20 + 33 + 1 + 39 + 1
+
+
+def test_partial_segments_and_empty_ranges(spark: Any, log: PartitionedLog) -> None:
+    ranges = [("events", 0, 3, 2), ("events", 2, 12, 13), ("events", 3, 39, 38)]
+    df = read_ranges(spark, log, ranges)
+    assert [r["offset"] for r in df.orderBy("offset").collect()] == [12, 13]
+    assert _rows(df.toArrow()) == _rows(log.read("events", 2, 12, 13))
+
+
+def test_empty_inputs_give_empty_frame_with_schema(spark: Any, log: PartitionedLog) -> None:
+    for ranges in ([], [("events", 1, 0, -1)], [("events", 1, 33, 32)]):
+        df = read_ranges(spark, log, ranges)
+        assert df.schema == log_spark_schema()
+        assert df.count() == 0
+
+
+def test_unreadable_ranges_raise_before_spark_runs(spark: Any, log: PartitionedLog) -> None:
+    log.delete_records_before("events", 0, 10)  # removes the first segment (0..9)
+    with pytest.raises(BatchUnavailableError, match=r"'events' partition 0: offsets 5\.\.12"):
+        read_ranges(spark, log, [("events", 0, 5, 12)])
+    with pytest.raises(BatchUnavailableError, match="latest offset 30"):
+        read_ranges(spark, log, [("events", 0, 10, 30)])
+    with pytest.raises(ConfigError, match="invalid topic name"):
+        read_ranges(spark, log, [("../events", 0, 0, 1)])
+    with pytest.raises(ConfigError, match=r"\(topic, partition, first, last\)"):
+        read_ranges(spark, log, [("events", 0, 1)])  # type: ignore[list-item]
+    df = read_ranges(spark, log, [("events", 0, 10, 29)])
+    assert _rows(df.toArrow()) == _rows(log.read("events", 0, 10, 29))
+
+
+def test_glob_characters_in_root_are_refused(spark: Any, tmp_path: Path) -> None:
+    log = PartitionedLog(tmp_path / "we[ird]")
+    log.create_topic("t", 1)
+    log.append("t", 0, [Record(b"x")])
+    with pytest.raises(ConfigError, match="glob character"):
+        read_ranges(spark, log, [("t", 0, 0, 0)])
+
+
+def test_read_is_split_into_parallel_tasks(spark: Any, log: PartitionedLog) -> None:
+    df = read_ranges(spark, log, [("events", p, 0, 29 + p) for p in range(4)])
+    # 12 small files packed by Spark's file-split planning into at least one task per core
+    assert 1 <= df.rdd.getNumPartitions() <= 12
+    assert df.groupBy("partition").count().orderBy("partition").collect() == [
+        (p, 30 + p) for p in range(4)
+    ]
+
+
+def test_many_segment_files_listed_on_driver_conf_restored(spark: Any, tmp_path: Path) -> None:
+    log = PartitionedLog(tmp_path / "many")
+    log.create_topic("t", 1)
+    for i in range(40):  # more files than Spark's parallel-listing threshold (32)
+        log.append("t", 0, [Record(f"{i}-{j}".encode()) for j in range(3)])
+    key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+    before = spark.conf.get(key, None)
+    df = read_ranges(spark, log, [("t", 0, 1, 118)])
+    assert spark.conf.get(key, None) == before
+    assert _rows(df.toArrow()) == _rows(log.read("t", 0, 1, 118))
