@@ -16,7 +16,9 @@ from trident_assets.log.cli import log_app
 __all__ = ["app", "main"]
 
 app = typer.Typer(
-    name="trident", help="Exactly-once Trident topologies on Dagster + PySpark.", no_args_is_help=True
+    name="trident",
+    help="Exactly-once Trident topologies on Dagster + PySpark.",
+    no_args_is_help=True,
 )
 state_app = typer.Typer(name="state", help="Read persisted states.", no_args_is_help=True)
 app.add_typer(log_app, name="log")
@@ -68,11 +70,19 @@ def state_get(
         table = f"{topology}__{state}"
         layout = store.layout(table)  # type: ignore[attr-defined]
         if layout is None:
-            typer.echo(f"state {state!r} of {topology!r} does not exist (no table {table})", err=True)
+            typer.echo(
+                f"state {state!r} of {topology!r} does not exist (no table {table})", err=True
+            )
             raise typer.Exit(2)
-        typed = tuple(int(v) if t == "BIGINT" else v for v, t in zip(key, layout.key_types, strict=False))
-        value = OpaqueMap(store.map(table)).multi_get([typed])[0] if layout.kind == "opaque" else (
-            store.map(table).multi_get([typed])[0]  # type: ignore[attr-defined]
+        typed = tuple(
+            int(v) if t == "BIGINT" else v for v, t in zip(key, layout.key_types, strict=False)
+        )
+        value = (
+            OpaqueMap(store.map(table)).multi_get([typed])[0]
+            if layout.kind == "opaque"
+            else (
+                store.map(table).multi_get([typed])[0]  # type: ignore[attr-defined]
+            )
         )
         typer.echo(json.dumps(getattr(value, "val", value), default=str))
     except TridentError as exc:
@@ -95,9 +105,18 @@ def state_scan(
     try:
         data = store.scan(f"{topology}__{state}")  # type: ignore[attr-defined]
         rows = sorted(data.to_pylist(), key=lambda r: str(r["value"]), reverse=False)
-        rows = sorted(rows, key=lambda r: (r["value"] is None, -(r["value"] or 0)) if isinstance(r["value"], int | float) or r["value"] is None else (False, 0))
-        table = Table(title=f"{topology}.{state}: {data.num_rows} keys, last committed txid "
-                      f"{store.last_committed(topology)}")  # type: ignore[attr-defined]
+        rows = sorted(
+            rows,
+            key=lambda r: (
+                (r["value"] is None, -(r["value"] or 0))
+                if isinstance(r["value"], int | float) or r["value"] is None
+                else (False, 0)
+            ),
+        )
+        table = Table(
+            title=f"{topology}.{state}: {data.num_rows} keys, last committed txid "
+            f"{store.last_committed(topology)}"
+        )  # type: ignore[attr-defined]
         for name in data.column_names:
             table.add_column(name)
         for row in rows[:limit]:
@@ -108,6 +127,13 @@ def state_scan(
         raise typer.Exit(2) from exc
     finally:
         store.close()  # type: ignore[attr-defined]
+
+
+def _largest_first(row: dict[str, object]) -> tuple[int, float, str]:
+    value = row["value"]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, -float(value), "")
+    return (1, 0.0, str(value))
 
 
 def main() -> None:

@@ -79,7 +79,9 @@ def crash_child(home: str, partition_key: str, attempt: str, batch_size: int) ->
     )
 
 
-def run_demo(home: Path, sentences: int = 20_000, batch_size: int = 4_000, kill_txid: int = 3) -> bool:
+def run_demo(
+    home: Path, sentences: int = 20_000, batch_size: int = 4_000, kill_txid: int = 3
+) -> bool:
     """Run the demo under ``<home>/demo``; return True if the exactly-once check passed."""
     import dagster as dg
     from rich.console import Console
@@ -102,13 +104,17 @@ def run_demo(home: Path, sentences: int = 20_000, batch_size: int = 4_000, kill_
     for _ in range(sentences):
         producer.send(rng.choice(SENTENCES).encode())
     producer.flush()
-    console.print(f"[bold]1.[/] produced {sentences:,} sentences into {demo / 'log'} (4 partitions)")
+    console.print(
+        f"[bold]1.[/] produced {sentences:,} sentences into {demo / 'log'} (4 partitions)"
+    )
 
     topo, trident, job = _job(demo, None, batch_size)
     instance = _instance(demo / "dagster")
     backoff = ExponentialBackoff(initial_delay_s=0.0, delay_period_s=0.0, max_delay_s=0.0)
     killed = False
-    console.print(f"[bold]2.[/] running {TOPOLOGY} through Dagster, one run per txid (Spark + DuckDB)")
+    console.print(
+        f"[bold]2.[/] running {TOPOLOGY} through Dagster, one run per txid (Spark + DuckDB)"
+    )
     with Progress(console=console) as progress:
         bar = progress.add_task("records", total=sentences)
         done = 0
@@ -128,18 +134,28 @@ def run_demo(home: Path, sentences: int = 20_000, batch_size: int = 4_000, kill_
                     "between its state write and its commit..."
                 )
                 child = subprocess.run(
-                    [sys.executable, "-m", "trident_assets.demo", str(demo), key, "0", str(batch_size)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "trident_assets.demo",
+                        str(demo),
+                        key,
+                        "0",
+                        str(batch_size),
+                    ],
                     check=False,
                     capture_output=True,
                 )
-                for run in instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": key})):
+                for run in instance.get_runs(
+                    filters=dg.RunsFilter(tags={"dagster/partition": key})
+                ):
                     if not run.is_finished:
                         instance.report_run_failed(run)
                 after = _state(demo)
                 same = "unchanged" if after == before else "CHANGED (bug!)"
                 progress.console.print(
-                    f"   child exit code {child.returncode} (-9 = SIGKILL); state and commit marker "
-                    f"{same}: last committed txid {after[1]}"
+                    f"   child exit code {child.returncode} (-9 = SIGKILL); state and commit "
+                    f"marker {same}: last committed txid {after[1]}"
                 )
                 continue
             if int(key) == 2:
@@ -151,7 +167,8 @@ def run_demo(home: Path, sentences: int = 20_000, batch_size: int = 4_000, kill_
                 partition_key=key, instance=instance, tags=request.tags, raise_on_error=False
             )
             event = next(
-                e for e in result.get_asset_materialization_events()
+                e
+                for e in result.get_asset_materialization_events()
                 if e.asset_key.path[-1] == "sentences_batch"
             )
             meta = event.materialization.metadata

@@ -13,7 +13,6 @@ from trident_assets.spouts.ranges import PartitionRange
 from trident_assets.spouts.source import assign_round_robin
 from trident_assets.testing import MemorySource
 
-
 META_FACTORY: list = [MemorySpoutMetaStore]
 
 

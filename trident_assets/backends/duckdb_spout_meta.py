@@ -26,9 +26,10 @@ class DuckDBSpoutMetaStore:
         """Create the table if needed."""
         self.store = store
         store.conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (topology VARCHAR NOT NULL, spout VARCHAR NOT NULL, "
-            "txid BIGINT NOT NULL, partition VARCHAR NOT NULL, first_offset BIGINT NOT NULL, "
-            "next_offset BIGINT NOT NULL, deployment_id VARCHAR NOT NULL, committed BOOLEAN NOT NULL, "
+            f"CREATE TABLE IF NOT EXISTS {TABLE} (topology VARCHAR NOT NULL, "
+            "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, partition VARCHAR NOT NULL, "
+            "first_offset BIGINT NOT NULL, next_offset BIGINT NOT NULL, "
+            "deployment_id VARCHAR NOT NULL, committed BOOLEAN NOT NULL, "
             "PRIMARY KEY (topology, spout, txid, partition))"
         )
 
@@ -71,8 +72,8 @@ class DuckDBSpoutMetaStore:
             if ranges:
                 with self.store.registered(batch) as name:
                     conn.execute(
-                        f"INSERT INTO {TABLE} SELECT ?, ?, ?, partition, first_offset, next_offset, "
-                        f"deployment_id, ? FROM {name}",
+                        f"INSERT INTO {TABLE} SELECT ?, ?, ?, partition, first_offset, "
+                        f"next_offset, deployment_id, ? FROM {name}",
                         [topology, spout, txid, committed],
                     )
 
@@ -97,7 +98,7 @@ class DuckDBSpoutMetaStore:
         return None if row is None or row[0] is None else int(row[0])
 
     def cleanup_before(self, topology: str, spout: str, txid: int) -> int:
-        """Delete committed rows below ``txid`` that a newer committed row of their partition supersedes."""
+        """Delete committed rows below ``txid`` that a newer committed row supersedes."""
         row = self.store.conn.execute(
             f"DELETE FROM {TABLE} AS t WHERE t.topology = ? AND t.spout = ? AND t.txid < ? "
             "AND t.committed AND EXISTS (SELECT 1 FROM "

@@ -7,8 +7,6 @@ separate outputs could not share a transaction. A run for a range of txids (catc
 commits each txid separately, in order, with its own materializations.
 """
 
-
-
 from collections.abc import Iterator
 from typing import Any
 

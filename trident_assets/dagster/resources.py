@@ -49,7 +49,9 @@ class TridentResource(dg.ConfigurableResource):
     @property
     def database(self) -> Path:
         """The DuckDB state file."""
-        return Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
+        return (
+            Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
+        )
 
     def log(self) -> Any:
         """The embedded log."""

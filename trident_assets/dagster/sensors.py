@@ -5,8 +5,6 @@ batch holds its lock). A failed txid is replayed with a new run key per attempt,
 Storm's exponential backoff; after ``max_attempts`` it stops and says why.
 """
 
-
-
 import time
 from typing import Any
 
@@ -93,7 +91,9 @@ def decide_next(
     )
 
 
-def _has_new_data(topology: TridentTopology, trident: TridentResource, offsets: dict[str, Any]) -> bool:
+def _has_new_data(
+    topology: TridentTopology, trident: TridentResource, offsets: dict[str, Any]
+) -> bool:
     """True if any spout partition has records past the last committed batch."""
     log = trident.log()
     for node in topology.spouts.values():
@@ -114,7 +114,9 @@ def coordinator_sensor(
     interval_s: int = 5,
 ) -> dg.SensorDefinition:
     """The coordinator sensor of ``topology`` (running by default)."""
-    policy = backoff or ExponentialBackoff(initial_delay_s=1.0, delay_period_s=2.0, max_delay_s=60.0)
+    policy = backoff or ExponentialBackoff(
+        initial_delay_s=1.0, delay_period_s=2.0, max_delay_s=60.0
+    )
     keys = list(asset_keys(topology).values())
 
     @dg.sensor(

@@ -1,4 +1,4 @@
-"""Per-batch aggregation on Spark: built-in aggregators as SQL expressions, Python ones as pandas UDFs."""
+"""Per-batch aggregation on Spark: built-ins as SQL expressions, Python ones as pandas UDFs."""
 
 from __future__ import annotations
 

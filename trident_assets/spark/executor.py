@@ -453,10 +453,32 @@ def _store_rows(store: DuckDBStore, table: str, txid: int, rows: pa.Table) -> No
     with_txid = rows.add_column(0, "txid", pa.array([txid] * rows.num_rows, pa.int64()))
     with store.registered(with_txid) as name:
         conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM {name} LIMIT 0')
+        _type_null_columns(store, table, name)
         conn.execute(
             f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - NEW_VALUES_KEPT]
         )
         conn.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM {name}')
+
+
+def _type_null_columns(store: DuckDBStore, table: str, view: str) -> None:
+    """Give a column created untyped (all NULL in its first batch) the type it now has.
+
+    A query or output column that was NULL in every row of the batch that created the table
+    has DuckDB type ``NULL``; without this, the first batch with values could not be stored.
+    """
+    conn = store.conn
+    stored = conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?",
+        [table],
+    ).fetchall()
+    untyped = [col for col, typ in stored if typ.strip('"').upper() == "NULL"]
+    if not untyped:
+        return
+    incoming = {row[0]: row[1] for row in conn.execute(f"DESCRIBE SELECT * FROM {view}").fetchall()}
+    for col in untyped:
+        typ = incoming.get(col)
+        if typ is not None and typ.strip('"').upper() != "NULL":
+            conn.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{col}" SET DATA TYPE {typ}')
 
 
 def _store_dead_letters(

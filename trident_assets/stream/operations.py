@@ -36,7 +36,7 @@ class Function(ABC):
     It may emit zero (the tuple is dropped), one or several outputs per input.
     """
 
-    def validate(self, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+    def validate(self, inputs: Sequence[str], outputs: Sequence[str]) -> None:  # noqa: B027
         """Check the field counts at declaration; raise ConfigError if they do not fit."""
 
     @abstractmethod
@@ -86,7 +86,10 @@ class PyFunction(Function):
     def validate(self, inputs: Sequence[str], outputs: Sequence[str]) -> None:
         """The output fields must be exactly those typed in ``output_types``."""
         if list(outputs) != list(self.output_types):
-            msg = f"PyFunction outputs {list(outputs)} must match output_types keys {list(self.output_types)}"
+            msg = (
+                f"PyFunction outputs {list(outputs)} must match the keys of output_types "
+                f"{list(self.output_types)}"
+            )
             raise ConfigError(msg)
 
     def apply(self, df: Any, inputs: Sequence[str], outputs: Sequence[str]) -> Any:
