@@ -209,7 +209,10 @@ def test_replay_is_a_noop_and_out_of_order_changes_nothing(spark: Any, tmp_path:
 
         # the order is still intact: 2 then 3 run; replaying 1 after them is still a no-op
         assert runner.run_batch(2).applied
+        after_2 = _snapshot(store, topo, counts.table)
         assert runner.run_batch(1).applied is False
+        assert runner.run_batch(2).applied is False
+        assert _snapshot(store, topo, counts.table) == after_2
         assert runner.last_committed() == 2
         store.close()
 
@@ -476,6 +479,8 @@ def test_state_query_reads_counts_committed_before_the_batch(spark: Any, tmp_pat
     assert outcome.tuples_in == {"sentences": 2, "queries": 2}
     expected = 2 * after_1["the"] + after_1["cow"] + after_1["apples"]
     assert _out_rows(store, "drpc__out_words", 2) == [(expected,)]
+    types = store.conn.execute('SELECT DISTINCT typeof("sum") FROM drpc__out_words').fetchall()
+    assert types == [("BIGINT",)]
 
     # txid 3: a query only; now it sees txid 2's counts
     _send(log, "queries", ["the cheese"])

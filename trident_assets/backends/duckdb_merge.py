@@ -3,9 +3,11 @@
 :func:`apply_partials` does what ``persistent_aggregate`` with a ``sum``/``min``/``max``
 combiner does through ``OpaqueMap`` / ``TransactionalMap`` / ``NonTransactionalMap``
 (``core/maps.py``) and ``OpaqueValue.update``/``get`` (``core/values.py``), but as a single
-``INSERT ... SELECT ... GROUP BY ... ON CONFLICT DO UPDATE`` whose CASE expressions carry the
-txid logic. With N the batch txid and p the batch's partial for a key (duplicates in the batch
-are combined first):
+``INSERT INTO <log> SELECT ... FROM (batch GROUP BY keys) LEFT JOIN (current rows of the batch
+keys)`` whose CASE expressions carry the txid logic: each key written gets a new version
+appended to the map's log table (see ``duckdb_store``), so no row is updated in place. With
+N the batch txid and p the batch's partial for a key (duplicates in the batch are combined
+first):
 
 * opaque: absent -> ``(N, p, NULL)``; stored txid NULL or < N -> ``(N, combine(curr, p), curr)``;
   == N (a replay) -> ``(N, combine(prev, p), prev)``; > N -> the statement fails ("behind") and
@@ -31,11 +33,14 @@ import duckdb
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_store import (
+    SEQ_COLUMN,
     DuckDBBackingMap,
     DuckDBStore,
     MapLayout,
     kind_for_state_type,
+    log_table,
     quote_ident,
+    seq_name,
     validate_identifier,
 )
 from trident_assets.core.aggregators import CombinerAggregator, apply_combiner
@@ -198,9 +203,18 @@ def _combine_sql(combine: Combine, stored: str, partial: str) -> str:
 
 
 def _merge_sql(
-    layout: MapLayout, view: str, value_column: str, combine: Combine, returning: bool
+    store: DuckDBStore,
+    layout: MapLayout,
+    view: str,
+    value_column: str,
+    combine: Combine,
+    returning: bool,
 ) -> str:
-    t = quote_ident(layout.table)
+    """Return the batch's ONE statement: ``INSERT INTO <log> SELECT ... RETURNING``.
+
+    The batch's combined partials, left-joined to the batch keys' current rows, are appended
+    as each key's new version.
+    """
     vtype = "VARCHAR" if layout.value_type == "JSON" else layout.value_type
     key_q = [quote_ident(c) for c in layout.key_columns]
     keys = ", ".join(key_q)
@@ -211,37 +225,40 @@ def _merge_sql(
     txid_expr = "NULL" if layout.kind == "plain" else "CAST(? AS BIGINT)"
     source = (
         f"SELECT {key_select}, {txid_expr} AS txid, "
-        f"CAST({agg}({quote_ident(value_column)}) AS {vtype}) AS curr, "
-        f"CAST(NULL AS {vtype}) AS prev FROM {quote_ident(view)} GROUP BY {keys}"
+        f"CAST({agg}({quote_ident(value_column)}) AS {vtype}) AS p "
+        f"FROM {quote_ident(view)} GROUP BY {keys}"
     )
-    head = (
-        f"INSERT INTO {t} AS s ({keys}, txid, curr, prev) {source} "
-        f"ON CONFLICT ({keys}) DO UPDATE SET "
-    )
-    new = "excluded.curr"
+    on = " AND ".join(f"b.{k} = s.{k}" for k in key_q)
+    new = "b.p"
+    where = ""
+    # An absent key reads as s.* NULL: it rolls forward (opaque) / applies (transactional)
+    # with combine(NULL, p) = p and prev NULL, exactly as the INSERT branch of an upsert.
     if layout.kind == "opaque":
-        rolls = "s.txid IS NULL OR excluded.txid IS NULL OR s.txid < excluded.txid"
+        rolls = "s.txid IS NULL OR b.txid IS NULL OR s.txid < b.txid"
         key_text = " || ', ' || ".join(f"CAST(s.{k} AS VARCHAR)" for k in key_q)
         behind = (
-            f"CAST(error('Current batch (' || excluded.txid || ') {_BEHIND_SQL} (' || s.txid || "
+            f"CAST(error('Current batch (' || b.txid || ') {_BEHIND_SQL} (' || s.txid || "
             f"') at key (' || {key_text} || ') of map {layout.table}') AS {vtype})"
         )
-        body = (
-            "txid = excluded.txid, "
-            f"curr = CASE WHEN {rolls} THEN {_combine_sql(combine, 's.curr', new)} "
-            f"WHEN s.txid = excluded.txid THEN {_combine_sql(combine, 's.prev', new)} "
+        values = (
+            "b.txid, "
+            f"CASE WHEN {rolls} THEN {_combine_sql(combine, 's.curr', new)} "
+            f"WHEN s.txid = b.txid THEN {_combine_sql(combine, 's.prev', new)} "
             f"ELSE {behind} END, "
-            f"prev = CASE WHEN {rolls} THEN s.curr ELSE s.prev END"
+            f"CASE WHEN {rolls} THEN s.curr ELSE s.prev END"
         )
     elif layout.kind == "transactional":
-        body = (
-            f"txid = excluded.txid, curr = {_combine_sql(combine, 's.curr', new)} "
-            "WHERE excluded.txid IS NULL OR s.txid IS DISTINCT FROM excluded.txid"
-        )
+        values = f"b.txid, {_combine_sql(combine, 's.curr', new)}, CAST(NULL AS {vtype})"
+        where = " WHERE b.txid IS NULL OR s.txid IS DISTINCT FROM b.txid"
     else:
-        body = f"curr = {_combine_sql(combine, 's.curr', new)}"
+        values = f"NULL, {_combine_sql(combine, 's.curr', new)}, CAST(NULL AS {vtype})"
+    seq = f"(SELECT nextval('{seq_name(layout.table)[1:-1]}'))"
     tail = f" RETURNING {keys}, curr" if returning else ""
-    return head + body + tail
+    return (
+        f"INSERT INTO {log_table(layout.table)} ({keys}, {SEQ_COLUMN}, txid, curr, prev) "
+        f"SELECT {', '.join(f'b.{k}' for k in key_q)}, {seq}, {values} FROM ({source}) b "
+        f"LEFT JOIN ({store.latest_sql(layout, quote_ident(view))}) s ON {on}{where}{tail}"
+    )
 
 
 def _stale_message(exc: Exception) -> str:
@@ -324,7 +341,7 @@ def apply_partials(
     narrow = batch.select([*keys, value_column])
     with store.transaction() as tx, store.registered(narrow) as view:
         layout = stored or store.ensure_map(wanted)
-        sql = _merge_sql(layout, view, value_column, combine, return_new_values)
+        sql = _merge_sql(store, layout, view, value_column, combine, return_new_values)
         try:
             if return_new_values:
                 returned = tx.conn.sql(sql, params=params).to_arrow_table()
@@ -350,13 +367,9 @@ def apply_partials(
 
 
 def _read_back(store: DuckDBStore, layout: MapLayout, view: str) -> pa.Table:
-    key_q = [quote_ident(c) for c in layout.key_columns]
-    on = " AND ".join(f"b.{k} = s.{k}" for k in key_q)
-    cols = ", ".join(f"s.{k}" for k in key_q)
-    return store.conn.sql(
-        f"SELECT {cols}, s.curr FROM {quote_ident(layout.table)} s WHERE EXISTS "
-        f"(SELECT 1 FROM {quote_ident(view)} b WHERE {on})"
-    ).to_arrow_table()
+    cols = ", ".join(quote_ident(c) for c in layout.key_columns)
+    latest = store.latest_sql(layout, quote_ident(view))
+    return store.conn.sql(f"SELECT {cols}, curr FROM ({latest})").to_arrow_table()
 
 
 class _CountingMap:

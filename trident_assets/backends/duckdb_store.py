@@ -5,8 +5,15 @@ Layout of one database file:
 * ``_trident_commits(scope PK, txid, committed_at)``: the last committed txid per scope.
 * ``_trident_maps(table_name PK, kind, key_columns, key_types, value_type)``: the catalog of
   map tables (``key_columns`` and ``key_types`` are JSON lists).
-* one table per map: the key columns, then ``txid BIGINT, curr <V>, prev <V>``, with a
-  PRIMARY KEY over the key columns. ``kind`` says how a row reads back:
+* per map, an append-only log table ``_trident_log_<map>``: the key columns, then
+  ``_trident_seq BIGINT, txid BIGINT, curr <V>, prev <V>``; every write appends one row per
+  key written, numbered by the sequence ``_trident_seq_<map>`` (one number per statement).
+  A view named like the map shows the latest version of each key (the key columns, ``txid``,
+  ``curr``, ``prev``); :meth:`DuckDBStore.latest_sql` gives the latest rows of a set of keys
+  without reading the whole view. Appending (instead of updating rows in place) keeps a
+  batch's cost, and the checkpoint after it, proportional to the batch rather than to the
+  table; superseded versions are dropped by :meth:`DuckDBStore.compact`, to be run between
+  batches. ``kind`` says how a row reads back:
 
   - ``opaque``: ``OpaqueValue(txid, curr, prev)``;
   - ``transactional``: ``TransactionalValue(txid, curr)``, ``prev`` is NULL;
@@ -80,6 +87,20 @@ _DECIMAL_RE = re.compile(r"^DECIMAL\(\s*38\s*,\s*(\d{1,2})\s*\)$")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _LOCK_MARKER = "Could not set lock"
 _ORD = "_trident_ord"
+
+
+SEQ_COLUMN = "_trident_seq"
+"""The log-table column ordering the versions of a key (higher = newer)."""
+
+
+def log_table(table: str) -> str:
+    """Return the quoted name of the append-only log table behind map view ``table``."""
+    return f'"_trident_log_{validate_identifier(table, "table")}"'
+
+
+def seq_name(table: str) -> str:
+    """Return the quoted name of the sequence numbering the writes to map ``table``."""
+    return f'"_trident_seq_{validate_identifier(table, "table")}"'
 
 
 def validate_identifier(name: object, what: str) -> str:
@@ -534,8 +555,14 @@ class DuckDBStore:
             pk = ", ".join(quote_ident(c) for c in layout.key_columns)
             try:
                 tx.conn.execute(
-                    f"CREATE TABLE {quote_ident(layout.table)} ({keys}, txid BIGINT, "
-                    f"curr {vtype}, prev {vtype}, PRIMARY KEY ({pk}))"
+                    f"CREATE TABLE {log_table(layout.table)} ({keys}, "
+                    f"{SEQ_COLUMN} BIGINT NOT NULL, txid BIGINT, curr {vtype}, prev {vtype})"
+                )
+                tx.conn.execute(f"CREATE SEQUENCE {seq_name(layout.table)} START 1")
+                tx.conn.execute(
+                    f"CREATE VIEW {quote_ident(layout.table)} AS SELECT {pk}, txid, curr, prev "
+                    f"FROM {log_table(layout.table)} QUALIFY row_number() OVER "
+                    f"(PARTITION BY {pk} ORDER BY {SEQ_COLUMN} DESC) = 1"
                 )
             except duckdb.CatalogException as exc:
                 msg = (
@@ -568,8 +595,72 @@ class DuckDBStore:
         layout = self.layout(table)
         if layout is None:
             return 0
-        rows = self.conn.execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchall()
+        keys = ", ".join(quote_ident(c) for c in layout.key_columns)
+        rows = self.conn.execute(
+            f"SELECT count(*) FROM (SELECT DISTINCT {keys} FROM {log_table(table)})"
+        ).fetchall()
         return int(rows[0][0])
+
+    def latest_sql(
+        self, layout: MapLayout, keys_from: str, keys_in: Sequence[str] | None = None
+    ) -> str:
+        """Return a query for the current row of every stored key that appears in ``keys_from``.
+
+        ``keys_from`` is a relation name (a registered Arrow table, a temp table, a view) whose
+        columns ``keys_in`` (default: the map's key column names) hold keys. The query yields
+        the map's key columns, ``txid``, ``curr`` and ``prev``: a semi join of the log table
+        against ``keys_from``, then the latest version per key, so its cost follows the number
+        of keys asked for (plus one scan of the log's key columns).
+        """
+        key_q = [quote_ident(c) for c in layout.key_columns]
+        cols_in = ['"' + c.replace('"', '""') + '"' for c in (keys_in or layout.key_columns)]
+        on = " AND ".join(f"q.{i} = s.{k}" for i, k in zip(cols_in, key_q, strict=True))
+        keys = ", ".join(f"s.{k}" for k in key_q)
+        return (
+            f"SELECT {keys}, s.txid, s.curr, s.prev FROM {log_table(layout.table)} s "
+            f"WHERE EXISTS (SELECT 1 FROM {keys_from} q WHERE {on}) QUALIFY row_number() OVER "
+            f"(PARTITION BY {keys} ORDER BY s.{SEQ_COLUMN} DESC) = 1"
+        )
+
+    def compact(self, table: str | None = None) -> dict[str, int]:
+        """Drop superseded versions from map tables' logs (all maps if ``table`` is None).
+
+        Each map is rewritten to hold only its current row per key, in one transaction
+        (joining an open one). This is the periodic maintenance of the append-only layout:
+        run it between batches (e.g. from the runner, every few batches); it costs one pass
+        over the table, so it must not be on the per-batch path. Returns rows dropped per map.
+        """
+        names = [table] if table is not None else self.tables()
+        dropped: dict[str, int] = {}
+        with self.transaction() as tx:
+            for name in names:
+                layout = self.layout(name)
+                if layout is None:
+                    continue
+                log = log_table(name)
+                pk = ", ".join(quote_ident(c) for c in layout.key_columns)
+                before = int(tx.conn.execute(f"SELECT count(*) FROM {log}").fetchall()[0][0])
+                if before == self.size(name):
+                    dropped[name] = 0
+                    continue
+                tx.conn.execute(
+                    f"CREATE OR REPLACE TABLE {log} AS SELECT * FROM {log} QUALIFY row_number() "
+                    f"OVER (PARTITION BY {pk} ORDER BY {SEQ_COLUMN} DESC) = 1"
+                )
+                after = int(tx.conn.execute(f"SELECT count(*) FROM {log}").fetchall()[0][0])
+                dropped[name] = before - after
+        return dropped
+
+    def checkpoint(self) -> None:
+        """Run a DuckDB CHECKPOINT (write the WAL into the database file).
+
+        Raises:
+            TridentError: a transaction is open (checkpoint between batches).
+        """
+        if self._tx is not None:
+            msg = "checkpoint() inside an open transaction: call it between batches"
+            raise TridentError(msg)
+        self.conn.execute("CHECKPOINT")
 
     def scan(self, table: str, value_name: str = "value") -> pa.Table:
         """Return every key of map ``table`` and its current value, ordered by key.
@@ -944,9 +1035,10 @@ class DuckDBBackingMap:
         on = " AND ".join(f"q.{quote_ident(c)} = s.{quote_ident(c)}" for c in layout.key_columns)
         found = f"s.{quote_ident(layout.key_columns[0])} IS NOT NULL"
         with self.store.registered(pa.table(arrays)) as view:
+            latest = self.store.latest_sql(layout, quote_ident(view))
             result = self.store.conn.sql(
                 f"SELECT {found} AS found, s.txid, s.curr, s.prev FROM {quote_ident(view)} q "
-                f"LEFT JOIN {quote_ident(self.table)} s ON {on} ORDER BY q.{_ORD}"
+                f"LEFT JOIN ({latest}) s ON {on} ORDER BY q.{_ORD}"
             ).to_arrow_table()
         vt = layout.value_type
         out: list[Any] = []
@@ -969,7 +1061,7 @@ class DuckDBBackingMap:
         return out
 
     def multi_put(self, keys: Sequence[Key], values: Sequence[Any]) -> None:
-        """Store ``values[i]`` under ``keys[i]`` with ONE ``INSERT ... ON CONFLICT DO UPDATE``.
+        """Store ``values[i]`` under ``keys[i]`` with ONE ``INSERT`` (a new version per key).
 
         If a key appears more than once, the last value wins. The first write to a table
         that does not exist creates it (in the same transaction as the write).
@@ -1010,10 +1102,8 @@ class DuckDBBackingMap:
         arrays["curr"] = pa.array(currs, type=vtype)
         arrays["prev"] = pa.array(prevs, type=vtype)
         names = ", ".join(quote_ident(c) for c in (*layout.key_columns, *_VALUE_COLUMNS))
-        pk = ", ".join(quote_ident(c) for c in layout.key_columns)
         with self.store.registered(pa.table(arrays)) as view:
             self.store.conn.execute(
-                f"INSERT INTO {quote_ident(self.table)} ({names}) SELECT {names} FROM "
-                f"{quote_ident(view)} ON CONFLICT ({pk}) DO UPDATE SET txid = excluded.txid, "
-                "curr = excluded.curr, prev = excluded.prev"
+                f"INSERT INTO {log_table(self.table)} ({names}, {SEQ_COLUMN}) SELECT {names}, "
+                f"(SELECT nextval('{seq_name(self.table)[1:-1]}')) FROM {quote_ident(view)}"
             )

@@ -130,16 +130,17 @@ def _materializations(
     timings = {f"{k}_s": dg.MetadataValue.float(round(v, 4)) for k, v in outcome.timings_s.items()}
     partition = txid_key(outcome.txid)
     events: list[tuple[dg.AssetKey, dict[str, Any]]] = []
-    for sid, plan in outcome.plans.items():
-        meta = {
-            **common,
-            "offsets": dg.MetadataValue.json(plan.offsets_metadata()),
-            "tuples_in": dg.MetadataValue.int(plan.record_count),
-            "replay": dg.MetadataValue.bool(plan.replay),
-            "dead_letters": dg.MetadataValue.int(outcome.dead_letters),
-            "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
-            **timings,
-        }
+    for sid in topology.spouts:
+        meta = {**common, **timings}
+        plan = outcome.plans.get(sid)
+        if plan is not None:
+            meta |= {
+                "offsets": dg.MetadataValue.json(plan.offsets_metadata()),
+                "tuples_in": dg.MetadataValue.int(plan.record_count if outcome.applied else 0),
+                "replay": dg.MetadataValue.bool(plan.replay),
+                "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
+            }
+        meta["dead_letters"] = dg.MetadataValue.int(outcome.dead_letters)
         events.append((keys[f"spout:{sid}"], meta))
     for name in topology.states:
         meta = dict(common)

@@ -28,13 +28,18 @@ IN_FLIGHT = [
 
 
 def _committed_txid(instance: dg.DagsterInstance, key: dg.AssetKey) -> tuple[int, dict[str, Any]]:
-    """The highest materialized txid of a spout asset and its offsets metadata."""
-    event = instance.get_latest_materialization_event(key)
+    """The highest materialized txid of a spout asset and the offsets it read."""
     done = instance.get_materialized_partitions(key)
     last = max((int(k) for k in done), default=0)
+    if last == 0:
+        return 0, {}
+    found = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[txid_key(last)]), limit=1
+    ).records
     offsets: dict[str, Any] = {}
-    if event is not None and event.asset_materialization is not None:
-        value = event.asset_materialization.metadata.get("offsets")
+    for record in found:
+        materialization = record.asset_materialization
+        value = None if materialization is None else materialization.metadata.get("offsets")
         offsets = dict(value.value) if value is not None else {}
     return last, offsets
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from trident_assets.backends.duckdb_merge import apply_partials, apply_partials_python
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
-from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.duckdb_store import DuckDBStore, sql_to_arrow
 from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.commit import commit_batch, decide_commit
@@ -140,8 +140,7 @@ class TopologyRunner:
         started = time.perf_counter()
         last = self.last_committed()
         if last is not None and txid <= last:
-            plans = {sid: self.coordinator(sid).emit(txid) for sid in self.topology.spouts}
-            return BatchOutcome(self.scope, txid, False, plans)
+            return BatchOutcome(self.scope, txid, False, self._committed_plans(txid))
         decide_commit(self.scope, last, txid)
         plans = {sid: self.coordinator(sid).emit(txid) for sid in self.topology.spouts}
         timings["emit"] = time.perf_counter() - started
@@ -164,6 +163,21 @@ class TopologyRunner:
         timings["total"] = time.perf_counter() - started
         outcome.timings_s = timings
         return outcome
+
+    def _committed_plans(self, txid: int) -> dict[str, BatchPlan]:
+        """The recorded ranges of committed ``txid`` (spouts whose ranges were cleaned up omitted).
+
+        Read only: a committed batch is final, so nothing is planned, recorded or re-read.
+        """
+        plans: dict[str, BatchPlan] = {}
+        for spout_id, node in self.topology.spouts.items():
+            stored = self.meta.ranges(self.scope, spout_id, txid)
+            if stored is not None and stored[1]:
+                kind = node.args["spout"].config.kind
+                plans[spout_id] = BatchPlan.of(
+                    self.scope, spout_id, txid, kind, stored[0], replay=True
+                )
+        return plans
 
     def _ensure_tables(self) -> None:
         self.store.conn.execute(
@@ -192,6 +206,8 @@ class _BatchRun:
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, Any] = {}
         self.new_values: dict[str, pa.Table] = {}
+        self.value_types: dict[str, pa.DataType] = {}
+        """Arrow type of each combiner state's batch partials (typing empty query results)."""
 
     # -- building DataFrames ---------------------------------------------------------------
 
@@ -253,11 +269,30 @@ class _BatchRun:
                     f"for {len(args)} inputs; it must return one result per input"
                 )
                 raise ValueError(msg)
-            found = keys.append_column(out, pa.array(results))
+            column = pa.array(results)
+            known = self._value_type(state)
+            if pa.types.is_null(column.type) and known is not None:
+                column = column.cast(known)
+            found = keys.append_column(out, column)
         if found.num_rows == 0:
-            return parent.withColumn(out, F.lit(None))
+            return parent.withColumn(out, self._null_column(state))
         lookup = self.spark.createDataFrame(found)
         return parent.join(F.broadcast(lookup), on=list(a["inputs"]), how="left")
+
+    def _value_type(self, state: TridentState) -> pa.DataType | None:
+        """The Arrow type of the state's values: stored layout, else this batch's partials."""
+        layout = self.runner.store.layout(state.table)
+        if layout is not None:
+            return sql_to_arrow(layout.value_type)
+        return self.value_types.get(state.spec.name)
+
+    def _null_column(self, state: TridentState) -> Any:
+        """A NULL query result typed as the state's values (so outputs keep one type)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        known = self._value_type(state)
+        return F.lit(None) if known is None else F.lit(None).cast(from_arrow_type(known))
 
     # -- the two phases --------------------------------------------------------------------
 
@@ -296,6 +331,7 @@ class _BatchRun:
             )
             return grouped.toArrow()
         table = combine_partials(parent, group, a["inputs"][0], agg, out).toArrow()
+        self.value_types[state.spec.name] = table.schema.field(out).type
         if not group:
             table = table.append_column(GLOBAL_COLUMN, pa.array([GLOBAL_KEY[0]] * table.num_rows))
         return table
@@ -418,9 +454,11 @@ def _bulk_lookup(
     )
     select = ", ".join(f'k."{i}"' for i in inputs)
     with store.registered(keys) as name:
+        # the current rows of just these keys (not the whole map view)
+        latest = store.latest_sql(layout, name, inputs)
         return store.conn.sql(
             f'SELECT {select}, {value} AS "{out}" FROM {name} AS k '
-            f'LEFT JOIN "{state.table}" AS t ON {conds}'
+            f"LEFT JOIN ({latest}) AS t ON {conds}"
         ).to_arrow_table()
 
 

@@ -1,0 +1,161 @@
+"""The Dagster layer: definitions load, txid materializations, the coordinator's decisions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from trident_assets.core.retry import ExponentialBackoff
+from trident_assets.dagster.factory import trident_definitions
+from trident_assets.dagster.partitions import parse_txid, txid_key
+from trident_assets.dagster.resources import TridentResource
+from trident_assets.dagster.sensors import decide_next
+from trident_assets.errors import ConfigError, OutOfOrderCommitError
+from trident_assets.examples.word_count import SENTENCES, build_word_count
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_definitions_validate_with_the_dagster_cli(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"TRIDENT_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_txid_keys() -> None:
+    assert txid_key(42) == "0000000042"
+    assert parse_txid("0000000042") == 42
+    with pytest.raises(ConfigError, match="is not a txid"):
+        parse_txid("abc")
+
+
+@pytest.fixture
+def world(tmp_path: Path, spark):
+    trident = TridentResource(home=str(tmp_path))
+    log = trident.log()
+    log.create_topic("sentences", 2)
+    log.create_topic("word_queries", 1)
+    producer = log.producer("sentences", partitioner="round_robin")
+    for sentence in SENTENCES * 4:
+        producer.send(sentence.encode())
+    producer.flush()
+    topo = build_word_count(max_batch_size=8)
+    job = trident_definitions([topo], trident).resolve_implicit_global_asset_job_def()
+    with dg.instance_for_test() as instance:
+        yield topo, trident, job, instance
+
+
+def counts(trident: TridentResource) -> dict[str, int]:
+    with trident.store() as store:
+        return {r["word"]: r["value"] for r in store.scan("word_count__word_counts").to_pylist()}
+
+
+def test_coordinator_drives_txids_until_the_log_is_drained(world) -> None:
+    topo, trident, job, instance = world
+    no_wait = ExponentialBackoff(initial_delay_s=0, delay_period_s=0, max_delay_s=0)
+    keys = []
+    while True:
+        decision = decide_next(instance, topo, trident, no_wait, max_attempts=3)
+        if isinstance(decision, dg.SkipReason):
+            assert decision.skip_message == "word_count: no new records after txid 3"
+            break
+        request = decision.run_requests[0]
+        instance.add_dynamic_partitions("word_count_txids", [request.partition_key])
+        assert job.execute_in_process(
+            partition_key=request.partition_key, instance=instance, tags=request.tags
+        ).success
+        keys.append(request.partition_key)
+    assert keys == ["0000000001", "0000000002", "0000000003"], "20 sentences, 8 per batch"
+    expected: dict[str, int] = {}
+    for sentence in SENTENCES * 4:
+        for word in sentence.split():
+            expected[word] = expected.get(word, 0) + 1
+    assert counts(trident) == expected
+
+    before = counts(trident)
+    again = job.execute_in_process(partition_key="0000000002", instance=instance)
+    flags = {
+        e.asset_key.path[-1]: e.materialization.metadata["already_committed"].value
+        for e in again.get_asset_materialization_events()
+    }
+    assert flags == {
+        "sentences_batch": True,
+        "queries_batch": True,
+        "word_counts": True,
+        "words": True,
+    }
+    assert counts(trident) == before, "re-materializing a committed txid changes nothing"
+
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(["word_count", "sentences_batch"]), asset_partitions=[keys[1]]
+        ),
+        limit=5,
+    ).records
+    first_run = records[-1].asset_materialization.metadata
+    assert first_run["txid"].value == 2
+    assert first_run["offsets"].value == {"sentences@0": [4, 7], "sentences@1": [4, 7]}
+    decision = decide_next(instance, topo, trident, no_wait, max_attempts=3)
+    assert decision.skip_message == "word_count: no new records after txid 3", (
+        "a re-materialized old txid does not confuse the coordinator"
+    )
+
+
+def test_out_of_order_materialization_is_refused(world) -> None:
+    _, trident, job, instance = world
+    instance.add_dynamic_partitions("word_count_txids", ["0000000002"])
+    result = job.execute_in_process(
+        partition_key="0000000002", instance=instance, raise_on_error=False
+    )
+    assert not result.success
+    error = result.failure_data_for_node("word_count_batches").error
+    assert error is not None and error.cause is not None
+    assert OutOfOrderCommitError.__name__ in error.cause.cls_name
+    assert "txid 1 must commit first" in error.cause.message
+    with trident.store() as store:
+        assert store.last_committed("word_count") is None
+
+
+def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
+    topo, trident, job, instance = world
+    broken = TridentResource(home=trident.home, state_database="/nonexistent-dir/\0bad")
+    backoff = ExponentialBackoff(initial_delay_s=100, delay_period_s=100, max_delay_s=1000)
+    first = decide_next(instance, topo, trident, backoff, max_attempts=2)
+    request = first.run_requests[0]
+    assert request.run_key == "word_count-0000000001-a0"
+    instance.add_dynamic_partitions("word_count_txids", [request.partition_key])
+    failing = trident_definitions([topo], broken).resolve_implicit_global_asset_job_def()
+    assert not failing.execute_in_process(
+        partition_key=request.partition_key,
+        instance=instance,
+        tags=request.tags,
+        raise_on_error=False,
+    ).success
+    waiting = decide_next(instance, topo, trident, backoff, max_attempts=2)
+    assert isinstance(waiting, dg.SkipReason)
+    assert waiting.skip_message.startswith("word_count: replaying txid 1 in ")
+    import time
+
+    retry = decide_next(instance, topo, trident, backoff, max_attempts=2, now=time.time() + 101)
+    assert retry.run_requests[0].run_key == "word_count-0000000001-a1", "a new run key per attempt"
+    assert not failing.execute_in_process(
+        partition_key=request.partition_key,
+        instance=instance,
+        tags=retry.run_requests[0].tags,
+        raise_on_error=False,
+    ).success
+    gave_up = decide_next(
+        instance, topo, trident, backoff, max_attempts=2, now=time.time() + 10_000
+    )
+    assert isinstance(gave_up, dg.SkipReason)
+    assert "txid 1 failed 2 times (max_attempts=2); giving up" in gave_up.skip_message
