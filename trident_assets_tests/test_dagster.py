@@ -119,7 +119,8 @@ def test_out_of_order_materialization_is_refused(world) -> None:
     )
     assert not result.success
     error = result.failure_data_for_node("word_count_batches").error
-    assert error is not None and error.cause is not None
+    assert error is not None
+    assert error.cause is not None
     assert OutOfOrderCommitError.__name__ in error.cause.cls_name
     assert "txid 1 must commit first" in error.cause.message
     with trident.store() as store:
@@ -127,7 +128,7 @@ def test_out_of_order_materialization_is_refused(world) -> None:
 
 
 def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
-    topo, trident, job, instance = world
+    topo, trident, _job, instance = world
     broken = TridentResource(home=trident.home, state_database="/nonexistent-dir/\0bad")
     backoff = ExponentialBackoff(initial_delay_s=100, delay_period_s=100, max_delay_s=1000)
     first = decide_next(instance, topo, trident, backoff, max_attempts=2)
