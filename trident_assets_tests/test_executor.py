@@ -281,9 +281,8 @@ def test_crash_before_commit_transactional_retry_reads_the_same_ranges(
     retry = TopologyRunner(topo, spark, store, log).run_batch(2)
     assert retry.applied
     assert retry.plans["sentences"].replay is True
-    assert sorted(
-        (r.partition, r.first_offset, r.next_offset) for r in retry.plans["sentences"].ranges
-    ) == pending
+    ranges = retry.plans["sentences"].ranges
+    assert sorted((r.partition, r.first_offset, r.next_offset) for r in ranges) == pending
     done = [first, retry]
     txid = 2
     runner = TopologyRunner(topo, spark, store, log)

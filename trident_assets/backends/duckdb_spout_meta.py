@@ -94,8 +94,8 @@ class DuckDBSpoutMetaStore:
         row = self.store.conn.execute(
             f"SELECT max(txid) FROM {TABLE} WHERE topology = ? AND spout = ? AND committed",
             [topology, spout],
-        ).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        ).fetchall()
+        return None if not row or row[0][0] is None else int(row[0][0])
 
     def cleanup_before(self, topology: str, spout: str, txid: int) -> int:
         """Delete committed rows below ``txid`` that a newer committed row supersedes."""
@@ -105,5 +105,5 @@ class DuckDBSpoutMetaStore:
             f"{TABLE} AS n WHERE n.topology = t.topology AND n.spout = t.spout "
             "AND n.partition = t.partition AND n.txid > t.txid AND n.committed)",
             [topology, spout, txid],
-        ).fetchone()
-        return 0 if row is None else int(row[0])
+        ).fetchall()
+        return int(row[0][0]) if row else 0
