@@ -51,6 +51,7 @@ import pyarrow as pa
 from trident_assets.core.protocols import Key
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
 from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedError, TridentError
+from trident_assets.names import IDENTIFIER_RE, validate_identifier
 
 __all__ = [
     "CATALOG_TABLE",
@@ -69,8 +70,6 @@ __all__ = [
 MapKind = Literal["opaque", "transactional", "plain"]
 """How a map table's rows read back: OpaqueValue, TransactionalValue or the plain value."""
 
-IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-"""The only names accepted as table or column identifiers."""
 
 COMMITS_TABLE = "_trident_commits"
 """The table of commit markers (last committed txid per scope)."""
@@ -101,25 +100,6 @@ def log_table(table: str) -> str:
 def seq_name(table: str) -> str:
     """Return the quoted name of the sequence numbering the writes to map ``table``."""
     return f'"_trident_seq_{validate_identifier(table, "table")}"'
-
-
-def validate_identifier(name: object, what: str) -> str:
-    """Return ``name`` if it is a safe SQL identifier.
-
-    Args:
-        name: the candidate name.
-        what: what the name is for, used in the error message (e.g. ``"table"``).
-
-    Raises:
-        ConfigError: ``name`` does not match :data:`IDENTIFIER_RE`.
-    """
-    if not isinstance(name, str) or not IDENTIFIER_RE.match(name):
-        msg = (
-            f"invalid {what} name {name!r}: use 1-63 letters, digits or underscores, "
-            "starting with a letter or underscore"
-        )
-        raise ConfigError(msg)
-    return name
 
 
 def quote_ident(name: str, what: str = "identifier") -> str:

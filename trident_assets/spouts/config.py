@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 
 from trident_assets.errors import ConfigError
+from trident_assets.names import validate_identifier
 
 __all__ = ["SpoutConfig", "SpoutKind", "StartPosition", "validate_name"]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-
 
 def validate_name(kind: str, name: str) -> str:
-    """Return ``name`` if it is a safe identifier (letters, digits, underscore).
+    """Return ``name`` if it is a safe identifier (``names.validate_identifier``).
 
     Raises:
         ConfigError: the name could not be used as a table or asset name.
     """
-    if not isinstance(name, str) or not _NAME.match(name):
-        msg = (
-            f"invalid {kind} name {name!r}: use 1-63 letters, digits or underscores, "
-            "starting with a letter or underscore (e.g. 'word_count')"
-        )
-        raise ConfigError(msg)
-    return name
+    return validate_identifier(name, kind)
 
 
 class SpoutKind(enum.Enum):

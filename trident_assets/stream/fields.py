@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from trident_assets.errors import ConfigError, FieldNotFoundError
+from trident_assets.names import validate_identifier
 
 __all__ = ["as_fields", "check_distinct", "require_fields"]
-
-_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 def as_fields(fields: str | Sequence[str], what: str = "field list") -> tuple[str, ...]:
@@ -20,12 +18,7 @@ def as_fields(fields: str | Sequence[str], what: str = "field list") -> tuple[st
     """
     names = (fields,) if isinstance(fields, str) else tuple(fields)
     for name in names:
-        if not isinstance(name, str) or not _FIELD.match(name):
-            msg = (
-                f"invalid field name {name!r} in {what}: use letters, digits and underscores, "
-                "starting with a letter or underscore"
-            )
-            raise ConfigError(msg)
+        validate_identifier(name, f"field (in {what})")
     return names
 
 
