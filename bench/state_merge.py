@@ -267,7 +267,7 @@ def render(report: dict[str, Any]) -> str:
         "version per key); a batch is ONE INSERT ... SELECT (batch LEFT JOIN the batch keys' "
         "current rows). Checkpoint and compaction (dropping superseded versions, after "
         f"{report['runs']} batches) are timed once each, outside the per-batch figure: "
-        "the runner calls them between batches.",
+        "a maintenance step between batches must run them (the runner does not call them yet).",
         "",
     ]
     py = report["python_path"]
