@@ -119,14 +119,12 @@ class TopologyRunner:
         """Records available to the next batch across all spouts (before batch-size limits)."""
         total = 0
         for spout_id, node in self.topology.spouts.items():
-            coordinator = self.coordinator(spout_id)
             source = node.args["spout"].source(self.log)
             done = self.meta.latest_before(self.topology.name, spout_id, 1 << 62, True)
             for partition in source.partitions():
                 prev = done.get(partition)
                 start = source.earliest(partition) if prev is None else prev.next_offset
                 total += max(0, source.latest(partition) - start)
-            del coordinator
         return total
 
     def run_batch(self, txid: int) -> BatchOutcome:
