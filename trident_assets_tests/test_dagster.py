@@ -160,3 +160,113 @@ def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
     )
     assert isinstance(gave_up, dg.SkipReason)
     assert "txid 1 failed 2 times (max_attempts=2); giving up" in gave_up.skip_message
+
+
+def _check_results(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str], bool]:
+    return {
+        (e.asset_key.path[-1], e.check_name): e.passed
+        for e in result.get_asset_check_evaluations()
+    }
+
+
+def test_catch_up_run_commits_each_txid_in_order_and_checks_pass(world) -> None:
+    topo, trident, _job, instance = world
+    from trident_assets.dagster.runs import materialize_batches
+
+    no_wait = ExponentialBackoff(initial_delay_s=0, delay_period_s=0, max_delay_s=0)
+    decision = decide_next(instance, topo, trident, no_wait, max_attempts=3, max_catch_up=10)
+    (request,) = decision.run_requests
+    assert request.partition_key is None
+    assert request.tags["dagster/asset_partition_range_start"] == "0000000001"
+    assert request.tags["dagster/asset_partition_range_end"] == "0000000003", (
+        "20 sentences at 8 per batch: 3 batches wait"
+    )
+    assert decision.dynamic_partitions_requests[0].partition_keys == [
+        "0000000001",
+        "0000000002",
+        "0000000003",
+    ]
+
+    (result,) = materialize_batches(topo, trident, instance, [1, 2, 3], catch_up=True)
+    assert result.success
+    spout_events = [
+        e for e in result.get_asset_materialization_events()
+        if e.asset_key.path[-1] == "sentences_batch"
+    ]
+    assert [e.partition for e in spout_events] == ["0000000001", "0000000002", "0000000003"]
+    assert [e.materialization.metadata["txid"].value for e in spout_events] == [1, 2, 3]
+    assert [e.materialization.metadata["tuples_in"].value for e in spout_events] == [8, 8, 4]
+    assert instance.get_materialized_partitions(
+        dg.AssetKey(["word_count", "word_counts"])
+    ) == {"0000000001", "0000000002", "0000000003"}
+    assert _check_results(result) == {
+        ("sentences_batch", "txids_contiguous"): True,
+        ("sentences_batch", "ranges_contiguous"): True,
+        ("sentences_batch", "dead_letters_below_threshold"): True,
+        ("queries_batch", "txids_contiguous"): True,
+        ("queries_batch", "ranges_contiguous"): True,
+        ("queries_batch", "dead_letters_below_threshold"): True,
+        ("word_counts", "exactly_once"): True,
+    }
+    exactly = next(
+        e for e in result.get_asset_check_evaluations() if e.check_name == "exactly_once"
+    )
+    assert exactly.metadata["mismatches"].value == 0
+    assert exactly.metadata["keys_in_state"].value == len(counts(trident))
+    assert decide_next(instance, topo, trident, no_wait, 3, max_catch_up=10).skip_message == (
+        "word_count: no new records after txid 3"
+    )
+
+
+def test_exactly_once_check_catches_a_double_count(world) -> None:
+    topo, trident, _job, instance = world
+    from trident_assets.dagster.runs import materialize_batches
+
+    assert materialize_batches(topo, trident, instance, [1], catch_up=False)[0].success
+    with trident.store() as store:  # simulate a bug: the state counts "the" once too many
+        store.conn.execute(
+            "INSERT INTO _trident_log_word_count__word_counts "
+            "SELECT * REPLACE (curr + 1 AS curr, nextval('_trident_seq_word_count__word_counts') "
+            "AS _trident_seq) FROM _trident_log_word_count__word_counts WHERE word = 'the'"
+        )
+    (result,) = materialize_batches(topo, trident, instance, [2], catch_up=False)
+    assert result.success, "checks are not blocking: the batch commits, the check reports"
+    exactly = next(
+        e for e in result.get_asset_check_evaluations() if e.check_name == "exactly_once"
+    )
+    assert not exactly.passed
+    assert exactly.metadata["mismatches"].value == 1
+    (row,) = exactly.metadata["sample"].value
+    assert row["word"] == "the"
+    assert row["stored"] == row["expected"] + 1
+
+
+def test_dead_letter_check_fails_above_the_threshold(tmp_path: Path, spark) -> None:
+    from trident_assets.dagster.checks import CheckSettings
+    from trident_assets.dagster.runs import materialize_batches
+
+    trident = TridentResource(home=str(tmp_path))
+    log = trident.log()
+    log.create_topic("sentences", 1)
+    log.create_topic("word_queries", 1)
+    producer = log.producer("sentences")
+    for value in [b"good words here", b"\xff\xfe not utf8", b"more good words"]:
+        producer.send(value)
+    producer.flush()
+    topo = build_word_count()
+    with dg.instance_for_test() as instance:
+        (result,) = materialize_batches(
+            topo, trident, instance, [1], catch_up=False,
+            checks=CheckSettings(dead_letter_threshold=0.25),
+        )
+    assert result.success
+    dead = next(
+        e for e in result.get_asset_check_evaluations()
+        if e.check_name == "dead_letters_below_threshold" and e.asset_key.path[-1] == (
+            "sentences_batch"
+        )
+    )
+    assert not dead.passed
+    assert dead.severity == dg.AssetCheckSeverity.WARN
+    assert dead.metadata["dead_letters"].value == 1
+    assert dead.metadata["records"].value == 3

@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
+from dagster_pyspark import LazyPySparkResource
 
+from trident_assets.dagster.checks import CheckSettings, check_specs, evaluate_checks
 from trident_assets.dagster.partitions import parse_txid, txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
@@ -44,6 +46,7 @@ def _specs(topology: TridentTopology, partitions: dg.PartitionsDefinition) -> li
             owners=OWNERS,
             group_name=topology.name,
             partitions_def=partitions,
+            skippable=True,
         )
         for sid, node in topology.spouts.items()
     ]
@@ -58,6 +61,7 @@ def _specs(topology: TridentTopology, partitions: dg.PartitionsDefinition) -> li
                 owners=OWNERS,
                 group_name=topology.name,
                 partitions_def=partitions,
+                skippable=True,
                 metadata={"dagster/table_name": state.table},
             )
         )
@@ -71,39 +75,51 @@ def _specs(topology: TridentTopology, partitions: dg.PartitionsDefinition) -> li
                 owners=OWNERS,
                 group_name=topology.name,
                 partitions_def=partitions,
+                skippable=True,
             )
         )
     return specs
 
 
-def topology_assets(topology: TridentTopology) -> dg.AssetsDefinition:
-    """The multi-asset that processes txids of ``topology`` (one partition = one txid)."""
+def topology_assets(
+    topology: TridentTopology, checks: CheckSettings | None = None
+) -> dg.AssetsDefinition:
+    """The multi-asset that processes txids of ``topology`` (one partition = one txid).
+
+    A run for one partition key commits that txid; a run for a key range (catch-up, or a
+    backfill: ``BackfillPolicy.single_run``) commits each txid of the range in order, each in
+    its own transaction with its own materializations, paying the run's start-up once. The
+    asset checks (see :mod:`trident_assets.dagster.checks`) run at the end of every run.
+    """
     partitions = txid_partitions(topology.name)
     keys = asset_keys(topology)
+    settings = checks or CheckSettings()
 
     @dg.multi_asset(
         name=f"{topology.name}_batches",
         specs=_specs(topology, partitions),
+        check_specs=check_specs(topology, keys, settings),
         partitions_def=partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
         op_tags={TOPOLOGY_TAG: topology.name},
     )
     def _batches(
-        context: dg.AssetExecutionContext, trident: TridentResource
-    ) -> Iterator[dg.MaterializeResult]:
+        context: dg.AssetExecutionContext,
+        trident: TridentResource,
+        pyspark: LazyPySparkResource,
+    ) -> Iterator[Any]:
         txids = sorted(parse_txid(k) for k in context.partition_keys)
         attempt = int(context.run.tags.get("trident/attempt", "0"))
-        spark = trident.spark()
+        spark = pyspark.spark_session
+        outcomes: list[BatchOutcome] = []
         with trident.store() as store:
             runner = TopologyRunner(topology, spark, store, trident.log(), fault=trident.fault())
             for txid in txids:
                 outcome = runner.run_batch(txid)
+                outcomes.append(outcome)
                 context.log.info(_summary(outcome))
                 yield from _materializations(topology, keys, outcome, attempt, len(txids) > 1)
-        if len(txids) > 1:
-            span = {"txids": dg.MetadataValue.text(f"{txids[0]}..{txids[-1]}")}
-            for key in keys.values():
-                yield dg.MaterializeResult(asset_key=key, metadata=span)
+            yield from evaluate_checks(topology, keys, settings, context.instance, runner, outcomes)
 
     return _batches
 

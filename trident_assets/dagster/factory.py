@@ -1,29 +1,70 @@
-"""Turn declared topologies into Dagster definitions (assets, sensors, resources, executor)."""
+"""Turn declared topologies into Dagster definitions (assets, checks, sensors, resources)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import dagster as dg
+from dagster_pyspark import LazyPySparkResource
 
 from trident_assets.dagster.assets import topology_assets
+from trident_assets.dagster.checks import CheckSettings
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
+from trident_assets.spark.session import DEFAULT_SPARK_CONF
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["trident_definitions"]
+__all__ = ["pyspark_resource", "trident_definitions"]
+
+
+def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
+    """dagster-pyspark's lazy session resource, configured from ``trident``.
+
+    Local Spark gets the defaults of :data:`DEFAULT_SPARK_CONF` overridden by
+    ``trident.spark_conf``; with ``trident.spark_remote`` the session is a Spark Connect client.
+    The session is created on first use and reused by later runs in the same process.
+    """
+    if trident.spark_remote:
+        return LazyPySparkResource(
+            spark_config={"spark.remote": trident.spark_remote, **trident.spark_conf}
+        )
+    return LazyPySparkResource(
+        spark_config={
+            **DEFAULT_SPARK_CONF,
+            "spark.app.name": "trident_assets",
+            "spark.pyspark.python": sys.executable,
+            **trident.spark_conf,
+        }
+    )
 
 
 def trident_definitions(
-    topologies: Sequence[TridentTopology], trident: TridentResource
+    topologies: Sequence[TridentTopology],
+    trident: TridentResource,
+    *,
+    checks: CheckSettings | None = None,
+    max_catch_up: int = 10,
+    max_attempts: int = 5,
 ) -> dg.Definitions:
-    """Definitions for ``topologies``: their assets and coordinator sensors, run in-process.
+    """Definitions for ``topologies``: their assets, checks and coordinator sensors.
 
-    The in-process executor keeps one SparkSession (one JVM) per run instead of one per step.
+    Runs use the in-process executor: one SparkSession (one JVM) per run process instead of
+    one per step, and one process holding the DuckDB file's lock.
+
+    Args:
+        topologies: the declared topologies.
+        trident: where logs and state live, and the Spark settings.
+        checks: what the asset checks verify (default: everything).
+        max_catch_up: the most txids one sensor-launched run processes (1: a run per txid).
+        max_attempts: attempts of a failing txid before its sensor gives up.
     """
     return dg.Definitions(
-        assets=[topology_assets(t) for t in topologies],
-        sensors=[coordinator_sensor(t) for t in topologies],
-        resources={"trident": trident},
+        assets=[topology_assets(t, checks) for t in topologies],
+        sensors=[
+            coordinator_sensor(t, max_attempts=max_attempts, max_catch_up=max_catch_up)
+            for t in topologies
+        ],
+        resources={"trident": trident, "pyspark": pyspark_resource(trident)},
         executor=dg.in_process_executor,
     )

@@ -19,6 +19,9 @@ from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["coordinator_sensor", "decide_next"]
 
+TXID_TAG = "trident/txid"
+"""Run tag: the first txid a run processes (attempts of a txid are counted by it)."""
+
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -51,8 +54,14 @@ def decide_next(
     backoff: ExponentialBackoff,
     max_attempts: int,
     now: float | None = None,
+    max_catch_up: int = 1,
 ) -> dg.SensorResult | dg.SkipReason:
-    """Decide what the coordinator does now: run the next txid, replay one, wait, or give up."""
+    """Decide what the coordinator does now: run the next txid(s), replay one, wait, or give up.
+
+    When more than one batch of records waits (by each spout's ``max_batch_size``), up to
+    ``max_catch_up`` txids are requested as ONE range run (catch-up): each txid still
+    commits separately and in order. Replays of a failed txid always run it alone.
+    """
     now = time.time() if now is None else now
     keys = asset_keys(topology)
     running = instance.get_runs(
@@ -68,7 +77,7 @@ def decide_next(
     txid = last + 1
     key = txid_key(txid)
     attempts = instance.get_runs(
-        filters=dg.RunsFilter(tags={TOPOLOGY_TAG: topology.name, "dagster/partition": key})
+        filters=dg.RunsFilter(tags={TOPOLOGY_TAG: topology.name, TXID_TAG: key})
     )
     if len(attempts) >= max_attempts:
         return dg.SkipReason(
@@ -76,39 +85,61 @@ def decide_next(
             f"{max_attempts}); giving up. See run {attempts[0].run_id}, fix the cause, then "
             "launch the partition by hand or raise max_attempts."
         )
+    count = 1
     if attempts:
         record = instance.get_run_record_by_id(attempts[0].run_id)
         ended = record.end_time if record is not None and record.end_time else now
         due = ended + backoff.delay(len(attempts))
         if now < due:
             return dg.SkipReason(f"{topology.name}: replaying txid {txid} in {due - now:.1f}s")
-    elif not _has_new_data(topology, trident, offsets):
-        return dg.SkipReason(f"{topology.name}: no new records after txid {last}")
+    else:
+        pending = _pending_batches(topology, trident, offsets)
+        if pending == 0:
+            return dg.SkipReason(f"{topology.name}: no new records after txid {last}")
+        count = max(1, min(pending, max_catch_up))
+    new_keys = [txid_key(t) for t in range(txid, txid + count)]
+    tags = {TOPOLOGY_TAG: topology.name, "trident/attempt": str(len(attempts)), TXID_TAG: key}
+    if count == 1:
+        request = dg.RunRequest(
+            partition_key=key, run_key=f"{topology.name}-{key}-a{len(attempts)}", tags=tags
+        )
+    else:
+        request = dg.RunRequest(
+            run_key=f"{topology.name}-{key}-{new_keys[-1]}",
+            tags={
+                **tags,
+                "dagster/asset_partition_range_start": new_keys[0],
+                "dagster/asset_partition_range_end": new_keys[-1],
+            },
+        )
     return dg.SensorResult(
-        run_requests=[
-            dg.RunRequest(
-                partition_key=key,
-                run_key=f"{topology.name}-{key}-a{len(attempts)}",
-                tags={TOPOLOGY_TAG: topology.name, "trident/attempt": str(len(attempts))},
-            )
-        ],
-        dynamic_partitions_requests=[txid_partitions(topology.name).build_add_request([key])],
+        run_requests=[request],
+        dynamic_partitions_requests=[txid_partitions(topology.name).build_add_request(new_keys)],
     )
 
 
-def _has_new_data(
+def _pending_batches(
     topology: TridentTopology, trident: TridentResource, offsets: dict[str, Any]
-) -> bool:
-    """True if any spout partition has records past the last committed batch."""
+) -> int:
+    """How many batches the records past the last committed batch fill (0: nothing new).
+
+    Per spout: the records waiting divided by its ``max_batch_size`` (rounded up; one batch
+    if unlimited); the topology needs as many batches as its busiest spout.
+    """
     log = trident.log()
+    batches = 0
     for node in topology.spouts.values():
-        source = node.args["spout"].source(log)
+        spout = node.args["spout"]
+        source = spout.source(log)
+        waiting = 0
         for partition in sorted(source.partitions(), key=partition_sort_key):
             done = offsets.get(partition)
             start = source.earliest(partition) if done is None else int(done[1]) + 1
-            if source.latest(partition) > start:
-                return True
-    return False
+            waiting += max(0, source.latest(partition) - start)
+        size = spout.config.max_batch_size
+        if waiting:
+            batches = max(batches, 1 if not size else -(-waiting // size))
+    return batches
 
 
 def coordinator_sensor(
@@ -117,8 +148,12 @@ def coordinator_sensor(
     backoff: ExponentialBackoff | None = None,
     max_attempts: int = 5,
     interval_s: int = 5,
+    max_catch_up: int = 10,
 ) -> dg.SensorDefinition:
-    """The coordinator sensor of ``topology`` (running by default)."""
+    """The coordinator sensor of ``topology`` (running by default).
+
+    ``max_catch_up`` caps how many pending txids one run may process (1: one run per txid).
+    """
     policy = backoff or ExponentialBackoff(
         initial_delay_s=1.0, delay_period_s=2.0, max_delay_s=60.0
     )
@@ -133,6 +168,8 @@ def coordinator_sensor(
         "replays failed txids with exponential backoff.",
     )
     def _coordinator(context: dg.SensorEvaluationContext, trident: TridentResource) -> Any:
-        return decide_next(context.instance, topology, trident, policy, max_attempts)
+        return decide_next(
+            context.instance, topology, trident, policy, max_attempts, max_catch_up=max_catch_up
+        )
 
     return _coordinator

@@ -1,0 +1,274 @@
+"""Asset checks of a topology, evaluated at the end of every batch run.
+
+On each spout-batch asset:
+
+* ``txids_contiguous``: the materialized txids are exactly 1..N and the store's commit
+  marker is N (no gap, nothing committed that Dagster does not show).
+* ``ranges_contiguous``: per source partition, each batch starts where the previous
+  committed batch ended: no overlap (records counted twice) and no skip (records lost),
+  except what retention deleted before an opaque spout read it or a deploy-only reset.
+* ``dead_letters_below_threshold``: dead letters / records read by this run's batches at
+  most the configured fraction (WARN severity: the records are kept, not lost).
+
+On each count/sum state fed only by spouts and functions (``spark.verify.recomputable``):
+
+* ``exactly_once``: the state equals the aggregate recomputed from scratch over the
+  source records of every committed batch (their ranges come from Dagster's history).
+"""
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from trident_assets.dagster.partitions import txid_key
+from trident_assets.errors import BatchUnavailableError
+from trident_assets.spark.executor import BatchOutcome, TopologyRunner
+from trident_assets.spark.verify import recomputable, verify_state
+from trident_assets.spouts.ranges import PartitionRange, partition_sort_key
+from trident_assets.stream.topology import TridentTopology
+
+__all__ = ["CheckSettings", "check_specs", "committed_ranges", "evaluate_checks"]
+
+TXIDS = "txids_contiguous"
+RANGES = "ranges_contiguous"
+DEAD = "dead_letters_below_threshold"
+EXACTLY_ONCE = "exactly_once"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSettings:
+    """What the checks verify."""
+
+    exactly_once: bool = True
+    """Recompute count/sum states from the source every run (cost grows with history)."""
+    dead_letter_threshold: float = 0.01
+    """Highest tolerated fraction of dead letters among the records of a run's batches."""
+
+
+def check_specs(
+    topology: TridentTopology, keys: dict[str, dg.AssetKey], settings: CheckSettings
+) -> list[dg.AssetCheckSpec]:
+    """The check specs of ``topology`` (see the module docstring)."""
+    specs: list[dg.AssetCheckSpec] = []
+    for sid in topology.spouts:
+        key = keys[f"spout:{sid}"]
+        specs += [
+            dg.AssetCheckSpec(TXIDS, asset=key, description="Materialized txids are 1..N."),
+            dg.AssetCheckSpec(
+                RANGES, asset=key, description="Batches neither overlap nor skip offsets."
+            ),
+            dg.AssetCheckSpec(
+                DEAD,
+                asset=key,
+                description=f"Dead letters at most {settings.dead_letter_threshold:.2%} of "
+                "the records read.",
+            ),
+        ]
+    if settings.exactly_once:
+        for name, state in topology.states.items():
+            if recomputable(state):
+                specs.append(
+                    dg.AssetCheckSpec(
+                        EXACTLY_ONCE,
+                        asset=keys[f"state:{name}"],
+                        description="State == aggregate recomputed from the committed "
+                        "batches' source records.",
+                    )
+                )
+    return specs
+
+
+def _spout_history(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[int, dict[str, Any]]:
+    """``{txid: offsets}`` of every applied (not already-committed) batch materialization."""
+    history: dict[int, dict[str, Any]] = {}
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key), limit=1000, cursor=cursor, ascending=True
+        )
+        for record in page.records:
+            mat = record.asset_materialization
+            if mat is None or mat.partition is None:
+                continue
+            meta = mat.metadata
+            offsets = meta.get("offsets")
+            done = meta.get("already_committed")
+            if offsets is None or (done is not None and done.value):
+                continue
+            history[int(mat.partition)] = dict(offsets.value)
+        if not page.has_more:
+            return history
+        cursor = page.cursor
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for first, nxt in sorted(spans):
+        if first >= nxt:
+            continue
+        if merged and first <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], nxt))
+        else:
+            merged.append((first, nxt))
+    return merged
+
+
+def committed_ranges(
+    history: dict[int, dict[str, Any]], outcomes: Sequence[BatchOutcome], spout_id: str
+) -> list[PartitionRange]:
+    """The union of the committed ranges of one spout, merged per partition."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for offsets in history.values():
+        for partition, (first, last) in offsets.items():
+            spans.setdefault(partition, []).append((int(first), int(last) + 1))
+    for outcome in outcomes:
+        plan = outcome.plans.get(spout_id)
+        if outcome.applied and plan is not None:
+            for r in plan.ranges:
+                spans.setdefault(r.partition, []).append((r.first_offset, r.next_offset))
+    return [
+        PartitionRange(partition, first, nxt, "")
+        for partition in sorted(spans, key=partition_sort_key)
+        for first, nxt in _merge(spans[partition])
+    ]
+
+
+def _txids_check(
+    key: dg.AssetKey, instance: dg.DagsterInstance, runner: TopologyRunner, run_txids: list[int]
+) -> dg.AssetCheckResult:
+    done = {int(k) for k in instance.get_materialized_partitions(key)} | set(run_txids)
+    last = max(done, default=0)
+    missing = sorted(set(range(1, last + 1)) - done)
+    committed = runner.last_committed() or 0
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=TXIDS,
+        passed=not missing and committed == last,
+        metadata={
+            "last_txid": last,
+            "store_last_committed": committed,
+            "missing": dg.MetadataValue.json([txid_key(t) for t in missing[:20]]),
+        },
+    )
+
+
+def _ranges_check(
+    key: dg.AssetKey,
+    spout_id: str,
+    history: dict[int, dict[str, Any]],
+    outcomes: Sequence[BatchOutcome],
+) -> dg.AssetCheckResult:
+    """Each applied batch of this run starts where the previous committed batch ended."""
+    previous: dict[str, int] = {}
+    first_txid = min((o.txid for o in outcomes if o.applied), default=None)
+    if first_txid is not None:
+        before = [t for t in history if t < first_txid]
+        for txid in sorted(before):
+            for partition, (_first, last) in history[txid].items():
+                previous[partition] = int(last) + 1
+    problems: list[str] = []
+    checked = 0
+    for outcome in sorted(outcomes, key=lambda o: o.txid):
+        plan = outcome.plans.get(spout_id)
+        if not outcome.applied or plan is None:
+            continue
+        for r in plan.ranges:
+            expected = previous.get(r.partition)
+            checked += 1
+            if expected is not None and r.first_offset < expected:
+                problems.append(
+                    f"txid {outcome.txid} {r.partition}: starts at {r.first_offset}, overlapping "
+                    f"the previous batch (which ended before {expected})"
+                )
+            elif (
+                expected is not None
+                and r.first_offset > expected
+                and plan.skipped_by_retention == 0
+            ):
+                problems.append(
+                    f"txid {outcome.txid} {r.partition}: starts at {r.first_offset}, skipping "
+                    f"offsets {expected}..{r.first_offset - 1}"
+                )
+            previous[r.partition] = r.next_offset
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=RANGES,
+        passed=not problems,
+        metadata={
+            "ranges_checked": checked,
+            "problems": dg.MetadataValue.json(problems[:20]),
+        },
+    )
+
+
+def _dead_letters_check(
+    key: dg.AssetKey, spout_id: str, outcomes: Sequence[BatchOutcome], threshold: float
+) -> dg.AssetCheckResult:
+    applied = [o for o in outcomes if o.applied]
+    records = sum(o.tuples_in.get(spout_id, 0) for o in applied)
+    dead = sum(o.dead_letters_by_spout.get(spout_id, 0) for o in applied)
+    rate = dead / records if records else 0.0
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=DEAD,
+        passed=rate <= threshold,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "dead_letters": dead,
+            "records": records,
+            "rate": dg.MetadataValue.float(round(rate, 6)),
+            "threshold": dg.MetadataValue.float(threshold),
+        },
+    )
+
+
+def evaluate_checks(
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    settings: CheckSettings,
+    instance: dg.DagsterInstance,
+    runner: TopologyRunner,
+    outcomes: Sequence[BatchOutcome],
+) -> Iterator[dg.AssetCheckResult]:
+    """Evaluate every check of :func:`check_specs` after a run's batches (store still open)."""
+    run_txids = [o.txid for o in outcomes]
+    histories: dict[str, dict[int, dict[str, Any]]] = {}
+    for sid in topology.spouts:
+        key = keys[f"spout:{sid}"]
+        histories[sid] = _spout_history(instance, key)
+        yield _txids_check(key, instance, runner, run_txids)
+        yield _ranges_check(key, sid, histories[sid], outcomes)
+        yield _dead_letters_check(key, sid, outcomes, settings.dead_letter_threshold)
+    if not settings.exactly_once:
+        return
+    for name, state in topology.states.items():
+        if not recomputable(state):
+            continue
+        key = keys[f"state:{name}"]
+        ranges = {
+            sid: committed_ranges(histories[sid], outcomes, sid) for sid in topology.spouts
+        }
+        try:
+            result = verify_state(runner, name, ranges)
+        except BatchUnavailableError as exc:
+            yield dg.AssetCheckResult(
+                asset_key=key,
+                check_name=EXACTLY_ONCE,
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"cannot recompute: {exc}",
+            )
+            continue
+        yield dg.AssetCheckResult(
+            asset_key=key,
+            check_name=EXACTLY_ONCE,
+            passed=result.passed,
+            metadata={
+                "keys_in_state": result.keys_in_state,
+                "keys_recomputed": result.keys_expected,
+                "mismatches": result.mismatches,
+                "sample": dg.MetadataValue.json(result.sample),
+            },
+        )

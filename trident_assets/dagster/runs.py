@@ -1,0 +1,77 @@
+"""Driving batch runs in-process: one run per txid, or one catch-up run over a txid range.
+
+What the coordinator sensor launches through the daemon, callable from Python (benchmarks,
+scripts, tests): the txids' partitions are added in order, then the topology's asset job
+runs in this process, so the SparkSession is created once and reused by later runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from trident_assets.dagster.assets import TOPOLOGY_TAG
+from trident_assets.dagster.checks import CheckSettings
+from trident_assets.dagster.factory import trident_definitions
+from trident_assets.dagster.partitions import txid_key, txid_partitions
+from trident_assets.dagster.resources import TridentResource
+from trident_assets.dagster.sensors import TXID_TAG
+from trident_assets.errors import ConfigError
+from trident_assets.stream.topology import TridentTopology
+
+__all__ = ["materialize_batches", "range_tags"]
+
+
+def range_tags(first: int, last: int) -> dict[str, str]:
+    """Run tags that make one run process txids ``first..last`` (a partition key range)."""
+    return {
+        "dagster/asset_partition_range_start": txid_key(first),
+        "dagster/asset_partition_range_end": txid_key(last),
+    }
+
+
+def materialize_batches(
+    topology: TridentTopology,
+    trident: TridentResource,
+    instance: dg.DagsterInstance,
+    txids: Sequence[int],
+    *,
+    catch_up: bool,
+    checks: CheckSettings | None = None,
+    job: Any = None,
+) -> list[dg.ExecuteInProcessResult]:
+    """Run ``txids`` (contiguous, ascending) of ``topology`` through Dagster in this process.
+
+    ``catch_up``: ONE run over the whole range (each txid committed separately, in order,
+    with its own materializations); else one run per txid. Failed runs are returned, not
+    raised (``result.success``). ``job`` reuses an already resolved asset job.
+
+    Raises:
+        ConfigError: ``txids`` is empty or not contiguous ascending.
+    """
+    ordered = list(txids)
+    if not ordered or ordered != list(range(ordered[0], ordered[0] + len(ordered))):
+        msg = f"txids must be contiguous and ascending, got {ordered[:5]}..."
+        raise ConfigError(msg)
+    if job is None:
+        job = trident_definitions(
+            [topology], trident, checks=checks
+        ).resolve_implicit_global_asset_job_def()
+    instance.add_dynamic_partitions(
+        txid_partitions(topology.name).name, [txid_key(t) for t in ordered]
+    )
+    base = {TOPOLOGY_TAG: topology.name, "trident/attempt": "0"}
+    if catch_up:
+        tags = {**base, TXID_TAG: txid_key(ordered[0]), **range_tags(ordered[0], ordered[-1])}
+        return [job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)]
+    return [
+        job.execute_in_process(
+            partition_key=txid_key(t),
+            instance=instance,
+            tags={**base, TXID_TAG: txid_key(t)},
+            raise_on_error=False,
+        )
+        for t in ordered
+    ]
