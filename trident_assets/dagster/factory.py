@@ -33,6 +33,7 @@ def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
         spark_config={
             **DEFAULT_SPARK_CONF,
             "spark.app.name": "trident_assets",
+            "spark.log.level": "ERROR",
             "spark.pyspark.python": sys.executable,
             **trident.spark_conf,
         }

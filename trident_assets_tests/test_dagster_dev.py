@@ -1,0 +1,239 @@
+"""End to end: a real `dagster dev` on 127.0.0.1 whose coordinator sensor runs the word count.
+
+The server is started once for the module with the repository's workspace.yaml and
+dagster.yaml, fed 20 sentences (3 batches of at most 8: one catch-up run), then 4 more
+(a 4th batch in its own run). The tests read what a user would see: GraphQL and the asset
+page in headless Chromium (Debian's ``chromium`` package; CI installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.examples.word_count import SENTENCES
+from trident_assets.log.store import PartitionedLog
+
+REPO = Path(__file__).resolve().parents[1]
+STATE = ["word_count", "word_counts"]
+SPOUT = ["word_count", "sentences_batch"]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@dataclass
+class Dev:
+    url: str
+    home: Path
+    sentences: list[str]
+    log_file: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def gql(url: str, query: str) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{url}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        body = json.loads(response.read())
+    assert "errors" not in body, body
+    return body["data"]
+
+
+def _materialized(url: str, path: list[str]) -> list[str]:
+    data = gql(
+        url,
+        "{ assetNodeOrError(assetKey: {path: PATH}) { ... on AssetNode { assetPartitionStatuses "
+        "{ ... on DefaultPartitionStatuses { materializedPartitions failedPartitions } } } } }"
+        .replace("PATH", json.dumps(path)),
+    )
+    statuses = data["assetNodeOrError"]["assetPartitionStatuses"]
+    assert statuses["failedPartitions"] == [], statuses
+    return sorted(statuses["materializedPartitions"])
+
+
+def _wait(what: str, condition: Any, timeout_s: float, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except (OSError, KeyError, TypeError):
+            pass
+        time.sleep(1.0)
+    tail = log_file.read_text(errors="replace")[-4000:]
+    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}; dagster dev log:\n{tail}")
+
+
+def _produce(log: PartitionedLog, sentences: list[str]) -> None:
+    producer = log.producer("sentences", partitioner="round_robin")
+    for sentence in sentences:
+        producer.send(sentence.encode())
+    producer.flush()
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    root = tmp_path_factory.mktemp("dagster_dev")
+    home, dagster_home = root / "trident", root / "dagster_home"
+    dagster_home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", dagster_home / "dagster.yaml")
+    log = PartitionedLog(home / "log")
+    log.create_topic("sentences", 2)
+    log.create_topic("word_queries", 1)
+    first = list(SENTENCES) * 4
+    _produce(log, first)
+    port = _free_port()
+    log_file = root / "dagster_dev.log"
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(dagster_home),
+        "TRIDENT_HOME": str(home),
+        "TRIDENT_MAX_BATCH_SIZE": "8",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    with log_file.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
+             "-w", "workspace.yaml"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # a background process inherits SIGINT ignored; dagster copies it onto SIGTERM
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait("the webserver", lambda: urllib.request.urlopen(f"{url}/server_info", timeout=5),
+              180, log_file)
+        keys = [f"{t:010d}" for t in range(1, 4)]
+        _wait("txids 1..3", lambda: _materialized(url, STATE) == keys, 420, log_file)
+        more = list(SENTENCES[:4])
+        _produce(log, more)
+        keys4 = [*keys, "0000000004"]
+        _wait("txid 4", lambda: _materialized(url, STATE) == keys4, 300, log_file)
+        _wait(
+            "the runs to finish",
+            lambda: all(r["status"] == "SUCCESS" for r in _runs(url)),
+            120,
+            log_file,
+        )
+        yield Dev(url, home, first + more, log_file)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _runs(url: str) -> list[dict[str, Any]]:
+    data = gql(
+        url,
+        "{ runsOrError { ... on Runs { results { runId status startTime endTime "
+        "tags { key value } } } } }",
+    )
+    return data["runsOrError"]["results"]
+
+
+def test_sensor_runs_batches_in_order_with_one_catch_up_run(dev: Dev) -> None:
+    runs = sorted(_runs(dev.url), key=lambda r: r["startTime"])
+    tags = [{t["key"]: t["value"] for t in r["tags"]} for r in runs]
+    assert [r["status"] for r in runs] == ["SUCCESS", "SUCCESS"]
+    assert tags[0]["dagster/asset_partition_range_start"] == "0000000001"
+    assert tags[0]["dagster/asset_partition_range_end"] == "0000000003"
+    assert tags[1]["dagster/partition"] == "0000000004"
+    assert all(t["dagster/sensor_name"] == "word_count_coordinator" for t in tags)
+    assert runs[0]["endTime"] <= runs[1]["startTime"], "runs of one topology never overlap"
+    assert _materialized(dev.url, SPOUT) == [f"{t:010d}" for t in range(1, 5)]
+
+    config = gql(dev.url, "{ instance { runQueueConfig { tagConcurrencyLimitsYaml } } }")
+    limits = config["instance"]["runQueueConfig"]["tagConcurrencyLimitsYaml"]
+    assert "trident/topology" in limits
+    assert "limit: 1" in limits
+
+    expected = Counter(w for s in dev.sentences for w in s.split())
+    with DuckDBStore(dev.home / "state.duckdb") as store:
+        state = {r["word"]: r["value"] for r in store.scan("word_count__word_counts").to_pylist()}
+        assert store.last_committed("word_count") == 4
+    assert state == dict(expected)
+
+
+def test_asset_checks_pass_and_are_visible_through_graphql(dev: Dev) -> None:
+    checks: dict[tuple[str, str], bool] = {}
+    for path in (STATE, SPOUT):
+        data = gql(
+            dev.url,
+            "{ assetNodeOrError(assetKey: {path: PATH}) { ... on AssetNode { assetChecksOrError "
+            "{ ... on AssetChecks { checks { name executionForLatestMaterialization "
+            "{ status evaluation { success } } } } } } } }".replace("PATH", json.dumps(path)),
+        )
+        for check in data["assetNodeOrError"]["assetChecksOrError"]["checks"]:
+            execution = check["executionForLatestMaterialization"]
+            checks[(path[-1], check["name"])] = (
+                execution["status"] == "SUCCEEDED" and execution["evaluation"]["success"]
+            )
+    assert checks == {
+        ("word_counts", "exactly_once"): True,
+        ("sentences_batch", "txids_contiguous"): True,
+        ("sentences_batch", "ranges_contiguous"): True,
+        ("sentences_batch", "dead_letters_below_threshold"): True,
+    }
+
+
+def test_state_asset_page_shows_txids_and_plots_in_chromium(dev: Dev) -> None:
+    if CHROMIUM is None:
+        if os.environ.get("TRIDENT_WITH_BROWSER") == "1":
+            pytest.fail("TRIDENT_WITH_BROWSER=1 but no chromium on PATH")
+        pytest.skip("no chromium (install Debian's chromium or run with TRIDENT_WITH_BROWSER=1)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2000})
+            page.goto(f"{dev.url}/assets/word_count/word_counts", wait_until="networkidle")
+            page.get_by_text("keys_updated").first.wait_for(timeout=60_000)
+            # the status section (latest materialization's txid) loads on its own
+            page.get_by_text("0000000004").first.wait_for(timeout=60_000)
+            overview = page.inner_text("body")
+            for label in ("txid", "keys_updated", "keys_skipped", "state_size", "Latest check"):
+                assert label in overview
+            page.get_by_text("Plots", exact=True).first.click()
+            page.locator("canvas").first.wait_for(timeout=60_000)
+            assert page.locator("canvas").count() >= 5, "one chart per numeric metadata key"
+            plots = page.inner_text("body")
+            assert "graphing values by partition" in plots
+            page.goto(f"{dev.url}/assets/word_count/word_counts?view=partitions",
+                      wait_until="networkidle")
+            page.get_by_text("0000000004").first.wait_for(timeout=60_000)
+            partitions = page.inner_text("body")
+            assert all(f"{t:010d}" in partitions for t in range(1, 5))
+        finally:
+            browser.close()
