@@ -1,4 +1,9 @@
-"""The code location `dagster dev` loads: the example topologies over ``$TRIDENT_HOME``."""
+"""The code location `dagster dev` loads: the example topologies over ``$TRIDENT_HOME``.
+
+Environment: ``TRIDENT_HOME`` (log and state directory, default ``.trident``),
+``TRIDENT_MAX_BATCH_SIZE`` (records per word-count batch, default 50000),
+``TRIDENT_MAX_CATCH_UP`` (txids one sensor-launched run may process, default 10).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,16 @@ import os
 
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.resources import TridentResource
+from trident_assets.examples.gender_age import build_gender_age
+from trident_assets.examples.location_db import build_location_db
 from trident_assets.examples.word_count import build_word_count
 
+word_count = build_word_count(
+    max_batch_size=int(os.environ.get("TRIDENT_MAX_BATCH_SIZE", "50000"))
+)
+
 defs = trident_definitions(
-    [build_word_count()],
+    [word_count, build_gender_age(), build_location_db()],
     TridentResource(home=os.environ.get("TRIDENT_HOME", ".trident")),
+    max_catch_up=int(os.environ.get("TRIDENT_MAX_CATCH_UP", "10")),
 )

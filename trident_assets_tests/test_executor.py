@@ -685,3 +685,47 @@ def test_declaration_validation() -> None:
             StateSpec.transactional("counts"), "word", Count(), "count"
         )
     assert strict.states == {}
+
+
+def test_runner_compacts_a_state_log_when_superseded_rows_pass_the_policy(
+    tmp_path: Path, spark: Any
+) -> None:
+    from trident_assets.backends.compaction import CompactionPolicy
+
+    log = _log(tmp_path, {"sentences": 1})
+    _send(log, "sentences", ["a b", "a b", "a b", "a c"])
+    topo, _ = _word_count("compacting", max_batch_size=1)
+    policy = CompactionPolicy(ratio=1.0, min_rows=4)
+    table = "compacting__counts"
+    with DuckDBStore(tmp_path / "s.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log, compaction=policy)
+        rows, compacted = [], []
+        for txid in range(1, 5):
+            compacted.append(runner.run_batch(txid).compacted)
+            rows.append(
+                store.conn.execute(f"SELECT count(*) FROM _trident_log_{table}").fetchall()[0][0]
+            )
+        # txid 2 and 3 rewrite a and b again: 4 rows, 2 superseded >= 1.0 x 2 live -> compact;
+        # txid 4 writes a and c: 4 rows, 1 superseded < 3 live -> kept
+        assert compacted == [{}, {table: 2}, {table: 2}, {}]
+        assert rows == [2, 2, 2, 4]
+        assert _counts(store, table) == {"a": 4, "b": 3, "c": 1}
+        assert not runner.run_batch(4).applied
+        assert _counts(store, table) == {"a": 4, "b": 3, "c": 1}
+        opaque = store.conn.execute(
+            f"SELECT word, txid, curr, prev FROM {table} ORDER BY word"
+        ).fetchall()
+        assert opaque == [("a", 4, 4, 3), ("b", 3, 3, 2), ("c", 4, 1, None)], (
+            "compaction keeps each key's latest [txid, curr, prev]"
+        )
+
+
+def test_compaction_policy_thresholds() -> None:
+    from trident_assets.backends.compaction import CompactionPolicy
+
+    policy = CompactionPolicy(ratio=0.5, min_rows=10)
+    assert not policy.due(9, 1), "below min_rows"
+    assert policy.due(15, 10)
+    assert not policy.due(14, 10)
+    with pytest.raises(ConfigError, match="ratio > 0"):
+        CompactionPolicy(ratio=0)

@@ -64,6 +64,7 @@ from trident_assets.errors import ConfigError, StaleTxidError, StateLayoutError,
 __all__ = [
     "ARRIVED_TS",
     "ARRIVED_TXID",
+    "EXPIRED_FIELDS",
     "META_KEY_TAG",
     "REASON_TIMEOUT_BATCHES",
     "REASON_TIMEOUT_S",
@@ -75,6 +76,8 @@ __all__ = [
     "PendingState",
     "SingleJoin",
     "apply_join_batch",
+    "check_event_time",
+    "expired_fields",
     "expiry_cutoff",
     "expiry_reason",
 ]
@@ -93,6 +96,10 @@ REASON_TIMEOUT_BATCHES = "timeout_batches"
 
 REASON_TIMEOUT_S = "timeout_s"
 """ExpiredHalf reason: the entry outlived ``timeout_s`` of event time."""
+
+EXPIRED_FIELDS = ("side", "arrived_txid", "arrived_ts", "reason", "values_json")
+"""Fields of an expired-halves output after the join fields: one row per side that had arrived
+(``values_json``: that side's tuple as a JSON object), Storm's ``fail`` of that tuple."""
 
 _RESERVED = frozenset({ARRIVED_TXID, ARRIVED_TS})
 _ON_DUPLICATE = ("error", "keep_latest")
@@ -367,6 +374,23 @@ class ExpiryCutoff:
         return self.min_live_ts is not None and ts is not None and ts < self.min_live_ts
 
 
+def expired_fields(spec: SingleJoin) -> tuple[str, ...]:
+    """Return the fields of the join's expired output: its join fields, then EXPIRED_FIELDS.
+
+    Raises:
+        ConfigError: a join field is named like one of :data:`EXPIRED_FIELDS`.
+    """
+    fields = (*(spec.join_fields or ()), *EXPIRED_FIELDS)
+    clash = sorted({f for f in spec.join_fields or () if f in EXPIRED_FIELDS})
+    if clash:
+        msg = (
+            f"join field(s) {_name_list(clash)} clash with the expired output's fields "
+            f"{_name_list(EXPIRED_FIELDS)}; rename the field(s) before the join"
+        )
+        raise ConfigError(msg)
+    return fields
+
+
 def _check_txid(txid: int) -> None:
     if isinstance(txid, bool) or not isinstance(txid, int) or txid < 1:
         msg = f"a join batch needs an integer txid >= 1, got {txid!r}"
@@ -381,6 +405,17 @@ def _check_batch_ts(spec: SingleJoin, batch_ts: float | None) -> float | None:
                 "time: pass batch_ts"
             )
             raise JoinInputError(msg)
+        return None
+    return check_event_time(batch_ts)
+
+
+def check_event_time(batch_ts: float | None) -> float | None:
+    """Return ``batch_ts`` as a float (None stays None).
+
+    Raises:
+        JoinInputError: not a finite number of seconds.
+    """
+    if batch_ts is None:
         return None
     if (
         isinstance(batch_ts, bool)

@@ -14,6 +14,7 @@ from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.dagster.assets import TOPOLOGY_TAG, asset_keys
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
+from trident_assets.kafka.retry import backoff_for
 from trident_assets.spouts.ranges import partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
@@ -153,9 +154,13 @@ def coordinator_sensor(
     """The coordinator sensor of ``topology`` (running by default).
 
     ``max_catch_up`` caps how many pending txids one run may process (1: one run per txid).
+    Replays wait ``backoff``, else the ``retry`` policy a spout declares (e.g. a KafkaSpout's),
+    else 1 s, 2 s, 4 s ... capped at 60 s.
     """
-    policy = backoff or ExponentialBackoff(
-        initial_delay_s=1.0, delay_period_s=2.0, max_delay_s=60.0
+    policy = (
+        backoff
+        or backoff_for(topology)
+        or ExponentialBackoff(initial_delay_s=1.0, delay_period_s=2.0, max_delay_s=60.0)
     )
     keys = list(asset_keys(topology).values())
 

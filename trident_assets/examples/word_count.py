@@ -6,7 +6,11 @@ queries -> Split -> group_by(word) -> state_query(MapGet) -> FilterNull -> aggre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, Literal
+
 from trident_assets.core.aggregators import Count, Sum
+from trident_assets.errors import ConfigError
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.log_spout import LogSpout
@@ -33,18 +37,42 @@ def build_word_count(
     query_topic: str = "word_queries",
     kind: SpoutKind = SpoutKind.OPAQUE,
     max_batch_size: int | None = 50_000,
+    source: Literal["log", "kafka"] = "log",
+    bootstrap_servers: str | None = None,
+    kafka_options: Mapping[str, Any] | None = None,
 ) -> TridentTopology:
-    """Declare the word-count topology over the embedded log's ``topic``."""
+    """Declare the word-count topology over ``topic`` of the embedded log or of Kafka.
+
+    ``source="kafka"`` reads the same topics from the cluster at ``bootstrap_servers``
+    (``kafka_options`` are further :class:`~trident_assets.kafka.KafkaSpout` arguments).
+    """
     topo = TridentTopology(name)
     config = SpoutConfig(kind=kind, max_batch_size=max_batch_size)
+
+    def spout(topic_name: str, field: str) -> Any:
+        if source == "log":
+            return LogSpout(topic_name, StringScheme(field), config)
+        if source == "kafka" and bootstrap_servers:
+            from trident_assets.kafka.spout import KafkaSpout
+
+            return KafkaSpout(
+                topic_name,
+                StringScheme(field),
+                config,
+                bootstrap_servers=bootstrap_servers,
+                **dict(kafka_options or {}),
+            )
+        msg = f"source must be 'log' or 'kafka' (with bootstrap_servers), got {source!r}"
+        raise ConfigError(msg)
+
     counts = (
-        topo.new_stream("sentences", LogSpout(topic, StringScheme("sentence"), config))
+        topo.new_stream("sentences", spout(topic, "sentence"))
         .each("sentence", Split(), "word")
         .group_by("word")
         .persistent_aggregate(StateSpec.opaque("word_counts"), "word", Count(), "count")
     )
     (
-        topo.new_stream("queries", LogSpout(query_topic, StringScheme("args"), config))
+        topo.new_stream("queries", spout(query_topic, "args"))
         .each("args", Split(), "word")
         .group_by("word")
         .state_query(counts, "word", MapGet(), "count")

@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
 from trident_assets.backends.duckdb_merge import apply_partials, apply_partials_python
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
 from trident_assets.backends.duckdb_store import DuckDBStore, sql_to_arrow
@@ -31,10 +32,17 @@ from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.commit import commit_batch, decide_commit
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.values import StateType
+from trident_assets.spark import stream_ops
 from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.queries import MapGet, SnapshotGet
+from trident_assets.stream.single_join import (
+    SINGLE_JOIN,
+    SINGLE_JOIN_EXPIRED,
+    apply_join_state,
+    join_batch_table,
+)
 from trident_assets.stream.topology import Node, PersistedState, TridentState, TridentTopology
 
 __all__ = ["BatchOutcome", "StateOutcome", "TopologyRunner"]
@@ -44,6 +52,7 @@ GLOBAL_COLUMN = "key"
 DEAD_LETTERS = "_trident_dead_letters"
 NEW_VALUES_KEPT = 50
 """How many recent txids of new values and outputs each table keeps."""
+DEFAULT_COMPACTION = CompactionPolicy()
 
 Fault = Callable[[str], None]
 """Called at named points of a batch (``after_emit``, ``after_state_write``,
@@ -73,9 +82,12 @@ class BatchOutcome:
     plans: dict[str, BatchPlan] = field(default_factory=dict)
     tuples_in: dict[str, int] = field(default_factory=dict)
     dead_letters: int = 0
+    dead_letters_by_spout: dict[str, int] = field(default_factory=dict)
     states: dict[str, StateOutcome] = field(default_factory=dict)
     outputs: dict[str, int] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
+    compacted: dict[str, int] = field(default_factory=dict)
+    """Superseded rows dropped per state table by compaction after the commit."""
 
 
 class TopologyRunner:
@@ -89,8 +101,14 @@ class TopologyRunner:
         log: Any,
         *,
         fault: Fault | None = None,
+        compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
     ) -> None:
-        """Bind the topology to its runtime resources."""
+        """Bind the topology to its runtime resources.
+
+        ``compaction``: when to compact a state's versioned log after a batch commits
+        (None: never; :meth:`DuckDBStore.compact` by hand).
+        """
+        self.compaction = compaction
         self.topology = topology
         self.spark = spark
         self.store = store
@@ -158,6 +176,11 @@ class TopologyRunner:
             else BatchOutcome(self.scope, txid, False, plans)
         )
         timings["commit"] = time.perf_counter() - t_commit
+        if outcome.applied and self.compaction is not None:
+            t_compact = time.perf_counter()
+            live = {s.table: s.size for s in outcome.states.values()}
+            outcome.compacted = maybe_compact(self.store, live, self.compaction)
+            timings["compact"] = time.perf_counter() - t_compact
         timings["total"] = time.perf_counter() - started
         outcome.timings_s = timings
         return outcome
@@ -204,6 +227,8 @@ class _BatchRun:
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, Any] = {}
         self.new_values: dict[str, pa.Table] = {}
+        self.expired: dict[str, pa.Table] = {}
+        """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
         self.value_types: dict[str, pa.DataType] = {}
         """Arrow type of each combiner state's batch partials (typing empty query results)."""
 
@@ -227,6 +252,10 @@ class _BatchRun:
         if node.kind == "new_values":
             state: TridentState = a["state"]
             return self.spark.createDataFrame(self.new_values[state.spec.name])
+        if node.kind == SINGLE_JOIN_EXPIRED:
+            return self.spark.createDataFrame(self.expired[a["state"].spec.name])
+        if node.kind in stream_ops.NODE_KINDS:
+            return stream_ops.build(node, [self.frame(p) for p in node.parents])
         parent = self.frame(node.parents[0])
         if node.kind == "each":
             return a["function"].apply(parent, a["inputs"], a["outputs"])
@@ -247,6 +276,8 @@ class _BatchRun:
         state: TridentState = a["state"]
         store = self.runner.store
         out = a["output"]
+        if state.node.kind == "static_state":
+            return stream_ops.static_query(self.spark, store, parent, a)
         if isinstance(a["query"], SnapshotGet):
             value = _read_global(store, state)
             return parent.withColumn(out, F.lit(value))
@@ -299,7 +330,8 @@ class _BatchRun:
         topo = self.runner.topology
         partials: dict[str, pa.Table] = {}
         for name, state in topo.states.items():
-            partials[name] = self._state_input(state)
+            if not _depends_on_new_values(state.node):  # else computed during the commit
+                partials[name] = self._state_input(state)
         outputs = {
             name: self.frame(stream.node).toArrow()
             for name, stream in topo.outputs.items()
@@ -315,6 +347,8 @@ class _BatchRun:
         from pyspark.sql import functions as F
 
         a = state.node.args
+        if SINGLE_JOIN in a:
+            return join_batch_table(self, state)
         parent = self.frame(state.node.parents[0])
         if "updater" in a:
             return parent.select(*a["inputs"]).toArrow()
@@ -341,7 +375,10 @@ class _BatchRun:
         topo = runner.topology
         outcome = BatchOutcome(topo.name, self.txid, True, self.plans, prepared.tuples_in)
         for name, state in topo.states.items():
-            outcome.states[name] = self._apply_state(state, prepared.partials[name])
+            batch = prepared.partials.get(name)
+            if batch is None:
+                batch = self._state_input(state)
+            outcome.states[name] = self._apply_state(state, batch)
         runner.fault("after_state_write")
         outputs = dict(prepared.outputs)
         for name, stream in topo.outputs.items():
@@ -353,6 +390,7 @@ class _BatchRun:
         for name, table in self.new_values.items():
             _store_rows(store, f"{topo.name}__{name}__new_values", self.txid, table)
         outcome.dead_letters = _store_dead_letters(store, topo.name, self.txid, prepared.dead)
+        outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in prepared.dead.items()}
         for spout_id, plan in self.plans.items():
             runner.coordinator(spout_id).commit(plan)
         runner.fault("before_commit")
@@ -363,6 +401,8 @@ class _BatchRun:
         a = state.node.args
         spec = state.spec
         txid = self.txid
+        if SINGLE_JOIN in a:
+            return apply_join_state(self, state, batch)
         if "updater" in a:
             new = a["updater"].update_state(store, state.table, batch, txid)
             if new is not None:
@@ -412,7 +452,9 @@ class _BatchRun:
 
 
 def _depends_on_new_values(node: Node) -> bool:
-    return node.kind == "new_values" or any(_depends_on_new_values(p) for p in node.parents)
+    return node.kind in ("new_values", SINGLE_JOIN_EXPIRED) or any(
+        _depends_on_new_values(p) for p in node.parents
+    )
 
 
 def _size(store: DuckDBStore, table: str) -> int:

@@ -23,8 +23,9 @@ from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregato
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.spouts.config import SpoutKind, validate_name
+from trident_assets.stream.batch_join import JoinType, merge_selections, plan_join
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
-from trident_assets.stream.operations import Filter, Function
+from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.queries import QueryFunction
 
 __all__ = [
@@ -130,6 +131,8 @@ class TridentTopology:
         self.states: dict[str, TridentState] = {}
         self.queries: list[Stream] = []
         self.outputs: dict[str, Stream] = {}
+        self.static_states: dict[str, TridentState] = {}
+        """States queries read but nothing in the topology writes (``new_static_state``)."""
 
     def new_stream(self, spout_id: str, spout: Any) -> Stream:
         """A stream of the batches a spout emits; ``spout_id`` names its offset metadata."""
@@ -141,8 +144,104 @@ class TridentTopology:
         self.spouts[spout_id] = node
         return Stream(self, node)
 
+    def single_join(
+        self,
+        name: str,
+        streams: Sequence[Stream],
+        *,
+        out_fields: str | Sequence[str],
+        join_fields: str | Sequence[str] | None = None,
+        sides: Sequence[str] | None = None,
+        timeout_batches: int | None = None,
+        timeout_s: float | None = None,
+        num_buckets: int = 3,
+        on_duplicate: str = "error",
+        event_time: str | None = None,
+    ) -> Stream:
+        """Join ``streams`` on their common fields across batches (Storm's SingleJoinBolt).
+
+        Halves wait in state ``name`` (committed with the batch, so replays neither lose nor
+        duplicate a join) until every side of their key has arrived; the joined tuples carry
+        ``out_fields``, each from the first input that has it. Halves older than
+        ``timeout_batches`` batches / ``timeout_s`` of ``event_time`` expire with Storm's
+        bucket rotation (between the timeout and timeout x buckets/(buckets-1) after their
+        first arrival) into output ``<name>_expired``. A side arriving twice for a pending
+        key raises (``on_duplicate="error"``) or replaces it (``"keep_latest"``). ``sides``
+        names the inputs (default: their spout ids). See :mod:`trident_assets.stream.single_join`.
+
+        Raises:
+            ConfigError: an invalid declaration (checked before anything runs).
+        """
+        from trident_assets.stream.single_join import declare_single_join
+
+        return declare_single_join(
+            self,
+            name,
+            streams,
+            out_fields=out_fields,
+            join_fields=join_fields,
+            sides=sides,
+            timeout_batches=timeout_batches,
+            timeout_s=timeout_s,
+            num_buckets=num_buckets,
+            on_duplicate=on_duplicate,  # type: ignore[arg-type]
+            event_time=event_time,
+        )
+
+    def new_static_state(self, name: str, source: Any) -> TridentState:
+        """A state that queries read and nothing in the topology writes (``newStaticState``).
+
+        ``source`` is a StaticTable (a table of the store) or a StaticFile (loaded once).
+        """
+        from trident_assets.stream.static_state import StaticSource, StaticState
+
+        if not isinstance(source, StaticSource):
+            msg = f"new_static_state needs a StaticTable or StaticFile, got {source!r}"
+            raise ConfigError(msg)
+        state = StaticState(self, name, source)
+        if name in self.states or name in self.static_states:
+            msg = f"topology {self.name!r} already has a state {name!r}"
+            raise ConfigError(msg)
+        self.static_states[name] = state
+        return state
+
+    def _own(self, streams: Sequence[Stream], operation: str) -> None:
+        for s in streams:
+            if not isinstance(s, Stream) or s.topology is not self:
+                msg = f"{operation}: {s!r} is not a stream of topology {self.name!r}"
+                raise ConfigError(msg)
+
+    def merge(self, *streams: Stream, fields: str | Sequence[str] | None = None) -> Stream:
+        """The tuples of every stream in one stream, per batch (Trident's ``merge``).
+
+        Streams must have the first stream's fields (aligned by name); with ``fields`` they
+        are aligned by position and renamed.
+        """
+        self._own(streams, "merge")
+        outs, selections = merge_selections([s.fields for s in streams], fields)
+        node = Node("merge", outs, tuple(s.node for s in streams), {"selections": selections})
+        return Stream(self, node)
+
+    def join(
+        self,
+        streams: Sequence[Stream],
+        join_fields: str | Sequence[str] | Sequence[Sequence[str]],
+        out_fields: str | Sequence[str],
+        how: str | JoinType | Sequence[str | JoinType] = "inner",
+    ) -> Stream:
+        """Join streams on key fields within each batch (Trident's ``join``, COMPACT output).
+
+        ``how``: ``"inner"``, ``"outer"``, ``"left"`` (first stream INNER, the others OUTER)
+        or one JoinType per stream. Output: the join fields, then each stream's other
+        fields, named by ``out_fields``.
+        """
+        self._own(streams, "join")
+        plan = plan_join([s.fields for s in streams], join_fields, out_fields, how)
+        node = Node("join", plan.out_fields, tuple(s.node for s in streams), {"plan": plan})
+        return Stream(self, node)
+
     def _register_state(self, state: TridentState) -> None:
-        if state.spec.name in self.states:
+        if state.spec.name in self.states or state.spec.name in self.static_states:
             msg = f"topology {self.name!r} already has a state {state.spec.name!r}"
             raise ConfigError(msg)
         self.states[state.spec.name] = state
@@ -215,6 +314,46 @@ class Stream:
         keep = as_fields(fields, "project")
         require_fields(keep, self.fields, "project")
         return self._derive("project", keep)
+
+    def map(self, function: MapFunction, outputs: str | Sequence[str] | None = None) -> Stream:
+        """Replace each tuple by one tuple of ``outputs`` (default: the same fields)."""
+        return self._fresh("map", MapFunction, function, outputs)
+
+    def flat_map(
+        self, function: FlatMapFunction, outputs: str | Sequence[str] | None = None
+    ) -> Stream:
+        """Replace each tuple by zero or more tuples of ``outputs`` (default: the same fields)."""
+        return self._fresh("flat_map", FlatMapFunction, function, outputs)
+
+    def _fresh(self, kind: str, expected: type, function: Any, outputs: Any) -> Stream:
+        if not isinstance(function, expected):
+            msg = f"{kind} needs a {expected.__name__}, got {function!r}"
+            raise ConfigError(msg)
+        require_fields(function.referenced_fields(), self.fields, kind)
+        outs = (
+            function.default_outputs(self.fields)
+            if outputs is None
+            else as_fields(outputs, f"{kind} outputs")
+        )
+        check_distinct(outs, (), kind)
+        function.validate(self.fields, outs)
+        return self._derive(kind, outs, function=function)
+
+    def partition_aggregate(
+        self,
+        inputs: str | Sequence[str],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
+        outputs: str | Sequence[str],
+    ) -> Stream:
+        """Aggregate each Spark partition of the batch to one tuple (``partitionAggregate``).
+
+        See :meth:`GroupedStream.partition_aggregate`.
+        """
+        return GroupedStream(self, ()).partition_aggregate(inputs, agg, outputs)
+
+    def apply_assembly(self, assembly: Any) -> Stream:
+        """Apply an Assembly such as ``FirstN`` (Trident's ``applyAssembly``)."""
+        return assembly.apply(self)
 
     def as_output(self, name: str) -> Stream:
         """Keep this stream's tuples of every batch as output ``name`` (an asset in Dagster)."""
@@ -319,6 +458,40 @@ class GroupedStream:
         return self.stream._derive(
             "aggregate", (*self.group, *outs), inputs=ins, agg=agg, group=self.group, output=outs[0]
         )
+
+    def partition_aggregate(
+        self,
+        inputs: str | Sequence[str],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
+        outputs: str | Sequence[str],
+    ) -> Stream:
+        """Aggregate each group within each Spark partition: ``group + outputs`` per pair.
+
+        Partition boundaries are Spark's, so results differ from ``aggregate`` by design
+        (one tuple per non-empty partition and group; an empty batch emits nothing).
+        """
+        from trident_assets.spark.stream_ops import check_partition_aggregator
+
+        ins = as_fields(inputs, "partition_aggregate inputs")
+        require_fields(ins, self.stream.fields, "partition_aggregate")
+        outs = as_fields(outputs, "partition_aggregate outputs")
+        if len(outs) != 1:
+            msg = f"partition_aggregate emits one field per aggregator, got {list(outs)}"
+            raise ConfigError(msg)
+        check_distinct(outs, self.group, "partition_aggregate")
+        check_partition_aggregator(agg, ins)
+        return self.stream._derive(
+            "partition_aggregate",
+            (*self.group, *outs),
+            inputs=ins,
+            agg=agg,
+            group=self.group,
+            output=outs[0],
+        )
+
+    def apply_assembly(self, assembly: Any) -> Stream:
+        """Apply an Assembly per group (e.g. ``FirstN`` of each group)."""
+        return assembly.apply(self.stream, self.group)
 
     def persistent_aggregate(
         self,

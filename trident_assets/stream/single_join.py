@@ -1,0 +1,201 @@
+"""``single_join``: Storm's SingleJoinBolt as an exactly-once join across streams and batches.
+
+Declaration (:func:`declare_single_join`, called by ``TridentTopology.single_join``) is pure and
+validates everything up front. The join is a state of the topology (its pending halves, a
+DuckDB table written in the batch's commit transaction, see
+:mod:`trident_assets.backends.duckdb_join`) with two streams:
+
+* the joined tuples (``out_fields``), produced during the commit, like a new-values stream;
+* the expired halves, registered as output ``<name>_expired`` (the join fields, then
+  ``side, arrived_txid, arrived_ts, reason, values_json``: one row per tuple Storm would fail).
+
+The running half (:func:`join_batch_table`, :func:`apply_join_state`) is called by
+:mod:`trident_assets.spark.executor`; Spark is imported only when a batch runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+from typing import TYPE_CHECKING, Any, Literal
+
+from trident_assets.core.join import SingleJoin, expired_fields
+from trident_assets.core.rotating import DEFAULT_NUM_BUCKETS
+from trident_assets.errors import ConfigError
+from trident_assets.names import validate_identifier
+from trident_assets.stream.fields import as_fields, require_fields
+from trident_assets.stream.topology import Node, StateSpec, Stream, TridentState
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from trident_assets.stream.topology import TridentTopology
+
+__all__ = [
+    "SINGLE_JOIN",
+    "SINGLE_JOIN_EXPIRED",
+    "apply_join_state",
+    "declare_single_join",
+    "expired_output_name",
+    "join_batch_table",
+]
+
+SINGLE_JOIN = "single_join"
+"""Node kind (and args key) of a single join's state node."""
+
+SINGLE_JOIN_EXPIRED = "single_join_expired"
+"""Node kind of a single join's expired-halves stream (built during the commit)."""
+
+
+def expired_output_name(name: str) -> str:
+    """Return the name of join ``name``'s expired output (``<name>_expired``)."""
+    return validate_identifier(f"{name}_expired", "expired output")
+
+
+def _side_names(streams: Sequence[Stream], sides: Sequence[str] | None) -> tuple[str, ...]:
+    if sides is None:
+        names = tuple(
+            s.node.args["spout_id"] if s.node.kind == "spout" else f"in{i}"
+            for i, s in enumerate(streams)
+        )
+    else:
+        names = as_fields(sides, "single_join sides")
+    if len(names) != len(streams):
+        msg = f"single_join got {len(streams)} streams but {len(names)} side names {list(names)}"
+        raise ConfigError(msg)
+    for name in names:
+        validate_identifier(name, "join side")
+    return names
+
+
+def declare_single_join(
+    topology: TridentTopology,
+    name: str,
+    streams: Sequence[Stream],
+    *,
+    out_fields: str | Sequence[str],
+    join_fields: str | Sequence[str] | None = None,
+    sides: Sequence[str] | None = None,
+    timeout_batches: int | None = None,
+    timeout_s: float | None = None,
+    num_buckets: int = DEFAULT_NUM_BUCKETS,
+    on_duplicate: Literal["error", "keep_latest"] = "error",
+    event_time: str | None = None,
+) -> Stream:
+    """Declare join ``name`` of ``streams``; return the stream of joined tuples.
+
+    See ``TridentTopology.single_join`` for the arguments.
+
+    Raises:
+        ConfigError: fewer than two streams, a stream of another topology, bad or repeated
+            side names, an out field no input has, no common field, bad timeouts, ``timeout_s``
+            without ``event_time``, a join field named like an expired-output field, or a
+            state/output name already taken.
+        FieldNotFoundError: ``event_time`` or a join field missing from an input.
+    """
+    validate_identifier(name, "join")
+    streams = list(streams)
+    if len(streams) < 2 or not all(isinstance(s, Stream) for s in streams):
+        msg = f"single_join {name!r} needs at least two Streams, got {streams!r}"
+        raise ConfigError(msg)
+    for stream in streams:
+        if stream.topology is not topology:
+            msg = f"single_join {name!r}: a stream belongs to topology {stream.topology.name!r}"
+            raise ConfigError(msg)
+    side_names = _side_names(streams, sides)
+    if len(set(side_names)) != len(side_names):
+        msg = (
+            f"single_join {name!r}: side names {list(side_names)} repeat; two streams of the "
+            "same spout need explicit sides=[...]"
+        )
+        raise ConfigError(msg)
+    outs = as_fields(out_fields, "single_join out_fields")
+    keys = None if join_fields is None else as_fields(join_fields, "single_join join_fields")
+    spec = SingleJoin(
+        [(side, s.fields) for side, s in zip(side_names, streams, strict=True)],
+        outs,
+        join_fields=keys,
+        timeout_batches=timeout_batches,
+        timeout_s=timeout_s,
+        num_buckets=num_buckets,
+        on_duplicate=on_duplicate,
+    )
+    if event_time is not None:
+        for side, stream in zip(side_names, streams, strict=True):
+            require_fields((event_time,), stream.fields, f"single_join event_time (side {side})")
+    elif timeout_s is not None:
+        msg = (
+            f"single_join {name!r} has timeout_s={timeout_s} but no event_time: name the field "
+            "(present in every input) that holds each tuple's event time"
+        )
+        raise ConfigError(msg)
+    if name in topology.states:
+        msg = f"topology {topology.name!r} already has a state {name!r}"
+        raise ConfigError(msg)
+    expired_name = expired_output_name(name)
+    if expired_name in topology.outputs:
+        msg = f"topology {topology.name!r} already has an output {expired_name!r}"
+        raise ConfigError(msg)
+    state_spec = StateSpec.opaque(name)
+    node = Node(
+        SINGLE_JOIN,
+        tuple(spec.out_fields),
+        tuple(s.node for s in streams),
+        {SINGLE_JOIN: spec, "event_time": event_time, "spec": state_spec},
+    )
+    topology.check_exactly_once(state_spec, node)
+    state = TridentState(topology, state_spec, node, tuple(spec.join_fields or ()), None)
+    topology._register_state(state)
+    expired = Node(SINGLE_JOIN_EXPIRED, expired_fields(spec), (), {"state": state})
+    Stream(topology, expired).as_output(expired_name)
+    return state.new_values_stream()
+
+
+# -- running a batch (called by the executor) --------------------------------------------------
+
+
+def join_batch_table(run: Any, state: TridentState) -> pa.Table:
+    """The batch's rows of every side as one Arrow table (one Spark union, one transfer).
+
+    Columns: ``__side`` (the side's index), ``__v<i>`` (a struct of side i's fields, NULL on
+    the other sides' rows) and ``__ts`` (the event time in seconds, NULL without one).
+    """
+    from pyspark.sql import functions as F
+
+    from trident_assets.backends.duckdb_join import SIDE_COLUMN, TS_COLUMN, value_column
+
+    args = state.node.args
+    spec: SingleJoin = args[SINGLE_JOIN]
+    event_time = args["event_time"]
+    frames = []
+    for i, ((_, fields), parent) in enumerate(zip(spec.inputs, state.node.parents, strict=True)):
+        ts = F.col(event_time) if event_time is not None else F.lit(None)
+        frames.append(
+            run.frame(parent).select(
+                F.lit(i).cast("int").alias(SIDE_COLUMN),
+                F.struct(*[F.col(f) for f in fields]).alias(value_column(i)),
+                ts.cast("double").alias(TS_COLUMN),
+            )
+        )
+    union = reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames)
+    return union.toArrow()
+
+
+def apply_join_state(run: Any, state: TridentState, batch: pa.Table) -> Any:
+    """Apply the batch to the join's pending table inside the open commit transaction.
+
+    Leaves the joined rows in ``run.new_values`` and the expired halves in ``run.expired``
+    (both keyed by the join's name) and returns the executor's ``StateOutcome``.
+    """
+    from trident_assets.backends.duckdb_join import apply_join_batch_sql, batch_event_time
+    from trident_assets.spark.executor import StateOutcome
+
+    store = run.runner.store
+    name = state.spec.name
+    ts = batch_event_time(store, state.table, batch)
+    result = apply_join_batch_sql(
+        store, state.node.args[SINGLE_JOIN], state.table, run.txid, batch, batch_ts=ts
+    )
+    run.new_values[name] = result.joined
+    run.expired[name] = result.expired
+    return StateOutcome(name, state.table, result.keys_in, result.keys_in, 0, result.pending_after)
