@@ -1,0 +1,93 @@
+"""Smoke test of the benchmark's parts: corpus, ground truth, DuckDB baseline, our pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bench import pipeline
+from bench.corpus import TOPIC, CorpusSpec, ground_truth, write_corpus
+from bench.run_all import duckdb_baseline, verify
+from trident_assets.log.store import PartitionedLog
+
+SPEC = CorpusSpec(batches=2, sentences=301, vocab=500, partitions=2, seed=11)
+
+
+def _as_dict(table: pa.Table) -> dict[str, int]:
+    return dict(
+        zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)
+    )
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory):
+    return write_corpus(SPEC, tmp_path_factory.mktemp("corpus"))
+
+
+def test_corpus_is_deterministic_and_its_truth_exact(corpus, tmp_path: Path) -> None:
+    log = PartitionedLog(corpus.log_root)
+    # each corpus batch is one segment per partition: 151 + 150 sentences
+    assert [log.latest_offset(TOPIC, p) for p in range(2)] == [302, 300]
+    counted: Counter[str] = Counter()
+    for p in range(2):
+        for value in log.read(TOPIC, p, 0, log.latest_offset(TOPIC, p) - 1).column("value"):
+            words = value.as_py().decode().split(" ")
+            assert len(words) == 8
+            counted.update(words)
+    assert _as_dict(corpus.truth) == dict(counted)
+    assert sum(counted.values()) == SPEC.total_words == 4816
+    files = [pq.read_table(f).column("value").to_pylist() for f in corpus.files]
+    assert [len(f) for f in files] == [301, 301]
+    first = log.read(TOPIC, 0, 0, 150).column("value").to_pylist()
+    assert [v.encode() for v in files[0][:151]] == first, "file 0 = log batch 0, partition 0"
+    assert ground_truth(SPEC).equals(corpus.truth)
+    again = write_corpus(SPEC, tmp_path / "again", log_files=False)
+    assert again.truth.equals(corpus.truth)
+    other = write_corpus(dataclasses.replace(SPEC, seed=12), tmp_path / "other", log_files=False)
+    assert not other.truth.equals(corpus.truth)
+
+
+def test_duckdb_baseline_and_verify(corpus) -> None:
+    result, counts = duckdb_baseline(list(corpus.files))
+    assert result["words"] == 4816
+    check = verify(corpus.truth, counts)
+    assert check == {
+        "identical": True,
+        "keys": corpus.truth.num_rows,
+        "truth_keys": corpus.truth.num_rows,
+        "missing_or_different": 0,
+        "unexpected": 0,
+    }
+    counts_list = corpus.truth.column("count").to_pylist()
+    counts_list[0] += 1
+    off_by_one = corpus.truth.set_column(1, "count", pa.array(counts_list, pa.int64()))
+    check = verify(corpus.truth, off_by_one)
+    assert (check["identical"], check["missing_or_different"], check["unexpected"]) == (
+        False,
+        1,
+        1,
+    )
+    fewer = verify(corpus.truth, corpus.truth.slice(1))
+    assert (fewer["missing_or_different"], fewer["unexpected"]) == (1, 0)
+
+
+def test_trident_catch_up_run_counts_exactly(corpus, spark, tmp_path: Path) -> None:
+    from trident_assets.examples.word_count import build_word_count
+
+    topo = build_word_count(max_batch_size=SPEC.sentences)
+    trident = pipeline._trident(corpus.log_root.parent, tmp_path / "state.duckdb", None, None)
+    instance = pipeline._instance(tmp_path / "dagster")
+    walls = pipeline.drive(topo, trident, instance, [1, 2], catch_up=True)
+    assert len(walls) == 1
+    stages = pipeline.batch_timings(instance, limit=10)
+    assert sorted(stages) == [1, 2]
+    assert [stages[t]["tuples_in"] for t in (1, 2)] == [301.0, 301.0]
+    assert pipeline.export_counts(tmp_path / "state.duckdb", tmp_path / "c.parquet") == (
+        corpus.truth.num_rows
+    )
+    assert verify(corpus.truth, pq.read_table(tmp_path / "c.parquet"))["identical"]
