@@ -1,0 +1,686 @@
+"""Chaos soak for exactly-once: SIGKILL the batch process at random points, replay, compare.
+
+Run: ``python -m bench.chaos_soak [--batches 50] [--kills 15] [--seed 7]
+[--kind opaque|transactional|both] [--root DIR] [--json PATH]``.
+
+Three kinds of process, all started by the driver (this command):
+
+* a **producer** appending sentences (a few of them invalid UTF-8, so StringScheme sends them
+  to dead letters) and a few word queries to the embedded log, concurrently with the batches;
+* a **batch worker**: one Spark session and one DuckDB store reused for many batches. For each
+  word-count topology (``wc_opaque`` with an opaque spout, ``wc_transactional`` with a
+  transactional spout; both keep an opaque state in the same DuckDB file) it runs
+  :meth:`TopologyRunner.run_batch` for ``last_committed + 1`` when the driver asks. At every
+  fault point of the runner (``after_emit``, ``after_state_write``, ``before_commit``) and
+  after every spout-metadata write (``spout_meta:emit:<spout>`` for a transactional spout's
+  ranges recorded at first emission, ``spout_meta:commit:<spout>`` inside the commit
+  transaction) it reports the point and waits for the driver's go-ahead;
+* the **driver** decides, per batch attempt, whether to kill and where: at a fault point
+  (the worker is paused there), after a spout-metadata write, or at a random wall-clock time
+  during the Spark stage (a timer armed at ``after_emit``). A kill is ``SIGKILL`` to the
+  worker's process group, so its Spark JVM dies too; a new worker is then started (the
+  realistic cost) and the batch is replayed.
+
+At the end the producer is stopped, the source is drained (no more kills), and the state is
+compared with the ground truth computed from every record in the log, key by key, in DuckDB
+over Arrow: zero lost and zero double-counted words for every key, every malformed record in
+``_trident_dead_letters`` exactly once, and the committed offset ranges of all txids tiling
+each partition from offset 0 to its end (no gap, no overlap). The command prints the figures
+and exits non-zero on any mismatch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+TOPIC = "sentences"
+QUERY_TOPIC = "word_queries"
+PARTITIONS = 3
+KINDS = ("opaque", "transactional")
+MALFORMED = (b"\xff\xfe broken", b"truncated \xc3", b"\x80 lone continuation", b"ok \xc3\x28 bad")
+"""Values that are not valid UTF-8 (StringScheme sends them to dead letters)."""
+WORDS = (
+    "the", "cow", "jumped", "over", "moon", "man", "went", "to", "store", "and", "bought",
+    "some", "candy", "four", "score", "seven", "years", "ago", "how", "many", "apples", "can",
+    "you", "eat", "be", "or", "not", "person", "café", "naïve", "日本", "zoë",
+)  # fmt: skip
+TIMER = "timer"
+POINTS = ("after_emit", "after_state_write", "before_commit", "spout_meta", TIMER)
+"""Where the driver may kill: the runner's fault points, after a spout-metadata write, or at a
+random wall-clock time during the Spark stage."""
+
+
+def topology_name(kind: str) -> str:
+    """The name of the word-count topology with a ``kind`` spout."""
+    return f"wc_{kind}"
+
+
+def _send(stream: IO[str], **event: Any) -> None:
+    stream.write(json.dumps(event) + "\n")
+    stream.flush()
+
+
+# -- the producer -----------------------------------------------------------------------------
+
+
+def run_producer(root: Path, seed: int, rate: float, bad_ratio: float) -> None:
+    """Append sentences (and malformed records) until SIGTERM; print the counts as JSON."""
+    from trident_assets.log.store import PartitionedLog
+
+    stop = False
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    rng = random.Random(seed)
+    log = PartitionedLog(root / "log")
+    sentences = log.producer(TOPIC, partitioner="round_robin")
+    queries = log.producer(QUERY_TOPIC, partitioner="round_robin")
+    good = bad = asked = 0
+    tick = 0.05
+    while not stop:
+        for _ in range(max(1, round(rate * tick * rng.uniform(0.5, 1.5)))):
+            if rng.random() < bad_ratio:
+                sentences.send(rng.choice(MALFORMED))
+                bad += 1
+            else:
+                words = rng.choices(WORDS, k=rng.randint(1, 9))
+                sentences.send(" ".join(words).encode())
+                good += 1
+        if rng.random() < 0.1:
+            queries.send(" ".join(rng.choices(WORDS, k=3)).encode())
+            asked += 1
+        sentences.flush()
+        queries.flush()
+        time.sleep(tick)
+    _send(sys.stdout, ev="produced", good=good, bad=bad, queries=asked)
+
+
+# -- the batch worker -------------------------------------------------------------------------
+
+
+def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
+    """Serve ``run <topology>`` / ``stop`` commands from stdin, reporting events on stdout.
+
+    At each fault point the worker reports ``point`` and waits for a ``go`` line; any other
+    line (or EOF) makes it exit. The driver kills it with SIGKILL while it waits or runs.
+    """
+    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.examples.word_count import build_word_count
+    from trident_assets.log.store import PartitionedLog
+    from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.spark.session import build_spark_session
+    from trident_assets.spouts.config import SpoutKind
+
+    out = sys.stdout
+    started = time.perf_counter()
+    spark = build_spark_session(
+        {"spark.local.dir": str(root / "spark"), "spark.sql.warehouse.dir": str(root / "wh")}
+    )
+    store = DuckDBStore(root / "state.duckdb", lock_timeout_s=60)
+    log = PartitionedLog(root / "log")
+    current: dict[str, Any] = {}
+
+    def fault(point: str) -> None:
+        _send(out, ev="point", point=point, **current)
+        if sys.stdin.readline().strip() != "go":
+            os._exit(3)
+
+    runners: dict[str, TopologyRunner] = {}
+    for kind in kinds:
+        topo = build_word_count(
+            topology_name(kind), kind=SpoutKind(kind), max_batch_size=batch_size
+        )
+        runner = TopologyRunner(topo, spark, store, log, fault=fault)
+        record = runner.meta.record
+
+        def record_then_fault(
+            topology: str, spout: str, txid: int, ranges: Any, committed: bool, _r: Any = record
+        ) -> None:
+            _r(topology, spout, txid, ranges, committed=committed)
+            fault(f"spout_meta:{'commit' if committed else 'emit'}:{spout}")
+
+        runner.meta.record = record_then_fault  # type: ignore[method-assign]
+        runners[topo.name] = runner
+    committed = {}
+    for name, runner in runners.items():
+        last = runner.last_committed()
+        plans = {} if last is None else _plans(runner.run_batch(last).plans)
+        committed[name] = {"last": last, "plans": plans}
+    _send(out, ev="ready", start_s=time.perf_counter() - started, committed=committed)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "stop":
+            break
+        runner = runners[cmd[1]]
+        last = runner.last_committed()
+        txid = 1 if last is None else last + 1
+        current.clear()
+        current.update(topology=cmd[1], txid=txid)
+        _send(out, ev="begin", **current)
+        outcome = runner.run_batch(txid)
+        _send(
+            out,
+            ev="done",
+            applied=outcome.applied,
+            records=sum(outcome.tuples_in.values()),
+            dead=outcome.dead_letters,
+            spark_s=outcome.timings_s.get("spark", 0.0),
+            plans=_plans(outcome.plans),
+            backlog=runner.backlog(),
+            **current,
+        )
+    store.close()
+    spark.stop()
+
+
+def _plans(plans: dict[str, Any]) -> dict[str, list[list[Any]]]:
+    return {
+        sid: [[r.partition, r.first_offset, r.next_offset] for r in plan.ranges]
+        for sid, plan in plans.items()
+    }
+
+
+# -- the driver -------------------------------------------------------------------------------
+
+
+@dataclass
+class KindFigures:
+    """What happened to one topology during the soak."""
+
+    topology: str
+    batches: int = 0
+    """Committed txids."""
+    attempts: int = 0
+    empty_batches: int = 0
+    replayed_txids: int = 0
+    """Txids attempted more than once."""
+    kills: Counter[str] = field(default_factory=Counter)
+    records_committed: int = 0
+    dead_letters_reported: int = 0
+
+
+@dataclass
+class Comparison:
+    """The end-of-soak check of one topology against the log."""
+
+    topology: str
+    keys_truth: int
+    keys_state: int
+    keys_mismatched: int
+    words_truth: int
+    words_state: int
+    lost: int
+    double_counted: int
+    malformed_in_log: int
+    dead_letters: int
+    dead_letters_distinct: int
+    dead_letters_not_malformed: int
+    ranges_ok: bool
+    ranges_problem: str
+    last_txid: int | None
+
+    @property
+    def ok(self) -> bool:
+        """True when the state, dead letters and ranges all match the log exactly."""
+        return (
+            self.keys_mismatched == 0
+            and self.lost == 0
+            and self.double_counted == 0
+            and self.keys_truth == self.keys_state
+            and self.dead_letters == self.malformed_in_log == self.dead_letters_distinct
+            and self.dead_letters_not_malformed == 0
+            and self.ranges_ok
+        )
+
+
+class Killed(Exception):
+    """The worker was killed (by the driver) or died."""
+
+
+class Worker:
+    """One batch-worker process, in its own process group, driven over pipes."""
+
+    def __init__(self, root: Path, kinds: list[str], batch_size: int, index: int) -> None:
+        """Start the worker; its stderr goes to ``<root>/worker-<index>.log``."""
+        self.stderr = (root / f"worker-{index}.log").open("w")
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.chaos_soak", "worker", str(root),
+             "--kinds", ",".join(kinds), "--batch-size", str(batch_size)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            start_new_session=True, env=env,
+            cwd=Path(__file__).resolve().parent.parent,
+        )  # fmt: skip
+        self.selector = selectors.DefaultSelector()
+        assert self.proc.stdout is not None
+        self.fd = self.proc.stdout.fileno()
+        self.selector.register(self.fd, selectors.EVENT_READ)
+        self.buffer = b""
+        self.alive = True
+
+    def event(self, deadline: float | None = None) -> dict[str, Any] | None:
+        """The next event, or None when ``deadline`` (monotonic) passes first.
+
+        Raises:
+            Killed: the worker exited.
+        """
+        while True:
+            line, sep, rest = self.buffer.partition(b"\n")
+            if sep:
+                self.buffer = rest
+                if line.startswith(b"{"):
+                    return json.loads(line)
+                continue
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.selector.select(timeout):
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                self.proc.wait()
+                self.alive = False
+                raise Killed(f"worker exited with {self.proc.returncode}")
+            self.buffer += chunk
+
+    def send(self, line: str) -> None:
+        """Send one command line."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((line + "\n").encode())
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group (its Spark JVM included) and reap it."""
+        if self.alive:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.alive = False
+        self.close()
+
+    def close(self) -> None:
+        """Release the pipes."""
+        self.selector.close()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    stream.close()
+        self.stderr.close()
+
+
+class Driver:
+    """Runs the soak: producer, workers, kills, drain, comparison."""
+
+    def __init__(self, args: argparse.Namespace, root: Path) -> None:
+        """Prepare the log under ``root``."""
+        from trident_assets.log.store import PartitionedLog
+
+        self.args = args
+        self.root = root
+        self.kinds = list(KINDS) if args.kind == "both" else [args.kind]
+        self.rng = random.Random(args.seed)
+        self.figures = {topology_name(k): KindFigures(topology_name(k)) for k in self.kinds}
+        self.committed: dict[str, dict[int, dict[str, list[list[Any]]]]] = {
+            name: {} for name in self.figures
+        }
+        self.attempted: dict[str, Counter[int]] = {name: Counter() for name in self.figures}
+        self.kills = 0
+        self.worker_starts: list[float] = []
+        self.spark_s: list[float] = [1.0]
+        self.last_kill_txid: tuple[str, int, int] = ("", 0, 0)
+        self.problems: list[str] = []
+        log = PartitionedLog(root / "log")
+        log.create_topic(TOPIC, PARTITIONS)
+        log.create_topic(QUERY_TOPIC, 1)
+        self.worker: Worker | None = None
+        self.n_workers = 0
+
+    # -- processes
+
+    def _start_worker(self) -> Worker:
+        self.n_workers += 1
+        worker = Worker(self.root, self.kinds, self.args.batch_size, self.n_workers)
+        try:
+            while (event := worker.event()) is None or event["ev"] != "ready":
+                pass
+        except Killed as exc:  # e.g. a state file that no longer opens
+            log = self.root / f"worker-{self.n_workers}.log"
+            msg = f"batch worker {self.n_workers} failed to start ({exc}); see {log}"
+            raise RuntimeError(msg) from exc
+        self.worker_starts.append(event["start_s"])
+        for name, info in event["committed"].items():
+            if info["last"] is not None:
+                self._record_commit(name, info["last"], info["plans"])
+        return worker
+
+    def _record_commit(self, name: str, txid: int, plans: dict[str, list[list[Any]]]) -> None:
+        known = self.committed[name].get(txid)
+        if known is not None and known != plans:
+            self.problems.append(
+                f"{name} txid {txid}: committed ranges changed from {known} to {plans}"
+            )
+        self.committed[name][txid] = plans
+
+    # -- one batch attempt
+
+    def _plan_kill(self, name: str, txid: int) -> str | None:
+        """Selection sampling: spread the remaining kills over the remaining batches."""
+        remaining = self.args.kills - self.kills
+        if remaining <= 0:
+            return None
+        same, _, streak = self.last_kill_txid
+        if same == name and self.last_kill_txid[1] == txid and streak >= 3:
+            return None  # let a txid through after three kills in a row
+        left = sum(max(0, self.args.batches - f.batches) for f in self.figures.values())
+        if self.rng.random() >= remaining / max(1, left):
+            return None
+        return self.rng.choice(POINTS)
+
+    def attempt(self, name: str, chaos: bool) -> dict[str, Any] | None:
+        """Ask the worker to run the next txid of ``name``; kill it if planned.
+
+        Returns the ``done`` event, or None if the worker was killed.
+        """
+        if self.worker is None or not self.worker.alive:
+            self.worker = self._start_worker()
+        worker = self.worker
+        fig = self.figures[name]
+        worker.send(f"run {name}")
+        plan: str | None = None
+        meta_target = 0
+        meta_seen = 0
+        deadline: float | None = None
+        txid = 0
+        try:
+            while True:
+                event = worker.event(deadline)
+                if event is None:  # the timer fired during the batch
+                    self._kill(name, txid, TIMER)
+                    return None
+                if event["ev"] == "begin":
+                    txid = event["txid"]
+                    fig.attempts += 1
+                    self.attempted[name][txid] += 1
+                    plan = self._plan_kill(name, txid) if chaos else None
+                    meta_target = self.rng.randint(1, 2 if name.endswith("opaque") else 4)
+                elif event["ev"] == "point":
+                    point = event["point"]
+                    if plan == point or (
+                        plan == "spout_meta"
+                        and point.startswith("spout_meta")
+                        and (meta_seen := meta_seen + 1) == meta_target
+                    ):
+                        self._kill(name, txid, point)
+                        return None
+                    if plan == TIMER and point == "after_emit":
+                        spark = sorted(self.spark_s)[len(self.spark_s) // 2]
+                        deadline = time.monotonic() + self.rng.uniform(0.0, spark * 1.2)
+                    worker.send("go")
+                elif event["ev"] == "done":
+                    self._done(fig, event)
+                    return event
+        except Killed as exc:
+            self.problems.append(f"{name} txid {txid}: the worker died unasked ({exc})")
+            worker.close()
+            return None
+
+    def _kill(self, name: str, txid: int, where: str) -> None:
+        assert self.worker is not None
+        self.worker.kill()
+        self.kills += 1
+        self.figures[name].kills[where.split(":")[0] if where != TIMER else TIMER] += 1
+        prev = self.last_kill_txid
+        streak = prev[2] + 1 if prev[:2] == (name, txid) else 1
+        self.last_kill_txid = (name, txid, streak)
+        if self.args.verbose:
+            print(f"  kill {self.kills}: {name} txid {txid} at {where}", flush=True)
+
+    def _done(self, fig: KindFigures, event: dict[str, Any]) -> None:
+        name = event["topology"]
+        if not event["applied"]:
+            self.problems.append(f"{name} txid {event['txid']}: ran but was already committed")
+            return
+        self._record_commit(name, event["txid"], event["plans"])
+        fig.batches += 1
+        fig.records_committed += event["records"]
+        fig.dead_letters_reported += event["dead"]
+        fig.empty_batches += event["records"] == 0
+        if event["records"]:
+            self.spark_s.append(event["spark_s"])
+        if self.args.verbose:
+            print(
+                f"  {name} txid {event['txid']} committed: {event['records']} records, "
+                f"{event['dead']} dead letters, Spark {event['spark_s']:.1f}s, "
+                f"backlog {event['backlog']}",
+                flush=True,
+            )
+
+    # -- the soak
+
+    def run(self) -> dict[str, Any]:
+        """Run the soak and the comparison; return every figure."""
+        args = self.args
+        started = time.perf_counter()
+        producer = subprocess.Popen(
+            [sys.executable, "-m", "bench.chaos_soak", "producer", str(self.root),
+             "--seed", str(args.seed), "--rate", str(args.rate)],
+            stdout=subprocess.PIPE, text=True, start_new_session=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )  # fmt: skip
+        try:
+            time.sleep(0.5)  # a first backlog
+            names = list(self.figures)
+            turn = 0
+            while any(f.batches < args.batches for f in self.figures.values()) or (
+                self.kills < args.kills
+            ):
+                name = names[turn % len(names)]
+                turn += 1
+                attempts = sum(f.attempts for f in self.figures.values())
+                if attempts > 5 * (args.batches * len(names) + args.kills):
+                    self.problems.append("the soak does not progress")
+                    break
+                self.attempt(name, chaos=True)
+            chaos_s = time.perf_counter() - started
+        finally:
+            producer.send_signal(signal.SIGTERM)
+            out, _ = producer.communicate(timeout=60)
+        produced = json.loads(out.strip().splitlines()[-1])
+        drained = 0
+        for name in self.figures:  # drain without kills
+            while True:
+                event = self.attempt(name, chaos=False)
+                if event is None:
+                    break
+                drained += 1
+                if event["backlog"] == 0:
+                    break
+        if self.worker is not None and self.worker.alive:
+            self.worker.send("stop")
+            self.worker.proc.wait(timeout=120)
+            self.worker.close()
+        total_s = time.perf_counter() - started
+        comparisons = [self.compare(name) for name in self.figures]
+        for fig in self.figures.values():
+            fig.replayed_txids = sum(1 for n in self.attempted[fig.topology].values() if n > 1)
+        ok = not self.problems and all(c.ok for c in comparisons)
+        return {
+            "ok": ok,
+            "seed": args.seed,
+            "kills": self.kills,
+            "workers_started": self.n_workers,
+            "worker_start_s_median": sorted(self.worker_starts)[len(self.worker_starts) // 2],
+            "chaos_s": round(chaos_s, 1),
+            "total_s": round(total_s, 1),
+            "drain_batches": drained,
+            "produced": produced,
+            "figures": [{**asdict(f), "kills": dict(f.kills)} for f in self.figures.values()],
+            "comparisons": [{**asdict(c), "ok": c.ok} for c in comparisons],
+            "problems": self.problems,
+        }
+
+    # -- the comparison
+
+    def compare(self, name: str) -> Comparison:
+        """Compare ``name``'s state and dead letters with the whole log, set-based in DuckDB."""
+        import pyarrow as pa
+
+        from trident_assets.backends.duckdb_store import DuckDBStore
+        from trident_assets.log.store import PartitionedLog
+
+        log = PartitionedLog(self.root / "log")
+        tables = []
+        latest: dict[str, int] = {}
+        for p in range(log.partitions(TOPIC)):
+            end = log.latest_offset(TOPIC, p)
+            latest[f"{TOPIC}@{p}"] = end
+            tables.append(log.read(TOPIC, p, 0, end - 1).select(["partition", "offset", "value"]))
+        records = pa.concat_tables(tables)
+        with DuckDBStore(self.root / "state.duckdb", lock_timeout_s=60) as store:
+            conn = store.conn
+            state = store.scan(f"{name}__word_counts", "n")
+            conn.register("chaos_records", records)
+            conn.register("chaos_state", state)
+            try:
+                truth_sql = (
+                    "SELECT word, count(*) AS n FROM (SELECT unnest(string_split("
+                    "try(decode(value)), ' ')) AS word FROM chaos_records) "
+                    "WHERE word <> '' GROUP BY word"
+                )
+                [row] = conn.sql(
+                    f"WITH truth AS ({truth_sql}) SELECT "
+                    "count(t.word), count(s.word), "
+                    "count(*) FILTER (WHERE t.n IS DISTINCT FROM s.n), "
+                    "coalesce(sum(t.n), 0), coalesce(sum(s.n), 0), "
+                    "coalesce(sum(greatest(coalesce(t.n, 0) - coalesce(s.n, 0), 0)), 0), "
+                    "coalesce(sum(greatest(coalesce(s.n, 0) - coalesce(t.n, 0), 0)), 0) "
+                    "FROM truth AS t FULL OUTER JOIN chaos_state AS s ON t.word = s.word"
+                ).fetchall()
+                [dead] = conn.sql(
+                    'WITH bad AS (SELECT partition, "offset" FROM chaos_records '
+                    "WHERE try(decode(value)) IS NULL), "
+                    'dl AS (SELECT partition, "offset" FROM _trident_dead_letters '
+                    "WHERE topology = ? AND spout = ?) SELECT "
+                    "(SELECT count(*) FROM bad), (SELECT count(*) FROM dl), "
+                    "(SELECT count(*) FROM (SELECT DISTINCT * FROM dl)), "
+                    "(SELECT count(*) FROM (SELECT * FROM dl EXCEPT SELECT * FROM bad))",
+                    params=[name, TOPIC],
+                ).fetchall()
+                last = store.last_committed(name)
+            finally:
+                conn.unregister("chaos_records")
+                conn.unregister("chaos_state")
+        ranges_ok, problem = self._check_ranges(name, last, latest)
+        return Comparison(name, *row, *dead, ranges_ok, problem, last)
+
+    def _check_ranges(
+        self, name: str, last: int | None, latest: dict[str, int]
+    ) -> tuple[bool, str]:
+        """The committed ranges of txids 1..last tile every partition from 0 to its end."""
+        committed = self.committed[name]
+        if last is None or sorted(committed) != list(range(1, last + 1)):
+            missing = sorted(set(range(1, (last or 0) + 1)) - set(committed))
+            return False, f"no ranges known for committed txids {missing[:10]}"
+        ends = dict.fromkeys(latest, 0)
+        for txid in range(1, last + 1):
+            for partition, first, nxt in committed[txid].get(TOPIC, []):
+                if first != ends[partition]:
+                    kind = "overlap" if first < ends[partition] else "gap"
+                    end = ends[partition]
+                    return False, f"{kind} in {partition} at txid {txid}: {first} after {end}"
+                ends[partition] = nxt
+        if ends != latest:
+            return False, f"ranges end at {ends}, the log at {latest}"
+        return True, ""
+
+
+def _print(result: dict[str, Any]) -> None:
+    produced = result["produced"]
+    print(
+        f"chaos soak (seed {result['seed']}): {result['kills']} kills survived, "
+        f"{result['workers_started']} batch workers started (median start "
+        f"{result['worker_start_s_median']:.1f}s), chaos phase {result['chaos_s']}s, "
+        f"total {result['total_s']}s"
+    )
+    print(
+        f"  producer: {produced['good']} sentences + {produced['bad']} malformed records "
+        f"+ {produced['queries']} queries, appended concurrently"
+    )
+    for fig, cmp in zip(result["figures"], result["comparisons"], strict=True):
+        kills = ", ".join(f"{k} {v}" for k, v in sorted(fig["kills"].items())) or "none"
+        print(
+            f"  {fig['topology']}: {fig['batches']} batches committed ({fig['empty_batches']} "
+            f"empty), {fig['attempts']} attempts, {fig['replayed_txids']} txids replayed, "
+            f"kills: {kills}"
+        )
+        verdict = "OK" if cmp["ok"] else "MISMATCH"
+        print(
+            f"    {verdict}: {cmp['keys_truth']} keys in the log, {cmp['keys_state']} in the "
+            f"state, {cmp['keys_mismatched']} mismatched; words {cmp['words_truth']} vs "
+            f"{cmp['words_state']}: lost {cmp['lost']}, double-counted {cmp['double_counted']}; "
+            f"dead letters {cmp['dead_letters']} (distinct {cmp['dead_letters_distinct']}) for "
+            f"{cmp['malformed_in_log']} malformed records; ranges up to txid {cmp['last_txid']} "
+            f"{'tile the log' if cmp['ranges_ok'] else cmp['ranges_problem']}"
+        )
+    for problem in result["problems"]:
+        print(f"  PROBLEM: {problem}")
+    print("RESULT:", "PASS" if result["ok"] else "FAIL")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (0 when everything matched)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "role", nargs="?", default="driver", choices=("driver", "worker", "producer")
+    )
+    parser.add_argument("root_dir", nargs="?", help=argparse.SUPPRESS)
+    parser.add_argument("--batches", type=int, default=50, help="committed batches per spout kind")
+    parser.add_argument("--kills", type=int, default=15, help="SIGKILLs of the batch worker")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--kind", choices=("opaque", "transactional", "both"), default="both")
+    parser.add_argument("--rate", type=float, default=30.0, help="sentences per second")
+    parser.add_argument("--batch-size", type=int, default=500, help="max records per batch")
+    parser.add_argument("--root", type=Path, help="working directory (default: a temp dir)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--verbose", action="store_true", help="print every kill")
+    parser.add_argument("--kinds", help=argparse.SUPPRESS)
+    parser.add_argument("--bad-ratio", type=float, default=0.03, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.role == "producer":
+        run_producer(Path(args.root_dir), args.seed, args.rate, args.bad_ratio)
+        return 0
+    if args.role == "worker":
+        run_worker(Path(args.root_dir), args.kinds.split(","), args.batch_size)
+        return 0
+    root = args.root or Path(tempfile.mkdtemp(prefix="chaos-soak-"))
+    if root.exists() and any(root.iterdir()):
+        parser.error(f"--root {root} must be empty or missing")
+    root.mkdir(parents=True, exist_ok=True)
+    result = Driver(args, root).run()
+    _print(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+    if result["ok"] and args.root is None:
+        shutil.rmtree(root, ignore_errors=True)
+    elif not result["ok"]:
+        print(f"  files kept in {root}")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
