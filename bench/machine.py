@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -77,3 +78,23 @@ def one_line(m: dict[str, Any]) -> str:
         f"Dagster {m['dagster']}, DuckDB {m['duckdb']}, pyarrow {m['pyarrow']}, "
         f"numpy {m['numpy']}. Load average at start {m['load_average']}."
     )
+
+
+def run_json_child(cmd: list[str], out: Path, what: str, timeout_s: float) -> dict[str, Any]:
+    """Run a benchmark child process from the repository root; return the JSON it wrote to ``out``.
+
+    Raises:
+        RuntimeError: the child failed (its exit code and the tail of its stderr).
+    """
+    proc = subprocess.run(
+        cmd,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if proc.returncode != 0:
+        msg = f"{what} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+        raise RuntimeError(msg)
+    return json.loads(out.read_text())

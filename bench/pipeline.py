@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.machine import run_json_child
+
 STATE_TABLE = "word_count__word_counts"
 SPOUT_ASSET = ("word_count", "sentences_batch")
 
@@ -281,19 +283,7 @@ def run_in_subprocess(
         cmd += ["--spark-remote", spark_remote]
     if shuffle_partitions:
         cmd += ["--shuffle-partitions", str(shuffle_partitions)]
-    proc = subprocess.run(
-        cmd,
-        cwd=Path(__file__).resolve().parents[1],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"bench.pipeline {mode} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
-    return json.loads(out.read_text())
+    return run_json_child(cmd, out, f"bench.pipeline {mode}", timeout_s)
 
 
 # -- fresh process per run, Spark through a Spark Connect server --------------------------------

@@ -21,11 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.machine import run_json_child
 
 PROVIDERS = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
@@ -157,20 +158,7 @@ def run_in_subprocess(
     ]  # fmt: skip
     if counts is not None:
         cmd += ["--counts", str(counts)]
-    proc = subprocess.run(
-        cmd,
-        cwd=Path(__file__).resolve().parents[1],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"bench.spark_ss {provider}/{shuffle} failed ({proc.returncode}):\n"
-            f"{proc.stderr[-4000:]}"
-        )
-    return json.loads(out.read_text())
+    return run_json_child(cmd, out, f"bench.spark_ss {provider}/{shuffle}", timeout_s)
 
 
 def main(argv: list[str] | None = None) -> None:
