@@ -114,8 +114,7 @@ def topology_assets(
         outcomes: list[BatchOutcome] = []
         with trident.store() as store:
             runner = TopologyRunner(topology, spark, store, trident.log(), fault=trident.fault())
-            for txid in txids:
-                outcome = runner.run_batch(txid)
+            for outcome in runner.run_batches(txids):
                 outcomes.append(outcome)
                 context.log.info(_summary(outcome))
                 yield from _materializations(topology, keys, outcome, attempt, len(txids) > 1)
@@ -142,6 +141,7 @@ def _materializations(
         "txid": dg.MetadataValue.int(outcome.txid),
         "attempt": dg.MetadataValue.int(attempt),
         "already_committed": dg.MetadataValue.bool(not outcome.applied),
+        "pipelined": dg.MetadataValue.int(outcome.pipelined),
     }
     timings = {f"{k}_s": dg.MetadataValue.float(round(v, 4)) for k, v in outcome.timings_s.items()}
     partition = txid_key(outcome.txid)

@@ -17,7 +17,7 @@ Data moves between Spark and DuckDB only as Arrow tables (``DataFrame.toArrow()`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +32,16 @@ from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.commit import commit_batch, decide_commit
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.values import StateType
+from trident_assets.errors import ConfigError
 from trident_assets.spark import stream_ops
 from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
+from trident_assets.spark.pipelined import (
+    PipelinedRun,
+    chunk_pipelinable,
+    empty_arrow,
+    live_spouts,
+    pipelinable,
+)
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.queries import MapGet, SnapshotGet
@@ -53,6 +61,12 @@ DEAD_LETTERS = "_trident_dead_letters"
 NEW_VALUES_KEPT = 50
 """How many recent txids of new values and outputs each table keeps."""
 DEFAULT_COMPACTION = CompactionPolicy()
+DEFAULT_MAX_SPOUT_PENDING = 10
+"""How many consecutive txids may share one Spark job (Trident's ``max.spout.pending``)."""
+_EMPTY_KEEPING = frozenset(
+    {"each", "filter", "project", "query", "map", "flat_map", "first_n", "merge", "join"}
+)
+"""Node kinds whose output is empty when every input is."""
 
 Fault = Callable[[str], None]
 """Called at named points of a batch (``after_emit``, ``after_state_write``,
@@ -88,6 +102,8 @@ class BatchOutcome:
     timings_s: dict[str, float] = field(default_factory=dict)
     compacted: dict[str, int] = field(default_factory=dict)
     """Superseded rows dropped per state table by compaction after the commit."""
+    pipelined: int = 1
+    """How many txids shared this batch's Spark job (1: it ran alone)."""
 
 
 class TopologyRunner:
@@ -102,13 +118,20 @@ class TopologyRunner:
         *,
         fault: Fault | None = None,
         compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
+        max_spout_pending: int = DEFAULT_MAX_SPOUT_PENDING,
     ) -> None:
         """Bind the topology to its runtime resources.
 
         ``compaction``: when to compact a state's versioned log after a batch commits
-        (None: never; :meth:`DuckDBStore.compact` by hand).
+        (None: never; :meth:`DuckDBStore.compact` by hand). ``max_spout_pending``: how many
+        consecutive txids :meth:`run_batches` may process in one Spark job (1: one by one).
         """
+        if max_spout_pending < 1:
+            msg = f"max_spout_pending must be >= 1, got {max_spout_pending}"
+            raise ConfigError(msg)
         self.compaction = compaction
+        self.max_spout_pending = max_spout_pending
+        self.pipelinable = pipelinable(topology)
         self.topology = topology
         self.spark = spark
         self.store = store
@@ -152,38 +175,113 @@ class TopologyRunner:
             OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
             BatchUnavailableError: a transactional replay can no longer be read.
         """
-        timings: dict[str, float] = {}
-        started = time.perf_counter()
-        last = self.last_committed()
-        if last is not None and txid <= last:
-            return BatchOutcome(self.scope, txid, False, self._committed_plans(txid))
-        decide_commit(self.scope, last, txid)
-        plans = {sid: self.coordinator(sid).emit(txid) for sid in self.topology.spouts}
-        timings["emit"] = time.perf_counter() - started
-        self.fault("after_emit")
-        run = _BatchRun(self, txid, plans)
-        prepared = run.prepare()
-        timings["spark"] = time.perf_counter() - started - timings["emit"]
+        return next(self.run_batches([txid]))
 
-        def apply(_tx: Any) -> BatchOutcome:
-            return run.commit(prepared)
+    def run_batches(self, txids: Iterable[int]) -> Iterator[BatchOutcome]:
+        """Process and commit ``txids`` (ascending) exactly once each, yielding each outcome.
 
-        t_commit = time.perf_counter()
-        result = commit_batch(self.store, self.scope, txid, apply)
-        outcome = (
-            result.result
-            if result.applied and result.result
-            else BatchOutcome(self.scope, txid, False, plans)
-        )
-        timings["commit"] = time.perf_counter() - t_commit
-        if outcome.applied and self.compaction is not None:
-            t_compact = time.perf_counter()
-            live = {s.table: s.size for s in outcome.states.values()}
-            outcome.compacted = maybe_compact(self.store, live, self.compaction)
-            timings["compact"] = time.perf_counter() - t_compact
-        timings["total"] = time.perf_counter() - started
-        outcome.timings_s = timings
-        return outcome
+        Consecutive txids share one Spark job, up to ``max_spout_pending`` at a time, when
+        the topology allows (see :mod:`trident_assets.spark.pipelined`); every txid still
+        commits on its own, in order, in its own transaction, and is yielded once it has.
+        A txid committed before yields an outcome with ``applied=False``.
+
+        Raises:
+            OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
+            BatchUnavailableError: a transactional replay can no longer be read.
+        """
+        ordered = list(txids)
+        i = 0
+        while i < len(ordered):
+            txid = ordered[i]
+            started = time.perf_counter()
+            last = self.last_committed()
+            if last is not None and txid <= last:
+                yield BatchOutcome(self.scope, txid, False, self._committed_plans(txid))
+                i += 1
+                continue
+            decide_commit(self.scope, last, txid)
+            limit = 1
+            while (
+                limit < self.max_spout_pending
+                and i + limit < len(ordered)
+                and ordered[i + limit] == txid + limit
+            ):
+                limit += 1
+            batches, pipelined = self._emit(txid, limit)
+            emit_s = time.perf_counter() - started
+            self.fault("after_emit")
+            for outcome in self._process(batches, pipelined, emit_s):
+                yield outcome
+                i += 1
+                if not outcome.applied:  # another attempt committed it: re-plan what follows
+                    break
+
+    def _emit(self, txid: int, limit: int) -> tuple[list[tuple[int, dict[str, BatchPlan]]], bool]:
+        """Plan ``txid`` and, when they can share its Spark job, up to ``limit - 1`` successors.
+
+        A successor's plan continues from its predecessor's (as Trident's emitter keeps the
+        last batch's metadata in memory); transactional ranges are recorded as planned.
+        """
+        coordinators = {sid: self.coordinator(sid) for sid in self.topology.spouts}
+        plans = {sid: c.emit(txid) for sid, c in coordinators.items()}
+        batches = [(txid, plans)]
+        live = live_spouts(plans)
+        if not self.pipelinable or not chunk_pipelinable(self.topology, live):
+            return batches, False
+        for nxt in range(txid + 1, txid + limit):
+            plans = {sid: c.emit_after(batches[-1][1][sid]) for sid, c in coordinators.items()}
+            live |= live_spouts(plans)
+            if not chunk_pipelinable(self.topology, live):
+                break
+            batches.append((nxt, plans))
+        return batches, True
+
+    def _process(
+        self, batches: list[tuple[int, dict[str, BatchPlan]]], pipelined: bool, emit_s: float
+    ) -> Iterator[BatchOutcome]:
+        """Run the Spark work of ``batches`` (one job when ``pipelined``), then commit each."""
+        t_spark = time.perf_counter()
+        first_txid, first_plans = batches[0]
+        if pipelined:
+            empty = _BatchRun(self, first_txid, first_plans)
+            prepared = PipelinedRun(self, batches, empty).prepare()
+            value_types = empty.value_types
+        else:
+            run = _BatchRun(self, first_txid, first_plans)
+            prepared = {first_txid: run.prepare()}
+            value_types = run.value_types
+        share = len(batches)
+        spark_s = (time.perf_counter() - t_spark) / share
+        for txid, plans in batches:
+            if not pipelined:
+                run_txid = run
+            else:
+                run_txid = _BatchRun(self, txid, plans)
+                run_txid.value_types = dict(value_types)
+            timings = {"emit": emit_s / share, "spark": spark_s}
+            t_commit = time.perf_counter()
+
+            def apply(_tx: Any, r: _BatchRun = run_txid, p: _Prepared = prepared[txid]) -> Any:
+                return r.commit(p)
+
+            result = commit_batch(self.store, self.scope, txid, apply)
+            outcome = (
+                result.result
+                if result.applied and result.result
+                else BatchOutcome(self.scope, txid, False, plans)
+            )
+            timings["commit"] = time.perf_counter() - t_commit
+            if outcome.applied and self.compaction is not None:
+                t_compact = time.perf_counter()
+                live = {s.table: s.size for s in outcome.states.values()}
+                outcome.compacted = maybe_compact(self.store, live, self.compaction)
+                timings["compact"] = time.perf_counter() - t_compact
+            timings["total"] = sum(timings.values())
+            outcome.timings_s = timings
+            outcome.pipelined = share
+            yield outcome
+            if not outcome.applied:
+                return
 
     def _committed_plans(self, txid: int) -> dict[str, BatchPlan]:
         """The recorded ranges of committed ``txid`` (spouts whose ranges were cleaned up omitted).
@@ -234,6 +332,34 @@ class _BatchRun:
 
     # -- building DataFrames ---------------------------------------------------------------
 
+    def is_empty(self, node: Node) -> bool:
+        """True when ``node`` certainly has no tuples this batch (its spouts read nothing)."""
+        if node.kind == "spout":
+            return self.plans[node.args["spout_id"]].record_count == 0
+        if node.kind == "aggregate" and node.args["group"]:
+            return self.is_empty(node.parents[0])
+        return node.kind in _EMPTY_KEEPING and all(self.is_empty(p) for p in node.parents)
+
+    def collect(self, node: Node) -> pa.Table:
+        """The node's tuples as Arrow; an empty node costs no Spark job.
+
+        Neither does a global SQL-combiner aggregate of an empty stream: its one row is
+        ``agg.zero()``, as :func:`combine_partials` computes it.
+        """
+        frame = self.frame(node)
+        if self.is_empty(node):
+            return empty_arrow(frame)
+        a = node.args
+        if (
+            node.kind == "aggregate"
+            and not a["group"]
+            and is_sql_combiner(a["agg"])
+            and self.is_empty(node.parents[0])
+        ):
+            (field_,) = empty_arrow(frame).schema
+            return pa.table({field_.name: pa.array([a["agg"].zero()], field_.type)})
+        return frame.toArrow()
+
     def frame(self, node: Node) -> Any:
         key = id(node)
         if key not in self.frames:
@@ -266,7 +392,7 @@ class _BatchRun:
         if node.kind == "aggregate":
             return combine_partials(parent, a["group"], a["inputs"][0], a["agg"], a["output"])
         if node.kind == "query":
-            return self._query(parent, a)
+            return self._query(parent, {**a, "parent": node.parents[0]})
         msg = f"cannot run node kind {node.kind!r}"
         raise AssertionError(msg)
 
@@ -281,6 +407,8 @@ class _BatchRun:
         if isinstance(a["query"], SnapshotGet):
             value = _read_global(store, state)
             return parent.withColumn(out, F.lit(value))
+        if self.is_empty(a["parent"]):
+            return parent.withColumn(out, self._null_column(state))
         keys = parent.select(*a["inputs"]).distinct().toArrow()
         if isinstance(a["query"], MapGet) and store.layout(state.table) is not None:
             found = _bulk_lookup(store, state, keys, a["inputs"], out)
@@ -333,13 +461,16 @@ class _BatchRun:
             if not _depends_on_new_values(state.node):  # else computed during the commit
                 partials[name] = self._state_input(state)
         outputs = {
-            name: self.frame(stream.node).toArrow()
+            name: self.collect(stream.node)
             for name, stream in topo.outputs.items()
             if not _depends_on_new_values(stream.node)
         }
         for spout_id in topo.spouts:
             self.frame(topo.spouts[spout_id])
-        dead = {sid: df.toArrow() for sid, df in self.dead.items()}
+        dead = {
+            sid: empty_arrow(df) if self.plans[sid].record_count == 0 else df.toArrow()
+            for sid, df in self.dead.items()
+        }
         tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
         return _Prepared(partials, outputs, dead, tuples_in)
 
@@ -354,6 +485,8 @@ class _BatchRun:
             return parent.select(*a["inputs"]).toArrow()
         agg = a["agg"]
         group, out = a["group"], a["output"]
+        if is_sql_combiner(agg) and self.is_empty(state.node.parents[0]):
+            return self._empty_partials(state)
         if isinstance(agg, ReducerAggregator):
             cols = F.struct(*[F.col(c) for c in a["inputs"]])
             grouped = (
@@ -367,6 +500,21 @@ class _BatchRun:
         if not group:
             table = table.append_column(GLOBAL_COLUMN, pa.array([GLOBAL_KEY[0]] * table.num_rows))
         return table
+
+    def _empty_partials(self, state: TridentState) -> pa.Table:
+        """The partials of a SQL-combiner state whose input is empty, without a Spark job.
+
+        Grouped: no rows. Global: the one row of ``agg.zero()`` (as :func:`combine_partials`).
+        """
+        a = state.node.args
+        parent = self.frame(state.node.parents[0])
+        group, out, agg = a["group"], a["output"], a["agg"]
+        schema = empty_arrow(combine_partials(parent, group, a["inputs"][0], agg, out)).schema
+        self.value_types[state.spec.name] = schema.field(out).type
+        if group:
+            return schema.empty_table()
+        zero = pa.array([agg.zero()], schema.field(out).type)
+        return pa.table({out: zero, GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]])})
 
     def commit(self, prepared: _Prepared) -> BatchOutcome:
         """Apply everything inside the open store transaction."""
@@ -383,7 +531,7 @@ class _BatchRun:
         outputs = dict(prepared.outputs)
         for name, stream in topo.outputs.items():
             if name not in outputs:
-                outputs[name] = self.frame(stream.node).toArrow()
+                outputs[name] = self.collect(stream.node)
         for name, table in outputs.items():
             _store_rows(store, f"{topo.name}__out_{name}", self.txid, table)
             outcome.outputs[name] = table.num_rows

@@ -42,8 +42,16 @@ class Scheme(ABC):
     def columns(self) -> tuple[dict[str, Any], Any]:
         """Return ``({field: Column}, error Column)``; the error is null for good records."""
 
-    def decode(self, raw: Any) -> tuple[Any, Any]:
-        """Split ``raw`` records into (decoded tuples, dead letters)."""
+    def decode(
+        self, raw: Any, *, keep: tuple[str, ...] = (), observation: Any = None
+    ) -> tuple[Any, Any]:
+        """Split ``raw`` records into (decoded tuples, dead letters).
+
+        ``keep``: further columns of ``raw`` carried into both results (e.g. a txid tag).
+        ``observation``: a ``pyspark.sql.Observation`` that receives ``dead``, the number of
+        records that failed, from the first action over the decoded tuples (so dead
+        letters need a Spark job of their own only when there are any).
+        """
         from pyspark.sql import functions as F
 
         values, error = self.columns()
@@ -51,14 +59,22 @@ class Scheme(ABC):
         staged = raw.select(
             *[col.alias(f"__f_{name}") for name, col in values.items()],
             error.alias("__error"),
-            *[F.col(c) for c in ("topic", "partition", "offset", "timestamp", "value")],
+            *[F.col(c) for c in ("topic", "partition", "offset", "timestamp", "value", *keep)],
         )
+        if observation is not None:
+            staged = staged.observe(observation, F.count(F.col("__error")).alias("dead"))
         good = staged.where(F.col("__error").isNull()).select(
             *[F.col(f"__f_{name}").alias(name) for name in values],
             *[F.col(name) for name in meta],
+            *[F.col(c) for c in keep],
         )
         dead = staged.where(F.col("__error").isNotNull()).select(
-            "topic", "partition", "offset", F.col("__error").alias("reason"), "value"
+            "topic",
+            "partition",
+            "offset",
+            F.col("__error").alias("reason"),
+            "value",
+            *[F.col(c) for c in keep],
         )
         return good, dead
 

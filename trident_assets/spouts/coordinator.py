@@ -62,6 +62,27 @@ class BatchCoordinator:
             self.meta.record(self.topology, self.spout, txid, plan.ranges, committed=False)
         return plan
 
+    def emit_after(self, previous: BatchPlan) -> BatchPlan:
+        """Plan txid ``previous.txid + 1`` as if ``previous`` had committed (pipelining).
+
+        Trident's emitters plan a batch from the last one's metadata kept in memory, so
+        several batches can be in flight before any commits. A txid with recorded ranges
+        (transactional, or committed) reads exactly those; a new plan starts where
+        ``previous`` ends and is recorded as the kind requires, as :meth:`emit` does. The
+        state commits stay strictly ordered, so an opaque plan made here becomes final only
+        if ``previous`` commits first with exactly its ranges.
+        """
+        txid = previous.txid + 1
+        stored = self.meta.ranges(self.topology, self.spout, txid)
+        kind = self.config.kind
+        if stored is not None and (stored[1] or kind is SpoutKind.TRANSACTIONAL):
+            self._check_readable(txid, stored[0])
+            return BatchPlan.of(self.topology, self.spout, txid, kind, stored[0], replay=True)
+        plan = self._plan_new(txid, {r.partition: r for r in previous.ranges})
+        if kind is not SpoutKind.OPAQUE:
+            self.meta.record(self.topology, self.spout, txid, plan.ranges, committed=False)
+        return plan
+
     def commit(self, plan: BatchPlan) -> None:
         """Make ``plan``'s ranges final; call inside the state's commit transaction."""
         self.meta.record(self.topology, self.spout, plan.txid, plan.ranges, committed=True)

@@ -1,0 +1,239 @@
+"""Pipelined batches (Trident's ``topology.max.spout.pending``): one Spark job, ordered commits.
+
+Trident keeps up to ``max.spout.pending`` batches in flight at once; only their state
+commits are strictly ordered by txid. Here the Spark work of a chunk of consecutive txids
+runs as ONE job: the batches are read together, every tuple tagged with its txid, and each
+state's per-key partials are grouped by ``(txid, key)``. The driver splits the Arrow result
+by txid and the runner commits the txids one at a time, in order, each in its own store
+transaction, exactly as if they had run one by one. A crash between two commits leaves the
+earlier txids committed and the later ones to be replayed (opaque: re-planned from the last
+commit; transactional: the ranges recorded at their first emission).
+
+A chunk is pipelined only when the topology's states are all persistent aggregates with a
+SQL combiner (Count, Sum, Min, Max) and every node that receives tuples in the chunk is
+row-wise (``spout``, ``each``, ``filter``, ``project``). Whatever reads the state a batch
+leaves behind (a state query over a non-empty stream, new-values streams, single joins,
+updaters, reducers) runs batch by batch. Streams that receive no tuples in the chunk cost no
+Spark job: their (empty) results are typed from the DataFrame schema.
+
+Dead letters are counted by an ``Observation`` during the partials job; a second Spark job
+fetches them only when there are any.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
+from trident_assets.spouts.ranges import BatchPlan
+from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
+from trident_assets.stream.topology import Node, TridentState, TridentTopology
+
+if TYPE_CHECKING:
+    from trident_assets.spark.executor import TopologyRunner, _BatchRun, _Prepared
+
+__all__ = ["TXID_COLUMN", "PipelinedRun", "chunk_pipelinable", "empty_arrow", "pipelinable"]
+
+TXID_COLUMN = "__trident_txid"
+"""The column that tags every tuple of a pipelined chunk with its txid."""
+ROW_WISE = frozenset({"spout", "each", "filter", "project"})
+"""Node kinds that work tuple by tuple, so several batches can share one DataFrame."""
+
+Batches = Sequence[tuple[int, dict[str, BatchPlan]]]
+"""The chunk: ``(txid, {spout id: plan})`` for consecutive txids, ascending."""
+
+
+def empty_arrow(df: Any) -> pa.Table:
+    """An empty Arrow table with the schema ``df.toArrow()`` would have (no Spark job)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(
+        df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
+    )
+    return schema.empty_table()
+
+
+def _nodes(topology: TridentTopology) -> list[Node]:
+    seen: dict[int, Node] = {}
+    todo = [s.node for s in topology.states.values()] + [s.node for s in topology.outputs.values()]
+    while todo:
+        node = todo.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            todo.extend(node.parents)
+    return list(seen.values())
+
+
+def pipelinable(topology: TridentTopology) -> bool:
+    """True when the topology's batches can ever share a Spark job (see the module doc)."""
+    for state in topology.states.values():
+        a = state.node.args
+        if SINGLE_JOIN in a or "updater" in a or not is_sql_combiner(a.get("agg")):
+            return False
+    return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in _nodes(topology))
+
+
+def is_live(node: Node, live: set[str]) -> bool:
+    """True when ``node`` receives tuples from a spout in ``live``."""
+    if node.kind == "spout":
+        return node.args["spout_id"] in live
+    return any(is_live(p, live) for p in node.parents)
+
+
+def _row_wise(node: Node, live: set[str]) -> bool:
+    if not is_live(node, live):
+        return True
+    return node.kind in ROW_WISE and all(_row_wise(p, live) for p in node.parents)
+
+
+def chunk_pipelinable(topology: TridentTopology, live: set[str]) -> bool:
+    """True when every node fed by the ``live`` spouts is row-wise up to its state or output."""
+    return all(_row_wise(s.node.parents[0], live) for s in topology.states.values()) and all(
+        _row_wise(s.node, live) for s in topology.outputs.values()
+    )
+
+
+def live_spouts(plans: dict[str, BatchPlan]) -> set[str]:
+    """The spouts of a batch that have at least one record."""
+    return {sid for sid, plan in plans.items() if plan.record_count > 0}
+
+
+def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
+    """``table`` split on :data:`TXID_COLUMN` (dropped); every txid gets a table, maybe empty."""
+    ordered = table.sort_by(TXID_COLUMN) if table.num_rows else table
+    tags = ordered.column(TXID_COLUMN).to_numpy() if ordered.num_rows else np.array([], np.int64)
+    body = ordered.drop_columns([TXID_COLUMN])
+    out: dict[int, pa.Table] = {}
+    for txid in txids:
+        lo, hi = np.searchsorted(tags, [txid, txid + 1])
+        out[txid] = body.slice(int(lo), int(hi - lo))
+    return out
+
+
+class PipelinedRun:
+    """The Spark side of a pipelined chunk: builds tagged DataFrames, returns per-txid inputs."""
+
+    def __init__(self, runner: TopologyRunner, batches: Batches, empty: _BatchRun) -> None:
+        """``empty`` builds the nodes that receive no tuples in the chunk (no Spark job)."""
+        self.runner = runner
+        self.spark = runner.spark
+        self.batches = list(batches)
+        self.txids = [txid for txid, _ in self.batches]
+        self.live = set().union(*(live_spouts(plans) for _, plans in self.batches))
+        self.empty = empty
+        self.frames: dict[int, Any] = {}
+        self.dead: dict[str, tuple[Any, Any]] = {}
+
+    def frame(self, node: Node) -> Any:
+        """The tagged DataFrame of a live, row-wise node (memoised)."""
+        key = id(node)
+        if key not in self.frames:
+            self.frames[key] = self._build(node)
+        return self.frames[key]
+
+    def _build(self, node: Node) -> Any:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        a = node.args
+        if node.kind == "spout":
+            sid, spout = a["spout_id"], a["spout"]
+            reads = [
+                spout.read(self.spark, self.runner.log, plans[sid]).withColumn(
+                    TXID_COLUMN, F.lit(txid).cast("bigint")
+                )
+                for txid, plans in self.batches
+                if plans[sid].record_count > 0
+            ]
+            raw = reduce(lambda x, y: x.unionByName(y), reads)
+            observation = Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}")
+            good, dead = spout.scheme.decode(raw, keep=(TXID_COLUMN,), observation=observation)
+            self.dead[sid] = (dead, observation)
+            return good
+        parent = self.frame(node.parents[0])
+        if node.kind == "each":
+            return a["function"].apply(parent, a["inputs"], a["outputs"])
+        if node.kind == "filter":
+            return parent.where(a["filter"].condition(a["inputs"]))
+        if node.kind == "project":
+            return parent.select(*node.fields, TXID_COLUMN)
+        msg = f"node kind {node.kind!r} cannot be pipelined"
+        raise AssertionError(msg)
+
+    def _partials(self, state: TridentState) -> dict[int, pa.Table]:
+        from trident_assets.spark.executor import GLOBAL_COLUMN, GLOBAL_KEY
+
+        a = state.node.args
+        parent = state.node.parents[0]
+        if not is_live(parent, self.live):
+            table = self.empty._state_input(state)
+            return dict.fromkeys(self.txids, table)
+        group, out, agg = list(a["group"]), a["output"], a["agg"]
+        df = self.frame(parent)
+        table = combine_partials(df, [*group, TXID_COLUMN], a["inputs"][0], agg, out).toArrow()
+        self.empty.value_types[state.spec.name] = table.schema.field(out).type
+        split = split_by_txid(table, self.txids)
+        if group:
+            return split
+        out_type = table.schema.field(out).type
+        zero = agg.zero()
+        result: dict[int, pa.Table] = {}
+        for txid, part in split.items():
+            value = part.column(out) if part.num_rows else pa.array([zero], out_type)
+            if zero is not None:
+                value = pc.fill_null(value, pa.scalar(zero, out_type))
+            result[txid] = pa.table(
+                {out: value, GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]] * len(value))}
+            )
+        return result
+
+    def _outputs(self) -> dict[str, dict[int, pa.Table]]:
+        result: dict[str, dict[int, pa.Table]] = {}
+        for name, stream in self.runner.topology.outputs.items():
+            if is_live(stream.node, self.live):
+                result[name] = split_by_txid(self.frame(stream.node).toArrow(), self.txids)
+            else:
+                result[name] = dict.fromkeys(self.txids, self.empty.collect(stream.node))
+        return result
+
+    def _dead_letters(self) -> dict[str, dict[int, pa.Table]]:
+        result: dict[str, dict[int, pa.Table]] = {}
+        for sid, node in self.runner.topology.spouts.items():
+            if sid not in self.live:
+                self.empty.frame(node)
+                result[sid] = dict.fromkeys(self.txids, empty_arrow(self.empty.dead[sid]))
+                continue
+            observed = sid in self.dead  # its tuples fed a job that already ran
+            self.frame(node)
+            dead, observation = self.dead[sid]
+            if observed and observation.get["dead"] == 0:
+                table = empty_arrow(dead)
+                result[sid] = split_by_txid(table, self.txids)
+            else:
+                result[sid] = split_by_txid(dead.toArrow(), self.txids)
+        return result
+
+    def prepare(self) -> dict[int, _Prepared]:
+        """Run the chunk's Spark work: each txid's partials, outputs and dead letters."""
+        from trident_assets.spark.executor import _Prepared
+
+        topo = self.runner.topology
+        partials = {name: self._partials(state) for name, state in topo.states.items()}
+        outputs = self._outputs()
+        dead = self._dead_letters()
+        return {
+            txid: _Prepared(
+                partials={name: p[txid] for name, p in partials.items()},
+                outputs={name: o[txid] for name, o in outputs.items()},
+                dead={sid: d[txid] for sid, d in dead.items()},
+                tuples_in={sid: p.record_count for sid, p in plans.items()},
+            )
+            for txid, plans in self.batches
+        }
