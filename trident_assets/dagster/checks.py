@@ -80,8 +80,23 @@ def check_specs(
     return specs
 
 
+def _applied_offsets(record: dg.EventLogRecord) -> tuple[int, dict[str, Any]] | None:
+    """``(txid, offsets)`` of an applied batch materialization; None for anything else."""
+    mat = record.asset_materialization
+    if mat is None or mat.partition is None:
+        return None
+    offsets = mat.metadata.get("offsets")
+    done = mat.metadata.get("already_committed")
+    if offsets is None or (done is not None and done.value):
+        return None
+    return int(mat.partition), dict(offsets.value)
+
+
 def _spout_history(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[int, dict[str, Any]]:
-    """``{txid: offsets}`` of every applied (not already-committed) batch materialization."""
+    """``{txid: offsets}`` of every applied (not already-committed) batch materialization.
+
+    Reads the asset's whole history (the latest applied materialization of a txid wins).
+    """
     history: dict[int, dict[str, Any]] = {}
     cursor = None
     while True:
@@ -89,18 +104,77 @@ def _spout_history(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[int, 
             dg.AssetRecordsFilter(asset_key=key), limit=1000, cursor=cursor, ascending=True
         )
         for record in page.records:
-            mat = record.asset_materialization
-            if mat is None or mat.partition is None:
-                continue
-            meta = mat.metadata
-            offsets = meta.get("offsets")
-            done = meta.get("already_committed")
-            if offsets is None or (done is not None and done.value):
-                continue
-            history[int(mat.partition)] = dict(offsets.value)
+            applied = _applied_offsets(record)
+            if applied is not None:
+                history[applied[0]] = applied[1]
         if not page.has_more:
             return history
         cursor = page.cursor
+
+
+def _latest_applied(
+    instance: dg.DagsterInstance, key: dg.AssetKey, txid: int
+) -> dict[str, Any] | None:
+    """The offsets of ``txid``'s latest applied materialization (None: there is none).
+
+    Reads only that partition's records, newest first: O(attempts of ``txid``).
+    """
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[txid_key(txid)]),
+            limit=10,
+            cursor=cursor,
+            ascending=False,
+        )
+        for record in page.records:
+            applied = _applied_offsets(record)
+            if applied is not None and applied[0] == txid:
+                return applied[1]
+        if not page.has_more:
+            return None
+        cursor = page.cursor
+
+
+def _ends_before(history: dict[int, dict[str, Any]], txid: int) -> dict[str, int]:
+    """Per partition, the next offset after the latest batch before ``txid`` that read it."""
+    previous: dict[str, int] = {}
+    for t in sorted(t for t in history if t < txid):
+        for partition, (_first, last) in history[t].items():
+            previous[partition] = int(last) + 1
+    return previous
+
+
+def _previous_ends(
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    spout_id: str,
+    outcomes: Sequence[BatchOutcome],
+    history: dict[int, dict[str, Any]] | None,
+) -> dict[str, int]:
+    """Where the committed batches before this run's first applied txid ended, per partition.
+
+    Equal to :func:`_ends_before` over the whole history for every partition this run's
+    batches read. Without ``history`` it reads only txid ``first - 1``'s materializations
+    when that batch covered all those partitions (a plan has a range for every partition of
+    its source, so this is the usual case), and the whole history otherwise.
+    """
+    first_txid = min((o.txid for o in outcomes if o.applied), default=None)
+    if first_txid is None:
+        return {}
+    needed: set[str] = set()
+    for outcome in outcomes:
+        plan = outcome.plans.get(spout_id)
+        if outcome.applied and plan is not None:
+            needed.update(r.partition for r in plan.ranges)
+    if not needed or first_txid == 1:
+        return {}
+    if history is None:
+        latest = _latest_applied(instance, key, first_txid - 1)
+        if latest is not None and needed <= latest.keys():
+            return {partition: int(last) + 1 for partition, (_first, last) in latest.items()}
+        history = _spout_history(instance, key)
+    return _ends_before(history, first_txid)
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -157,17 +231,14 @@ def _txids_check(
 def _ranges_check(
     key: dg.AssetKey,
     spout_id: str,
-    history: dict[int, dict[str, Any]],
+    previous: dict[str, int],
     outcomes: Sequence[BatchOutcome],
 ) -> dg.AssetCheckResult:
-    """Each applied batch of this run starts where the previous committed batch ended."""
-    previous: dict[str, int] = {}
-    first_txid = min((o.txid for o in outcomes if o.applied), default=None)
-    if first_txid is not None:
-        before = [t for t in history if t < first_txid]
-        for txid in sorted(before):
-            for partition, (_first, last) in history[txid].items():
-                previous[partition] = int(last) + 1
+    """Each applied batch of this run starts where the previous committed batch ended.
+
+    ``previous``: per partition, where the committed batches before this run ended
+    (:func:`_previous_ends`); updated in place as this run's batches are checked.
+    """
     problems: list[str] = []
     checked = 0
     for outcome in sorted(outcomes, key=lambda o: o.txid):
@@ -234,14 +305,20 @@ def evaluate_checks(
 ) -> Iterator[dg.AssetCheckResult]:
     """Evaluate every check of :func:`check_specs` after a run's batches (store still open)."""
     run_txids = [o.txid for o in outcomes]
+    # Only exactly_once needs every committed range; the other checks read O(recent) records.
+    full_history = settings.exactly_once and any(
+        recomputable(state) for state in topology.states.values()
+    )
     histories: dict[str, dict[int, dict[str, Any]]] = {}
     for sid in topology.spouts:
         key = keys[f"spout:{sid}"]
-        histories[sid] = _spout_history(instance, key)
+        if full_history:
+            histories[sid] = _spout_history(instance, key)
+        previous = _previous_ends(instance, key, sid, outcomes, histories.get(sid))
         yield _txids_check(key, instance, runner, run_txids)
-        yield _ranges_check(key, sid, histories[sid], outcomes)
+        yield _ranges_check(key, sid, previous, outcomes)
         yield _dead_letters_check(key, sid, outcomes, settings.dead_letter_threshold)
-    if not settings.exactly_once:
+    if not full_history:
         return
     for name, state in topology.states.items():
         if not recomputable(state):

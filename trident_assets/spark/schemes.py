@@ -85,7 +85,7 @@ def _utf8(column: str) -> tuple[Any, Any]:
 
     text = F.col(column).cast("string")
     bad = F.when(F.col(column).isNull(), F.lit(f"{column} is null")).when(
-        F.encode(text, "UTF-8") != F.col(column), F.lit(f"{column} is not valid UTF-8")
+        ~F.is_valid_utf8(text), F.lit(f"{column} is not valid UTF-8")
     )
     return text, bad
 
