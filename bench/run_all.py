@@ -150,7 +150,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         "words/s = corpus words / wall time of the whole processing (from the first run or "
         "query start to the last commit; JVM start excluded, reported below). median batch s = "
-        "median per-batch latency (ours: `TopologyRunner.run_batch` total; Spark SS: "
+        "median per-batch latency (ours: the txid's `run_batch` stages: its share of the "
+        "Spark job its chunk of txids ran as, plus its own commit; Spark SS: "
         "`triggerExecution`). s / batch (wall) = wall / batches (catch-up, Spark SS) or the "
         "median wall of one Dagster run (per-run modes). tiny batch s = the fixed per-batch "
         "overhead, on the tiny corpus: catch-up, the median time between consecutive "
@@ -176,15 +177,18 @@ def render(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {s['emit']:.3f} | {s['spark']:.3f} | {s['commit']:.3f} | "
                 f"{s['total']:.3f} | {fmt_s(s['in_run_batch_s'])} | "
-                f"{s['outside_batches_s']:.3f} |"
+                f"{fmt_s(s['outside_batches_s'])} |"
             )
         lines += [
             "",
             "between materializations = median time between consecutive txids' "
             "materializations inside one catch-up run (the per-batch cost inside a run, "
             "Dagster events included). outside run_batch = run wall minus the batches' "
-            "`run_batch` time: Dagster run start/finish, event writes and asset checks "
-            "(catch-up: once per run; per-run: median per run).",
+            "`run_batch` time: Dagster run start/finish, event writes and asset checks, "
+            "median per run (per-run modes only: in a catch-up run up to `max_spout_pending` "
+            "txids share one Spark job, which overlaps the previous chunk's commits, so the "
+            "wall does not split into per-txid parts; a txid's spark figure is its share of "
+            "its chunk's job).",
             "",
         ]
     if r.get("spark_ss"):

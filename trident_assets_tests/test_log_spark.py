@@ -10,7 +10,7 @@ import pytest
 
 from trident_assets.errors import BatchUnavailableError, ConfigError
 from trident_assets.log import PartitionedLog, Record
-from trident_assets.spark.log_reader import log_spark_schema, read_ranges
+from trident_assets.spark.log_reader import log_spark_schema, read_ranges, read_ranges_tagged
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -61,6 +61,30 @@ def test_spark_read_equals_direct_read(spark: Any, log: PartitionedLog) -> None:
     direct = pa.concat_tables([log.read(*r) for r in ranges])
     assert _rows(df.toArrow()) == _rows(direct)
     assert df.count() == direct.num_rows == 20 + 33 + 1 + 39 + 1
+
+
+def test_tagged_read_tags_each_range_in_one_scan(spark: Any, log: PartitionedLog) -> None:
+    ranges = [
+        (7, "events", 0, 0, 9),
+        (8, "events", 0, 10, 24),  # adjacent to txid 7's range
+        (9, "events", 0, 27, 29),  # after a gap: offsets 25 and 26 are not read
+        (8, "events", 1, 3, 5),
+        (9, "events", 2, 4, 3),  # empty
+        (9, "other", 0, 0, 1),
+    ]
+    df = read_ranges_tagged(spark, log, ranges, "txid")
+    got = sorted(
+        (r["topic"], r["partition"], r["offset"], r["txid"]) for r in df.toArrow().to_pylist()
+    )
+    expected = sorted(
+        (topic, p, o, tag) for tag, topic, p, first, last in ranges for o in range(first, last + 1)
+    )
+    assert got == expected
+    assert len(got) == 10 + 15 + 3 + 3 + 2
+    assert ("events", 0, 25, 9) not in got
+    empty = read_ranges_tagged(spark, log, [(1, "events", 1, 0, -1)], "txid")
+    assert empty.count() == 0
+    assert empty.schema["txid"].dataType.simpleString() == "bigint"
 
 
 def test_partial_segments_and_empty_ranges(spark: Any, log: PartitionedLog) -> None:

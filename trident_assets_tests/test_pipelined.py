@@ -252,3 +252,35 @@ def test_max_spout_pending_is_validated(spark: Any, tmp_path: Path) -> None:
     store = DuckDBStore(tmp_path / "state.duckdb")
     with pytest.raises(ConfigError, match="max_spout_pending must be >= 1, got 0"):
         TopologyRunner(topo, spark, store, _log(tmp_path, {"sentences": 1}), max_spout_pending=0)
+
+
+def test_next_chunk_is_planned_while_the_previous_one_commits(spark: Any, tmp_path: Path) -> None:
+    log = _log(tmp_path, {"sentences": 1})
+    _fill(log)
+    topo, counts = _word_count("wc", kind=SpoutKind.TRANSACTIONAL)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    commits = {"n": 0}
+
+    def fault(point: str) -> None:  # fails txid 2's commit, when chunk (3, 4) is in flight
+        if point == "before_commit":
+            commits["n"] += 1
+            if commits["n"] == 2:
+                raise Boom(point)
+
+    crashing = TopologyRunner(topo, spark, store, log, fault=fault, max_spout_pending=2)
+    with pytest.raises(Boom):
+        list(crashing.run_batches(range(1, 5)))
+    assert store.last_committed("wc") == 1
+    planned = [(r[2], r[4], r[5], r[7]) for r in _spout_rows(store) if r[2] > 1]
+    assert planned == [(2, 4, 8, False), (3, 8, 12, False), (4, 12, 16, False)]
+    runner = TopologyRunner(topo, spark, store, log, max_spout_pending=2)
+    outcomes = list(runner.run_batches(range(2, 7)))
+    assert [(o.txid, o.pipelined, o.plans["sentences"].replay) for o in outcomes] == [
+        (2, 2, True),
+        (3, 2, True),
+        (4, 2, True),
+        (5, 2, False),
+        (6, 1, False),
+    ]
+    assert [o.tuples_in["sentences"] for o in outcomes] == [4, 4, 4, 4, 0]
+    assert _counts(store, counts.table) == dict(_words([s for r in ROUNDS for s in _valid(r)]))

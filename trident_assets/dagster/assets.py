@@ -113,7 +113,14 @@ def topology_assets(
         spark = pyspark.spark_session
         outcomes: list[BatchOutcome] = []
         with trident.store() as store:
-            runner = TopologyRunner(topology, spark, store, trident.log(), fault=trident.fault())
+            runner = TopologyRunner(
+                topology,
+                spark,
+                store,
+                trident.log(),
+                fault=trident.fault(),
+                max_spout_pending=trident.max_spout_pending,
+            )
             for outcome in runner.run_batches(txids):
                 outcomes.append(outcome)
                 context.log.info(_summary(outcome))

@@ -35,6 +35,12 @@ class TridentResource(dg.ConfigurableResource):
     spark_remote: str | None = Field(
         default=None, description="Spark Connect URL (sc://host:port); local Spark if unset."
     )
+    max_spout_pending: int = Field(
+        default=10,
+        ge=1,
+        description="Consecutive txids of a catch-up run that may share one Spark job "
+        "(Trident's max spout pending); each still commits alone, in order. 1: one by one.",
+    )
     crash_at: str | None = Field(
         default=None,
         description="Chaos testing only: SIGKILL the run process at this point of a batch "

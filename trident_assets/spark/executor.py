@@ -16,8 +16,10 @@ Data moves between Spark and DuckDB only as Arrow tables (``DataFrame.toArrow()`
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,7 +177,8 @@ class TopologyRunner:
             OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
             BatchUnavailableError: a transactional replay can no longer be read.
         """
-        return next(self.run_batches([txid]))
+        with contextlib.closing(self.run_batches([txid])) as outcomes:
+            return next(outcomes)
 
     def run_batches(self, txids: Iterable[int]) -> Iterator[BatchOutcome]:
         """Process and commit ``txids`` (ascending) exactly once each, yielding each outcome.
@@ -191,97 +194,165 @@ class TopologyRunner:
         """
         ordered = list(txids)
         i = 0
-        while i < len(ordered):
-            txid = ordered[i]
-            started = time.perf_counter()
-            last = self.last_committed()
-            if last is not None and txid <= last:
-                yield BatchOutcome(self.scope, txid, False, self._committed_plans(txid))
-                i += 1
-                continue
-            decide_commit(self.scope, last, txid)
-            limit = 1
-            while (
-                limit < self.max_spout_pending
-                and i + limit < len(ordered)
-                and ordered[i + limit] == txid + limit
-            ):
-                limit += 1
-            batches, pipelined = self._emit(txid, limit)
-            emit_s = time.perf_counter() - started
-            self.fault("after_emit")
-            for outcome in self._process(batches, pipelined, emit_s):
-                yield outcome
-                i += 1
-                if not outcome.applied:  # another attempt committed it: re-plan what follows
-                    break
+        ahead: _Chunk | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-spark") as pool:
+            try:
+                while i < len(ordered):
+                    chunk, ahead = ahead, None
+                    if chunk is None:
+                        txid = ordered[i]
+                        started = time.perf_counter()
+                        last = self.last_committed()
+                        if last is not None and txid <= last:
+                            yield BatchOutcome(self.scope, txid, False, self._committed_plans(txid))
+                            i += 1
+                            continue
+                        decide_commit(self.scope, last, txid)
+                        batches, pipelined = self._emit(txid, self._limit(ordered, i))
+                        emit_s = time.perf_counter() - started
+                        self.fault("after_emit")
+                        if not pipelined:
+                            yield self._run_alone(*batches[0], emit_s)
+                            i += 1
+                            continue
+                        chunk = self._start(pool, batches, emit_s)
+                    prepared = chunk.future.result()
+                    spark_s = (time.perf_counter() - chunk.t_spark) / len(chunk.batches)
+                    ahead = self._start_next(pool, chunk, ordered, i + len(chunk.batches))
+                    for outcome in self._commit_chunk(chunk, prepared, spark_s):
+                        yield outcome
+                        i += 1
+                        if not outcome.applied:  # another attempt committed it: re-plan
+                            _settle(ahead)
+                            ahead = None
+                            break
+            finally:
+                _settle(ahead)
+
+    def _limit(self, ordered: list[int], i: int) -> int:
+        """How many consecutive txids from ``ordered[i]`` one chunk may take."""
+        limit = 1
+        while (
+            limit < self.max_spout_pending
+            and i + limit < len(ordered)
+            and ordered[i + limit] == ordered[i] + limit
+        ):
+            limit += 1
+        return limit
+
+    def _coordinators(self) -> dict[str, BatchCoordinator]:
+        return {sid: self.coordinator(sid) for sid in self.topology.spouts}
 
     def _emit(self, txid: int, limit: int) -> tuple[list[tuple[int, dict[str, BatchPlan]]], bool]:
-        """Plan ``txid`` and, when they can share its Spark job, up to ``limit - 1`` successors.
+        """Plan a chunk from ``txid``: up to ``limit`` txids that can share one Spark job.
+
+        Returns the chunk and True, or ``[(txid, plans)]`` and False when ``txid`` must run
+        alone (the one-batch path).
+        """
+        coordinators = self._coordinators()
+        first = [(txid, {sid: c.emit(txid) for sid, c in coordinators.items()})]
+        batches = self._extend(coordinators, list(first), limit)
+        return (first, False) if batches is None else (batches, True)
+
+    def _extend(
+        self,
+        coordinators: dict[str, BatchCoordinator],
+        batches: list[tuple[int, dict[str, BatchPlan]]],
+        limit: int,
+    ) -> list[tuple[int, dict[str, BatchPlan]]] | None:
+        """Add successors to a one-batch chunk while they can share its Spark job.
 
         A successor's plan continues from its predecessor's (as Trident's emitter keeps the
         last batch's metadata in memory); transactional ranges are recorded as planned.
         """
-        coordinators = {sid: self.coordinator(sid) for sid in self.topology.spouts}
-        plans = {sid: c.emit(txid) for sid, c in coordinators.items()}
-        batches = [(txid, plans)]
-        live = live_spouts(plans)
+        live = live_spouts(batches[0][1])
         if not self.pipelinable or not chunk_pipelinable(self.topology, live):
-            return batches, False
-        for nxt in range(txid + 1, txid + limit):
-            plans = {sid: c.emit_after(batches[-1][1][sid]) for sid, c in coordinators.items()}
+            return None
+        while len(batches) < limit:
+            txid, previous = batches[-1]
+            plans = {sid: c.emit_after(previous[sid]) for sid, c in coordinators.items()}
             live |= live_spouts(plans)
             if not chunk_pipelinable(self.topology, live):
                 break
-            batches.append((nxt, plans))
-        return batches, True
+            batches.append((txid + 1, plans))
+        return batches
 
-    def _process(
-        self, batches: list[tuple[int, dict[str, BatchPlan]]], pipelined: bool, emit_s: float
-    ) -> Iterator[BatchOutcome]:
-        """Run the Spark work of ``batches`` (one job when ``pipelined``), then commit each."""
+    def _start(
+        self,
+        pool: ThreadPoolExecutor,
+        batches: list[tuple[int, dict[str, BatchPlan]]],
+        emit_s: float,
+    ) -> _Chunk:
+        """Build the chunk's DataFrames here, run its Spark jobs in ``pool``."""
         t_spark = time.perf_counter()
-        first_txid, first_plans = batches[0]
-        if pipelined:
-            empty = _BatchRun(self, first_txid, first_plans)
-            prepared = PipelinedRun(self, batches, empty).prepare()
-            value_types = empty.value_types
-        else:
-            run = _BatchRun(self, first_txid, first_plans)
-            prepared = {first_txid: run.prepare()}
-            value_types = run.value_types
-        share = len(batches)
-        spark_s = (time.perf_counter() - t_spark) / share
-        for txid, plans in batches:
-            if not pipelined:
-                run_txid = run
-            else:
-                run_txid = _BatchRun(self, txid, plans)
-                run_txid.value_types = dict(value_types)
-            timings = {"emit": emit_s / share, "spark": spark_s}
-            t_commit = time.perf_counter()
+        base = _BatchRun(self, *batches[0])
+        work = PipelinedRun(self, batches, base).plan()
+        return _Chunk(batches, emit_s, base, pool.submit(work), t_spark)
 
-            def apply(_tx: Any, r: _BatchRun = run_txid, p: _Prepared = prepared[txid]) -> Any:
-                return r.commit(p)
+    def _start_next(
+        self, pool: ThreadPoolExecutor, chunk: _Chunk, ordered: list[int], j: int
+    ) -> _Chunk | None:
+        """Plan and start the chunk after ``chunk`` (from ``ordered[j]``) before it commits.
 
-            result = commit_batch(self.store, self.scope, txid, apply)
-            outcome = (
-                result.result
-                if result.applied and result.result
-                else BatchOutcome(self.scope, txid, False, plans)
-            )
-            timings["commit"] = time.perf_counter() - t_commit
-            if outcome.applied and self.compaction is not None:
-                t_compact = time.perf_counter()
-                live = {s.table: s.size for s in outcome.states.values()}
-                outcome.compacted = maybe_compact(self.store, live, self.compaction)
-                timings["compact"] = time.perf_counter() - t_compact
-            timings["total"] = sum(timings.values())
-            outcome.timings_s = timings
-            outcome.pipelined = share
+        Trident keeps batches in flight while earlier ones commit; the next chunk's plans
+        continue from ``chunk``'s last plans, and its Spark work overlaps these commits.
+        """
+        last_txid, last_plans = chunk.batches[-1]
+        if j >= len(ordered) or ordered[j] != last_txid + 1:
+            return None
+        started = time.perf_counter()
+        coordinators = self._coordinators()
+        first = {sid: c.emit_after(last_plans[sid]) for sid, c in coordinators.items()}
+        batches = self._extend(coordinators, [(last_txid + 1, first)], self._limit(ordered, j))
+        if batches is None:
+            return None
+        emit_s = time.perf_counter() - started
+        self.fault("after_emit")
+        return self._start(pool, batches, emit_s)
+
+    def _run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
+        """The one-batch path: run every stream on Spark, then commit."""
+        t_spark = time.perf_counter()
+        run = _BatchRun(self, txid, plans)
+        prepared = run.prepare()
+        spark_s = time.perf_counter() - t_spark
+        return self._commit_one(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
+
+    def _commit_chunk(
+        self, chunk: _Chunk, prepared: dict[int, _Prepared], spark_s: float
+    ) -> Iterator[BatchOutcome]:
+        """Commit the chunk's txids one by one, in order; stop at one that was not applied."""
+        share = len(chunk.batches)
+        for txid, plans in chunk.batches:
+            run = _BatchRun(self, txid, plans)
+            run.value_types = dict(chunk.base.value_types)
+            timings = {"emit": chunk.emit_s / share, "spark": spark_s}
+            outcome = self._commit_one(run, prepared[txid], timings, share)
             yield outcome
             if not outcome.applied:
                 return
+
+    def _commit_one(
+        self, run: _BatchRun, prepared: _Prepared, timings: dict[str, float], share: int
+    ) -> BatchOutcome:
+        """Commit one txid in its own transaction, then compact what the policy says."""
+        t_commit = time.perf_counter()
+        result = commit_batch(self.store, self.scope, run.txid, lambda _tx: run.commit(prepared))
+        outcome = (
+            result.result
+            if result.applied and result.result
+            else BatchOutcome(self.scope, run.txid, False, run.plans)
+        )
+        timings["commit"] = time.perf_counter() - t_commit
+        if outcome.applied and self.compaction is not None:
+            t_compact = time.perf_counter()
+            live = {s.table: s.size for s in outcome.states.values()}
+            outcome.compacted = maybe_compact(self.store, live, self.compaction)
+            timings["compact"] = time.perf_counter() - t_compact
+        timings["total"] = sum(timings.values())
+        outcome.timings_s = timings
+        outcome.pipelined = share
+        return outcome
 
     def _committed_plans(self, txid: int) -> dict[str, BatchPlan]:
         """The recorded ranges of committed ``txid`` (spouts whose ranges were cleaned up omitted).
@@ -312,6 +383,25 @@ class _Prepared:
     outputs: dict[str, pa.Table]
     dead: dict[str, pa.Table]
     tuples_in: dict[str, int]
+
+
+@dataclass
+class _Chunk:
+    """Consecutive txids whose Spark work runs as one job (maybe while earlier ones commit)."""
+
+    batches: list[tuple[int, dict[str, BatchPlan]]]
+    emit_s: float
+    base: _BatchRun
+    """Builds the chunk's streams that receive no tuples; its value types type query results."""
+    future: Future[dict[int, _Prepared]]
+    t_spark: float
+
+
+def _settle(chunk: _Chunk | None) -> None:
+    """Wait for a chunk started ahead that will not commit (its result is dropped)."""
+    if chunk is not None:
+        with contextlib.suppress(Exception):  # its txids are re-planned and re-run later
+            chunk.future.result()
 
 
 class _BatchRun:

@@ -23,7 +23,7 @@ fetches them only when there are any.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -145,14 +145,18 @@ class PipelinedRun:
         a = node.args
         if node.kind == "spout":
             sid, spout = a["spout_id"], a["spout"]
-            reads = [
-                spout.read(self.spark, self.runner.log, plans[sid]).withColumn(
-                    TXID_COLUMN, F.lit(txid).cast("bigint")
-                )
-                for txid, plans in self.batches
-                if plans[sid].record_count > 0
-            ]
-            raw = reduce(lambda x, y: x.unionByName(y), reads)
+            mine = [(txid, plans[sid]) for txid, plans in self.batches]
+            nonempty = [(txid, plan) for txid, plan in mine if plan.record_count > 0]
+            if hasattr(spout, "read_many"):  # one scan for the whole chunk
+                raw = spout.read_many(self.spark, self.runner.log, nonempty, TXID_COLUMN)
+            else:
+                reads = [
+                    spout.read(self.spark, self.runner.log, plan).withColumn(
+                        TXID_COLUMN, F.lit(txid).cast("bigint")
+                    )
+                    for txid, plan in nonempty
+                ]
+                raw = reduce(lambda x, y: x.unionByName(y), reads)
             observation = Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}")
             good, dead = spout.scheme.decode(raw, keep=(TXID_COLUMN,), observation=observation)
             self.dead[sid] = (dead, observation)
@@ -167,73 +171,87 @@ class PipelinedRun:
         msg = f"node kind {node.kind!r} cannot be pipelined"
         raise AssertionError(msg)
 
-    def _partials(self, state: TridentState) -> dict[int, pa.Table]:
+    def _partials_job(self, state: TridentState) -> Callable[[], dict[int, pa.Table]]:
+        """Build the state's partials DataFrame now; the returned call runs its Spark job."""
         from trident_assets.spark.executor import GLOBAL_COLUMN, GLOBAL_KEY
 
         a = state.node.args
         parent = state.node.parents[0]
         if not is_live(parent, self.live):
             table = self.empty._state_input(state)
-            return dict.fromkeys(self.txids, table)
+            return lambda: dict.fromkeys(self.txids, table)
         group, out, agg = list(a["group"]), a["output"], a["agg"]
-        df = self.frame(parent)
-        table = combine_partials(df, [*group, TXID_COLUMN], a["inputs"][0], agg, out).toArrow()
-        self.empty.value_types[state.spec.name] = table.schema.field(out).type
-        split = split_by_txid(table, self.txids)
-        if group:
-            return split
-        out_type = table.schema.field(out).type
-        zero = agg.zero()
-        result: dict[int, pa.Table] = {}
-        for txid, part in split.items():
-            value = part.column(out) if part.num_rows else pa.array([zero], out_type)
-            if zero is not None:
-                value = pc.fill_null(value, pa.scalar(zero, out_type))
-            result[txid] = pa.table(
-                {out: value, GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]] * len(value))}
-            )
-        return result
+        df = combine_partials(self.frame(parent), [*group, TXID_COLUMN], a["inputs"][0], agg, out)
+        out_type = empty_arrow(df).schema.field(out).type
+        self.empty.value_types[state.spec.name] = out_type  # types empty query results
+        txids = self.txids
 
-    def _outputs(self) -> dict[str, dict[int, pa.Table]]:
-        result: dict[str, dict[int, pa.Table]] = {}
-        for name, stream in self.runner.topology.outputs.items():
-            if is_live(stream.node, self.live):
-                result[name] = split_by_txid(self.frame(stream.node).toArrow(), self.txids)
-            else:
-                result[name] = dict.fromkeys(self.txids, self.empty.collect(stream.node))
-        return result
+        def run() -> dict[int, pa.Table]:
+            split = split_by_txid(df.toArrow(), txids)
+            if group:
+                return split
+            zero = agg.zero()
+            result: dict[int, pa.Table] = {}
+            for txid, part in split.items():
+                value = part.column(out) if part.num_rows else pa.array([zero], out_type)
+                if zero is not None:
+                    value = pc.fill_null(value, pa.scalar(zero, out_type))
+                result[txid] = pa.table(
+                    {out: value, GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]] * len(value))}
+                )
+            return result
 
-    def _dead_letters(self) -> dict[str, dict[int, pa.Table]]:
-        result: dict[str, dict[int, pa.Table]] = {}
-        for sid, node in self.runner.topology.spouts.items():
-            if sid not in self.live:
-                self.empty.frame(node)
-                result[sid] = dict.fromkeys(self.txids, empty_arrow(self.empty.dead[sid]))
-                continue
-            observed = sid in self.dead  # its tuples fed a job that already ran
-            self.frame(node)
-            dead, observation = self.dead[sid]
+        return run
+
+    def _output_job(self, stream_node: Node) -> Callable[[], dict[int, pa.Table]]:
+        if not is_live(stream_node, self.live):
+            table = self.empty.collect(stream_node)
+            return lambda: dict.fromkeys(self.txids, table)
+        df = self.frame(stream_node)
+        return lambda: split_by_txid(df.toArrow(), self.txids)
+
+    def _dead_letters_job(self, sid: str, node: Node) -> Callable[[], dict[int, pa.Table]]:
+        if sid not in self.live:
+            self.empty.frame(node)
+            table = empty_arrow(self.empty.dead[sid])
+            return lambda: dict.fromkeys(self.txids, table)
+        observed = sid in self.dead  # its tuples feed a state or output: a job observes them
+        self.frame(node)
+        dead, observation = self.dead[sid]
+        none = empty_arrow(dead)
+
+        def run() -> dict[int, pa.Table]:
             if observed and observation.get["dead"] == 0:
-                table = empty_arrow(dead)
-                result[sid] = split_by_txid(table, self.txids)
-            else:
-                result[sid] = split_by_txid(dead.toArrow(), self.txids)
-        return result
+                return split_by_txid(none, self.txids)
+            return split_by_txid(dead.toArrow(), self.txids)
 
-    def prepare(self) -> dict[int, _Prepared]:
-        """Run the chunk's Spark work: each txid's partials, outputs and dead letters."""
+        return run
+
+    def plan(self) -> Callable[[], dict[int, _Prepared]]:
+        """Build every DataFrame (this thread: it reads the store); return the Spark work.
+
+        The returned call touches only Spark, so it may run in another thread while this
+        one commits earlier txids. It returns each txid's partials, outputs and dead letters.
+        """
         from trident_assets.spark.executor import _Prepared
 
         topo = self.runner.topology
-        partials = {name: self._partials(state) for name, state in topo.states.items()}
-        outputs = self._outputs()
-        dead = self._dead_letters()
-        return {
-            txid: _Prepared(
-                partials={name: p[txid] for name, p in partials.items()},
-                outputs={name: o[txid] for name, o in outputs.items()},
-                dead={sid: d[txid] for sid, d in dead.items()},
-                tuples_in={sid: p.record_count for sid, p in plans.items()},
-            )
-            for txid, plans in self.batches
-        }
+        partials = {name: self._partials_job(state) for name, state in topo.states.items()}
+        outputs = {name: self._output_job(stream.node) for name, stream in topo.outputs.items()}
+        dead = {sid: self._dead_letters_job(sid, node) for sid, node in topo.spouts.items()}
+
+        def run() -> dict[int, _Prepared]:
+            p = {name: job() for name, job in partials.items()}
+            o = {name: job() for name, job in outputs.items()}
+            d = {sid: job() for sid, job in dead.items()}  # after the jobs that observe them
+            return {
+                txid: _Prepared(
+                    partials={name: t[txid] for name, t in p.items()},
+                    outputs={name: t[txid] for name, t in o.items()},
+                    dead={sid: t[txid] for sid, t in d.items()},
+                    tuples_in={sid: plan.record_count for sid, plan in plans.items()},
+                )
+                for txid, plans in self.batches
+            }
+
+        return run

@@ -86,3 +86,19 @@ class LogSpout:
             (r.topic, r.partition_number, r.first_offset, r.last_offset) for r in plan.non_empty()
         ]
         return read_ranges(spark, log, ranges)
+
+    def read_many(
+        self, spark: Any, log: PartitionedLog, plans: Sequence[tuple[int, BatchPlan]], column: str
+    ) -> Any:
+        """The raw records of several batches in ONE Spark scan, each tagged with its txid.
+
+        ``plans`` are ``(txid, plan)``; the txid goes to the bigint ``column``.
+        """
+        from trident_assets.spark.log_reader import read_ranges_tagged
+
+        ranges = [
+            (txid, r.topic, r.partition_number, r.first_offset, r.last_offset)
+            for txid, plan in plans
+            for r in plan.non_empty()
+        ]
+        return read_ranges_tagged(spark, log, ranges, column)
