@@ -173,6 +173,24 @@ def test_parallel_read_returns_exactly_the_ranges_in_the_log_schema(
 # -- spout kinds ----------------------------------------------------------------------------------
 
 
+def test_pipelined_chunk_reads_every_batch_from_kafka_exactly_once(
+    spark: Any, broker: MockKafkaBroker, tmp_path: Path
+) -> None:
+    topic = _topic(broker, list(SENTENCES))
+    produce(broker.bootstrap_servers, topic, [b"\xff"])
+    spout = _spout(broker, topic, kind=SpoutKind.OPAQUE, max_batch_size=2)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    runner = TopologyRunner(_word_count(spout), spark, store, None, max_spout_pending=4)
+    outcomes = list(runner.run_batches(range(1, 5)))
+    assert [o.pipelined for o in outcomes] == [4, 4, 4, 4]
+    assert [o.tuples_in["sentences"] for o in outcomes] == [2, 2, 2, 0]
+    assert sum(o.dead_letters for o in outcomes) == 1
+    dead = store.conn.execute("SELECT reason, value FROM _trident_dead_letters").fetchall()
+    assert dead == [("value is not valid UTF-8", b"\xff")]
+    assert _counts(store) == _words(list(SENTENCES))
+    spout.close()
+
+
 def test_transactional_spout_replays_the_identical_batch(
     spark: Any, broker: MockKafkaBroker, tmp_path: Path
 ) -> None:

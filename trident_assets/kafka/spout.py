@@ -16,6 +16,7 @@ read) are detected by the reader (gap rows). ``on_gap="fail"`` (default) fails t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import reduce
 from typing import TYPE_CHECKING, Any, Literal
 
 from trident_assets.core.retry import ExponentialBackoff
@@ -111,7 +112,7 @@ class KafkaSpout:
         self.on_gap: GapPolicy = on_gap
         self.retry = retry or ExponentialBackoff()
         self._source: KafkaSource | None = None
-        self._cached: Any = None
+        self._cached: list[Any] = []
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -137,9 +138,9 @@ class KafkaSpout:
         self._release()
 
     def _release(self) -> None:
-        if self._cached is not None:
-            self._cached.unpersist()
-            self._cached = None
+        for frame in self._cached:
+            frame.unpersist()
+        self._cached = []
 
     def read(self, spark: Any, log: Any, plan: BatchPlan) -> Any:
         """The raw records of ``plan`` as a DataFrame, read in parallel by Spark tasks.
@@ -150,16 +151,40 @@ class KafkaSpout:
         Raises:
             BatchUnavailableError: ``on_gap="fail"`` and offsets of the plan are missing.
         """
+        self._release()
+        return self._read_checked(spark, plan)
+
+    def read_many(
+        self, spark: Any, log: Any, plans: Sequence[tuple[int, BatchPlan]], column: str
+    ) -> Any:
+        """Several batches as one DataFrame, the txid in the bigint ``column``.
+
+        ``plans`` are ``(txid, plan)``; each is read, cached and gap-checked as by
+        :meth:`read` (all stay cached until the next read).
+
+        Raises:
+            BatchUnavailableError: ``on_gap="fail"`` and offsets of a plan are missing.
+        """
         from pyspark.sql import functions as F
 
         self._release()
+        frames = [
+            self._read_checked(spark, plan).withColumn(column, F.lit(txid).cast("bigint"))
+            for txid, plan in plans
+        ]
+        return reduce(lambda a, b: a.unionByName(b), frames)
+
+    def _read_checked(self, spark: Any, plan: BatchPlan) -> Any:
+        """Read ``plan`` into a cached DataFrame (kept until the next read) and check gaps."""
+        from pyspark.sql import functions as F
+
         ranges = [
             (r.topic, r.partition_number, r.first_offset, r.next_offset) for r in plan.non_empty()
         ]
         raw = read_kafka_ranges(
             spark, self.client_config, ranges, tasks=self.tasks, timeout_s=self.timeout_s
         ).persist()
-        self._cached = raw
+        self._cached.append(raw)
         is_gap = (
             F.col("value").isNull()
             & F.col("headers").isNotNull()
