@@ -148,7 +148,7 @@ def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
         topo = build_word_count(
             topology_name(kind), kind=SpoutKind(kind), max_batch_size=batch_size
         )
-        runner = TopologyRunner(topo, spark, store, log, fault=fault)
+        runner = TopologyRunner(topo, spark, store, log, fault=fault, max_spout_pending=8)
         record = runner.meta.record
 
         def record_then_fault(
@@ -170,23 +170,28 @@ def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
         if not cmd or cmd[0] == "stop":
             break
         runner = runners[cmd[1]]
+        pending = int(cmd[2]) if len(cmd) > 2 else 1
         last = runner.last_committed()
         txid = 1 if last is None else last + 1
         current.clear()
         current.update(topology=cmd[1], txid=txid)
-        _send(out, ev="begin", **current)
-        outcome = runner.run_batch(txid)
-        _send(
-            out,
-            ev="done",
-            applied=outcome.applied,
-            records=sum(outcome.tuples_in.values()),
-            dead=outcome.dead_letters,
-            spark_s=outcome.timings_s.get("spark", 0.0),
-            plans=_plans(outcome.plans),
-            backlog=runner.backlog(),
-            **current,
-        )
+        _send(out, ev="begin", pending=pending, **current)
+        for outcome in runner.run_batches(range(txid, txid + pending)):
+            _send(
+                out,
+                ev="done",
+                applied=outcome.applied,
+                records=sum(outcome.tuples_in.values()),
+                dead=outcome.dead_letters,
+                spark_s=outcome.timings_s.get("spark", 0.0),
+                pipelined=outcome.pipelined,
+                plans=_plans(outcome.plans),
+                backlog=runner.backlog(),
+                topology=cmd[1],
+                txid=outcome.txid,
+            )
+            current["txid"] = outcome.txid + 1
+        _send(out, ev="end", **current)
     store.close()
     spark.stop()
 
@@ -392,15 +397,18 @@ class Driver:
         return self.rng.choice(POINTS)
 
     def attempt(self, name: str, chaos: bool) -> dict[str, Any] | None:
-        """Ask the worker to run the next txid of ``name``; kill it if planned.
+        """Ask the worker to run the next txids of ``name`` (``--max-spout-pending`` of them,
+        pipelined); kill it if planned. A kill is planned per txid, so it can hit a chunk
+        between two of its commits.
 
-        Returns the ``done`` event, or None if the worker was killed.
+        Returns the last ``done`` event, or None if the worker was killed.
         """
         if self.worker is None or not self.worker.alive:
             self.worker = self._start_worker()
         worker = self.worker
         fig = self.figures[name]
-        worker.send(f"run {name}")
+        worker.send(f"run {name} {self.args.max_spout_pending}")
+        last_done: dict[str, Any] | None = None
         plan: str | None = None
         meta_target = 0
         meta_seen = 0
@@ -433,7 +441,14 @@ class Driver:
                     worker.send("go")
                 elif event["ev"] == "done":
                     self._done(fig, event)
-                    return event
+                    last_done = event
+                    txid = event["txid"] + 1  # the next txid of the chunk is in flight
+                    self.attempted[name][txid] += 1
+                    plan = self._plan_kill(name, txid) if chaos else None
+                    meta_seen = 0
+                elif event["ev"] == "end":
+                    self.attempted[name][txid] -= 1  # the chunk ended before it
+                    return last_done
         except Killed as exc:
             self.problems.append(f"{name} txid {txid}: the worker died unasked ({exc})")
             worker.close()
@@ -655,6 +670,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=("opaque", "transactional", "both"), default="both")
     parser.add_argument("--rate", type=float, default=30.0, help="sentences per second")
     parser.add_argument("--batch-size", type=int, default=500, help="max records per batch")
+    parser.add_argument(
+        "--max-spout-pending",
+        type=int,
+        default=4,
+        help="txids the worker runs per request, pipelined (1: one at a time)",
+    )
     parser.add_argument("--root", type=Path, help="working directory (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--verbose", action="store_true", help="print every kill")
