@@ -12,6 +12,11 @@ Order of work for batch ``txid`` (Trident's batch phase, then its commit phase):
    committed. A crash anywhere leaves the old state or the new, never a mix.
 
 Data moves between Spark and DuckDB only as Arrow tables (``DataFrame.toArrow()``).
+
+:meth:`TopologyRunner.run_batches` pipelines consecutive txids (Trident's max spout pending):
+steps 2-3 of a chunk of txids run as one Spark job (:mod:`trident_assets.spark.pipelined`),
+the next chunk's job runs while this one commits, and step 4 stays one transaction per txid,
+in txid order.
 """
 
 from __future__ import annotations
