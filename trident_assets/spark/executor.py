@@ -43,9 +43,11 @@ from trident_assets.errors import ConfigError
 from trident_assets.spark import stream_ops
 from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
 from trident_assets.spark.pipelined import (
+    NodeFrames,
     PipelinedRun,
     chunk_pipelinable,
     empty_arrow,
+    global_partials,
     live_spouts,
     pipelinable,
 )
@@ -409,7 +411,7 @@ def _settle(chunk: _Chunk | None) -> None:
             chunk.future.result()
 
 
-class _BatchRun:
+class _BatchRun(NodeFrames):
     """The Spark side of one batch: lazily built DataFrames, memoised per node."""
 
     def __init__(self, runner: TopologyRunner, txid: int, plans: dict[str, BatchPlan]) -> None:
@@ -455,14 +457,7 @@ class _BatchRun:
             return pa.table({field_.name: pa.array([a["agg"].zero()], field_.type)})
         return frame.toArrow()
 
-    def frame(self, node: Node) -> Any:
-        key = id(node)
-        if key not in self.frames:
-            self.frames[key] = self._build(node)
-        return self.frames[key]
-
     def _build(self, node: Node) -> Any:
-
         a = node.args
         if node.kind == "spout":
             spout = a["spout"]
@@ -478,12 +473,9 @@ class _BatchRun:
         if node.kind in stream_ops.NODE_KINDS:
             return stream_ops.build(node, [self.frame(p) for p in node.parents])
         parent = self.frame(node.parents[0])
-        if node.kind == "each":
-            return a["function"].apply(parent, a["inputs"], a["outputs"])
-        if node.kind == "filter":
-            return parent.where(a["filter"].condition(a["inputs"]))
-        if node.kind == "project":
-            return parent.select(*node.fields)
+        built = self.row_wise(node, parent)
+        if built is not None:
+            return built
         if node.kind == "aggregate":
             return combine_partials(parent, a["group"], a["inputs"][0], a["agg"], a["output"])
         if node.kind == "query":
@@ -593,7 +585,8 @@ class _BatchRun:
         table = combine_partials(parent, group, a["inputs"][0], agg, out).toArrow()
         self.value_types[state.spec.name] = table.schema.field(out).type
         if not group:
-            table = table.append_column(GLOBAL_COLUMN, pa.array([GLOBAL_KEY[0]] * table.num_rows))
+            for name, column in global_partials(table.column(out)).items():
+                table = table.append_column(name, column)
         return table
 
     def _empty_partials(self, state: TridentState) -> pa.Table:
@@ -609,7 +602,7 @@ class _BatchRun:
         if group:
             return schema.empty_table()
         zero = pa.array([agg.zero()], schema.field(out).type)
-        return pa.table({out: zero, GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]])})
+        return pa.table({out: zero, **global_partials(zero)})
 
     def commit(self, prepared: _Prepared) -> BatchOutcome:
         """Apply everything inside the open store transaction."""

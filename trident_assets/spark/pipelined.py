@@ -60,6 +60,44 @@ def empty_arrow(df: Any) -> pa.Table:
     return schema.empty_table()
 
 
+def global_partials(values: pa.Array) -> dict[str, pa.Array]:
+    """The key column of a global (ungrouped) state's partials, one per value."""
+    from trident_assets.spark.executor import GLOBAL_COLUMN, GLOBAL_KEY
+
+    return {GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]] * len(values))}
+
+
+class NodeFrames:
+    """Memoised DataFrames per topology node, for one batch or a pipelined chunk."""
+
+    frames: dict[int, Any]
+
+    def frame(self, node: Node) -> Any:
+        """The node's DataFrame, built once."""
+        key = id(node)
+        if key not in self.frames:
+            self.frames[key] = self._build(node)
+        return self.frames[key]
+
+    def _build(self, node: Node) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def row_wise(node: Node, parent: Any, keep: tuple[str, ...] = ()) -> Any:
+        """``each``, ``filter`` or ``project`` over ``parent``; None for any other kind.
+
+        ``keep``: further columns that ``project`` keeps (a pipelined chunk's txid tag).
+        """
+        a = node.args
+        if node.kind == "each":
+            return a["function"].apply(parent, a["inputs"], a["outputs"])
+        if node.kind == "filter":
+            return parent.where(a["filter"].condition(a["inputs"]))
+        if node.kind == "project":
+            return parent.select(*node.fields, *keep)
+        return None
+
+
 def _nodes(topology: TridentTopology) -> list[Node]:
     seen: dict[int, Node] = {}
     todo = [s.node for s in topology.states.values()] + [s.node for s in topology.outputs.values()]
@@ -117,7 +155,7 @@ def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
     return out
 
 
-class PipelinedRun:
+class PipelinedRun(NodeFrames):
     """The Spark side of a pipelined chunk: builds tagged DataFrames, returns per-txid inputs."""
 
     def __init__(self, runner: TopologyRunner, batches: Batches, empty: _BatchRun) -> None:
@@ -130,13 +168,6 @@ class PipelinedRun:
         self.empty = empty
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, tuple[Any, Any]] = {}
-
-    def frame(self, node: Node) -> Any:
-        """The tagged DataFrame of a live, row-wise node (memoised)."""
-        key = id(node)
-        if key not in self.frames:
-            self.frames[key] = self._build(node)
-        return self.frames[key]
 
     def _build(self, node: Node) -> Any:
         from pyspark.sql import Observation
@@ -161,20 +192,14 @@ class PipelinedRun:
             good, dead = spout.scheme.decode(raw, keep=(TXID_COLUMN,), observation=observation)
             self.dead[sid] = (dead, observation)
             return good
-        parent = self.frame(node.parents[0])
-        if node.kind == "each":
-            return a["function"].apply(parent, a["inputs"], a["outputs"])
-        if node.kind == "filter":
-            return parent.where(a["filter"].condition(a["inputs"]))
-        if node.kind == "project":
-            return parent.select(*node.fields, TXID_COLUMN)
+        built = self.row_wise(node, self.frame(node.parents[0]), keep=(TXID_COLUMN,))
+        if built is not None:
+            return built
         msg = f"node kind {node.kind!r} cannot be pipelined"
         raise AssertionError(msg)
 
     def _partials_job(self, state: TridentState) -> Callable[[], dict[int, pa.Table]]:
         """Build the state's partials DataFrame now; the returned call runs its Spark job."""
-        from trident_assets.spark.executor import GLOBAL_COLUMN, GLOBAL_KEY
-
         a = state.node.args
         parent = state.node.parents[0]
         if not is_live(parent, self.live):
@@ -196,9 +221,7 @@ class PipelinedRun:
                 value = part.column(out) if part.num_rows else pa.array([zero], out_type)
                 if zero is not None:
                     value = pc.fill_null(value, pa.scalar(zero, out_type))
-                result[txid] = pa.table(
-                    {out: value, GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]] * len(value))}
-                )
+                result[txid] = pa.table({out: value, **global_partials(value)})
             return result
 
         return run
