@@ -1,13 +1,20 @@
-# Two commands for a fresh machine: `make demo` (the main job) and `make test` (the test suite).
+# Two commands for a fresh machine: `make demo` (the main job) and `make test` (the test suite);
+# `make ui` then opens the Dagster UI over the demo's home (.trident) on http://127.0.0.1:3000.
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test demo lint bench
+.PHONY: setup test demo ui lint bench
 
-setup: $(VENV)/.installed
+# TRIDENT_WITH_BROWSER=1 (CI) also needs Debian's chromium: a stamp of its own, so a machine
+# set up without it (e.g. by `make demo`) still gets it.
+setup: $(VENV)/.installed $(if $(filter 1,$(TRIDENT_WITH_BROWSER)),$(VENV)/.browser)
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
+	touch $@
+
+$(VENV)/.browser: $(VENV)/.installed
+	TRIDENT_WITH_BROWSER=1 bash scripts/setup.sh
 	touch $@
 
 test: setup
@@ -16,6 +23,9 @@ test: setup
 
 demo: setup
 	$(BIN)/trident demo
+
+ui: setup
+	$(BIN)/trident ui
 
 lint: setup
 	$(BIN)/ruff check .

@@ -46,6 +46,7 @@ from trident_assets.errors import (
     StateLayoutError,
     StoreLockedError,
     TridentError,
+    UserCodeError,
 )
 
 _LAZY = {
@@ -114,6 +115,7 @@ __all__ = [
     "TransactionalMap",
     "TransactionalValue",
     "TridentError",
+    "UserCodeError",
     "commit_batch",
 ]
 

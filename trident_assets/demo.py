@@ -1,38 +1,56 @@
 """The main job (``trident demo``): word count through Dagster, a real crash, a replay, a check.
 
-1. Creates an embedded log under ``<home>/demo`` and produces seeded sample sentences.
+1. Produces seeded sample sentences into the embedded log of the trident home (the default
+   home ``.trident``, so ``trident state ...`` and ``trident ui`` read the demo afterwards).
 2. Drives the word-count topology through Dagster with its coordinator sensor's decisions,
    one run per txid, on Spark, committing into DuckDB.
 3. SIGKILLs the process running one batch between its state write and its commit, shows
-   the state unchanged, and lets the coordinator replay the txid.
+   the state unchanged, and lets the coordinator replay the txid (attempt 1).
 4. Prints the top words, re-materializes a committed txid (nothing changes), and checks
    the state against counts computed directly from the log: exactly once.
+
+Only the story is printed; Dagster's and Spark's logs go to ``<home>/demo.log`` (``verbose``
+prints them too). The home's Dagster instance is ``<home>/dagster`` with the shipped
+``dagster.yaml`` (telemetry off).
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from trident_assets.errors import ConfigError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
 
-__all__ = ["run_demo"]
+__all__ = ["DEMO_MARKER", "LOG_FILE", "run_demo"]
 
 TOPOLOGY = "word_count"
-STATE_TABLE = f"{TOPOLOGY}__word_counts"
+STATE = "word_counts"
+STATE_TABLE = f"{TOPOLOGY}__{STATE}"
+DEMO_MARKER = ".trident-demo"
+"""A file in a home the demo wrote: the demo only ever replaces such a home's contents."""
+LOG_FILE = "demo.log"
+"""Dagster's and Spark's logs of a demo run, in its home."""
+_DEMO_ENTRIES = ("log", "state.duckdb", "state.duckdb.wal", "dagster", LOG_FILE, "demo")
 
 
-def _instance(dagster_dir: Path) -> Any:
+def _instance(home: Path) -> Any:
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
 
-    dagster_dir.mkdir(parents=True, exist_ok=True)
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_dir)))
+    from trident_assets.ui import dagster_home
+
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_home(home))))
 
 
 def _job(home: Path, crash_at: str | None, batch_size: int) -> tuple[Any, Any, Any]:
@@ -69,34 +87,113 @@ def _state(home: Path) -> tuple[dict[str, int], int | None]:
     return {r["word"]: r["value"] for r in rows}, marker
 
 
-def crash_child(home: str, partition_key: str, attempt: str, batch_size: int) -> None:
+def crash_child(home: str, partition_key: str, tags_json: str, batch_size: int) -> None:
     """Run one batch in this process and SIGKILL it between state write and commit."""
     _, _, job = _job(Path(home), "after_state_write", batch_size)
     job.execute_in_process(
-        partition_key=partition_key,
-        instance=_instance(Path(home) / "dagster"),
-        tags={"trident/topology": TOPOLOGY, "trident/attempt": attempt},
+        partition_key=partition_key, instance=_instance(Path(home)), tags=json.loads(tags_json)
     )
 
 
+def _prepare_home(home: Path) -> None:
+    """Empty the demo's entries of ``home``, refusing a home with data the demo did not write.
+
+    Raises:
+        ConfigError: ``home`` holds other data (or is a file).
+    """
+    if home.exists() and not home.is_dir():
+        msg = f"trident home {home} is a file; pass --home DIR"
+        raise ConfigError(msg)
+    if home.is_dir() and not (home / DEMO_MARKER).exists():
+        foreign = sorted(p.name for p in home.iterdir() if p.name != "demo")
+        if foreign:
+            msg = (
+                f"trident home {home} holds data the demo did not write ({', '.join(foreign)}); "
+                "the demo replaces its home's log, state and Dagster instance: pass --home "
+                "with another directory, or remove this one"
+            )
+            raise ConfigError(msg)
+    for name in _DEMO_ENTRIES:
+        path = home / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    home.mkdir(parents=True, exist_ok=True)
+    (home / DEMO_MARKER).write_text("written by `trident demo`; it may replace this home\n")
+
+
+@contextmanager
+def _story_only(log_path: Path, verbose: bool) -> Iterator[IO[str]]:
+    """Yield the stream the story is printed to.
+
+    Unless ``verbose``, everything else written to stdout or stderr meanwhile (Dagster's logs,
+    warnings, the Spark JVM's log4j lines, child processes) goes to ``log_path``.
+    """
+    if verbose:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    story = os.fdopen(os.dup(saved[0]), "w", buffering=1)
+    with open(log_path, "ab", buffering=0) as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield story
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            story.close()
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path.resolve())
+
+
 def run_demo(
-    home: Path, sentences: int = 20_000, batch_size: int = 4_000, kill_txid: int = 3
+    home: Path,
+    sentences: int = 20_000,
+    batch_size: int = 4_000,
+    kill_txid: int = 3,
+    verbose: bool = False,
 ) -> bool:
-    """Run the demo under ``<home>/demo``; return True if the exactly-once check passed."""
-    import dagster as dg
+    """Run the demo in ``home``; return True if the exactly-once check passed.
+
+    Raises:
+        ConfigError: ``home`` holds data the demo did not write.
+    """
     from rich.console import Console
-    from rich.progress import Progress
+
+    home = Path(home)
+    _prepare_home(home)
+    log_path = home / LOG_FILE
+    with _story_only(log_path, verbose) as out:
+        console = Console(file=out, highlight=False, soft_wrap=True)
+        where = "" if verbose else f" (Dagster and Spark logs: {_shown(log_path)})"
+        console.print(f"[bold]trident demo[/] in {_shown(home)}{where}")
+        return _story(console, home, sentences, batch_size, kill_txid)
+
+
+def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid: int) -> bool:
+    import dagster as dg
     from rich.table import Table
 
+    from trident_assets.cli_common import DEFAULT_HOME
     from trident_assets.core.retry import ExponentialBackoff
     from trident_assets.dagster.sensors import decide_next
     from trident_assets.log.store import PartitionedLog
+    from trident_assets.ui import paste_command
 
-    console = Console()
-    demo = Path(home) / "demo"
-    if demo.exists():
-        shutil.rmtree(demo)
-    log = PartitionedLog(demo / "log")
+    log = PartitionedLog(home / "log")
     log.create_topic("sentences", 4)
     log.create_topic("word_queries", 1)
     rng = random.Random(42)
@@ -105,106 +202,109 @@ def run_demo(
         producer.send(rng.choice(SENTENCES).encode())
     producer.flush()
     console.print(
-        f"[bold]1.[/] produced {sentences:,} sentences into {demo / 'log'} (4 partitions)"
+        f"[bold]1.[/] produced {sentences:,} sentences into {_shown(home / 'log')} "
+        "(topic sentences, 4 partitions)"
     )
 
-    topo, trident, job = _job(demo, None, batch_size)
-    instance = _instance(demo / "dagster")
+    topo, trident, job = _job(home, None, batch_size)
+    instance = _instance(home)
     backoff = ExponentialBackoff(initial_delay_s=0.0, delay_period_s=0.0, max_delay_s=0.0)
     killed = False
     console.print(
-        f"[bold]2.[/] running {TOPOLOGY} through Dagster, one run per txid (Spark + DuckDB)"
+        f"[bold]2.[/] running {TOPOLOGY} through Dagster: one run per txid, Spark + DuckDB"
     )
-    with Progress(console=console) as progress:
-        bar = progress.add_task("records", total=sentences)
-        done = 0
-        while True:
-            decision = decide_next(instance, topo, trident, backoff, max_attempts=3)
-            if isinstance(decision, dg.SkipReason):
-                progress.console.print(f"   coordinator: {decision.skip_message}")
-                break
-            request = decision.run_requests[0]
-            key = request.partition_key
-            instance.add_dynamic_partitions(f"{TOPOLOGY}_txids", [key])
-            if int(key) == kill_txid and not killed:
-                killed = True
-                before = _state(demo)
-                progress.console.print(
-                    f"   txid {int(key)}: running in a child process that is SIGKILLed "
-                    "between its state write and its commit..."
-                )
-                child = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "trident_assets.demo",
-                        str(demo),
-                        key,
-                        "0",
-                        str(batch_size),
-                    ],
-                    check=False,
-                    capture_output=True,
-                )
-                for run in instance.get_runs(
-                    filters=dg.RunsFilter(tags={"dagster/partition": key})
-                ):
-                    if not run.is_finished:
-                        instance.report_run_failed(run)
-                after = _state(demo)
-                same = "unchanged" if after == before else "CHANGED (bug!)"
-                progress.console.print(
-                    f"   child exit code {child.returncode} (-9 = SIGKILL); state and commit "
-                    f"marker {same}: last committed txid {after[1]}"
-                )
-                continue
-            if int(key) == 2:
-                q = log.producer("word_queries")
-                q.send(b"the cow")
-                q.send(b"apples moon nosuchword")
-                q.flush()
-            result = job.execute_in_process(
-                partition_key=key, instance=instance, tags=request.tags, raise_on_error=False
+    while True:
+        decision = decide_next(instance, topo, trident, backoff, max_attempts=3)
+        if isinstance(decision, dg.SkipReason):
+            console.print(f"   coordinator: {decision.skip_message}")
+            break
+        request = decision.run_requests[0]
+        key = request.partition_key
+        txid = int(key)
+        instance.add_dynamic_partitions(f"{TOPOLOGY}_txids", [key])
+        if txid == kill_txid and not killed:
+            killed = True
+            before = _state(home)
+            console.print(
+                f"   txid {txid}: run in a child process, SIGKILLed between its state write "
+                "and its commit..."
             )
-            event = next(
-                e
-                for e in result.get_asset_materialization_events()
-                if e.asset_key.path[-1] == "sentences_batch"
+            sys.stdout.flush()
+            sys.stderr.flush()
+            child = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "trident_assets.demo",
+                    str(home),
+                    key,
+                    json.dumps(dict(request.tags)),
+                    str(batch_size),
+                ],
+                check=False,
             )
-            meta = event.materialization.metadata
-            done += meta["tuples_in"].value if not meta["already_committed"].value else 0
-            progress.update(bar, completed=done)
-            state = "replayed after the crash" if int(key) == kill_txid else "committed"
-            progress.console.print(
-                f"   txid {int(key)}: {meta['tuples_in'].value} sentences {state} "
-                f"(attempt {request.tags['trident/attempt']}, {meta['total_s'].value:.1f}s)"
+            for run in instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": key})):
+                if not run.is_finished:
+                    instance.report_run_failed(run)
+            after = _state(home)
+            same = "unchanged" if after == before else "CHANGED (bug!)"
+            how = " (SIGKILL)" if child.returncode == -9 else ""
+            console.print(
+                f"   txid {txid}: child exit code {child.returncode}{how}; state and commit "
+                f"marker {same} (last committed txid {after[1]})"
             )
+            continue
+        if txid == 2:
+            q = log.producer("word_queries")
+            q.send(b"the cow")
+            q.send(b"apples moon nosuchword")
+            q.flush()
+        result = job.execute_in_process(
+            partition_key=key, instance=instance, tags=request.tags, raise_on_error=False
+        )
+        event = next(
+            e
+            for e in result.get_asset_materialization_events()
+            if e.asset_key.path[-1] == "sentences_batch"
+        )
+        meta = event.materialization.metadata
+        attempt = meta["attempt"].value
+        what = "replayed after the crash" if attempt > 0 else "committed"
+        console.print(
+            f"   txid {txid}: {meta['tuples_in'].value:,} sentences {what} "
+            f"(attempt {attempt}, {meta['total_s'].value:.1f}s)"
+        )
 
-    counts, marker = _state(demo)
-    top = Table(title=f"top words after txid {marker}")
+    counts, marker = _state(home)
+    top = Table(title=f"top words after txid {marker}", title_justify="left")
     top.add_column("word")
     top.add_column("count", justify="right")
-    for word, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]:
+    for word, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]:
         top.add_row(word, f"{n:,}")
     console.print(top)
 
     again = job.execute_in_process(partition_key="0000000001", instance=instance)
     flag = again.get_asset_materialization_events()[0].materialization.metadata["already_committed"]
-    unchanged = _state(demo)[0] == counts
+    unchanged = _state(home)[0] == counts
     console.print(
         f"[bold]3.[/] re-materialized txid 1: already_committed={flag.value}, "
         f"state unchanged={unchanged}"
     )
-    truth = _ground_truth(demo)
+    truth = _ground_truth(home)
     ok = dict(truth) == counts and unchanged
     verdict = "[green]PASSED[/]" if ok else "[red]FAILED[/]"
     console.print(
         f"[bold]4.[/] exactly-once check {verdict}: {sum(counts.values()):,} words in state, "
-        f"{sum(truth.values()):,} in the log, {len(counts)} distinct; "
-        f"Dagster UI: DAGSTER_HOME={demo / 'dagster'} TRIDENT_HOME={demo} dagster dev"
+        f"{sum(truth.values()):,} in the log, {len(counts)} distinct"
     )
+    trident = shlex.quote(_shown(Path(sys.executable).parent / "trident"))
+    default = home.resolve() == DEFAULT_HOME.resolve()
+    other = "" if default else f" --home {shlex.quote(_shown(home))}"
+    console.print(f"Read the state: {trident} state scan {TOPOLOGY} {STATE}{other}", markup=False)
+    console.print("Open the Dagster UI (http://127.0.0.1:3000) with:")
+    console.print(paste_command(home, DEFAULT_HOME), markup=False)
     return ok
 
 
-if __name__ == "__main__":  # the crash child: python -m trident_assets.demo HOME KEY ATTEMPT SIZE
+if __name__ == "__main__":  # the crash child: python -m trident_assets.demo HOME KEY TAGS SIZE
     crash_child(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -11,11 +11,13 @@ __all__ = [
     "BatchUnavailableError",
     "ConfigError",
     "FieldNotFoundError",
+    "HistoryUnavailableError",
     "OutOfOrderCommitError",
     "StaleTxidError",
     "StateLayoutError",
     "StoreLockedError",
     "TridentError",
+    "UserCodeError",
 ]
 
 
@@ -47,9 +49,21 @@ class BatchUnavailableError(TridentError):
     """A transactional batch can no longer be re-read exactly (retention, compaction)."""
 
 
+class HistoryUnavailableError(TridentError):
+    """An as-of read asks for a txid whose state versions compaction has already removed."""
+
+
 class StoreLockedError(TridentError):
     """The state store is held by another process and did not free within the wait."""
 
 
 class AggregationError(TridentError):
     """An aggregator was given input it cannot aggregate (e.g. Sum of a null value)."""
+
+
+class UserCodeError(TridentError):
+    """User code (a function, filter, aggregator, query or updater) raised or broke its contract.
+
+    The message names the operation, the user function and the offending input; the batch
+    failed and nothing was committed, so it is replayed once the code or the data is fixed.
+    """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +14,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from trident_assets.spark.session import build_spark_session
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
     session = build_spark_session(
         {"spark.sql.warehouse.dir": str(warehouse), "spark.local.dir": str(warehouse)}
     )

@@ -37,6 +37,14 @@ def test_txid_keys() -> None:
     assert parse_txid("0000000042") == 42
     with pytest.raises(ConfigError, match="is not a txid"):
         parse_txid("abc")
+    with pytest.raises(
+        ConfigError,
+        match=r"^partition key '12' is not a txid key: txid keys are 10 digits, zero-padded "
+        r"\(e\.g\. '0000000012'\); use the partition the coordinator created$",
+    ):
+        parse_txid("12")
+    with pytest.raises(ConfigError, match="'0000000000' is not a txid key"):
+        parse_txid("0000000000")
 
 
 @pytest.fixture

@@ -106,12 +106,13 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     _produce(log, first)
     port = _free_port()
     log_file = root / "dagster_dev.log"
-    env = {
-        **os.environ,
+    env = {  # what a shell gives `dagster dev`: no PYSPARK_PYTHON, no project variables
+        "HOME": os.environ.get("HOME", str(root)),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
         "DAGSTER_HOME": str(dagster_home),
         "TRIDENT_HOME": str(home),
         "TRIDENT_MAX_BATCH_SIZE": "8",
-        "PYSPARK_PYTHON": sys.executable,
     }
     with log_file.open("wb") as out:
         proc = subprocess.Popen(

@@ -49,6 +49,27 @@ def broker() -> Iterator[MockKafkaBroker]:
     b.stop()
 
 
+@pytest.fixture(autouse=True)
+def _close_kafka_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every spout's consumer and sink's producer a test made, when the test ends.
+
+    Topologies hold their spouts in reference cycles, so without this their consumers live
+    until a cyclic garbage collection and keep reconnecting to stopped brokers meanwhile.
+    """
+    made: list[Any] = []
+    for cls in (KafkaSpout, KafkaUpdater):
+        original = cls.__init__
+
+        def init(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> None:
+            __original(self, *args, **kwargs)
+            made.append(self)
+
+        monkeypatch.setattr(cls, "__init__", init)
+    yield
+    for client in made:
+        client.close()
+
+
 def _topic(broker: MockKafkaBroker, values: list[str] | None = None) -> str:
     name = f"t_{uuid.uuid4().hex[:10]}"
     broker.create_topic(name)

@@ -49,13 +49,18 @@ def test_create_produce_offsets_tail(runner: CliRunner, tmp_path: Path) -> None:
         ["1", "0", "1", "1"],
     ]
 
-    tail = _ok(runner, ["tail", "words", "-n", "1", *h]).output.splitlines()
-    assert tail[0] == "partition\toffset\ttimestamp\tkey\tvalue"
-    assert [line.split("\t")[:2] + line.split("\t")[3:] for line in tail[1:]] == [
+    tail = _ok(runner, ["tail", "words", "-n", "1", "--format", "csv", *h]).output.splitlines()
+    assert tail[0] == "partition,offset,timestamp,key,value"
+    assert [line.split(",")[:2] + line.split(",")[3:] for line in tail[1:]] == [
         ["0", "1", "null", "three"],
         ["1", "0", "null", "two"],
     ]
-    assert tail[1].split("\t")[2].endswith("+00:00")
+    assert tail[1].split(",")[2].endswith("+00:00")
+    table = _ok(runner, ["tail", "words", "-n", "1", *h]).output.splitlines()
+    assert table[0] == "topic words: last 1 per partition"
+    assert [c.strip() for c in table[2].split("┃")[1:-1]] == [
+        "partition", "offset", "timestamp", "key", "value"
+    ]  # fmt: skip
 
 
 def test_produce_with_key_separator_from_file(runner: CliRunner, tmp_path: Path) -> None:
@@ -94,7 +99,10 @@ def test_envvar_home_and_topics(runner: CliRunner, tmp_path: Path) -> None:
     env = {"TRIDENT_HOME": str(tmp_path / "viaenv")}
     _ok(runner, ["create-topic", "a", "-p", "2"], env=env)
     _ok(runner, ["add-partitions", "a", "--total", "3"], env=env)
-    assert _ok(runner, ["topics"], env=env).output == "a\t3\n"
+    assert _ok(runner, ["topics", "--format", "csv"], env=env).output == "topic,partitions\na,3\n"
+    assert json.loads(_ok(runner, ["topics", "--format", "json"], env=env).output) == [
+        {"topic": "a", "partitions": 3}
+    ]
     assert (tmp_path / "viaenv" / "log" / "a" / "topic.json").exists()
 
 
@@ -104,10 +112,10 @@ def test_tail_shows_binary_and_escapes(runner: CliRunner, tmp_path: Path) -> Non
     from trident_assets.log import Record
 
     log.append("b", 0, [Record(b"\xff\x00", key=b"k"), Record(b"tab\there")])
-    out = _ok(runner, ["tail", "b", "--partition", "0", "--home", str(tmp_path)]).output
-    lines = out.splitlines()[1:]
-    assert lines[0].split("\t")[3:] == ["k", "0xff00"]
-    assert lines[1].split("\t")[3:] == ["null", "tab\\there"]
+    args = ["tail", "b", "--partition", "0", "--format", "csv", "--home", str(tmp_path)]
+    lines = _ok(runner, args).output.splitlines()[1:]
+    assert lines[0].split(",")[3:] == ["k", "0xff00"]
+    assert lines[1].split(",")[3:] == ["null", "tab\\there"]
 
 
 @pytest.mark.parametrize(
@@ -124,9 +132,12 @@ def test_tail_shows_binary_and_escapes(runner: CliRunner, tmp_path: Path) -> Non
 def test_errors_exit_1_with_message(
     runner: CliRunner, tmp_path: Path, args: list[str], message: str
 ) -> None:
+    (tmp_path / "log").mkdir()
     result = runner.invoke(log_app, [*args, "--home", str(tmp_path)], input="")
     assert result.exit_code == 1
-    assert message in result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: {message}")
+    assert len(result.stderr.splitlines()) == 1
     assert "Traceback" not in result.output
 
 
@@ -148,3 +159,25 @@ def test_produce_errors(runner: CliRunner, tmp_path: Path) -> None:
     assert "unknown partitioner 'sticky'" in result.output
     log = PartitionedLog(tmp_path / "log")
     assert [i.latest for i in log.partition_offsets("t")] == [0, 0]
+
+
+def test_readers_never_create_the_home(runner: CliRunner, tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent"
+    for args in (["topics"], ["offsets", "t"], ["tail", "t"], ["produce", "t"]):
+        result = runner.invoke(log_app, [*args, "--home", str(missing)], input="x\n")
+        assert (result.exit_code, result.stdout, result.stderr) == (
+            1,
+            "",
+            f"error: trident home {missing} does not exist; pass --home DIR or set TRIDENT_HOME "
+            "(`make demo` fills the default home .trident)\n",
+        )
+    assert not missing.exists()
+    _ok(runner, ["create-topic", "t", "--home", str(missing)])  # the one command that creates it
+    assert (missing / "log" / "t" / "topic.json").exists()
+
+
+def test_usage_errors_exit_2(runner: CliRunner, tmp_path: Path) -> None:
+    h = ["--home", str(tmp_path)]
+    assert runner.invoke(log_app, ["topics", "--format", "xml", *h]).exit_code == 2
+    assert runner.invoke(log_app, ["create-topic", "t", "--partitions", "x", *h]).exit_code == 2
+    assert runner.invoke(log_app, ["tail"]).exit_code == 2

@@ -19,6 +19,7 @@ from trident_assets import (
     ReducerAggregator,
     StateLayoutError,
     Sum,
+    UserCodeError,
 )
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.log.store import PartitionedLog
@@ -365,7 +366,12 @@ def test_python_map_contract_violation_fails_the_batch(spark: Any, tmp_path: Pat
     ev.map(PyMap(lambda u, n: (u, n, "extra"))).as_output("out")
     store = DuckDBStore(tmp_path / "state.duckdb")
     _events(log, {0: [("ann", 1)]})
-    with pytest.raises(Exception, match=r"PyMap returned 3 values .* for 2 output fields"):
+    with pytest.raises(
+        UserCodeError,
+        match=r"^map -> user, n \[PyMap\]: trident_assets_tests\.test_stream_ops\."
+        r"test_python_map_contract_violation_fails_the_batch\.<locals>\.<lambda> failed on "
+        r"input tuple \('ann', 1\): expected 2 output values, got 3: \('ann', 1, 'extra'\)$",
+    ):
         TopologyRunner(topo, spark, store, log).run_batch(1)
     assert store.last_committed("bad_map") is None
     store.close()

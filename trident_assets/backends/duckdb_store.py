@@ -5,6 +5,9 @@ Layout of one database file:
 * ``_trident_commits(scope PK, txid, committed_at)``: the last committed txid per scope.
 * ``_trident_maps(table_name PK, kind, key_columns, key_types, value_type)``: the catalog of
   map tables (``key_columns`` and ``key_types`` are JSON lists).
+* ``_trident_compactions(table_name PK, oldest_txid, compacted_at)``: per map, the oldest txid
+  an as-of read can still reconstruct after :meth:`DuckDBStore.compact` dropped versions
+  (created by the first compaction that drops rows).
 * per map, an append-only log table ``_trident_log_<map>``: the key columns, then
   ``_trident_seq BIGINT, txid BIGINT, curr <V>, prev <V>``; every write appends one row per
   key written, numbered by the sequence ``_trident_seq_<map>`` (one number per statement).
@@ -18,6 +21,12 @@ Layout of one database file:
   - ``opaque``: ``OpaqueValue(txid, curr, prev)``;
   - ``transactional``: ``TransactionalValue(txid, curr)``, ``prev`` is NULL;
   - ``plain``: ``curr``; ``txid`` and ``prev`` are NULL.
+
+As-of reads (:meth:`DuckDBStore.scan` with ``as_of=N``) use the log: per key, the newest row
+whose ``txid`` is at most N is the value the key had once txid N committed (batches commit in
+txid order, one transaction each, so a key's versions are in txid order). Compaction keeps only
+the newest row per key, so it records the oldest txid still exact: the largest txid among the
+rows it kept for keys that lost older versions. Plain maps store no txid: no as-of reads.
 
 ``<V>`` is a SQL scalar type (``BIGINT``, ``DOUBLE``, ``VARCHAR``, ``BOOLEAN``,
 ``DECIMAL(38,s)``) or ``JSON``: a VARCHAR column holding the JSON text of any JSON-able value.
@@ -50,12 +59,19 @@ import pyarrow as pa
 
 from trident_assets.core.protocols import Key
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
-from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedError, TridentError
+from trident_assets.errors import (
+    ConfigError,
+    HistoryUnavailableError,
+    StateLayoutError,
+    StoreLockedError,
+    TridentError,
+)
 from trident_assets.names import IDENTIFIER_RE, validate_identifier
 
 __all__ = [
     "CATALOG_TABLE",
     "COMMITS_TABLE",
+    "COMPACTIONS_TABLE",
     "IDENTIFIER_RE",
     "DuckDBBackingMap",
     "DuckDBStore",
@@ -77,6 +93,9 @@ COMMITS_TABLE = "_trident_commits"
 CATALOG_TABLE = "_trident_maps"
 """The catalog describing every map table."""
 
+COMPACTIONS_TABLE = "_trident_compactions"
+"""Per map, the oldest txid an as-of read can still reconstruct after compaction."""
+
 _RESERVED_PREFIX = "_trident"
 _VALUE_COLUMNS = ("txid", "curr", "prev")
 _KINDS: tuple[MapKind, ...] = ("opaque", "transactional", "plain")
@@ -85,6 +104,7 @@ _SCALAR_VALUE_TYPES = ("BIGINT", "DOUBLE", "VARCHAR", "BOOLEAN", "JSON")
 _DECIMAL_RE = re.compile(r"^DECIMAL\(\s*38\s*,\s*(\d{1,2})\s*\)$")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _LOCK_MARKER = "Could not set lock"
+_NOT_A_DATABASE_MARKER = "not a valid DuckDB database"
 _ORD = "_trident_ord"
 
 
@@ -305,13 +325,18 @@ def _check_scope(scope: object) -> None:
         raise ConfigError(msg)
 
 
-def _connect(path: str, timeout_s: float, config: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+def _connect(
+    path: str, timeout_s: float, config: dict[str, Any], read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     while True:
         try:
-            return duckdb.connect(path, config=config)
+            return duckdb.connect(path, read_only=read_only, config=config)
         except duckdb.IOException as exc:
+            if _NOT_A_DATABASE_MARKER in str(exc):
+                msg = f"{path} is not a DuckDB database file (it was left unchanged)"
+                raise StateLayoutError(msg) from exc
             if _LOCK_MARKER not in str(exc):
                 raise
             remaining = deadline - time.monotonic()
@@ -346,6 +371,7 @@ class DuckDBStore:
         *,
         lock_timeout_s: float = 30.0,
         config: dict[str, Any] | None = None,
+        read_only: bool = False,
     ) -> None:
         """Open (creating if needed) the database file.
 
@@ -355,23 +381,39 @@ class DuckDBStore:
             lock_timeout_s: how long to wait while another process holds the file's lock.
             config: extra DuckDB settings passed to ``duckdb.connect`` (for example
                 ``{"checkpoint_threshold": "1GB"}``).
+            read_only: open an existing store for reading only: nothing is created, and
+                several read-only processes may hold the file at once (not while a writer
+                holds it: DuckDB's lock is per process).
 
         Raises:
             StoreLockedError: the file stayed locked by another process for ``lock_timeout_s``.
-            ConfigError: ``lock_timeout_s`` is negative.
+            StateLayoutError: the file is not a DuckDB database, or (``read_only``) not a
+                trident state store.
+            ConfigError: ``lock_timeout_s`` is negative, or (``read_only``) the file does not
+                exist.
         """
         if lock_timeout_s < 0:
             msg = f"lock_timeout_s must be >= 0 seconds, got {lock_timeout_s!r}"
             raise ConfigError(msg)
         self.path = str(database)
-        if self.path != ":memory:":
+        self.read_only = read_only
+        if read_only and not Path(self.path).is_file():
+            msg = f"no state store at {self.path}"
+            raise ConfigError(msg)
+        if self.path != ":memory:" and not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._conn: duckdb.DuckDBPyConnection | None = _connect(
-            self.path, lock_timeout_s, dict(config or {})
+            self.path, lock_timeout_s, dict(config or {}), read_only
         )
         self._tx: DuckDBTransaction | None = None
         self._layouts: dict[str, MapLayout] = {}
         self._stale_views: list[str] = []
+        if read_only:
+            if not self._has_table(CATALOG_TABLE) or not self._has_table(COMMITS_TABLE):
+                self.close()
+                msg = f"{self.path} is a DuckDB database but not a trident state store"
+                raise StateLayoutError(msg)
+            return
         with self.transaction() as tx:
             tx.conn.execute(
                 f'CREATE TABLE IF NOT EXISTS "{COMMITS_TABLE}" (scope VARCHAR PRIMARY KEY, '
@@ -482,7 +524,22 @@ class DuckDBStore:
         ).fetchall()
         return int(rows[0][0]) if rows else None
 
+    def scopes(self) -> dict[str, int]:
+        """Return every commit scope (topology) and its last committed txid."""
+        rows = self.conn.execute(
+            f'SELECT scope, txid FROM "{COMMITS_TABLE}" ORDER BY scope'
+        ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
     # -- the catalog --------------------------------------------------------------------------
+
+    def _has_table(self, name: str) -> bool:
+        rows = self.conn.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main' "
+            "AND database_name = current_database()",
+            [name],
+        ).fetchall()
+        return bool(rows[0][0])
 
     def layout(self, table: str) -> MapLayout | None:
         """Return the catalog layout of map ``table``, or None if it does not exist yet.
@@ -623,6 +680,7 @@ class DuckDBStore:
                 if before == self.size(name):
                     dropped[name] = 0
                     continue
+                self._record_oldest_readable(name, pk)
                 tx.conn.execute(
                     f"CREATE OR REPLACE TABLE {log} AS SELECT * FROM {log} QUALIFY row_number() "
                     f"OVER (PARTITION BY {pk} ORDER BY {SEQ_COLUMN} DESC) = 1"
@@ -630,6 +688,44 @@ class DuckDBStore:
                 after = int(tx.conn.execute(f"SELECT count(*) FROM {log}").fetchall()[0][0])
                 dropped[name] = before - after
         return dropped
+
+    def _record_oldest_readable(self, table: str, pk: str) -> None:
+        """Record the oldest txid still exact once ``table``'s superseded rows are dropped.
+
+        A key with versions at txids ``t1 < ... < tm`` loses ``t1..t(m-1)``: an as-of read at
+        N in ``[t1, tm)`` would need them. So every N at or after the largest ``tm`` of such a
+        key stays exact; reads before it are refused. Kept with the larger earlier bound.
+        """
+        rows = self.conn.execute(
+            f"SELECT max(newest) FROM (SELECT max(txid) AS newest FROM {log_table(table)} "
+            f"GROUP BY {pk} HAVING count(*) > 1)"
+        ).fetchall()
+        newest = rows[0][0]
+        if newest is None:  # a plain map (no txids): nothing to record
+            return
+        self.conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{COMPACTIONS_TABLE}" (table_name VARCHAR PRIMARY KEY, '
+            "oldest_txid BIGINT NOT NULL, compacted_at TIMESTAMP)"
+        )
+        self.conn.execute(
+            f'INSERT INTO "{COMPACTIONS_TABLE}" VALUES (?, ?, ?) ON CONFLICT (table_name) DO '
+            "UPDATE SET oldest_txid = greatest(oldest_txid, excluded.oldest_txid), "
+            "compacted_at = excluded.compacted_at",
+            [table, int(newest), datetime.now(UTC).replace(tzinfo=None)],
+        )
+
+    def oldest_readable_txid(self, table: str) -> int | None:
+        """Return the oldest txid :meth:`scan` can read ``table`` as of.
+
+        None if compaction never dropped a version of the map: every committed txid can be read.
+        """
+        _validate_table_name(table)
+        if not self._has_table(COMPACTIONS_TABLE):
+            return None
+        rows = self.conn.execute(
+            f'SELECT oldest_txid FROM "{COMPACTIONS_TABLE}" WHERE table_name = ?', [table]
+        ).fetchall()
+        return int(rows[0][0]) if rows else None
 
     def checkpoint(self) -> None:
         """Run a DuckDB CHECKPOINT (write the WAL into the database file).
@@ -642,15 +738,33 @@ class DuckDBStore:
             raise TridentError(msg)
         self.conn.execute("CHECKPOINT")
 
-    def scan(self, table: str, value_name: str = "value") -> pa.Table:
-        """Return every key of map ``table`` and its current value, ordered by key.
+    def scan(
+        self,
+        table: str,
+        value_name: str = "value",
+        *,
+        as_of: int | None = None,
+        key: Sequence[Any] | None = None,
+    ) -> pa.Table:
+        """Return every key of map ``table`` and its value, ordered by key.
 
         The columns are the key columns and ``value_name``: ``curr`` for opaque maps, the
         value for transactional and plain maps. JSON values come back as their JSON text.
 
+        Args:
+            table: the map table.
+            value_name: the name of the value column.
+            as_of: read the map as it was once txid ``as_of`` committed (None: now); keys
+                first written later are absent.
+            key: only this key (one value per key column; cast to the column types).
+
         Raises:
-            StateLayoutError: the table does not exist.
-            ConfigError: ``value_name`` is invalid or clashes with a key column.
+            StateLayoutError: the table does not exist, or ``as_of`` is given for a plain
+                map (it stores no txids).
+            HistoryUnavailableError: compaction removed versions ``as_of`` needs; the message
+                names the oldest txid that can still be read.
+            ConfigError: ``value_name`` is invalid or clashes with a key column, ``as_of`` is
+                negative, or ``key`` has the wrong arity or a value of the wrong type.
         """
         layout = self.layout(table)
         if layout is None:
@@ -661,10 +775,63 @@ class DuckDBStore:
             msg = f"value column name {value_name!r} clashes with a key column of {table!r}"
             raise ConfigError(msg)
         keys = ", ".join(quote_ident(c) for c in layout.key_columns)
-        return self.conn.sql(
-            f"SELECT {keys}, curr AS {quote_ident(value_name)} FROM {quote_ident(table)} "
-            f"ORDER BY {keys}"
-        ).to_arrow_table()
+        where, params = self._key_filter(layout, key)
+        if as_of is None:
+            source = quote_ident(table)
+            latest = ""
+        else:
+            self._check_as_of(layout, as_of)
+            source = log_table(table)
+            where.append("txid <= ?")
+            params.append(as_of)
+            latest = (
+                f" QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {SEQ_COLUMN} DESC) = 1"
+            )
+        condition = f" WHERE {' AND '.join(where)}" if where else ""
+        try:
+            return self.conn.sql(
+                f"SELECT {keys}, curr AS {quote_ident(value_name)} FROM {source}{condition}"
+                f"{latest} ORDER BY {keys}",
+                params=params or None,
+            ).to_arrow_table()
+        except duckdb.ConversionException as exc:
+            reason = str(exc).splitlines()[0]
+            msg = f"key {list(key or [])} does not match {layout.describe()}: {reason}"
+            raise ConfigError(msg) from exc
+
+    @staticmethod
+    def _key_filter(layout: MapLayout, key: Sequence[Any] | None) -> tuple[list[str], list[Any]]:
+        if key is None:
+            return [], []
+        if len(key) != layout.arity:
+            msg = (
+                f"a key of {layout.table!r} has {layout.arity} value(s) "
+                f"({', '.join(layout.key_columns)}), got {len(key)}: {list(key)}"
+            )
+            raise ConfigError(msg)
+        where = [
+            f"{quote_ident(c)} = CAST(? AS {_column_sql_type(t)})"
+            for c, t in zip(layout.key_columns, layout.key_types, strict=True)
+        ]
+        return where, list(key)
+
+    def _check_as_of(self, layout: MapLayout, as_of: int) -> None:
+        if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
+            msg = f"as_of must be a txid >= 0, got {as_of!r}"
+            raise ConfigError(msg)
+        if layout.kind == "plain":
+            msg = (
+                f"map {layout.table!r} is non-transactional (plain): it stores no txids, "
+                "so it cannot be read as of a txid"
+            )
+            raise StateLayoutError(msg)
+        oldest = self.oldest_readable_txid(layout.table)
+        if oldest is not None and as_of < oldest:
+            msg = (
+                f"map {layout.table!r} cannot be read as of txid {as_of}: compaction removed "
+                f"the versions it needs; the oldest txid that can still be read is {oldest}"
+            )
+            raise HistoryUnavailableError(msg)
 
     def map(
         self,

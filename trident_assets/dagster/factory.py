@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import dagster as dg
@@ -12,7 +11,7 @@ from trident_assets.dagster.assets import topology_assets
 from trident_assets.dagster.checks import CheckSettings
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
-from trident_assets.spark.session import DEFAULT_SPARK_CONF
+from trident_assets.spark.session import DEFAULT_SPARK_CONF, use_worker_python
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["pyspark_resource", "trident_definitions"]
@@ -29,12 +28,14 @@ def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
         return LazyPySparkResource(
             spark_config={"spark.remote": trident.spark_remote, **trident.spark_conf}
         )
+    # the session starts later, in the run's process, which loads these definitions first
+    python = use_worker_python(trident.spark_conf)
     return LazyPySparkResource(
         spark_config={
             **DEFAULT_SPARK_CONF,
             "spark.app.name": "trident_assets",
             "spark.log.level": "ERROR",
-            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.python": python,
             **trident.spark_conf,
         }
     )

@@ -9,19 +9,28 @@ from trident_assets.errors import ConfigError
 __all__ = ["parse_txid", "txid_key", "txid_partitions"]
 
 
+KEY_DIGITS = 10
+"""Digits of a txid partition key."""
+
+
 def txid_key(txid: int) -> str:
     """The partition key of ``txid`` (``%010d``)."""
     return f"{txid:010d}"
 
 
 def parse_txid(key: str) -> int:
-    """The txid of a partition key.
+    """The txid of a partition key (``%010d``).
 
     Raises:
-        ConfigError: the key is not a positive integer.
+        ConfigError: the key is not a positive integer of exactly 10 digits (a key typed as
+            ``"12"`` would sort between ``"1"`` and ``"2"`` and never match txid 12's key).
     """
-    if not key.isdigit() or int(key) < 1:
-        msg = f"partition key {key!r} is not a txid (expected digits, e.g. {txid_key(1)!r})"
+    if len(key) != KEY_DIGITS or not key.isdigit() or int(key) < 1:
+        example = txid_key(int(key)) if key.isdigit() and int(key) > 0 else txid_key(1)
+        msg = (
+            f"partition key {key!r} is not a txid key: txid keys are {KEY_DIGITS} digits, "
+            f"zero-padded (e.g. {example!r}); use the partition the coordinator created"
+        )
         raise ConfigError(msg)
     return int(key)
 

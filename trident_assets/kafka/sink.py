@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Self
 
 from trident_assets.errors import ConfigError, TridentError
 from trident_assets.stream.topology import StateUpdater
@@ -206,10 +206,22 @@ class KafkaUpdater(StateUpdater):
         return self._producer
 
     def close(self) -> None:
-        """Flush and drop the producer."""
-        if self._producer is not None:
-            self._producer.flush(self.flush_timeout_s)
-            self._producer = None
+        """Flush and close the producer (its connections end now, not at garbage collection).
+
+        Idempotent; a later batch opens a new producer.
+        """
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.flush(self.flush_timeout_s)
+            finally:
+                _close_producer(producer)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def update_state(self, store: Any, table: str, batch: Any, txid: int | None) -> None:
         """Produce every tuple of ``batch``; raise if any is not acknowledged.
@@ -284,7 +296,12 @@ class KafkaUpdater(StateUpdater):
                 producer.poll(0.1)
 
     def _abort(self, transactional: bool) -> None:
-        """Abort the open transaction; otherwise drop the producer so nothing lingers."""
+        """Abort the open transaction; otherwise close the producer so nothing lingers.
+
+        A dropped producer is closed here, not left to garbage collection: the failed batch's
+        traceback still references it, and an open librdkafka client keeps reconnecting to
+        an unreachable broker for as long as it lives.
+        """
         producer, self._producer = self._producer, None
         if producer is None:
             return
@@ -293,6 +310,12 @@ class KafkaUpdater(StateUpdater):
                 producer.abort_transaction(self.flush_timeout_s)
                 self._producer = producer
             except Exception:  # a fenced or broken producer is rebuilt on the next batch
-                self._producer = None
+                _close_producer(producer)
         else:
-            producer.purge()
+            _close_producer(producer)
+
+
+def _close_producer(producer: Any) -> None:
+    """Drop what is still queued (``close`` would wait for it without a bound), then close."""
+    producer.purge()
+    producer.close()

@@ -8,7 +8,7 @@ Kafka consumer groups; batch metadata lives in our state store. Partition ids ar
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from trident_assets.errors import BatchUnavailableError, ConfigError
 
@@ -77,6 +77,12 @@ class KafkaSource:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def partitions(self) -> list[str]:
         """Every partition of the topics that exist now, re-read from the broker on each call.

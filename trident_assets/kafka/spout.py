@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import reduce
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.errors import BatchUnavailableError, ConfigError
@@ -136,6 +136,12 @@ class KafkaSpout:
             self._source.close()
             self._source = None
         self._release()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _release(self) -> None:
         for frame in self._cached:

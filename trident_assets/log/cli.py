@@ -2,7 +2,8 @@ r"""Command line for the embedded log: a typer sub-app, mounted by the main CLI 
 
 Every command takes ``--home`` (envvar ``TRIDENT_HOME``, default ``./.trident``); the log
 lives in ``<home>/log``. Errors of trident_assets are printed as ``error: ...`` on stderr
-with exit code 1.
+with exit code 1 (usage errors: 2). Only ``create-topic`` creates the home; the others
+refuse a home without a log. ``topics``, ``offsets`` and ``tail`` take ``--format``.
 
 Examples::
 
@@ -25,13 +26,20 @@ from typing import IO, Annotated
 
 import pyarrow as pa
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from trident_assets.cli_common import (
+    DEFAULT_HOME,
+    Format,
+    FormatOption,
+    HomeOption,
+    cli_errors,
+    emit,
+    require_home,
+)
 from trident_assets.errors import ConfigError, TridentError
 from trident_assets.log.store import PartitionedLog
 
-__all__ = ["log_app", "log_root"]
+__all__ = ["DEFAULT_HOME", "HomeOption", "log_app", "log_root"]
 
 log_app = typer.Typer(
     name="log",
@@ -40,16 +48,6 @@ log_app = typer.Typer(
     add_completion=False,
 )
 
-HomeOption = Annotated[
-    Path,
-    typer.Option(
-        "--home",
-        envvar="TRIDENT_HOME",
-        help="trident home directory; the log lives in <home>/log.",
-        file_okay=False,
-    ),
-]
-DEFAULT_HOME = Path(".trident")
 _CHUNK = 100_000
 _SEPARATORS = {"TAB": "\t", "\\t": "\t", "SPACE": " "}
 
@@ -59,16 +57,13 @@ def log_root(home: Path) -> Path:
     return Path(home) / "log"
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    try:
-        yield
-    except TridentError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=1) from None
+_errors = cli_errors
 
 
-def _open_log(home: Path) -> PartitionedLog:
+def _open_log(home: Path, create: bool = False) -> PartitionedLog:
+    """The log of ``home``; unless ``create``, the home and its log must already exist."""
+    if not create:
+        require_home(home, "log")
     return PartitionedLog(log_root(home))
 
 
@@ -80,7 +75,7 @@ def create_topic(
 ) -> None:
     """Create a topic with a fixed number of partitions."""
     with _errors():
-        _open_log(home).create_topic(topic, partitions)
+        _open_log(home, create=True).create_topic(topic, partitions)
     typer.echo(f"created topic {topic} with {partitions} partition(s)")
 
 
@@ -97,12 +92,12 @@ def add_partitions(
 
 
 @log_app.command("topics")
-def topics(home: HomeOption = DEFAULT_HOME) -> None:
+def topics(home: HomeOption = DEFAULT_HOME, fmt: FormatOption = Format.table) -> None:
     """List the topics and their partition counts."""
     with _errors():
         log = _open_log(home)
-        for name in log.topics():
-            typer.echo(f"{name}\t{log.partitions(name)}")
+        rows = [{"topic": name, "partitions": log.partitions(name)} for name in log.topics()]
+    emit(rows, ["topic", "partitions"], fmt, f"{len(rows)} topics")
 
 
 def _key_and_value(
@@ -181,16 +176,18 @@ def produce(
     Records are flushed every 100,000 lines, each flush one atomic segment per partition; if a
     line is invalid, lines before the last flush stay published and the count is reported.
     """
-    if key_sep is not None and key_field is not None:
-        typer.echo("error: use either --key-sep or --key-field, not both", err=True)
-        raise typer.Exit(code=1)
-    if partitioner not in ("hash", "round_robin"):
-        typer.echo(f"error: unknown partitioner {partitioner!r}: use hash or round_robin", err=True)
-        raise typer.Exit(code=1)
+    with _errors():
+        if key_sep is not None and key_field is not None:
+            msg = "use either --key-sep or --key-field, not both"
+            raise ConfigError(msg)
+        if partitioner not in ("hash", "round_robin"):
+            msg = f"unknown partitioner {partitioner!r}: use hash or round_robin"
+            raise ConfigError(msg)
     sep = _SEPARATORS.get(key_sep, key_sep) if key_sep is not None else None
-    if sep == "":
-        typer.echo("error: --key-sep must not be empty", err=True)
-        raise typer.Exit(code=1)
+    with _errors():
+        if sep == "":
+            msg = "--key-sep must not be empty"
+            raise ConfigError(msg)
     sep_bytes = sep.encode("utf-8") if sep is not None else None
     ranges: dict[int, list[int]] = {}
     counts: dict[int, int] = {}
@@ -227,21 +224,22 @@ def produce(
 def offsets(
     topic: Annotated[str, typer.Argument(help="Topic name.")],
     home: HomeOption = DEFAULT_HOME,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Show the earliest and latest (next to write) offset of every partition."""
     with _errors():
         infos = _open_log(home).partition_offsets(topic)
-    table = Table(title=f"topic {topic}")
-    for col in ("partition", "earliest", "latest", "records"):
-        table.add_column(col, justify="right")
-    for info in infos:
-        table.add_row(
-            str(info.partition),
-            str(info.earliest),
-            str(info.latest),
-            str(info.latest - info.earliest),
-        )
-    Console(width=100).print(table)
+    columns = ["partition", "earliest", "latest", "records"]
+    rows = [
+        {
+            "partition": info.partition,
+            "earliest": info.earliest,
+            "latest": info.latest,
+            "records": info.latest - info.earliest,
+        }
+        for info in infos
+    ]
+    emit(rows, columns, fmt, f"topic {topic}")
 
 
 def _show(data: bytes | None) -> str:
@@ -269,17 +267,18 @@ def tail(
     ] = None,
     n: Annotated[int, typer.Option("-n", "--lines", help="Records per partition.", min=1)] = 10,
     home: HomeOption = DEFAULT_HOME,
+    fmt: FormatOption = Format.table,
 ) -> None:
-    """Print the last records of each partition (tab-separated).
+    """Print the last records of each partition.
 
     Columns: partition, offset, timestamp (UTC ISO-8601), key, value. Keys and values are
     shown as UTF-8 text (non-printable characters escaped), ``0x<hex>`` if not UTF-8, and
     ``null`` for a null key.
     """
+    rows: list[dict[str, object]] = []
     with _errors():
         log = _open_log(home)
         parts = range(log.partitions(topic)) if partition is None else [partition]
-        typer.echo("partition\toffset\ttimestamp\tkey\tvalue")
         for p in parts:
             latest = log.latest_offset(topic, p)
             first = max(log.earliest_offset(topic, p), latest - n)
@@ -290,7 +289,17 @@ def tail(
             for offset, ts, key, value in zip(
                 table.column("offset").to_pylist(), stamps, keys, values, strict=True
             ):
-                typer.echo(f"{p}\t{offset}\t{_stamp(ts)}\t{_show(key)}\t{_show(value)}")
+                rows.append(
+                    {
+                        "partition": p,
+                        "offset": offset,
+                        "timestamp": _stamp(ts),
+                        "key": _show(key),
+                        "value": _show(value),
+                    }
+                )
+    columns = ["partition", "offset", "timestamp", "key", "value"]
+    emit(rows, columns, fmt, f"topic {topic}: last {n} per partition")
 
 
 def main() -> None:  # pragma: no cover - convenience entry point

@@ -8,7 +8,7 @@ from typing import Any
 from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
 from trident_assets.errors import ConfigError
 
-__all__ = ["combine_partials", "is_sql_combiner"]
+__all__ = ["combine_partials", "is_sql_combiner", "reduce_groups"]
 
 
 def is_sql_combiner(agg: Any) -> bool:
@@ -69,7 +69,7 @@ def _python_partials(
     def fold(pdf: pd.DataFrame) -> pd.DataFrame:
         total = agg.zero()
         started = False
-        for value in pdf[column]:
+        for value in pdf[column].tolist():
             partial = agg.init((value,))
             total = partial if not started else agg.combine(total, partial)
             started = True
@@ -83,6 +83,48 @@ def _python_partials(
     out = one.applyInPandas(lambda pdf: fold(pdf.drop(columns="__g")), schema)
     # an empty batch has no group: emit zero() so a global aggregate has exactly one row
     zero = df.sparkSession.createDataFrame([(agg.zero(),)], f"`{output}` {agg.output_type}")
+    return _first_or_zero(out, zero)
+
+
+def reduce_groups(
+    df: Any, group: Sequence[str], inputs: Sequence[str], agg: Any, output: str
+) -> Any:
+    """A ReducerAggregator per group: ``init()`` folded with ``reduce`` over the group's tuples.
+
+    Runs in a grouped pandas UDF on the workers. Without ``group`` the whole batch is one
+    group, and an empty batch emits ``init()`` (exactly one tuple, as Trident's
+    SingleEmitAggregator).
+
+    Raises:
+        ConfigError: the reducer declares no ``output_type``.
+    """
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    if not getattr(agg, "output_type", None):
+        msg = (
+            f"{type(agg).__name__} is a Python reducer: set its class attribute output_type to "
+            "the SQL type of its result (e.g. output_type = 'bigint')"
+        )
+        raise ConfigError(msg)
+    group = tuple(group)
+    key_types = {f.name: f.dataType.simpleString() for f in df.schema.fields if f.name in group}
+    schema = ", ".join([*(f"`{k}` {key_types[k]}" for k in group), f"`{output}` {agg.output_type}"])
+    columns = list(inputs)
+
+    def fold(pdf: pd.DataFrame) -> pd.DataFrame:
+        acc = agg.init()
+        for values in zip(*(pdf[c].tolist() for c in columns), strict=True):
+            acc = agg.reduce(acc, values)
+        row = {k: [pdf[k].iloc[0]] for k in group} if len(pdf) else {k: [None] for k in group}
+        row[output] = [acc]
+        return pd.DataFrame(row)
+
+    if group:
+        return df.groupBy(*group).applyInPandas(fold, schema)
+    one = df.withColumn("__g", F.lit(0)).groupBy("__g")
+    out = one.applyInPandas(lambda pdf: fold(pdf.drop(columns="__g")), schema)
+    zero = df.sparkSession.createDataFrame([(agg.init(),)], f"`{output}` {agg.output_type}")
     return _first_or_zero(out, zero)
 
 

@@ -38,22 +38,26 @@ from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.commit import commit_batch, decide_commit
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
+from trident_assets.core.user_code import call_batch, from_worker_message, guard
 from trident_assets.core.values import StateType
-from trident_assets.errors import ConfigError
+from trident_assets.errors import ConfigError, TridentError
 from trident_assets.spark import stream_ops
-from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
+from trident_assets.spark.aggregation import combine_partials, is_sql_combiner, reduce_groups
+from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
 from trident_assets.spark.pipelined import (
     NodeFrames,
     PipelinedRun,
+    all_nodes,
     chunk_pipelinable,
     empty_arrow,
     global_partials,
     live_spouts,
     pipelinable,
 )
+from trident_assets.spark.tuple_collection import all_tuples_query
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan
-from trident_assets.stream.queries import MapGet, SnapshotGet
+from trident_assets.stream.queries import MapGet, SnapshotGet, TupleCollectionGet
 from trident_assets.stream.single_join import (
     SINGLE_JOIN,
     SINGLE_JOIN_EXPIRED,
@@ -74,6 +78,7 @@ DEFAULT_MAX_SPOUT_PENDING = 10
 """How many consecutive txids may share one Spark job (Trident's ``max.spout.pending``)."""
 _EMPTY_KEEPING = frozenset(
     {"each", "filter", "project", "query", "map", "flat_map", "first_n", "merge", "join"}
+    | {"peek", "repartition", "comparison"}
 )
 """Node kinds whose output is empty when every input is."""
 
@@ -147,6 +152,8 @@ class TopologyRunner:
         self.log = log
         self.fault = fault or (lambda _point: None)
         self.meta = DuckDBSpoutMetaStore(store)
+        ship_package(spark)
+        ship_user_modules(topology_code(all_nodes(topology)))
         self._ensure_tables()
 
     @property
@@ -199,7 +206,10 @@ class TopologyRunner:
             OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
             BatchUnavailableError: a transactional replay can no longer be read.
         """
-        ordered = list(txids)
+        with _user_code_errors():
+            yield from self._run_batches(list(txids))
+
+    def _run_batches(self, ordered: list[int]) -> Iterator[BatchOutcome]:
         i = 0
         ahead: _Chunk | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-spark") as pool:
@@ -404,6 +414,24 @@ class _Chunk:
     t_spark: float
 
 
+@contextlib.contextmanager
+def _user_code_errors() -> Iterator[None]:
+    """Re-raise a user function's failure on a Spark worker as the UserCodeError it was.
+
+    Spark wraps it in its own exception with the worker's traceback; the batch failed and
+    nothing was committed either way.
+    """
+    try:
+        yield
+    except TridentError:
+        raise
+    except Exception as exc:
+        found = from_worker_message(str(exc))
+        if found is None:
+            raise
+        raise found from exc
+
+
 def _settle(chunk: _Chunk | None) -> None:
     """Wait for a chunk started ahead that will not commit (its result is dropped)."""
     if chunk is not None:
@@ -477,9 +505,12 @@ class _BatchRun(NodeFrames):
         if built is not None:
             return built
         if node.kind == "aggregate":
-            return combine_partials(parent, a["group"], a["inputs"][0], a["agg"], a["output"])
+            agg = guard(a["agg"], node.label)
+            if isinstance(agg, ReducerAggregator):
+                return reduce_groups(parent, a["group"], a["inputs"], agg, a["output"])
+            return combine_partials(parent, a["group"], a["inputs"][0], agg, a["output"])
         if node.kind == "query":
-            return self._query(parent, {**a, "parent": node.parents[0]})
+            return self._query(parent, {**a, "parent": node.parents[0], "label": node.label})
         msg = f"cannot run node kind {node.kind!r}"
         raise AssertionError(msg)
 
@@ -488,6 +519,17 @@ class _BatchRun(NodeFrames):
 
         state: TridentState = a["state"]
         store = self.runner.store
+        if isinstance(a["query"], TupleCollectionGet):  # several outputs per input tuple
+            feed = None if state.node.kind == "static_state" else state.node.parents[0]
+            return all_tuples_query(
+                self.spark,
+                store,
+                parent,
+                a,
+                empty=self.is_empty(a["parent"]),
+                feed=None if feed is None else self.frame(feed),
+                value_type=self._value_type(state),
+            )
         out = a["output"]
         if state.node.kind == "static_state":
             return stream_ops.static_query(self.spark, store, parent, a)
@@ -506,7 +548,8 @@ class _BatchRun(NodeFrames):
                 else _read_state(store, state)
             )
             args = [tuple(row.values()) for row in keys.to_pylist()]
-            results = a["query"].batch_retrieve(read, args)
+            query = a["query"]
+            results = call_batch(a["label"], query.batch_retrieve, args, read, args)
             if len(results) != len(args):
                 msg = (
                     f"{type(a['query']).__name__}.batch_retrieve returned {len(results)} results "
@@ -582,6 +625,7 @@ class _BatchRun(NodeFrames):
                 else parent.agg(F.collect_list(cols).alias("__tuples"))
             )
             return grouped.toArrow()
+        agg = guard(agg, state.node.label)
         table = combine_partials(parent, group, a["inputs"][0], agg, out).toArrow()
         self.value_types[state.spec.name] = table.schema.field(out).type
         if not group:
@@ -640,7 +684,10 @@ class _BatchRun(NodeFrames):
         if SINGLE_JOIN in a:
             return apply_join_state(self, state, batch)
         if "updater" in a:
-            new = a["updater"].update_state(store, state.table, batch, txid)
+            updater = a["updater"]
+            new = call_batch(
+                state.node.label, updater.update_state, batch, store, state.table, batch, txid
+            )
             if new is not None:
                 self.new_values[spec.name] = new
             rows = batch.num_rows
@@ -669,7 +716,7 @@ class _BatchRun(NodeFrames):
                 batch,
                 key_columns=keys,
                 value_column=out,
-                agg=agg,
+                agg=guard(agg, state.node.label),
                 state_type=spec.state_type,
                 txid=txid,
                 return_new_values=True,
@@ -743,7 +790,7 @@ def _apply_reducer(
 ) -> Any:
     from trident_assets.backends.duckdb_merge import MergeResult
 
-    agg = state.node.args["agg"]
+    agg = guard(state.node.args["agg"], state.node.label)
     rows = batch.to_pylist()
     key_tuples = (
         [tuple(r[k] for k in keys) for r in rows] if state.group else [GLOBAL_KEY] * len(rows)

@@ -11,8 +11,8 @@ commit; transactional: the ranges recorded at their first emission).
 
 A chunk is pipelined only when the topology's states are all persistent aggregates with a
 SQL combiner (Count, Sum, Min, Max) and every node that receives tuples in the chunk is
-row-wise (``spout``, ``each``, ``filter``, ``project``). Whatever reads the state a batch
-leaves behind (a state query over a non-empty stream, new-values streams, single joins,
+row-wise (``spout``, ``each``, ``filter``, ``project``, ``peek``). Whatever reads the state a
+batch leaves behind (a state query over a non-empty stream, new-values streams, single joins,
 updaters, reducers) runs batch by batch. Streams that receive no tuples in the chunk cost no
 Spark job: their (empty) results are typed from the DataFrame schema.
 
@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
+from trident_assets.spark.partitioning import peek_frame
 from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
 from trident_assets.stream.topology import Node, TridentState, TridentTopology
@@ -43,7 +44,7 @@ __all__ = ["TXID_COLUMN", "PipelinedRun", "chunk_pipelinable", "empty_arrow", "p
 
 TXID_COLUMN = "__trident_txid"
 """The column that tags every tuple of a pipelined chunk with its txid."""
-ROW_WISE = frozenset({"spout", "each", "filter", "project"})
+ROW_WISE = frozenset({"spout", "each", "filter", "project", "peek"})
 """Node kinds that work tuple by tuple, so several batches can share one DataFrame."""
 
 Batches = Sequence[tuple[int, dict[str, BatchPlan]]]
@@ -84,23 +85,27 @@ class NodeFrames:
 
     @staticmethod
     def row_wise(node: Node, parent: Any, keep: tuple[str, ...] = ()) -> Any:
-        """``each``, ``filter`` or ``project`` over ``parent``; None for any other kind.
+        """``each``, ``filter``, ``project`` or ``peek`` over ``parent``; None for any other kind.
 
         ``keep``: further columns that ``project`` keeps (a pipelined chunk's txid tag).
         """
         a = node.args
         if node.kind == "each":
-            return a["function"].apply(parent, a["inputs"], a["outputs"])
+            return a["function"].apply(parent, a["inputs"], a["outputs"], step=node.label)
         if node.kind == "filter":
-            return parent.where(a["filter"].condition(a["inputs"]))
+            return a["filter"].apply(parent, a["inputs"], step=node.label)
         if node.kind == "project":
             return parent.select(*node.fields, *keep)
+        if node.kind == "peek":
+            return peek_frame(parent, node.fields, a["function"], node.label)
         return None
 
 
-def _nodes(topology: TridentTopology) -> list[Node]:
+def all_nodes(topology: TridentTopology) -> list[Node]:
+    """Every node that feeds a state, an output or a state query of ``topology``."""
     seen: dict[int, Node] = {}
     todo = [s.node for s in topology.states.values()] + [s.node for s in topology.outputs.values()]
+    todo += [s.node for s in topology.queries]
     while todo:
         node = todo.pop()
         if id(node) not in seen:
@@ -115,7 +120,7 @@ def pipelinable(topology: TridentTopology) -> bool:
         a = state.node.args
         if SINGLE_JOIN in a or "updater" in a or not is_sql_combiner(a.get("agg")):
             return False
-    return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in _nodes(topology))
+    return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in all_nodes(topology))
 
 
 def is_live(node: Node, live: set[str]) -> bool:

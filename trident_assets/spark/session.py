@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEFAULT_SPARK_CONF", "build_spark_session"]
+__all__ = ["DEFAULT_SPARK_CONF", "build_spark_session", "use_worker_python", "worker_python"]
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.master": "local[2]",
@@ -19,6 +20,30 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.adaptive.enabled": "true",
 }
 """Settings tuned for a small local machine; every key can be overridden."""
+
+
+def worker_python(conf: Mapping[str, str] | None = None) -> str:
+    """The interpreter Spark's Python workers run.
+
+    ``spark.pyspark.python`` in ``conf``, else ``PYSPARK_PYTHON`` from the environment, else
+    this process's own interpreter. On a cluster the path must exist on every worker, with
+    pyarrow and pandas installed (the project and user modules are shipped: see
+    :mod:`trident_assets.spark.code_shipping`).
+    """
+    return (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or (
+        sys.executable
+    )
+
+
+def use_worker_python(conf: Mapping[str, str] | None = None) -> str:
+    """Set ``PYSPARK_PYTHON`` to :func:`worker_python` before a SparkContext starts; return it.
+
+    PySpark 4 reads the workers' interpreter from ``PYSPARK_PYTHON`` when the context starts
+    (else ``python3``, which may lack pyarrow); ``spark.pyspark.python`` alone is not enough.
+    """
+    python = worker_python(conf)
+    os.environ["PYSPARK_PYTHON"] = python
+    return python
 
 
 def build_spark_session(conf: Mapping[str, str] | None = None, remote: str | None = None) -> Any:
@@ -35,7 +60,8 @@ def build_spark_session(conf: Mapping[str, str] | None = None, remote: str | Non
         for key, value in (conf or {}).items():
             builder = builder.config(key, value)
         return builder.getOrCreate()
-    merged = {**DEFAULT_SPARK_CONF, "spark.pyspark.python": sys.executable, **(conf or {})}
+    python = use_worker_python(conf)
+    merged = {**DEFAULT_SPARK_CONF, "spark.pyspark.python": python, **(conf or {})}
     for key, value in merged.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -4,6 +4,9 @@
 :func:`build`. Everything runs as DataFrame transforms (column expressions, joins, windows)
 or as Python over Arrow batches on the executors (``mapInArrow``/``mapInPandas``); a static
 state is read with one SQL statement per batch and the result joined back in Spark.
+Repartitioning, ``min_by``/``max_by``/``min``/``max`` and ``chained_agg`` are dispatched here
+to :mod:`~trident_assets.spark.partitioning`, :mod:`~trident_assets.spark.comparison` and
+:mod:`~trident_assets.spark.chained`.
 """
 
 from __future__ import annotations
@@ -15,10 +18,17 @@ from typing import Any
 import pyarrow as pa
 
 from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator
+from trident_assets.core.user_code import call_batch, guard
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.spark.aggregation import is_sql_combiner
+from trident_assets.spark.chained import chained_frame
+from trident_assets.spark.comparison import comparison_frame
+from trident_assets.spark.partitioning import repartition_frame
 from trident_assets.stream.assemblies import first_n_frame
 from trident_assets.stream.batch_join import JoinPlan, JoinType
+from trident_assets.stream.chained import CHAINED_AGG
+from trident_assets.stream.comparison import COMPARISON
+from trident_assets.stream.partitioning import REPARTITION
 from trident_assets.stream.queries import MapGet, SnapshotGet
 from trident_assets.stream.topology import Node, PersistedState
 
@@ -31,7 +41,19 @@ __all__ = [
     "static_query",
 ]
 
-NODE_KINDS = frozenset({"map", "flat_map", "partition_aggregate", "merge", "join", "first_n"})
+NODE_KINDS = frozenset(
+    {
+        "map",
+        "flat_map",
+        "partition_aggregate",
+        "merge",
+        "join",
+        "first_n",
+        REPARTITION,
+        COMPARISON,
+        CHAINED_AGG,
+    }
+)
 """The node kinds :func:`build` runs."""
 
 
@@ -41,15 +63,23 @@ def build(node: Node, parents: Sequence[Any]) -> Any:
     frames = [df.select(*p.fields) for df, p in zip(parents, node.parents, strict=True)]
     a = node.args
     if node.kind in ("map", "flat_map"):
-        return a["function"].apply(frames[0], node.fields)
+        return a["function"].apply(frames[0], node.fields, step=node.label)
     if node.kind == "partition_aggregate":
-        return partition_aggregate_frame(frames[0], a["group"], a["inputs"], a["agg"], a["output"])
+        agg = guard(a["agg"], node.label)
+        return partition_aggregate_frame(frames[0], a["group"], a["inputs"], agg, a["output"])
     if node.kind == "first_n":
         return first_n_frame(frames[0], a["n"], a["sort_field"], a["reverse"], a["group"])
     if node.kind == "merge":
         return merge_frames(frames, a["selections"], node.fields)
     if node.kind == "join":
         return join_frames(frames, a["plan"])
+    if node.kind == REPARTITION:
+        return repartition_frame(frames[0], a["how"], a["keys"], a["parallelism"])
+    if node.kind == COMPARISON:
+        args = (a["field"], a["comparator"], a["largest"], node.label)
+        return comparison_frame(frames[0], *args)
+    if node.kind == CHAINED_AGG:
+        return chained_frame(frames[0], a["group"], a["steps"], a["full"], node.label)
     msg = f"stream_ops cannot run node kind {node.kind!r}"
     raise AssertionError(msg)
 
@@ -137,14 +167,55 @@ def check_partition_aggregator(agg: Any, inputs: Sequence[str]) -> None:
 def merge_frames(
     frames: Sequence[Any], selections: Sequence[Sequence[str]], fields: Sequence[str]
 ) -> Any:
-    """The union of ``frames``, each selecting ``selections[i]`` renamed to ``fields``."""
+    """The union of ``frames``, each selecting ``selections[i]`` renamed to ``fields``.
+
+    Trident's tuples are untyped, so a merge never fails on types: where the streams give a
+    field different types it gets their common type (see :func:`common_type`).
+    """
     from pyspark.sql import functions as F
 
+    types = [
+        [df.schema[c].dataType for c in sel] for df, sel in zip(frames, selections, strict=True)
+    ]
+    target = [common_type([t[i] for t in types]) for i in range(len(fields))]
     aligned = [
-        df.select(*[F.col(c).alias(f) for c, f in zip(sel, fields, strict=True)])
-        for df, sel in zip(frames, selections, strict=True)
+        df.select(
+            *[
+                F.col(c).cast(want).alias(f) if have != want else F.col(c).alias(f)
+                for c, f, have, want in zip(sel, fields, kinds, target, strict=True)
+            ]
+        )
+        for df, sel, kinds in zip(frames, selections, types, strict=True)
     ]
     return reduce(lambda a, b: a.unionByName(b), aligned)
+
+
+def common_type(types: Sequence[Any]) -> Any:
+    """The type a merged field takes from the types its streams give it.
+
+    The one type they agree on; else, ignoring nulls, ``bigint`` for integers of several
+    widths, ``double`` for numbers with a fraction; else ``string`` (a string and a number
+    merged by position, say).
+    """
+    from pyspark.sql.types import (
+        DoubleType,
+        FractionalType,
+        IntegralType,
+        LongType,
+        NullType,
+        StringType,
+    )
+
+    known = [t for t in types if not isinstance(t, NullType)]
+    if not known:
+        return types[0]
+    if all(t == known[0] for t in known):
+        return known[0]
+    if all(isinstance(t, IntegralType) for t in known):
+        return LongType()
+    if all(isinstance(t, IntegralType | FractionalType) for t in known):
+        return DoubleType()
+    return StringType()
 
 
 def join_frames(frames: Sequence[Any], plan: JoinPlan) -> Any:
@@ -233,7 +304,8 @@ def static_query(spark: Any, store: Any, parent: Any, a: dict[str, Any]) -> Any:
         found = _static_lookup(store, table, source, keys, inputs, out)
     else:
         args = [tuple(row.values()) for row in keys.to_pylist()]
-        results = query.batch_retrieve(PersistedState(store, table), args)
+        read = PersistedState(store, table)
+        results = call_batch(a["label"], query.batch_retrieve, args, read, args)
         if len(results) != len(args):
             msg = (
                 f"{type(query).__name__}.batch_retrieve returned {len(results)} results for "

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from trident_assets.core.user_code import call, call_many, failure
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
 
@@ -49,8 +50,13 @@ class Function(ABC):
         """Check the field counts at declaration; raise ConfigError if they do not fit."""
 
     @abstractmethod
-    def apply(self, df: Any, inputs: Sequence[str], outputs: Sequence[str]) -> Any:
-        """Return ``df`` with the output columns appended (a Spark DataFrame)."""
+    def apply(
+        self, df: Any, inputs: Sequence[str], outputs: Sequence[str], step: str = "each"
+    ) -> Any:
+        """Return ``df`` with the output columns appended (a Spark DataFrame).
+
+        ``step`` names the operation in errors raised by user code.
+        """
 
 
 class Split(Function):
@@ -68,7 +74,9 @@ class Split(Function):
         _one(inputs, "input", "Split")
         _one(outputs, "output", "Split")
 
-    def apply(self, df: Any, inputs: Sequence[str], outputs: Sequence[str]) -> Any:
+    def apply(
+        self, df: Any, inputs: Sequence[str], outputs: Sequence[str], step: str = "each"
+    ) -> Any:
         """Explode the split pieces into the output column, dropping empty ones."""
         from pyspark.sql import functions as F
 
@@ -78,7 +86,12 @@ class Split(Function):
 
 
 class PyFunction(Function):
-    """A user function ``fn(*input_values) -> iterable of output tuples``, run as a pandas UDF.
+    """A user function ``fn(*input_values) -> iterable of output tuples`` (Trident's Function).
+
+    Runs per tuple in ``mapInArrow`` on Spark's Python workers: each output tuple is appended
+    to a copy of the input tuple; none drops it. An exception, or an output of the wrong
+    width, fails the batch with a :class:`~trident_assets.errors.UserCodeError` naming the
+    operation, ``fn`` and the input tuple.
 
     Args:
         fn: called once per input tuple; returns the tuples to append (possibly none).
@@ -101,32 +114,56 @@ class PyFunction(Function):
             )
             raise ConfigError(msg)
 
-    def apply(self, df: Any, inputs: Sequence[str], outputs: Sequence[str]) -> Any:
-        """Explode the UDF's list of output structs into the output columns."""
-        import pandas as pd
-        from pyspark.sql import functions as F
-        from pyspark.sql.functions import pandas_udf
+    def apply(
+        self, df: Any, inputs: Sequence[str], outputs: Sequence[str], step: str = "each"
+    ) -> Any:
+        """The input tuples, each repeated once per output tuple, with the outputs appended."""
+        import pyarrow as pa
+        from pyspark.sql.types import StructType
 
-        ddl = ", ".join(f"{name}: {typ}" for name, typ in self.output_types.items())
-        fn = self.fn
+        added = StructType.fromDDL(_ddl(outputs, [self.output_types[o] for o in outputs]))
+        result_type = StructType([*df.schema.fields, *added.fields])
+        schema = _arrow_schema(result_type)
+        positions = [df.columns.index(c) for c in inputs]
+        fn, width, label = self.fn, len(outputs), f"{step} [PyFunction]"
 
-        @pandas_udf(f"array<struct<{ddl}>>")  # type: ignore[call-overload]
-        def _udf(*cols: pd.Series) -> pd.Series:
-            return pd.Series([[tuple(out) for out in fn(*row)] for row in zip(*cols, strict=True)])
+        def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+            for batch in batches:
+                args = zip(*(batch.column(i).to_pylist() for i in positions), strict=True)
+                rows: list[int] = []
+                out: list[tuple[Any, ...]] = []
+                for index, values in enumerate(args):
+                    for result in call_many(label, fn, values):
+                        out.append(_as_values(result, width, label, fn, values))
+                        rows.append(index)
+                kept = batch.take(pa.array(rows, pa.int64()))
+                columns = list(zip(*out, strict=True)) if out else [()] * width
+                added_arrays = [
+                    pa.array(list(c), type=schema.field(batch.num_columns + j).type)
+                    for j, c in enumerate(columns)
+                ]
+                yield pa.RecordBatch.from_arrays(
+                    [*kept.columns, *added_arrays], schema=schema
+                )
 
-        tmp = "__trident_out"
-        exploded = df.withColumn(tmp, F.explode(_udf(*[F.col(c) for c in inputs])))
-        return exploded.select(
-            *[F.col(c) for c in df.columns], *[F.col(f"{tmp}.{o}").alias(o) for o in outputs]
-        )
+        return df.mapInArrow(run, result_type)
 
 
-class Filter(ABC):
-    """A Trident filter: keeps the tuples for which the condition holds."""
+class Filter(ABC):  # noqa: B024 (either method may be overridden)
+    """A Trident filter: keeps the tuples for which the condition holds.
 
-    @abstractmethod
+    Built-ins give a Spark boolean Column (:meth:`condition`); Python filters override
+    :meth:`apply`.
+    """
+
     def condition(self, inputs: Sequence[str]) -> Any:
         """Return a Spark boolean Column over the input fields."""
+        msg = f"{type(self).__name__} must implement condition(inputs) or apply(df, inputs)"
+        raise ConfigError(msg)
+
+    def apply(self, df: Any, inputs: Sequence[str], step: str = "filter") -> Any:
+        """``df`` without the tuples for which the filter does not hold."""
+        return df.where(self.condition(inputs))
 
 
 class FilterNull(Filter):
@@ -143,25 +180,30 @@ class FilterNull(Filter):
 
 
 class PyFilter(Filter):
-    """A user predicate ``fn(*input_values) -> bool``, run as a pandas UDF."""
+    """A user predicate ``fn(*input_values) -> bool`` (Trident's ``BaseFilter.isKeep``).
+
+    Runs per tuple in ``mapInArrow`` on Spark's Python workers; an exception fails the
+    batch with a :class:`~trident_assets.errors.UserCodeError` naming ``fn`` and the tuple.
+    """
 
     def __init__(self, fn: Callable[..., bool]) -> None:
         """Wrap ``fn``."""
         self.fn = fn
 
-    def condition(self, inputs: Sequence[str]) -> Any:
-        """The UDF's result."""
-        import pandas as pd
-        from pyspark.sql import functions as F
-        from pyspark.sql.functions import pandas_udf
+    def apply(self, df: Any, inputs: Sequence[str], step: str = "filter") -> Any:
+        """Keep the rows of each Arrow batch whose inputs ``fn`` accepts."""
+        import pyarrow as pa
 
-        fn = self.fn
+        positions = [df.columns.index(c) for c in inputs]
+        fn, label = self.fn, f"{step} [PyFilter]"
 
-        @pandas_udf("boolean")  # type: ignore[call-overload]
-        def _udf(*cols: pd.Series) -> pd.Series:
-            return pd.Series([bool(fn(*row)) for row in zip(*cols, strict=True)])
+        def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+            for batch in batches:
+                args = zip(*(batch.column(i).to_pylist() for i in positions), strict=True)
+                keep = [bool(call(label, fn, values)) for values in args]
+                yield batch.filter(pa.array(keep, pa.bool_()))
 
-        return _udf(*[F.col(c) for c in inputs])
+        return df.mapInArrow(run, df.schema)
 
 
 # -- map and flat_map: one tuple in, fresh tuples out (Trident's MapFunction / FlatMapFunction) --
@@ -204,8 +246,11 @@ class _FreshFunction(ABC):
         """Check the outputs fit the function; raise ConfigError if not."""
 
     @abstractmethod
-    def apply(self, df: Any, outputs: Sequence[str]) -> Any:
-        """Return a DataFrame of exactly the ``outputs`` columns (a Spark DataFrame)."""
+    def apply(self, df: Any, outputs: Sequence[str], step: str = "map") -> Any:
+        """Return a DataFrame of exactly the ``outputs`` columns (a Spark DataFrame).
+
+        ``step`` names the operation in errors raised by user code.
+        """
 
 
 class MapFunction(_FreshFunction):
@@ -246,7 +291,7 @@ class SqlMap(MapFunction):
             )
             raise ConfigError(msg)
 
-    def apply(self, df: Any, outputs: Sequence[str]) -> Any:
+    def apply(self, df: Any, outputs: Sequence[str], step: str = "map") -> Any:
         """``select(expr AS output, ...)``."""
         from pyspark.sql import functions as F
 
@@ -272,7 +317,7 @@ class SqlFlatMap(FlatMapFunction):
         """The ``{field}`` references."""
         return self._fields
 
-    def apply(self, df: Any, outputs: Sequence[str]) -> Any:
+    def apply(self, df: Any, outputs: Sequence[str], step: str = "flat_map") -> Any:
         """``explode`` (one output) or ``inline`` (struct elements) of the array."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import ArrayType, StructType
@@ -330,20 +375,24 @@ def _check_typed(
         raise ConfigError(msg)
 
 
-def _arrow_schema(ddl: str) -> Any:
-    """The Arrow schema of a Spark DDL struct (parsed on the driver, shipped to executors)."""
+def _arrow_schema(spark_type: Any) -> Any:
+    """The Arrow schema of a Spark struct or DDL (computed on the driver, shipped to workers)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    return to_arrow_schema(StructType.fromDDL(ddl))
+    struct = StructType.fromDDL(spark_type) if isinstance(spark_type, str) else spark_type
+    return to_arrow_schema(struct, timezone="UTC")
 
 
-def _as_values(result: Any, width: int, name: str) -> tuple[Any, ...]:
-    values = tuple(result) if isinstance(result, tuple | list) else (result,)
-    if len(values) != width:
-        msg = f"{name} returned {len(values)} values {values!r} for {width} output fields"
-        raise ConfigError(msg)
-    return values
+def _as_values(
+    result: Any, width: int, step: str, fn: Any, values: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """One output tuple of ``width`` values (a bare value when ``width`` is 1)."""
+    out = tuple(result) if isinstance(result, tuple | list) else (result,)
+    if len(out) != width:
+        why = f"expected {width} output values, got {len(out)}: {out!r}"
+        raise failure(step, fn, "input tuple", values, why)
+    return out
 
 
 class _PythonFunction(_FreshFunction):
@@ -370,21 +419,26 @@ class _RowFunction(_PythonFunction):
 
     flat = False
 
-    def apply(self, df: Any, outputs: Sequence[str]) -> Any:
+    def apply(self, df: Any, outputs: Sequence[str], step: str = "map") -> Any:
         """Run ``fn`` over each Arrow record batch of each Spark partition."""
         import pyarrow as pa
 
         ddl = _ddl(outputs, _output_types(self.output_types, df, outputs))
         schema = _arrow_schema(ddl)
-        fn, flat, name, width = self.fn, self.flat, type(self).__name__, len(outputs)
+        fn, flat, width = self.fn, self.flat, len(outputs)
+        label = f"{step} [{type(self).__name__}]"
 
         def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
             for batch in batches:
                 rows = zip(*(c.to_pylist() for c in batch.columns), strict=True)
                 if flat:
-                    out = [_as_values(r, width, name) for row in rows for r in fn(*row)]
+                    out = [
+                        _as_values(r, width, label, fn, row)
+                        for row in rows
+                        for r in call_many(label, fn, row)
+                    ]
                 else:
-                    out = [_as_values(fn(*row), width, name) for row in rows]
+                    out = [_as_values(call(label, fn, row), width, label, fn, row) for row in rows]
                 columns = [list(c) for c in zip(*out, strict=True)] if out else [[]] * width
                 yield pa.RecordBatch.from_arrays(
                     [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
@@ -417,23 +471,29 @@ class _PandasFunction(_PythonFunction):
 
     same_rows = True
 
-    def apply(self, df: Any, outputs: Sequence[str]) -> Any:
+    def apply(self, df: Any, outputs: Sequence[str], step: str = "map") -> Any:
         """``mapInPandas`` of ``fn``; the row count is checked for a map."""
         import pandas as pd
 
         ddl = _ddl(outputs, _output_types(self.output_types, df, outputs))
-        fn, same, name, cols = self.fn, self.same_rows, type(self).__name__, list(outputs)
+        fn, same, cols = self.fn, self.same_rows, list(outputs)
+        label = f"{step} [{type(self).__name__}]"
 
         def run(chunks: Iterable[pd.DataFrame]) -> Iterable[pd.DataFrame]:
             for chunk in chunks:
-                out = fn(chunk)
+                out = call(label, fn, (chunk,))
+                first = chunk.head(1).to_dict("records")
+                where = "chunk starting with tuple"
+                if not isinstance(out, pd.DataFrame):
+                    why = f"expected a pandas DataFrame, got {type(out).__name__}"
+                    raise failure(label, fn, where, first, why)
                 missing = [c for c in cols if c not in out.columns]
                 if missing:
-                    msg = f"{name} result lacks output columns {missing}; it has {list(out)}"
-                    raise ConfigError(msg)
+                    why = f"expected output columns {cols}, got {list(out)} (missing {missing})"
+                    raise failure(label, fn, where, first, why)
                 if same and len(out) != len(chunk):
-                    msg = f"{name} returned {len(out)} rows for {len(chunk)}; a map is one to one"
-                    raise ConfigError(msg)
+                    why = f"a map is one to one: expected {len(chunk)} rows, got {len(out)}"
+                    raise failure(label, fn, where, first, why)
                 yield out[cols]
 
         return df.mapInPandas(run, ddl)

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from trident_assets.core.protocols import ReadOnlyMapState
+from trident_assets.errors import ConfigError
+from trident_assets.stream.fields import as_fields
 
-__all__ = ["MapGet", "QueryFunction", "SnapshotGet"]
+__all__ = ["MapGet", "QueryFunction", "SnapshotGet", "TupleCollectionGet"]
 
 
 class QueryFunction(ABC):
@@ -49,3 +51,55 @@ class SnapshotGet(QueryFunction):
 
         value = state.multi_get([GLOBAL_KEY])[0]
         return [value] * len(args)
+
+
+class TupleCollectionGet(QueryFunction):
+    """Emits every (key..., value) tuple of a state for each input tuple (all-tuples query).
+
+    ``stream.state_query(state, [], TupleCollectionGet(), ["word", "count"])`` appends the
+    state's key fields and value field (renamed to the given output fields, in that order):
+    one output tuple per (input tuple, state tuple) pair, so an input tuple meets every
+    tuple of the state and a state without tuples drops every input tuple. A global
+    (ungrouped) state has one tuple, its value. The state is read as committed before the
+    batch, with ONE SQL statement per batch; the cross product runs in Spark. Typical use:
+    after ``global_()`` or ``broadcast()`` on a stream of one trigger tuple per batch.
+
+    It reads map states (``persistent_aggregate``) and static states; a ``partition_persist``
+    or single-join state has no (key, value) tuples.
+    """
+
+    def batch_retrieve(
+        self, state: ReadOnlyMapState[Any], args: Sequence[tuple[Any, ...]]
+    ) -> list[Any]:
+        """Not used: the executor reads every tuple with one statement.
+
+        Raises:
+            ConfigError: always (TupleCollectionGet emits several tuples per input).
+        """
+        msg = "TupleCollectionGet emits several tuples per input; only state_query runs it"
+        raise ConfigError(msg)
+
+    @staticmethod
+    def output_fields(state: Any, outputs: str | Sequence[str]) -> tuple[str, ...]:
+        """Validate ``outputs`` against ``state``'s key fields + value field (declaration).
+
+        Raises:
+            ConfigError: the state has no (key, value) tuples, or ``outputs`` does not name
+                one field per key field plus one for the value.
+        """
+        outs = as_fields(outputs, "state_query outputs")
+        value = getattr(state, "value_field", None)
+        if value is None:
+            msg = (
+                f"TupleCollectionGet reads (key..., value) tuples; state {state.spec.name!r} "
+                "is not a map state (persistent_aggregate or static state)"
+            )
+            raise ConfigError(msg)
+        expected = (*state.group, value)
+        if len(outs) != len(expected):
+            msg = (
+                f"TupleCollectionGet over state {state.spec.name!r} emits {len(expected)} fields "
+                f"(its keys and value {list(expected)}), got {len(outs)} output fields {list(outs)}"
+            )
+            raise ConfigError(msg)
+        return outs

@@ -24,9 +24,12 @@ from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.spouts.config import SpoutKind, validate_name
 from trident_assets.stream.batch_join import JoinType, merge_selections, plan_join
+from trident_assets.stream.chained import ChainedAggregatorDeclarer
+from trident_assets.stream.comparison import Comparator, declare_comparison
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
-from trident_assets.stream.queries import QueryFunction
+from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
+from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
 
 __all__ = [
     "ExactlyOnceWarning",
@@ -118,6 +121,16 @@ class Node:
         if self.kind == "new_values":
             kinds |= self.args["state"].node.spout_kinds()
         return kinds
+
+    @property
+    def label(self) -> str:
+        """How errors name this operation: its ``name``, else its kind, inputs and fields."""
+        named = self.args.get("name")
+        if named:
+            return f"{self.kind} {named!r}"
+        inputs = self.args.get("inputs")
+        head = f"{self.kind}({', '.join(inputs)})" if inputs else self.kind
+        return f"{head} -> {', '.join(self.fields)}"
 
 
 class TridentTopology:
@@ -283,8 +296,15 @@ class Stream:
         """The stream's output fields."""
         return self.node.fields
 
+    _name: str | None = None
+    """The label of the operations declared from this stream on (see :meth:`name`)."""
+
     def _derive(self, kind: str, fields: Sequence[str], **args: Any) -> Stream:
-        return Stream(self.topology, Node(kind, tuple(fields), (self.node,), args))
+        if self._name is not None:
+            args.setdefault("name", self._name)
+        stream = Stream(self.topology, Node(kind, tuple(fields), (self.node,), args))
+        stream._name = self._name
+        return stream
 
     def each(
         self,
@@ -373,10 +393,13 @@ class Stream:
     def aggregate(
         self,
         inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
         outputs: str | Sequence[str],
     ) -> Stream:
-        """Aggregate the whole batch to exactly one tuple (``zero()`` for an empty batch)."""
+        """Aggregate the whole batch to exactly one tuple.
+
+        An empty batch emits ``zero()`` of a combiner, ``init()`` of a reducer.
+        """
         return GroupedStream(self, ()).aggregate(inputs, agg, outputs)
 
     def persistent_aggregate(
@@ -413,14 +436,18 @@ class Stream:
         state: TridentState,
         inputs: str | Sequence[str],
         query: QueryFunction,
-        output: str,
+        output: str | Sequence[str],
     ) -> Stream:
         """Append ``output``: ``query`` over ``state`` with one bulk lookup per batch.
 
         The query reads the state as committed before this batch (Trident's batch phase).
+        ``TupleCollectionGet`` appends several fields (the state's keys and value, named by
+        ``output``) and emits one tuple per (input tuple, state tuple) pair.
         """
         ins = as_fields(inputs, "state_query inputs")
         require_fields(ins, self.fields, "state_query")
+        if isinstance(query, TupleCollectionGet):
+            return self._all_tuples_query(state, ins, query, output)
         (out,) = as_fields(output, "state_query output")
         check_distinct((out,), self.fields, "state_query")
         if state.topology is not self.topology:
@@ -430,6 +457,117 @@ class Stream:
             "query", (*self.fields, out), inputs=ins, query=query, state=state, output=out
         )
         self.topology.queries.append(stream)
+        return stream
+
+    def _all_tuples_query(
+        self,
+        state: TridentState,
+        ins: tuple[str, ...],
+        query: TupleCollectionGet,
+        output: str | Sequence[str],
+    ) -> Stream:
+        if state.topology is not self.topology:
+            msg = f"state {state.spec.name!r} belongs to another topology"
+            raise ConfigError(msg)
+        outs = query.output_fields(state, output)
+        check_distinct(outs, self.fields, "state_query")
+        stream = self._derive(
+            "query", (*self.fields, *outs), inputs=ins, query=query, state=state, outputs=outs
+        )
+        self.topology.queries.append(stream)
+        return stream
+
+    # -- repartitioning (see trident_assets.stream.partitioning) ----------------------------
+
+    def shuffle(self) -> Stream:
+        """Spread the tuples round robin over the partitions (Spark ``repartition(n)``)."""
+        return repartition(self, Partitioning.SHUFFLE)
+
+    def local_or_shuffle(self) -> Stream:
+        """Keep tuples in their partition (Spark's tasks are local); a hint shuffles."""
+        return repartition(self, Partitioning.LOCAL_OR_SHUFFLE)
+
+    def partition_by(self, fields: str | Sequence[str]) -> Stream:
+        """Hash partition on ``fields``: every key in exactly one partition."""
+        return repartition(self, Partitioning.PARTITION_BY, fields)
+
+    def global_(self) -> Stream:
+        """Put the whole batch in one partition (Trident's ``global()``)."""
+        return repartition(self, Partitioning.GLOBAL)
+
+    def batch_global(self) -> Stream:
+        """Put each batch in one partition (a batch runs alone: one partition)."""
+        return repartition(self, Partitioning.BATCH_GLOBAL)
+
+    def broadcast(self) -> Stream:
+        """Let the next operation see every tuple of the batch (one partition, no copies)."""
+        return repartition(self, Partitioning.BROADCAST)
+
+    def identity_partition(self) -> Stream:
+        """Keep every tuple in its partition (partition i feeds partition i)."""
+        return repartition(self, Partitioning.IDENTITY)
+
+    def parallelism_hint(self, n: int) -> Stream:
+        """Run the operations since the last repartitioning in ``n`` Spark partitions."""
+        return parallelism_hint(self, n)
+
+    # -- per-partition comparisons (see trident_assets.stream.comparison) -------------------
+
+    def min_by(self, field: str, comparator: Comparator | None = None) -> Stream:
+        """The tuple with the smallest ``field`` of each partition (nulls skipped, ties: later)."""
+        return declare_comparison(self, field, comparator, largest=False)
+
+    def max_by(self, field: str, comparator: Comparator | None = None) -> Stream:
+        """The tuple with the largest ``field`` of each partition (nulls skipped, ties: later)."""
+        return declare_comparison(self, field, comparator, largest=True)
+
+    def min(self, comparator: Comparator) -> Stream:
+        """The smallest tuple of each partition by ``comparator(a, b)`` over whole tuples."""
+        return declare_comparison(self, None, comparator, largest=False)
+
+    def max(self, comparator: Comparator) -> Stream:
+        """The largest tuple of each partition by ``comparator(a, b)`` over whole tuples."""
+        return declare_comparison(self, None, comparator, largest=True)
+
+    # -- peek, chained_agg, name -----------------------------------------------------------
+
+    def peek(self, fn: Any) -> Stream:
+        """Call ``fn(*values)`` for each tuple on the executors; tuples pass through unchanged.
+
+        ``fn`` runs each time Spark computes the stream (again when a batch is replayed).
+
+        Raises:
+            ConfigError: ``fn`` is not callable.
+        """
+        if not callable(fn):
+            msg = f"peek needs a callable fn(*values), got {fn!r}"
+            raise ConfigError(msg)
+        return self._derive("peek", self.fields, function=fn)
+
+    def chained_agg(self) -> ChainedAggregatorDeclarer:
+        """Several aggregators in one pass: ``.aggregate(...)...chain_end()``."""
+        return ChainedAggregatorDeclarer(self, ())
+
+    def name(self, label: str) -> Stream:
+        """Label the operations declared from the returned stream on (Trident's ``name``).
+
+        Error messages (and the UI) name those operations by ``label``; it carries on to
+        later operations until renamed.
+
+        Raises:
+            ConfigError: ``label`` is not a non-empty single-line string of at most 100
+                characters.
+        """
+        if (
+            not isinstance(label, str)
+            or not label.strip()
+            or len(label) > 100
+            or not label.isprintable()
+        ):
+            msg = f"name needs a non-empty one-line label of at most 100 characters, got {label!r}"
+            raise ConfigError(msg)
+        stream = Stream(self.topology, self.node)
+        stream._name = label
         return stream
 
 
@@ -444,10 +582,16 @@ class GroupedStream:
     def aggregate(
         self,
         inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
         outputs: str | Sequence[str],
     ) -> Stream:
-        """Aggregate each group of the batch: emits ``group + outputs`` per group."""
+        """Aggregate each group of the batch: emits ``group + outputs`` per group.
+
+        Combiners combine per-partition partials; reducers fold every tuple of a group.
+        Python aggregators declare ``output_type`` (the SQL type of their result).
+        """
+        from trident_assets.spark.stream_ops import check_partition_aggregator
+
         ins = as_fields(inputs, "aggregate inputs")
         require_fields(ins, self.stream.fields, "aggregate")
         outs = as_fields(outputs, "aggregate outputs")
@@ -455,6 +599,7 @@ class GroupedStream:
             msg = f"aggregate emits one field per aggregator, got {list(outs)}"
             raise ConfigError(msg)
         check_distinct(outs, self.group, "aggregate")
+        check_partition_aggregator(agg, ins)
         return self.stream._derive(
             "aggregate", (*self.group, *outs), inputs=ins, agg=agg, group=self.group, output=outs[0]
         )
@@ -533,10 +678,18 @@ class GroupedStream:
         return state
 
     def state_query(
-        self, state: TridentState, inputs: str | Sequence[str], query: QueryFunction, output: str
+        self,
+        state: TridentState,
+        inputs: str | Sequence[str],
+        query: QueryFunction,
+        output: str | Sequence[str],
     ) -> Stream:
         """Query ``state`` for each tuple (the grouping only routes tuples, as in Trident)."""
         return self.stream.state_query(state, inputs, query, output)
+
+    def chained_agg(self) -> ChainedAggregatorDeclarer:
+        """Several aggregators per group in one pass; emits ``group + outputs``."""
+        return ChainedAggregatorDeclarer(self.stream, self.group)
 
 
 class TridentState:

@@ -1,0 +1,272 @@
+"""A read replica of the state store: Parquet files that readers open without any lock.
+
+DuckDB lets one process write a database file, and a reader in another process would have to
+take the file's lock, stalling the writer. So after each txid commits, the writer *publishes*
+what that txid wrote, and readers (the IO manager, the CLI) read the replica:
+
+* ``<root>/<table>/<txid:010d>.parquet``: the rows txid N appended to ``table`` (for a map,
+  its log rows: key columns, ``_trident_seq``, ``txid``, ``curr``, ``prev``; for an output or
+  new-values table, the txid's rows). Cost: the batch's rows, never the whole state.
+* ``<root>/<table>/base-<txid:010d>.parquet``: a map's newest row per key as of that txid,
+  written by :meth:`Replica.compact`, which folds deltas older than the last ``keep_txids``.
+* ``<root>/_scopes/<scope>.json``: ``{"txid": N}``, written last, atomically (temp + rename):
+  readers see txid N only once every table of N is published, so they never see a half of
+  a batch. A delta of a txid beyond the marker (a publish cut short) is ignored.
+
+Reading map ``table`` as of txid N is the newest row per key over the base and the deltas up
+to N: exact for every N from the base's txid on; older reads raise
+:class:`~trident_assets.errors.HistoryUnavailableError` naming the oldest readable txid.
+Publishing happens after the store's commit, so a crash between the two leaves the replica
+behind; :meth:`Replica.publish_missing` catches it up from the store before the next batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
+from trident_assets.names import validate_identifier
+
+__all__ = ["DEFAULT_KEEP_TXIDS", "Replica"]
+
+DEFAULT_KEEP_TXIDS = 100
+"""How many recent txids stay readable as-of after a replica compaction."""
+
+_DELTA = re.compile(r"^(\d{10})\.parquet$")
+_BASE = re.compile(r"^base-(\d{10})\.parquet$")
+_SEQ = "_trident_seq"
+
+
+def _write_atomically(path: Path, write: Any) -> None:
+    """Write ``path`` through a temporary sibling and a rename (readers see all or nothing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _quote(name: str) -> str:
+    return '"' + validate_identifier(name, "column") + '"'
+
+
+class Replica:
+    """The published, lock-free copy of a state store's tables under ``root``."""
+
+    def __init__(self, root: str | Path) -> None:
+        """Use ``root`` (created by the first publish)."""
+        self.root = Path(root)
+
+    # -- writing (the process that owns the store) -------------------------------------------
+
+    def publish(
+        self, store: Any, scope: str, txid: int, maps: Sequence[str], row_tables: Sequence[str]
+    ) -> None:
+        """Publish what ``txid`` wrote to ``maps`` and ``row_tables``, then mark it visible.
+
+        Call after ``txid`` committed in ``store`` (a DuckDBStore), before compaction.
+        """
+        for table in maps:
+            layout = store.layout(table)
+            if layout is None:
+                continue
+            self._write_layout(table, list(layout.key_columns), layout.kind)
+            self._write_delta(table, txid, self._map_rows(store, table, layout.kind, txid))
+        for table in row_tables:
+            if not _has_table(store, table):
+                continue
+            rows = store.conn.sql(
+                f'SELECT * FROM "{validate_identifier(table, "table")}" WHERE txid = ?',
+                params=[txid],
+            ).to_arrow_table()
+            self._write_delta(table, txid, rows)
+        marker = self.root / "_scopes" / f"{validate_identifier(scope, 'scope')}.json"
+        _write_atomically(marker, lambda p: p.write_text(json.dumps({"txid": txid})))
+
+    def publish_missing(
+        self, store: Any, scope: str, maps: Sequence[str], row_tables: Sequence[str]
+    ) -> list[int]:
+        """Publish the txids ``store`` committed after the replica's marker; return them."""
+        last = store.last_committed(scope)
+        if last is None:
+            return []
+        done = self.latest(scope) or 0
+        missing = list(range(done + 1, last + 1))
+        for txid in missing:
+            self.publish(store, scope, txid, maps, row_tables)
+        return missing
+
+    def _map_rows(self, store: Any, table: str, kind: str, txid: int) -> pa.Table:
+        """The log rows ``txid`` wrote.
+
+        Found by their ``txid``; plain maps store none, so theirs are the rows appended
+        since the last publish.
+        """
+        log = f'"_trident_log_{validate_identifier(table, "table")}"'
+        if kind != "plain":
+            found = store.conn.sql(f"SELECT * FROM {log} WHERE txid = ?", params=[txid])
+            return found.to_arrow_table()
+        mark = self.root / table / "_published_seq.json"
+        after = int(json.loads(mark.read_text())["seq"]) if mark.exists() else 0
+        rows = store.conn.sql(
+            f"SELECT * FROM {log} WHERE {_SEQ} > ?", params=[after]
+        ).to_arrow_table()
+        if rows.num_rows:
+            top = int(pc.max(rows.column(_SEQ)).as_py())
+            _write_atomically(mark, lambda p: p.write_text(json.dumps({"seq": top})))
+        return rows
+
+    def _write_delta(self, table: str, txid: int, rows: pa.Table) -> None:
+        path = self.root / table / f"{txid:010d}.parquet"
+        _write_atomically(path, lambda p: pq.write_table(rows, p))
+
+    def _write_layout(self, table: str, keys: list[str], kind: str) -> None:
+        path = self.root / table / "_layout.json"
+        if not path.exists():
+            body = json.dumps({"key_columns": keys, "kind": kind})
+            _write_atomically(path, lambda p: p.write_text(body))
+
+    def compact(self, table: str, keep_txids: int = DEFAULT_KEEP_TXIDS) -> int | None:
+        """Fold map ``table``'s deltas older than the last ``keep_txids`` into its base.
+
+        Returns the new base's txid (the oldest txid still readable), or None when there was
+        nothing to fold. Readers of a txid at or after it are unaffected. For an output or
+        new-values table the older deltas are deleted.
+        """
+        if keep_txids < 1:
+            msg = f"keep_txids must be >= 1, got {keep_txids}"
+            raise ConfigError(msg)
+        deltas = self._deltas(table)
+        if not deltas:
+            return None
+        cut = max(deltas) - keep_txids + 1
+        old = sorted(t for t in deltas if t < cut)
+        if not old:
+            return None
+        base_txid = old[-1]
+        if not (self.root / table / "_layout.json").exists():  # per-txid rows: drop the old
+            for t in old:
+                deltas[t].unlink()
+            return base_txid + 1
+        files = [*self._base_files(table), *(deltas[t] for t in old)]
+        keys = ", ".join(_quote(k) for k in self._layout(table)["key_columns"])
+        with duckdb.connect() as conn:
+            rows = conn.sql(
+                f"SELECT * FROM read_parquet(?, union_by_name = true) QUALIFY row_number() "
+                f"OVER (PARTITION BY {keys} ORDER BY {_SEQ} DESC) = 1",
+                params=[[str(f) for f in files]],
+            ).to_arrow_table()
+        base = self.root / table / f"base-{base_txid:010d}.parquet"
+        _write_atomically(base, lambda p: pq.write_table(rows, p))
+        for f in files:
+            if f != base:
+                f.unlink()
+        return base_txid
+
+    # -- reading (any process, no lock) ------------------------------------------------------
+
+    def latest(self, scope: str) -> int | None:
+        """The last txid of ``scope`` whose tables are all published, or None."""
+        marker = self.root / "_scopes" / f"{validate_identifier(scope, 'scope')}.json"
+        if not marker.exists():
+            return None
+        return int(json.loads(marker.read_text())["txid"])
+
+    def oldest_readable(self, table: str) -> int:
+        """The oldest txid map ``table`` can be read as of (1 until a compaction)."""
+        bases = [int(m.group(1)) for f in self._files(table) if (m := _BASE.match(f.name))]
+        return max(bases, default=1)
+
+    def read_map(
+        self, table: str, *, scope: str, as_of: int | None = None, value_name: str = "value"
+    ) -> pa.Table:
+        """Map ``table`` as committed after txid ``as_of`` (default: the latest published).
+
+        Columns: the key columns, then ``value_name`` (a value's ``curr``). Empty if the map
+        had no key by then.
+
+        Raises:
+            HistoryUnavailableError: ``as_of`` is older than the oldest readable txid, or not
+                committed (published) yet.
+            StateLayoutError: nothing of ``table`` was ever published.
+        """
+        latest = self.latest(scope)
+        target = latest if as_of is None else as_of
+        layout = self._layout(table)
+        keys = [_quote(k) for k in layout["key_columns"]]
+        if target is None:
+            return self._empty(table, keys, value_name)
+        if latest is None or target > latest:
+            msg = (
+                f"{table}: txid {target} is not committed yet (the last committed txid of "
+                f"{scope!r} is {latest})"
+            )
+            raise HistoryUnavailableError(msg)
+        oldest = self.oldest_readable(table)
+        if target < oldest:
+            msg = (
+                f"{table}: txid {target} can no longer be read; compaction kept txids "
+                f"{oldest} to {latest} (raise keep_txids to keep more history)"
+            )
+            raise HistoryUnavailableError(msg)
+        deltas = self._deltas(table)
+        files = [*self._base_files(table), *(deltas[t] for t in sorted(deltas) if t <= target)]
+        if not files:
+            return self._empty(table, keys, value_name)
+        key_list = ", ".join(keys)
+        with duckdb.connect() as conn:
+            return conn.sql(
+                f"SELECT {key_list}, curr AS {_quote(value_name)} FROM read_parquet(?, "
+                f"union_by_name = true) QUALIFY row_number() "
+                f"OVER (PARTITION BY {key_list} ORDER BY {_SEQ} DESC) = 1 ORDER BY {key_list}",
+                params=[[str(f) for f in files]],
+            ).to_arrow_table()
+
+    def read_rows(self, table: str, txid: int) -> pa.Table | None:
+        """The rows ``txid`` wrote to output / new-values ``table`` (without ``txid``).
+
+        None when nothing of that txid is published (never, or pruned by :meth:`compact`).
+        """
+        path = self.root / table / f"{txid:010d}.parquet"
+        if not path.exists():
+            return None
+        rows = pq.read_table(path)
+        return rows.drop_columns(["txid"]) if "txid" in rows.column_names else rows
+
+    def _layout(self, table: str) -> dict[str, Any]:
+        path = self.root / table / "_layout.json"
+        if not path.exists():
+            msg = f"no published map {table!r} under {self.root} (no batch has committed it)"
+            raise StateLayoutError(msg)
+        layout: dict[str, Any] = json.loads(path.read_text())
+        return layout
+
+    def _empty(self, table: str, keys: list[str], value_name: str) -> pa.Table:
+        names = [k.strip('"') for k in keys]
+        return pa.table({n: pa.array([], pa.null()) for n in [*names, value_name]})
+
+    def _files(self, table: str) -> list[Path]:
+        folder = self.root / validate_identifier(table, "table")
+        return sorted(folder.iterdir()) if folder.is_dir() else []
+
+    def _deltas(self, table: str) -> dict[int, Path]:
+        return {int(m.group(1)): f for f in self._files(table) if (m := _DELTA.match(f.name))}
+
+    def _base_files(self, table: str) -> list[Path]:
+        return [f for f in self._files(table) if _BASE.match(f.name)]
+
+
+def _has_table(store: Any, table: str) -> bool:
+    found = store.conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
+    ).fetchall()
+    return int(found[0][0]) > 0

@@ -1,0 +1,144 @@
+"""Applying one batch of per-key partials to a named state: the one code path for every state.
+
+A topology's ``persistent_aggregate`` states (inside the batch's commit transaction) and a
+user's own Dagster state assets (through :class:`~trident_assets.dagster.io_manager.
+TridentIOManager`, in a transaction of their own) both land here: SQL combiners (Count, Sum,
+Min, Max) as ONE set-based statement, Python combiners as one bulk read and one bulk write.
+The txid rules (opaque, transactional, non-transactional) are those of
+:mod:`trident_assets.backends.duckdb_merge`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from trident_assets.backends.duckdb_merge import MergeResult, apply_partials, apply_partials_python
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
+from trident_assets.core.commit import CommitResult, commit_batch
+from trident_assets.core.values import StateType
+from trident_assets.errors import ConfigError
+from trident_assets.names import validate_identifier
+
+__all__ = ["COMBINERS", "StateTarget", "apply_state_batch", "combiner", "commit_state_batch"]
+
+COMBINERS: dict[str, type[CombinerAggregator[Any]]] = {
+    "count": Count,
+    "sum": Sum,
+    "min": Min,
+    "max": Max,
+}
+"""Combiners by name; any other is a ``module:Class`` import path of a CombinerAggregator."""
+
+
+def combiner(spec: str | CombinerAggregator[Any]) -> CombinerAggregator[Any]:
+    """The combiner named by ``spec``: ``count``/``sum``/``min``/``max`` or ``module:Class``.
+
+    Raises:
+        ConfigError: an unknown name, an import path that does not resolve, or a class that
+            is not a CombinerAggregator.
+    """
+    if isinstance(spec, CombinerAggregator):
+        return spec
+    if spec in COMBINERS:
+        return COMBINERS[spec]()
+    module_name, _, class_name = str(spec).partition(":")
+    if not module_name or not class_name:
+        msg = (
+            f"combiner {spec!r} is neither one of {sorted(COMBINERS)} nor an import path "
+            "'module:Class' of a CombinerAggregator"
+        )
+        raise ConfigError(msg)
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        msg = f"combiner {spec!r} could not be imported: {exc}"
+        raise ConfigError(msg) from exc
+    agg = found() if isinstance(found, type) else found
+    if not isinstance(agg, CombinerAggregator):
+        msg = f"combiner {spec!r} is a {type(agg).__name__}, not a CombinerAggregator"
+        raise ConfigError(msg)
+    return agg
+
+
+@dataclass(frozen=True, slots=True)
+class StateTarget:
+    """Where a batch of partials lands and how it combines with the stored values."""
+
+    table: str
+    """The map table (``<scope>__<state>`` for a topology's states)."""
+    key_columns: tuple[str, ...]
+    value_column: str
+    state_type: StateType
+    agg: CombinerAggregator[Any]
+
+    def __post_init__(self) -> None:
+        """Validate names (they become SQL identifiers)."""
+        validate_identifier(self.table, "state table")
+        if not self.key_columns:
+            msg = f"state {self.table!r} needs at least one key column"
+            raise ConfigError(msg)
+        for name in (*self.key_columns, self.value_column):
+            validate_identifier(name, f"column of state {self.table!r}")
+
+
+def apply_state_batch(
+    store: DuckDBStore, target: StateTarget, partials: pa.Table, txid: int | None
+) -> MergeResult:
+    """Apply ``partials`` (key columns + value column) to ``target`` under ``txid``.
+
+    Runs inside the store's open transaction if there is one. Returns the counts and the new
+    value of every key of the batch.
+    """
+    agg = target.agg
+    if isinstance(agg, Count | Sum | Min | Max) and agg.sql_combine is not None:
+        return apply_partials(
+            store,
+            target.table,
+            partials,
+            key_columns=list(target.key_columns),
+            value_column=target.value_column,
+            combine=agg.sql_combine,
+            state_type=target.state_type,
+            txid=txid,
+            return_new_values=True,
+        )
+    return apply_partials_python(
+        store,
+        target.table,
+        partials,
+        key_columns=list(target.key_columns),
+        value_column=target.value_column,
+        agg=agg,
+        state_type=target.state_type,
+        txid=txid,
+        return_new_values=True,
+    )
+
+
+def commit_state_batch(
+    store: DuckDBStore, scope: str, target: StateTarget, partials: pa.Table, txid: int
+) -> CommitResult[MergeResult]:
+    """Apply ``partials`` to ``target`` and commit ``txid`` to ``scope``, in one transaction.
+
+    Strict order and committed-is-final come from the scope's commit marker: an earlier
+    uncommitted txid raises OutOfOrderCommitError; a committed txid changes nothing
+    (``result.applied`` is False).
+    """
+    missing = [
+        c for c in (*target.key_columns, target.value_column) if c not in partials.schema.names
+    ]
+    if missing:
+        msg = (
+            f"state {target.table!r}: the batch lacks columns {missing}; it has "
+            f"{partials.schema.names} (expected key columns {list(target.key_columns)} and "
+            f"value column {target.value_column!r})"
+        )
+        raise ConfigError(msg)
+    return commit_batch(
+        store, scope, txid, lambda _tx: apply_state_batch(store, target, partials, txid)
+    )

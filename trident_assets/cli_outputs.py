@@ -1,0 +1,149 @@
+"""``trident outputs`` and ``trident dead-letters``: the per-txid rows a topology produced.
+
+An output ``name`` of topology ``t`` is stored with a ``txid`` column per row; its recent
+txids are kept (older ones are dropped as new batches commit). Dead letters are the records
+a scheme could not decode, with where they came from. Both read the state file read-only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from trident_assets.cli_common import (
+    DEFAULT_HOME,
+    DatabaseOption,
+    Format,
+    FormatOption,
+    HomeOption,
+    WaitOption,
+    cli_errors,
+    emit,
+    open_state,
+)
+from trident_assets.cli_state import topologies
+from trident_assets.errors import ConfigError
+from trident_assets.names import validate_identifier
+
+if TYPE_CHECKING:
+    from trident_assets.backends.duckdb_store import DuckDBStore
+
+__all__ = ["dead_letters", "outputs"]
+
+DEAD_LETTERS_TABLE = "_trident_dead_letters"
+"""Written by the batch executor (``spark/executor.py``) in each batch's commit."""
+_OUTPUT_INFIX = "__out_"
+
+
+def _tables(store: DuckDBStore) -> set[str]:
+    rows = store.conn.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+        "AND database_name = current_database()"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def _check_topology(store: DuckDBStore, topology: str) -> None:
+    validate_identifier(topology, "topology")
+    known = topologies(store)
+    if topology not in known:
+        names = ", ".join(sorted(known)) or "none yet"
+        msg = f"no topology {topology!r} in state file {store.path}; topologies: {names}"
+        raise ConfigError(msg)
+
+
+def _output_table(store: DuckDBStore, topology: str, output: str) -> str:
+    _check_topology(store, topology)
+    validate_identifier(output, "output")
+    prefix = f"{topology}{_OUTPUT_INFIX}"
+    tables = _tables(store)
+    table = f"{prefix}{output}"
+    if table not in tables:
+        names = ", ".join(sorted(t[len(prefix) :] for t in tables if t.startswith(prefix)))
+        msg = (
+            f"topology {topology!r} has no output {output!r} (or no batch produced it yet); "
+            f"its outputs: {names or 'none yet'}"
+        )
+        raise ConfigError(msg)
+    return table
+
+
+def outputs(
+    topology: Annotated[str, typer.Argument(help="Topology name, e.g. word_count.")],
+    output: Annotated[str, typer.Argument(help="Output name, e.g. words.")],
+    txid: Annotated[
+        int | None, typer.Option("--txid", min=1, help="Only this txid's rows (default: all kept).")
+    ] = None,
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    fmt: FormatOption = Format.table,
+    wait: WaitOption = 0.0,
+) -> None:
+    """Print the rows of TOPOLOGY's OUTPUT per txid (the recent txids are kept)."""
+    with cli_errors():
+        store = open_state(home, database, wait)
+        try:
+            table = _output_table(store, topology, output)
+            name = f'"{table}"'  # validated identifiers only
+            low, high = store.conn.execute(f"SELECT min(txid), max(txid) FROM {name}").fetchall()[0]
+            last = store.last_committed(topology)
+            if txid is not None and (last is None or txid > last):
+                msg = f"txid {txid} of topology {topology!r} is not committed: the last is {last}"
+                raise ConfigError(msg)
+            if txid is not None and low is not None and txid < low:
+                msg = (
+                    f"output {output!r} of {topology!r} keeps the rows of txids {low}..{high} "
+                    f"(older txids are dropped as batches commit); txid {txid} is gone"
+                )
+                raise ConfigError(msg)
+            where, params = ("WHERE txid = ?", [txid]) if txid is not None else ("", [])
+            result = store.conn.sql(
+                f"SELECT * FROM {name} {where} ORDER BY ALL", params=params or None
+            ).to_arrow_table()
+        finally:
+            store.close()
+    at = f"txid {txid}" if txid is not None else f"txids {low}..{high}"
+    title = f"{topology}.{output}: {result.num_rows} rows, {at}"
+    emit(result.to_pylist(), result.column_names, fmt, title)
+
+
+def dead_letters(
+    topology: Annotated[
+        str | None, typer.Argument(help="Only this topology's dead letters (default: all).")
+    ] = None,
+    n: Annotated[int, typer.Option("-n", "--lines", help="How many, latest first.", min=1)] = 20,
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    fmt: FormatOption = Format.table,
+    wait: WaitOption = 0.0,
+) -> None:
+    """List the latest dead letters: records a scheme could not decode, and why."""
+    with cli_errors():
+        store = open_state(home, database, wait)
+        try:
+            if topology is not None:
+                validate_identifier(topology, "topology")
+            rows: list[dict[str, object]] = []
+            total = 0
+            if DEAD_LETTERS_TABLE in _tables(store):
+                where, params = ("WHERE topology = ?", [topology]) if topology else ("", [])
+                total = store.conn.execute(
+                    f"SELECT count(*) FROM {DEAD_LETTERS_TABLE} {where}", params
+                ).fetchall()[0][0]
+                result = store.conn.sql(
+                    f'SELECT topology, txid, spout, topic, partition, "offset", reason '
+                    f"FROM {DEAD_LETTERS_TABLE} {where} "
+                    f'ORDER BY txid DESC, topic, partition, "offset" DESC LIMIT ?',
+                    params=[*params, n],
+                ).to_arrow_table()
+                rows = result.to_pylist()
+            if topology is not None and total == 0:
+                _check_topology(store, topology)  # no dead letters: is it a topology at all?
+        finally:
+            store.close()
+    columns = ["topology", "txid", "spout", "topic", "partition", "offset", "reason"]
+    title = f"{total} dead letters" + (f" of {topology}" if topology else "")
+    if len(rows) < total:
+        title += f" (latest {len(rows)} shown)"
+    emit(rows, columns, fmt, title)

@@ -1,0 +1,231 @@
+"""``trident state list|scan|get``: read persisted states, now or as of a committed txid.
+
+The state file is opened read-only, so reading never blocks another reader; while a writer
+(a running batch) holds the file, a read fails at once, or waits ``--wait`` seconds. Errors
+name topologies and states, never the DuckDB tables behind them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from trident_assets.cli_common import (
+    DEFAULT_HOME,
+    DatabaseOption,
+    Format,
+    FormatOption,
+    HomeOption,
+    WaitOption,
+    cli_errors,
+    emit,
+    open_state,
+)
+from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
+from trident_assets.names import validate_identifier
+
+if TYPE_CHECKING:
+    from trident_assets.backends.duckdb_store import DuckDBStore, MapLayout
+
+__all__ = ["StateRef", "find_state", "state_app", "topologies"]
+
+state_app = typer.Typer(name="state", help="Read persisted states.", no_args_is_help=True)
+
+TxidOption = Annotated[
+    int | None,
+    typer.Option(
+        "--txid", min=1, help="Read the state as it was once this txid committed (default: now)."
+    ),
+]
+
+
+@dataclass(frozen=True)
+class StateRef:
+    """One state of a topology, as stored."""
+
+    topology: str
+    state: str
+    layout: MapLayout
+
+
+def topologies(store: DuckDBStore) -> dict[str, dict[str, StateRef]]:
+    """Return the topologies of a store (commit scopes and map owners) and their states.
+
+    A map table is ``<topology>__<state>``; the longest committed topology name that prefixes
+    it owns it, else the part before the first ``__``.
+    """
+    scopes = sorted(store.scopes(), key=len, reverse=True)
+    found: dict[str, dict[str, StateRef]] = {name: {} for name in sorted(store.scopes())}
+    for table in store.tables():
+        owner = next((s for s in scopes if table.startswith(f"{s}__")), None)
+        if owner is None:
+            owner, sep, _ = table.partition("__")
+            if not sep:
+                continue
+        state = table[len(owner) + 2 :]
+        layout = store.layout(table)
+        if layout is not None and state:
+            found.setdefault(owner, {})[state] = StateRef(owner, state, layout)
+    return found
+
+
+def find_state(store: DuckDBStore, topology: str, state: str) -> StateRef:
+    """Return ``topology``'s ``state``.
+
+    Raises:
+        ConfigError: an invalid name, or no such topology or state (the message lists those
+            that exist).
+    """
+    validate_identifier(topology, "topology")
+    validate_identifier(state, "state")
+    known = topologies(store)
+    if topology not in known:
+        names = ", ".join(sorted(known)) or "none yet"
+        msg = f"no topology {topology!r} in state file {store.path}; topologies: {names}"
+        raise ConfigError(msg)
+    states = known[topology]
+    if state not in states:
+        names = ", ".join(sorted(states)) or "none"
+        msg = f"topology {topology!r} has no state {state!r}; its states: {names}"
+        raise ConfigError(msg)
+    return states[state]
+
+
+def _check_txid(store: DuckDBStore, ref: StateRef, txid: int | None) -> None:
+    """Refuse an as-of read the store cannot answer exactly, in the user's names."""
+    if txid is None:
+        return
+    last = store.last_committed(ref.topology)
+    if last is None or txid > last:
+        done = "nothing is committed yet" if last is None else f"the last committed txid is {last}"
+        msg = f"txid {txid} of topology {ref.topology!r} is not committed: {done}"
+        raise ConfigError(msg)
+    if ref.layout.kind == "plain":
+        msg = (
+            f"state {ref.state!r} of {ref.topology!r} is non-transactional: it stores no "
+            "txids, so it cannot be read as of a txid (drop --txid)"
+        )
+        raise StateLayoutError(msg)
+    oldest = store.oldest_readable_txid(ref.layout.table)
+    if oldest is not None and txid < oldest:
+        msg = (
+            f"state {ref.state!r} of {ref.topology!r} cannot be read as of txid {txid}: "
+            f"compaction removed the versions it needs; the oldest txid that can still be "
+            f"read is {oldest}"
+        )
+        raise HistoryUnavailableError(msg)
+
+
+def _value(ref: StateRef, value: Any) -> Any:
+    if ref.layout.value_type == "JSON" and isinstance(value, str):
+        return json.loads(value)
+    return value
+
+
+def _largest_first(row: dict[str, Any]) -> tuple[int, float, str]:
+    value = row["value"]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, -float(value), "")
+    return (1, 0.0, json.dumps(value, default=str, sort_keys=True))
+
+
+@state_app.command("list")
+def state_list(
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    fmt: FormatOption = Format.table,
+    wait: WaitOption = 0.0,
+) -> None:
+    """List topologies and their states: kind, key columns, key count, last committed txid."""
+    with cli_errors():
+        store = open_state(home, database, wait)
+        try:
+            last = store.scopes()
+            rows = [
+                {
+                    "topology": ref.topology,
+                    "state": ref.state,
+                    "kind": ref.layout.kind,
+                    "key_columns": ",".join(ref.layout.key_columns),
+                    "value_type": ref.layout.value_type,
+                    "keys": store.size(ref.layout.table),
+                    "last_txid": last.get(ref.topology),
+                }
+                for states in topologies(store).values()
+                for ref in states.values()
+            ]
+        finally:
+            store.close()
+    columns = ["topology", "state", "kind", "key_columns", "value_type", "keys", "last_txid"]
+    emit(rows, columns, fmt, f"states in {store.path}")
+
+
+@state_app.command("scan")
+def state_scan(
+    topology: Annotated[str, typer.Argument(help="Topology name, e.g. word_count.")],
+    state: Annotated[str, typer.Argument(help="State name, e.g. word_counts.")],
+    txid: TxidOption = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(help="Rows to show (default: 20 in a table, all in json/csv).", min=1),
+    ] = None,
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    fmt: FormatOption = Format.table,
+    wait: WaitOption = 0.0,
+) -> None:
+    """Print TOPOLOGY's STATE, largest values first, with the txid it is read at."""
+    with cli_errors():
+        store = open_state(home, database, wait)
+        try:
+            ref = find_state(store, topology, state)
+            _check_txid(store, ref, txid)
+            data = store.scan(ref.layout.table, as_of=txid)
+            at = txid if txid is not None else store.last_committed(topology)
+        finally:
+            store.close()
+    rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
+    rows.sort(key=_largest_first)
+    shown = rows[: limit or (20 if fmt is Format.table else len(rows))]
+    when = f"as of txid {txid}" if txid is not None else f"last committed txid {at}"
+    title = f"{topology}.{state}: {len(rows)} keys, {when}"
+    if len(shown) < len(rows):
+        title += f" (largest {len(shown)} shown)"
+    emit(shown, data.column_names, fmt, title)
+
+
+@state_app.command("get")
+def state_get(
+    topology: Annotated[str, typer.Argument(help="Topology name, e.g. word_count.")],
+    state: Annotated[str, typer.Argument(help="State name, e.g. word_counts.")],
+    key: Annotated[list[str], typer.Argument(help="The key's values (one per key column).")],
+    txid: TxidOption = None,
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    fmt: FormatOption = Format.table,
+    wait: WaitOption = 0.0,
+) -> None:
+    """Print the value of KEY in TOPOLOGY's STATE (now, or as of --txid); exit 1 if absent."""
+    with cli_errors():
+        store = open_state(home, database, wait)
+        try:
+            ref = find_state(store, topology, state)
+            _check_txid(store, ref, txid)
+            if len(key) != ref.layout.arity:
+                msg = (
+                    f"state {state!r} of {topology!r} has {ref.layout.arity} key column(s) "
+                    f"({', '.join(ref.layout.key_columns)}); got {len(key)} value(s): {key}"
+                )
+                raise ConfigError(msg)
+            data = store.scan(ref.layout.table, as_of=txid, key=key)
+        finally:
+            store.close()
+        if data.num_rows == 0:
+            at = f" as of txid {txid}" if txid is not None else ""
+            msg = f"key {' '.join(key)!r} is not in {topology}.{state}{at}"
+            raise ConfigError(msg)
+    rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
+    emit(rows, data.column_names, fmt, f"{topology}.{state}")

@@ -1,0 +1,163 @@
+"""Spark servers on 127.0.0.1 from the pip ``pyspark`` distribution: Spark Connect, standalone.
+
+For tests, benchmarks and trying a cluster setup on one machine. Each server runs in its own
+process group and is stopped by PID (:meth:`SparkServer.stop`).
+
+Example (a shell)::
+
+    python -m trident_assets.spark.local_servers connect    # prints sc://127.0.0.1:PORT
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from trident_assets.errors import TridentError
+
+__all__ = ["SparkServer", "free_port", "spark_home", "start_connect_server"]
+
+START_TIMEOUT_S = 120.0
+
+
+def spark_home() -> Path:
+    """The Spark distribution inside the installed pyspark package."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SparkServer:
+    """A running server: its process, URL and log file."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    started_s: float
+    """Seconds until it accepted connections."""
+    _log: IO[bytes] | None = None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the server's whole process group (the JVM and its Python workers) by PID."""
+        if self.process.poll() is None:
+            pgid = os.getpgid(self.process.pid)
+            os.killpg(pgid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(pgid, signal.SIGKILL)
+                self.process.wait(timeout_s)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _start(
+    cmd: Sequence[str], port: int, url: str, log_path: Path, env: Mapping[str, str]
+) -> SparkServer:
+    log = log_path.open("wb")
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        list(cmd),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(env),
+        cwd=log_path.parent,  # workers start here: nothing of the caller's directory leaks in
+        start_new_session=True,
+    )
+    server = SparkServer(proc, url, log_path, 0.0, log)
+    while time.perf_counter() - started < START_TIMEOUT_S:
+        if proc.poll() is not None:
+            server.stop()
+            msg = f"Spark server exited with {proc.returncode} before listening; see {log_path}"
+            raise TridentError(msg)
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                server.started_s = time.perf_counter() - started
+                return server
+        time.sleep(0.5)
+    server.stop()
+    msg = f"Spark server did not listen on 127.0.0.1:{port} within {START_TIMEOUT_S:.0f} s"
+    raise TridentError(msg)
+
+
+def start_connect_server(
+    log_path: Path,
+    *,
+    master: str = "local[2]",
+    worker_python: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> SparkServer:
+    """Start a Spark Connect server on 127.0.0.1 and wait until it listens.
+
+    ``worker_python``: the interpreter of its Python workers (default: this one).
+
+    Raises:
+        TridentError: the server exited or did not listen within two minutes.
+    """
+    home = spark_home()
+    port = free_port()
+    python = worker_python or sys.executable
+    settings = {
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.pyspark.python": python,
+        **(conf or {}),
+    }
+    cmd = [
+        str(home / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master",
+        master,
+        "--driver-memory",
+        "2g",
+        *[arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")],
+        "spark-internal",
+    ]
+    full_env = {
+        **(os.environ if env is None else env),
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": python,
+    }
+    return _start(cmd, port, f"sc://127.0.0.1:{port}", log_path, full_env)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m trident_assets.spark.local_servers connect``: run until interrupted."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] != ["connect"]:
+        print("usage: python -m trident_assets.spark.local_servers connect", file=sys.stderr)
+        raise SystemExit(2)
+    server = start_connect_server(Path("spark-connect.log").resolve())
+    print(server.url, flush=True)
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""``chained_agg``: several aggregators over the same tuples in one pass (Trident's chainedAgg).
+
+``stream.chained_agg().aggregate("n", Count(), "c").aggregate("n", Sum(), "s").chain_end()``
+emits one tuple per batch (per group when the stream is grouped) holding every aggregator's
+output, in order: ``group + [c, s]``. ``partition_aggregate`` steps aggregate each Spark
+partition instead; one chain cannot mix the two (as Trident). Aggregators are combiners (one
+input field) or reducers; Python ones declare ``output_type`` (as for ``partition_aggregate``).
+A global chain of ``aggregate`` steps emits exactly one tuple even for an empty batch (each
+combiner's ``zero()``, each reducer's ``init()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.core.aggregators import (
+    CombinerAggregator,
+    Count,
+    Max,
+    Min,
+    ReducerAggregator,
+    Sum,
+)
+from trident_assets.errors import ConfigError
+from trident_assets.stream.fields import as_fields, check_distinct, require_fields
+
+if TYPE_CHECKING:
+    from trident_assets.stream.topology import Stream
+
+__all__ = ["CHAINED_AGG", "ChainedAggregatorDeclarer", "ChainedStep"]
+
+CHAINED_AGG = "chained_agg"
+"""The node kind of a chain."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainedStep:
+    """One aggregator of a chain: its input fields, the aggregator and its output field."""
+
+    inputs: tuple[str, ...]
+    agg: CombinerAggregator[Any] | ReducerAggregator[Any]
+    output: str
+
+
+class ChainedAggregatorDeclarer:
+    """Collects the aggregators of a chain; :meth:`chain_end` declares the node."""
+
+    def __init__(self, stream: Stream, group: tuple[str, ...] = ()) -> None:
+        """Start a chain over ``stream`` (grouped by ``group`` when not empty)."""
+        self._stream = stream
+        self._group = group
+        self._steps: list[ChainedStep] = []
+        self._full: bool | None = None
+
+    def aggregate(
+        self,
+        inputs: str | Sequence[str],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
+        outputs: str | Sequence[str],
+    ) -> ChainedAggregatorDeclarer:
+        """Add an aggregator over the whole batch (per group)."""
+        return self._add(True, inputs, agg, outputs)
+
+    def partition_aggregate(
+        self,
+        inputs: str | Sequence[str],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
+        outputs: str | Sequence[str],
+    ) -> ChainedAggregatorDeclarer:
+        """Add an aggregator over each Spark partition (per group)."""
+        return self._add(False, inputs, agg, outputs)
+
+    def _add(
+        self,
+        full: bool,
+        inputs: str | Sequence[str],
+        agg: Any,
+        outputs: str | Sequence[str],
+    ) -> ChainedAggregatorDeclarer:
+        operation = "chained_agg " + ("aggregate" if full else "partition_aggregate")
+        ins = as_fields(inputs, f"{operation} inputs")
+        require_fields(ins, self._stream.fields, operation)
+        outs = as_fields(outputs, f"{operation} outputs")
+        if len(outs) != 1:
+            msg = f"{operation} emits one field per aggregator, got {list(outs)}"
+            raise ConfigError(msg)
+        check_aggregator(agg, ins, operation)
+        if self._full is not None and self._full != full:
+            msg = (
+                "chained_agg: tried to chain different types of aggregation "
+                "(aggregate and partition_aggregate)"
+            )
+            raise ConfigError(msg)
+        self._full = full
+        self._steps.append(ChainedStep(ins, agg, outs[0]))
+        return self
+
+    def chain_end(self) -> Stream:
+        """Declare the chain: ``group`` + each aggregator's output field.
+
+        Raises:
+            ConfigError: no aggregator, repeated output fields, or one that is a group field.
+        """
+        if not self._steps:
+            msg = "chained_agg needs at least one aggregator before chain_end()"
+            raise ConfigError(msg)
+        outs = [step.output for step in self._steps]
+        if len(set(outs)) != len(outs):
+            msg = f"Output fields for chained aggregators must be distinct: {outs}"
+            raise ConfigError(msg)
+        check_distinct(outs, self._group, "chained_agg")
+        return self._stream._derive(
+            CHAINED_AGG,
+            (*self._group, *outs),
+            group=self._group,
+            steps=tuple(self._steps),
+            full=self._full,
+        )
+
+
+def is_builtin(agg: Any) -> bool:
+    """True for the built-in combiners Spark computes as SQL aggregates."""
+    return isinstance(agg, Count | Sum | Min | Max)
+
+
+def check_aggregator(agg: Any, inputs: Sequence[str], operation: str) -> None:
+    """Declaration check: a combiner (one input) or reducer, typed unless built in.
+
+    Raises:
+        ConfigError: naming what is wrong.
+    """
+    if not isinstance(agg, CombinerAggregator | ReducerAggregator):
+        msg = f"{operation} needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
+        raise ConfigError(msg)
+    if isinstance(agg, CombinerAggregator) and len(inputs) != 1:
+        msg = f"{operation}: combiner aggregators take a single input field, got {list(inputs)}"
+        raise ConfigError(msg)
+    if not is_builtin(agg) and not getattr(agg, "output_type", None):
+        msg = (
+            f"{operation}: {type(agg).__name__} is a Python aggregator: set its class attribute "
+            "output_type to the SQL type of its result (e.g. output_type = 'bigint')"
+        )
+        raise ConfigError(msg)

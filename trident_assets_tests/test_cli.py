@@ -1,0 +1,596 @@
+"""The ``trident`` command: state, outputs, dead letters, error style, homes, the UI and the demo.
+
+Stores are built with :class:`DuckDBStore` directly (no Spark), so the outputs are exact.
+Entry points also run as child processes with a clean environment (``.venv/bin/trident``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.cli import app
+from trident_assets.core.values import OpaqueValue
+
+TRIDENT = Path(sys.executable).parent / "trident"
+DEAD_LETTERS_DDL = (
+    "CREATE TABLE _trident_dead_letters (topology VARCHAR NOT NULL, spout VARCHAR NOT NULL, "
+    'txid BIGINT NOT NULL, topic VARCHAR, partition INTEGER, "offset" BIGINT, '
+    "reason VARCHAR NOT NULL, value BLOB)"
+)
+
+
+def _commit(store: DuckDBStore, txid: int, counts: dict[str, tuple[int, int | None]]) -> None:
+    with store.transaction() as tx:
+        counts_map = store.map("word_count__word_counts")
+        keys = [(w,) for w in counts]
+        counts_map.multi_put(keys, [OpaqueValue(txid, c, p) for c, p in counts.values()])
+        store.map("word_count__seen").multi_put(keys, [True] * len(keys))
+        tx.conn.execute(
+            'CREATE TABLE IF NOT EXISTS "word_count__out_words" (txid BIGINT, "sum" BIGINT)'
+        )
+        tx.conn.execute('INSERT INTO "word_count__out_words" VALUES (?, ?)', [txid, 10 * txid])
+        tx.mark_committed("word_count", txid)
+
+
+def make_home(root: Path) -> Path:
+    """A home whose word_count committed txids 1..3 (the: 2, 5; cow: 1, 5; moon: 1)."""
+    home = root / "home"
+    with DuckDBStore(home / "state.duckdb") as store:
+        store.ensure_map(
+            _layout("word_count__word_counts", "opaque", "BIGINT"),
+        )
+        store.ensure_map(_layout("word_count__seen", "plain", "BOOLEAN"))
+        _commit(store, 1, {"the": (2, None), "cow": (1, None)})
+        _commit(store, 2, {"the": (5, 2), "moon": (1, None)})
+        _commit(store, 3, {"cow": (5, 1)})
+        store.conn.execute(DEAD_LETTERS_DDL)
+        store.conn.execute(
+            "INSERT INTO _trident_dead_letters VALUES "
+            "('word_count', 'sentences', 2, 'sentences', 1, 7, 'invalid UTF-8', NULL), "
+            "('word_count', 'sentences', 3, 'sentences', 0, 9, 'invalid UTF-8', NULL), "
+            "('other', 'lines', 1, 'lines', 0, 0, 'not JSON', NULL)"
+        )
+    return home
+
+
+def _layout(table: str, kind: str, value_type: str):  # type: ignore[no-untyped-def]
+    from trident_assets.backends.duckdb_store import MapLayout
+
+    return MapLayout(table, kind, ("word",), ("VARCHAR",), value_type)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return make_home(tmp_path)
+
+
+def run(*args: str, home: Path | None = None) -> tuple[int, str, str]:
+    extra = ["--home", str(home)] if home is not None else []
+    result = CliRunner().invoke(app, [*args, *extra])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.splitlines()]
+
+
+# -- state -----------------------------------------------------------------------------------------
+
+
+def test_state_list_in_every_format(home: Path) -> None:
+    code, out, err = run("state", "list", home=home)
+    assert (code, err) == (0, "")
+    assert lines(out) == [
+        f"states in {home / 'state.duckdb'}",
+        "┏━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━┳━━━━━━━━━━━┓",
+        "┃ topology   ┃ state       ┃ kind   ┃ key_columns ┃ value_type ┃ keys ┃ last_txid ┃",
+        "┡━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━╇━━━━━━━━━━━┩",
+        "│ word_count │ seen        │ plain  │ word        │ BOOLEAN    │    3 │         3 │",
+        "│ word_count │ word_counts │ opaque │ word        │ BIGINT     │    3 │         3 │",
+        "└────────────┴─────────────┴────────┴─────────────┴────────────┴──────┴───────────┘",
+    ]
+    code, out, _ = run("state", "list", "--format", "json", home=home)
+    assert code == 0
+    assert json.loads(out) == [
+        {
+            "topology": "word_count",
+            "state": "seen",
+            "kind": "plain",
+            "key_columns": "word",
+            "value_type": "BOOLEAN",
+            "keys": 3,
+            "last_txid": 3,
+        },
+        {
+            "topology": "word_count",
+            "state": "word_counts",
+            "kind": "opaque",
+            "key_columns": "word",
+            "value_type": "BIGINT",
+            "keys": 3,
+            "last_txid": 3,
+        },
+    ]
+    code, out, _ = run("state", "list", "--format", "csv", home=home)
+    assert (code, out) == (
+        0,
+        "topology,state,kind,key_columns,value_type,keys,last_txid\n"
+        "word_count,seen,plain,word,BOOLEAN,3,3\n"
+        "word_count,word_counts,opaque,word,BIGINT,3,3\n",
+    )
+
+
+def test_state_scan_now_and_as_of_each_txid(home: Path) -> None:
+    code, out, err = run("state", "scan", "word_count", "word_counts", home=home)
+    assert (code, err) == (0, "")
+    assert lines(out) == [
+        "word_count.word_counts: 3 keys, last committed txid 3",
+        "┏━━━━━━┳━━━━━━━┓",
+        "┃ word ┃ value ┃",
+        "┡━━━━━━╇━━━━━━━┩",
+        "│ cow  │     5 │",
+        "│ the  │     5 │",
+        "│ moon │     1 │",
+        "└──────┴───────┘",
+    ]
+    as_of = {
+        txid: run("state", "scan", "word_count", "word_counts", "--txid", str(txid),
+                  "--format", "csv", home=home)[1]
+        for txid in (1, 2, 3)
+    }  # fmt: skip
+    assert as_of == {
+        1: "word,value\nthe,2\ncow,1\n",
+        2: "word,value\nthe,5\ncow,1\nmoon,1\n",
+        3: "word,value\ncow,5\nthe,5\nmoon,1\n",
+    }
+    code, out, _ = run(
+        "state", "scan", "word_count", "word_counts", "--txid", "1", "--limit", "1", home=home
+    )
+    assert lines(out)[0] == "word_count.word_counts: 2 keys, as of txid 1 (largest 1 shown)"
+    code, out, _ = run(
+        "state", "scan", "word_count", "word_counts", "--txid", "2", "--format", "json", home=home
+    )
+    assert json.loads(out) == [
+        {"word": "the", "value": 5},
+        {"word": "cow", "value": 1},
+        {"word": "moon", "value": 1},
+    ]
+
+
+def test_state_get_now_as_of_and_missing(home: Path) -> None:
+    code, out, _ = run(
+        "state", "get", "word_count", "word_counts", "the", "--format", "json", home=home
+    )
+    assert (code, json.loads(out)) == (0, [{"word": "the", "value": 5}])
+    code, out, _ = run(
+        "state", "get", "word_count", "word_counts", "the", "--txid", "1", "--format", "csv",
+        home=home,
+    )  # fmt: skip
+    assert (code, out) == (0, "word,value\nthe,2\n")
+    assert run("state", "get", "word_count", "word_counts", "moon", "--txid", "1", home=home) == (
+        1,
+        "",
+        "error: key 'moon' is not in word_count.word_counts as of txid 1\n",
+    )
+    assert run("state", "get", "word_count", "word_counts", "a", "b", home=home) == (
+        1,
+        "",
+        "error: state 'word_counts' of 'word_count' has 1 key column(s) (word); "
+        "got 2 value(s): ['a', 'b']\n",
+    )
+
+
+def test_as_of_reads_after_compaction_name_the_oldest_readable_txid(home: Path) -> None:
+    with DuckDBStore(home / "state.duckdb") as store:
+        # the: txids 1, 2 and cow: 1, 3 lose their older versions; the newest kept is txid 3
+        assert store.compact("word_count__word_counts") == {"word_count__word_counts": 2}
+        assert store.oldest_readable_txid("word_count__word_counts") == 3
+    for txid in ("1", "2"):
+        assert run("state", "scan", "word_count", "word_counts", "--txid", txid, home=home) == (
+            1,
+            "",
+            f"error: state 'word_counts' of 'word_count' cannot be read as of txid {txid}: "
+            "compaction removed the versions it needs; the oldest txid that can still be "
+            "read is 3\n",
+        )
+    code, out, _ = run(
+        "state", "scan", "word_count", "word_counts", "--txid", "3", "--format", "csv", home=home
+    )
+    assert (code, out) == (0, "word,value\ncow,5\nthe,5\nmoon,1\n")
+
+
+def test_store_as_of_bound_only_counts_keys_that_lost_versions(tmp_path: Path) -> None:
+    from trident_assets.errors import HistoryUnavailableError
+
+    with DuckDBStore(tmp_path / "s.duckdb") as store:
+        counts = store.map("t__c", key_columns=["w"], key_types=["VARCHAR"],
+                           value_type="BIGINT", kind="opaque")  # fmt: skip
+        counts.multi_put([("a",)], [OpaqueValue(1, 1, None)])
+        counts.multi_put([("a",)], [OpaqueValue(2, 2, 1)])
+        counts.multi_put([("b",)], [OpaqueValue(5, 9, None)])  # one version: nothing lost
+        store.compact()
+        assert store.oldest_readable_txid("t__c") == 2
+        assert store.scan("t__c", as_of=2).to_pylist() == [{"w": "a", "value": 2}]
+        with pytest.raises(HistoryUnavailableError) as info:
+            store.scan("t__c", as_of=1)
+        assert str(info.value) == (
+            "map 't__c' cannot be read as of txid 1: compaction removed the versions it "
+            "needs; the oldest txid that can still be read is 2"
+        )
+        counts.multi_put([("b",)], [OpaqueValue(6, 10, 9)])
+        store.compact()  # b lost txid 5: reads before 6 are refused now
+        assert store.oldest_readable_txid("t__c") == 6
+        counts.multi_put([("c",)], [OpaqueValue(7, 1, None)])
+        counts.multi_put([("c",)], [OpaqueValue(8, 2, 1)])
+        counts.multi_put([("a",)], [OpaqueValue(9, 3, 2)])
+        store.compact()  # a's newest kept is 9: the bound only grows
+        assert store.oldest_readable_txid("t__c") == 9
+
+
+def test_as_of_refusals_speak_topology_and_state(home: Path) -> None:
+    assert run("state", "scan", "word_count", "word_counts", "--txid", "4", home=home) == (
+        1,
+        "",
+        "error: txid 4 of topology 'word_count' is not committed: the last committed txid is 3\n",
+    )
+    assert run("state", "scan", "word_count", "seen", "--txid", "1", home=home) == (
+        1,
+        "",
+        "error: state 'seen' of 'word_count' is non-transactional: it stores no txids, so it "
+        "cannot be read as of a txid (drop --txid)\n",
+    )
+    assert run("state", "scan", "word_count", "wordcounts", home=home) == (
+        1,
+        "",
+        "error: topology 'word_count' has no state 'wordcounts'; its states: seen, word_counts\n",
+    )
+    assert run("state", "get", "wordcount", "word_counts", "the", home=home) == (
+        1,
+        "",
+        f"error: no topology 'wordcount' in state file {home / 'state.duckdb'}; "
+        "topologies: word_count\n",
+    )
+    code, _, err = run("state", "scan", "word_count", "x; drop", home=home)
+    assert (code, err.startswith("error: invalid state name 'x; drop'")) == (1, True)
+
+
+# -- outputs and dead letters ----------------------------------------------------------------------
+
+
+def test_outputs_per_txid(home: Path) -> None:
+    code, out, _ = run("outputs", "word_count", "words", home=home)
+    assert (code, lines(out)) == (
+        0,
+        [
+            "word_count.words: 3 rows, txids 1..3",
+            "┏━━━━━━┳━━━━━┓",
+            "┃ txid ┃ sum ┃",
+            "┡━━━━━━╇━━━━━┩",
+            "│    1 │  10 │",
+            "│    2 │  20 │",
+            "│    3 │  30 │",
+            "└──────┴─────┘",
+        ],
+    )
+    code, out, _ = run("outputs", "word_count", "words", "--txid", "2", "--format", "json",
+                       home=home)  # fmt: skip
+    assert (code, json.loads(out)) == (0, [{"txid": 2, "sum": 20}])
+    with DuckDBStore(home / "state.duckdb") as store:
+        store.conn.execute('DELETE FROM "word_count__out_words" WHERE txid = 1')
+    assert run("outputs", "word_count", "words", "--txid", "1", home=home) == (
+        1,
+        "",
+        "error: output 'words' of 'word_count' keeps the rows of txids 2..3 (older txids are "
+        "dropped as batches commit); txid 1 is gone\n",
+    )
+    assert run("outputs", "word_count", "words", "--txid", "9", home=home)[2] == (
+        "error: txid 9 of topology 'word_count' is not committed: the last is 3\n"
+    )
+    assert run("outputs", "word_count", "counts", home=home)[2] == (
+        "error: topology 'word_count' has no output 'counts' (or no batch produced it yet); "
+        "its outputs: words\n"
+    )
+
+
+def test_dead_letters_latest_first(home: Path) -> None:
+    code, out, _ = run("dead-letters", "--format", "csv", home=home)
+    assert (code, out) == (
+        0,
+        "topology,txid,spout,topic,partition,offset,reason\n"
+        "word_count,3,sentences,sentences,0,9,invalid UTF-8\n"
+        "word_count,2,sentences,sentences,1,7,invalid UTF-8\n"
+        "other,1,lines,lines,0,0,not JSON\n",
+    )
+    code, out, _ = run("dead-letters", "word_count", "-n", "1", home=home)
+    assert (code, lines(out)[0]) == (0, "2 dead letters of word_count (latest 1 shown)")
+    assert "│ word_count │    3 │ sentences │ sentences │         0 │      9 │ invalid" in out
+    assert run("dead-letters", "nope", home=home)[2] == (
+        f"error: no topology 'nope' in state file {home / 'state.duckdb'}; topologies: word_count\n"
+    )
+
+
+# -- homes, foreign files, locks, usage ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["log", "topics"],
+        ["log", "offsets", "t"],
+        ["log", "tail", "t"],
+        ["log", "add-partitions", "t", "--total", "2"],
+        ["state", "list"],
+        ["state", "scan", "word_count", "word_counts"],
+        ["state", "get", "word_count", "word_counts", "the"],
+        ["outputs", "word_count", "words"],
+        ["dead-letters"],
+        ["ui"],
+    ],
+)
+def test_a_missing_home_is_an_error_and_is_not_created(tmp_path: Path, args: list[str]) -> None:
+    missing = tmp_path / "nonexistent"
+    assert run(*args, home=missing) == (
+        1,
+        "",
+        f"error: trident home {missing} does not exist; pass --home DIR or set TRIDENT_HOME "
+        "(`make demo` fills the default home .trident)\n",
+    )
+    assert not missing.exists()
+
+
+def test_a_home_without_state_or_log(tmp_path: Path) -> None:
+    assert run("state", "list", home=tmp_path) == (
+        1,
+        "",
+        f"error: no state file {tmp_path / 'state.duckdb'}: nothing has committed in trident "
+        f"home {tmp_path} yet; pass --home DIR or --database FILE\n",
+    )
+    assert run("log", "topics", home=tmp_path) == (
+        1,
+        "",
+        f"error: trident home {tmp_path} has no log; pass --home DIR or set TRIDENT_HOME\n",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_is_not_duckdb_is_named_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "state.duckdb").write_bytes(b"not a database\n")
+    assert run("state", "list", home=tmp_path) == (
+        1,
+        "",
+        f"error: {tmp_path / 'state.duckdb'} is not a DuckDB database file (it was left "
+        "unchanged)\n",
+    )
+    assert (tmp_path / "state.duckdb").read_bytes() == b"not a database\n"
+    import duckdb
+
+    duckdb.connect(str(tmp_path / "other.duckdb")).close()  # a database, but not a store
+    code, _, err = run("state", "list", "--database", str(tmp_path / "other.duckdb"))
+    assert (code, err) == (
+        1,
+        f"error: {tmp_path / 'other.duckdb'} is a DuckDB database but not a trident state store\n",
+    )
+
+
+def test_usage_errors_exit_2(home: Path) -> None:
+    assert run("state", "scan", "word_count", "word_counts", "--format", "xml", home=home)[0] == 2
+    assert run("state", "scan", "word_count", "word_counts", "--txid", "0", home=home)[0] == 2
+    assert run("state", "get", "word_count", "word_counts", home=home)[0] == 2
+    assert run("nope")[0] == 2
+
+
+_HOLD = """
+import sys, time
+from trident_assets.backends.duckdb_store import DuckDBStore
+store = DuckDBStore(sys.argv[1])
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_locked_store_fails_fast_naming_the_file_and_wait(home: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(home / "state.duckdb")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        code, out, err = run("state", "scan", "word_count", "word_counts", home=home)
+        fast = time.monotonic() - started
+        assert (code, out) == (1, "")
+        assert err == (
+            f"error: state file {home / 'state.duckdb'} is locked by another process "
+            f"(PID {holder.pid}): a running batch, `dagster dev` or the demo. Retry when it is "
+            "done, or pass --wait SECONDS to wait\n"
+        )
+        assert fast < 2.0  # no 30 s wait: DuckDB refuses a read-only open at once
+        started = time.monotonic()
+        code, _, err = run("state", "list", "--wait", "1", home=home)
+        assert code == 1
+        assert f"(PID {holder.pid}), still after 1s:" in err
+        assert 1.0 <= time.monotonic() - started < 4.0
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert run("state", "list", "--format", "csv", home=home)[0] == 0  # free again
+
+
+# -- child processes with a clean environment ------------------------------------------------------
+
+
+def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **extra}
+
+
+def test_commands_as_child_processes_with_a_clean_environment(home: Path, tmp_path: Path) -> None:
+    def trident(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(TRIDENT), *args],
+            cwd=tmp_path,
+            env=_clean_env(tmp_path, TRIDENT_HOME=str(home)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    done = trident("state", "list", "--format", "csv")
+    assert (done.returncode, done.stdout.splitlines()[-1], done.stderr) == (
+        0,
+        "word_count,word_counts,opaque,word,BIGINT,3,3",
+        "",
+    )
+    done = trident("state", "scan", "word_count", "word_counts", "--txid", "1", "--format", "json")
+    assert (done.returncode, json.loads(done.stdout)) == (
+        0,
+        [{"word": "the", "value": 2}, {"word": "cow", "value": 1}],
+    )
+    done = trident("state", "get", "word_count", "word_counts", "moon", "--format", "csv")
+    assert (done.returncode, done.stdout) == (0, "word,value\nmoon,1\n")
+    done = trident("outputs", "word_count", "words", "--txid", "3", "--format", "csv")
+    assert (done.returncode, done.stdout) == (0, "txid,sum\n3,30\n")
+    done = trident("dead-letters", "other", "--format", "csv")
+    assert (done.returncode, done.stdout) == (
+        0,
+        "topology,txid,spout,topic,partition,offset,reason\nother,1,lines,lines,0,0,not JSON\n",
+    )
+    done = trident("log", "topics", "--home", "/nonexistent")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
+        "",
+        "error: trident home /nonexistent does not exist; pass --home DIR or set TRIDENT_HOME "
+        "(`make demo` fills the default home .trident)\n",
+    )
+    assert not Path("/nonexistent").exists()
+    done = trident("state", "scan", "word_count", "word_counts", "--txid", "x")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_ui_starts_dagster_dev_on_localhost_over_the_home(home: Path, tmp_path: Path) -> None:
+    port = _free_port()
+    log = tmp_path / "ui.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(TRIDENT), "ui", "--home", str(home), "--port", str(port)],
+            cwd=tmp_path,
+            env=_clean_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        info = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5) as r:
+                    info = json.loads(r.read())
+                break
+            except OSError:
+                time.sleep(1)
+        assert info is not None, log.read_text()
+        assert "dagster_webserver_version" in info
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # dagster dev replaced trident: same PID, own group
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    dagster_home = home.resolve() / "dagster"
+    assert log.read_text().splitlines()[0] == (
+        f"DAGSTER_HOME={dagster_home} {TRIDENT.parent / 'dagster'} dev --host 127.0.0.1 "
+        f"--port {port} -w {dagster_home / 'workspace.yaml'}"
+    )
+    config = (dagster_home / "dagster.yaml").read_text()
+    assert "telemetry:\n  enabled: false" in config
+    assert "key: trident/topology" in config
+    assert "telemetry" not in log.read_text().lower().replace("telemetry:", "")
+
+
+# -- the demo --------------------------------------------------------------------------------------
+
+
+def test_demo_refuses_a_home_with_other_data(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("keep me")
+    assert run("demo", home=tmp_path) == (
+        1,
+        "",
+        f"error: trident home {tmp_path} holds data the demo did not write (mine.txt); the "
+        "demo replaces its home's log, state and Dagster instance: pass --home with another "
+        "directory, or remove this one\n",
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+def test_demo_tells_its_story_in_one_screen(tmp_path: Path) -> None:
+    """The whole demo (smaller), as `make demo` runs it: a child process, a clean environment."""
+    home = tmp_path / "h"
+    done = subprocess.run(
+        [str(TRIDENT), "demo", "--home", str(home), "--sentences", "2000", "--batch-size", "400"],
+        cwd=tmp_path,
+        env=_clean_env(tmp_path, COLUMNS="80"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout
+    out = done.stdout.splitlines()
+    assert len(out) <= 30, done.stdout
+    assert out[0] == "trident demo in h (Dagster and Spark logs: h/demo.log)"
+    assert out[1] == "1. produced 2,000 sentences into h/log (topic sentences, 4 partitions)"
+    assert out[3].startswith("   txid 1: 400 sentences committed (attempt 0, ")
+    assert out[5] == (
+        "   txid 3: run in a child process, SIGKILLed between its state write and its commit..."
+    )
+    assert out[6] == (
+        "   txid 3: child exit code -9 (SIGKILL); state and commit marker unchanged "
+        "(last committed txid 2)"
+    )
+    assert out[7].startswith("   txid 3: 400 sentences replayed after the crash (attempt 1, ")
+    assert out[10] == "   coordinator: word_count: no new records after txid 5"
+    assert "3. re-materialized txid 1: already_committed=True, state unchanged=True" in out
+    assert any(line.startswith("4. exactly-once check PASSED: ") for line in out)
+    assert out[-3] == (f"Read the state: {TRIDENT} state scan word_count word_counts --home h")
+    assert out[-2] == "Open the Dagster UI (http://127.0.0.1:3000) with:"
+    assert out[-1] == f"{TRIDENT} ui --home {home}"
+    logged = (home / "demo.log").read_text()
+    assert "DEBUG" in logged  # Dagster's logs and Spark's, not the story's
+    assert "log4j" in logged
+    assert "telemetry" not in logged.lower()
+    # the README's next step works on what the demo left
+    scan = run("state", "scan", "word_count", "word_counts", "--format", "json", home=home)
+    assert scan[0] == 0
+    assert sum(row["value"] for row in json.loads(scan[1])) == int(
+        next(line for line in out if line.startswith("4. "))
+        .split(": ")[1]
+        .split(" ")[0]
+        .replace(",", "")
+    )

@@ -1,0 +1,145 @@
+"""trident_assets and the user's module reach Spark's workers by themselves.
+
+Locally the workers run the driver's interpreter. Against a Spark Connect server whose
+workers have NOT installed trident_assets (their interpreter hides the venv's copy), the
+package travels as an artifact and the user's module by value: the user topology gives
+exactly the results of local mode. The client runs as a child process with a clean
+environment, as a user's script would.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trident_assets.spark.code_shipping import package_zip, user_modules
+from trident_assets.spark.local_servers import start_connect_server
+from trident_assets_tests.test_user_code import USERLAND, _clean_env, expected
+
+BLOCKER = '''
+import importlib.machinery, sys
+
+class _OnlyShipped:
+    """trident_assets only from a shipped zip: this worker has not installed it."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "trident_assets":
+            return None
+        zips = [p for p in sys.path if p.endswith(".zip")]
+        spec = importlib.machinery.PathFinder.find_spec(name, zips)
+        if spec is None:
+            raise ModuleNotFoundError("No module named 'trident_assets'", name=name)
+        return spec
+
+sys.meta_path.insert(0, _OnlyShipped)
+'''
+
+PROBE = '''
+import sys
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+def probe(batches):
+    import importlib.util
+    for _ in batches:
+        try:
+            found = importlib.util.find_spec("trident_assets") is not None
+        except ModuleNotFoundError:
+            found = False
+        yield pa.RecordBatch.from_pydict({"found": [found]})
+
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+print(spark.range(1).mapInArrow(probe, "found boolean").collect()[0].found)
+'''
+
+
+def _worker_python(tmp_path: Path) -> str:
+    """An interpreter like a cluster node's: pyspark, pyarrow, pandas, but no trident_assets."""
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text(BLOCKER)
+    wrapper = tmp_path / "worker-python"
+    wrapper.write_text(
+        f'#!/bin/sh\nexport PYTHONPATH="{block}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def _run(script: Path, *args: str, cwd: Path, home: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=cwd,
+        env=_clean_env(home),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_user_topology_on_spark_connect_with_workers_lacking_the_package(
+    tmp_path: Path,
+) -> None:
+    server = start_connect_server(
+        tmp_path / "connect.log", worker_python=_worker_python(tmp_path)
+    )
+    try:
+        app = tmp_path / "my_project"
+        shutil.copytree(USERLAND, app, ignore=shutil.ignore_patterns("__pycache__"))
+        (app / "probe.py").write_text(PROBE)
+        cwd = tmp_path / "cwd"
+        cwd.mkdir()
+        found = _run(app / "probe.py", server.url, cwd=cwd, home=tmp_path)
+        assert found == "False", "the workers must not see trident_assets unless it is shipped"
+        got = json.loads(_run(app / "app.py", str(tmp_path / "home"), server.url, cwd=cwd,
+                              home=tmp_path))
+    finally:
+        server.stop()
+    assert server.process.poll() is not None
+    sys.path.insert(0, str(app))
+    try:
+        import app as user_app  # type: ignore[import-not-found]
+
+        want = expected(user_app.BATCHES)
+    finally:
+        sys.path.remove(str(app))
+        sys.modules.pop("app", None)
+        sys.modules.pop("word_functions", None)
+    assert got == want
+
+
+def test_user_modules_are_the_users_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed and trident_assets modules travel by reference; the user's own by value."""
+    import pandas
+
+    from trident_assets import Count
+
+    monkeypatch.syspath_prepend(str(USERLAND))
+    import word_functions  # type: ignore[import-not-found]
+
+    try:
+        found = user_modules([Count(), pandas.DataFrame, word_functions.split_words, len])
+        assert [m.__name__ for m in found] == ["word_functions"]
+    finally:
+        sys.modules.pop("word_functions", None)
+
+
+def test_package_zip_holds_the_sources(tmp_path: Path) -> None:
+    import zipfile
+
+    names = zipfile.ZipFile(package_zip(tmp_path)).namelist()
+    assert "trident_assets/__init__.py" in names
+    assert "trident_assets/spark/code_shipping.py" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
