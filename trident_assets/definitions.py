@@ -11,6 +11,7 @@ import os
 
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.resources import TridentResource
+from trident_assets.examples.downstream import downstream_assets
 from trident_assets.examples.gender_age import build_gender_age
 from trident_assets.examples.location_db import build_location_db
 from trident_assets.examples.word_count import build_word_count
@@ -23,4 +24,5 @@ defs = trident_definitions(
     [word_count, build_gender_age(), build_location_db()],
     TridentResource(home=os.environ.get("TRIDENT_HOME", ".trident")),
     max_catch_up=int(os.environ.get("TRIDENT_MAX_CATCH_UP", "10")),
+    assets=downstream_assets(word_count.name),
 )

@@ -99,7 +99,9 @@ def test_coordinator_drives_txids_until_the_log_is_drained(world) -> None:
     assert flags == {
         "sentences_batch": True,
         "queries_batch": True,
+        "word_counts_partials": True,
         "word_counts": True,
+        "word_counts_new_values": True,
         "words": True,
     }
     assert counts(trident) == before, "re-materializing a committed txid changes nothing"

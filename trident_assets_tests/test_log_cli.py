@@ -125,8 +125,8 @@ def test_tail_shows_binary_and_escapes(runner: CliRunner, tmp_path: Path) -> Non
         (["create-topic", "x'; drop table"], "invalid topic name"),
         (["create-topic", "ok", "--partitions", "0"], "invalid partition count 0"),
         (["offsets", "missing"], "topic 'missing' does not exist"),
-        (["tail", "missing"], "does not exist"),
-        (["produce", "missing"], "does not exist"),
+        (["tail", "missing"], "topic 'missing' does not exist in log"),
+        (["produce", "missing"], "topic 'missing' does not exist in log"),
     ],
 )
 def test_errors_exit_1_with_message(

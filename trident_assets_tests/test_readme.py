@@ -276,7 +276,9 @@ def test_readme_python_section(
             if broker is not None:
                 code = code.replace(KAFKA_PLACEHOLDER, broker.bootstrap_servers)
             # pad so tracebacks point at the README's own line numbers
-            compiled = compile("\n" * (block.line - 1) + code, str(README), "exec")
+            compiled = compile(
+                "\n" * (block.line - 1) + code, str(README), "exec", dont_inherit=True
+            )
             exec(compiled, namespace)
         check = SECTION_CHECKS.get(section)
         if check is not None:

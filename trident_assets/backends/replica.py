@@ -135,12 +135,15 @@ class Replica:
             body = json.dumps({"key_columns": keys, "kind": kind})
             _write_atomically(path, lambda p: p.write_text(body))
 
-    def compact(self, table: str, keep_txids: int = DEFAULT_KEEP_TXIDS) -> int | None:
+    def compact(
+        self, table: str, keep_txids: int = DEFAULT_KEEP_TXIDS, min_fold: int = 1
+    ) -> int | None:
         """Fold map ``table``'s deltas older than the last ``keep_txids`` into its base.
 
         Returns the new base's txid (the oldest txid still readable), or None when there was
         nothing to fold. Readers of a txid at or after it are unaffected. For an output or
-        new-values table the older deltas are deleted.
+        new-values table the older deltas are deleted. ``min_fold``: fold only once at least
+        that many deltas are due (a fold rewrites the base: batching folds amortises it).
         """
         if keep_txids < 1:
             msg = f"keep_txids must be >= 1, got {keep_txids}"
@@ -150,7 +153,7 @@ class Replica:
             return None
         cut = max(deltas) - keep_txids + 1
         old = sorted(t for t in deltas if t < cut)
-        if not old:
+        if not old or len(old) < min_fold:
             return None
         base_txid = old[-1]
         if not (self.root / table / "_layout.json").exists():  # per-txid rows: drop the old

@@ -29,6 +29,7 @@ __all__ = [
     "apply_combiner_global",
     "apply_reducer",
     "apply_reducer_global",
+    "is_sql_combiner",
 ]
 
 T = TypeVar("T")
@@ -147,6 +148,11 @@ class Max(_Extreme):
     def combine(self, a: Any, b: Any) -> Any:
         """The larger partial."""
         return self._pick(a, b, a is not None and b is not None and a > b)
+
+
+def is_sql_combiner(agg: Any) -> bool:
+    """True for the built-ins whose partials Spark computes and DuckDB merges in SQL."""
+    return isinstance(agg, Count | Sum | Min | Max)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ message reads ``<operation>: <function> failed on input tuple (...): <cause>``. 
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "failure",
     "from_worker_message",
     "guard",
+    "with_step",
 ]
 
 MAX_REPR = 300
@@ -84,6 +86,8 @@ def call_batch(step: str, fn: Callable[..., Any], rows: Any, *args: Any) -> Any:
 
     ``rows`` is the batch's input (a sequence of tuples or a pyarrow Table).
     """
+    if _is_builtin(fn):  # trident_assets' own updaters/queries raise their own errors
+        return fn(*args)
     try:
         return fn(*args)
     except UserCodeError:
@@ -127,12 +131,29 @@ class Guarded:
         return guarded
 
 
+def _is_builtin(obj: Any) -> bool:
+    """True for trident_assets' own code (a class, an instance or a bound method of ours)."""
+    owner = getattr(obj, "__self__", obj)
+    module = getattr(owner if isinstance(owner, type) else type(owner), "__module__", "") or ""
+    return module == "trident_assets" or module.startswith("trident_assets.")
+
+
 def guard(obj: Any, step: str) -> Any:
     """``obj`` wrapped in :class:`Guarded`, unless it is one of trident_assets' built-ins."""
-    module = getattr(type(obj), "__module__", "") or ""
-    if module == "trident_assets" or module.startswith("trident_assets."):
-        return obj
-    return Guarded(obj, step)
+    return obj if _is_builtin(obj) else Guarded(obj, step)
+
+
+def with_step(method: Callable[..., Any], *args: Any, step: str) -> Any:
+    """``method(*args, step=step)``, or without ``step`` for code written before it existed.
+
+    User subclasses of Function / Filter / MapFunction may implement ``apply`` without the
+    ``step`` keyword; they still run, their errors just name no step.
+    """
+    try:
+        accepts = "step" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    return method(*args, step=step) if accepts else method(*args)
 
 
 def from_worker_message(text: str) -> UserCodeError | None:

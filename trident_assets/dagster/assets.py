@@ -1,10 +1,13 @@
-"""One multi-asset per topology: spout batches, states and outputs of txid N in one step.
+"""One multi-asset per topology: every asset of txid N (see :mod:`.graph`) in one step.
 
 Every txid is applied in ONE store transaction (all states, outputs, dead letters, spout
-ranges and the commit marker), which is why the commit happens in the asset body through
-:class:`~trident_assets.spark.executor.TopologyRunner` rather than in per-output IO managers:
-separate outputs could not share a transaction. A run for a range of txids (catch-up)
-commits each txid separately, in order, with its own materializations.
+ranges and the commit marker). A run for a range of txids (catch-up) commits each txid
+separately, in order, with its own materializations, and Dagster calls an IO manager's
+``handle_output`` once per output per run; so the step applies each txid's partials itself,
+through the same function the :class:`~trident_assets.dagster.io_manager.TridentIOManager`
+uses for a user's state asset, inside the txid's open transaction. The state, partials,
+new-values and output assets carry the IO manager key, so downstream assets load them
+through it (as of their txid).
 """
 
 from collections.abc import Iterator
@@ -14,6 +17,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
 from trident_assets.dagster.checks import CheckSettings, check_specs, evaluate_checks
+from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_graph
 from trident_assets.dagster.partitions import parse_txid, txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
@@ -26,58 +30,22 @@ TOPOLOGY_TAG = "trident/topology"
 OWNERS = ["team:streaming"]
 
 
-def asset_keys(topology: TridentTopology) -> dict[str, dg.AssetKey]:
-    """The asset key of each spout batch, state and output of ``topology``."""
-    keys = {f"spout:{s}": dg.AssetKey([topology.name, f"{s}_batch"]) for s in topology.spouts}
-    keys |= {f"state:{s}": dg.AssetKey([topology.name, s]) for s in topology.states}
-    keys |= {f"output:{o}": dg.AssetKey([topology.name, o]) for o in topology.outputs}
-    return keys
-
-
 def _specs(topology: TridentTopology, partitions: dg.PartitionsDefinition) -> list[dg.AssetSpec]:
-    keys = asset_keys(topology)
-    spout_keys = [keys[f"spout:{s}"] for s in topology.spouts]
-    specs = [
-        dg.AssetSpec(
-            keys[f"spout:{sid}"],
-            description=f"Batch of spout `{sid}` ({node.args['spout'].config.kind.value}): "
-            "the offset ranges txid N reads, fixed as Trident fixes them.",
-            kinds={"spark"},
+    specs = []
+    for node in topology_graph(topology).values():
+        kinds = {"spark"} if node.role == "spout" else {"spark", "duckdb"}
+        spec = dg.AssetSpec(
+            node.key,
+            deps=node.deps,
+            description=node.description,
+            kinds=kinds,
             owners=OWNERS,
             group_name=topology.name,
             partitions_def=partitions,
             skippable=True,
+            metadata=node.metadata,
         )
-        for sid, node in topology.spouts.items()
-    ]
-    for name, state in topology.states.items():
-        specs.append(
-            dg.AssetSpec(
-                keys[f"state:{name}"],
-                deps=spout_keys,
-                description=f"**{state.spec.state_type.value}** state `{name}` after applying "
-                f"txid N (DuckDB table `{state.table}`).",
-                kinds={"spark", "duckdb"},
-                owners=OWNERS,
-                group_name=topology.name,
-                partitions_def=partitions,
-                skippable=True,
-                metadata={"dagster/table_name": state.table},
-            )
-        )
-    for name in topology.outputs:
-        specs.append(
-            dg.AssetSpec(
-                keys[f"output:{name}"],
-                deps=spout_keys + [keys[f"state:{s}"] for s in topology.states],
-                description=f"Tuples of output stream `{name}` per txid.",
-                kinds={"spark", "duckdb"},
-                owners=OWNERS,
-                group_name=topology.name,
-                partitions_def=partitions,
-                skippable=True,
-            )
-        )
+        specs.append(spec.with_io_manager_key(IO_MANAGER_KEY) if node.loadable else spec)
     return specs
 
 
@@ -120,6 +88,8 @@ def topology_assets(
                 trident.log(),
                 fault=trident.fault(),
                 max_spout_pending=trident.max_spout_pending,
+                replica=trident.replica(),
+                keep_txids=trident.keep_txids,
             )
             for outcome in runner.run_batches(txids):
                 outcomes.append(outcome)
@@ -152,7 +122,7 @@ def _materializations(
     }
     timings = {f"{k}_s": dg.MetadataValue.float(round(v, 4)) for k, v in outcome.timings_s.items()}
     partition = txid_key(outcome.txid)
-    events: list[tuple[dg.AssetKey, dict[str, Any]]] = []
+    events: dict[str, dict[str, Any]] = {}
     for sid in topology.spouts:
         meta = {**common, **timings}
         plan = outcome.plans.get(sid)
@@ -164,7 +134,7 @@ def _materializations(
                 "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
             }
         meta["dead_letters"] = dg.MetadataValue.int(outcome.dead_letters)
-        events.append((keys[f"spout:{sid}"], meta))
+        events[f"spout:{sid}"] = meta
     for name in topology.states:
         meta = dict(common)
         state = outcome.states.get(name)
@@ -177,14 +147,43 @@ def _materializations(
                 "dagster/row_count": dg.MetadataValue.int(state.size),
                 **timings,
             }
-        events.append((keys[f"state:{name}"], meta))
+        events[f"state:{name}"] = meta
+        keys_in = {"keys_in": dg.MetadataValue.int(state.keys_in)} if state is not None else {}
+        events[f"partials:{name}"] = {**common, **keys_in}
+        rows = {"rows": dg.MetadataValue.int(state.keys_in)} if state is not None else {}
+        events[f"new_values:{name}"] = {**common, **rows}
     for name in topology.outputs:
         meta = dict(common)
         if name in outcome.outputs:
             meta["rows"] = dg.MetadataValue.int(outcome.outputs[name])
-        events.append((keys[f"output:{name}"], meta))
-    for key, meta in events:
+        events[f"output:{name}"] = meta
+    for role in _dependency_order(topology):
+        key, meta = keys[role], events[role]
         if ranged:
             yield dg.AssetMaterialization(asset_key=key, partition=partition, metadata=meta)
         else:
             yield dg.MaterializeResult(asset_key=key, metadata=meta)
+
+
+def _dependency_order(topology: TridentTopology) -> list[str]:
+    """The topology's assets (``role:name``) with every asset after the assets it depends on.
+
+    Dagster refuses a materialization yielded before one of its dependencies in the step.
+    """
+    graph = topology_graph(topology)
+    role_of = {node.key: role for role, node in graph.items()}
+    ordered: list[str] = []
+    done: set[str] = set()
+
+    def visit(role: str) -> None:
+        if role in done:
+            return
+        done.add(role)
+        for dep in graph[role].deps:
+            if dep in role_of:
+                visit(role_of[dep])
+        ordered.append(role)
+
+    for role in graph:
+        visit(role)
+    return ordered

@@ -9,12 +9,14 @@ from dagster_pyspark import LazyPySparkResource
 
 from trident_assets.dagster.assets import topology_assets
 from trident_assets.dagster.checks import CheckSettings
+from trident_assets.dagster.graph import IO_MANAGER_KEY
+from trident_assets.dagster.io_manager import TridentIOManager
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, use_worker_python
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["pyspark_resource", "trident_definitions"]
+__all__ = ["io_manager_for", "pyspark_resource", "trident_definitions"]
 
 
 def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
@@ -41,6 +43,13 @@ def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
     )
 
 
+def io_manager_for(trident: TridentResource) -> TridentIOManager:
+    """The TridentIOManager reading and writing the same home and state file as ``trident``."""
+    return TridentIOManager(
+        home=trident.home, state_database=trident.state_database, keep_txids=trident.keep_txids
+    )
+
+
 def trident_definitions(
     topologies: Sequence[TridentTopology],
     trident: TridentResource,
@@ -48,6 +57,7 @@ def trident_definitions(
     checks: CheckSettings | None = None,
     max_catch_up: int = 10,
     max_attempts: int = 5,
+    assets: Sequence[dg.AssetsDefinition] = (),
 ) -> dg.Definitions:
     """Definitions for ``topologies``: their assets, checks and coordinator sensors.
 
@@ -60,13 +70,19 @@ def trident_definitions(
         checks: what the asset checks verify (default: everything).
         max_catch_up: the most txids one sensor-launched run processes (1: a run per txid).
         max_attempts: attempts of a failing txid before its sensor gives up.
+        assets: your own assets over the topologies' states (they get the same resources,
+            e.g. ``trident_io_manager``).
     """
     return dg.Definitions(
-        assets=[topology_assets(t, checks) for t in topologies],
+        assets=[*(topology_assets(t, checks) for t in topologies), *assets],
         sensors=[
             coordinator_sensor(t, max_attempts=max_attempts, max_catch_up=max_catch_up)
             for t in topologies
         ],
-        resources={"trident": trident, "pyspark": pyspark_resource(trident)},
+        resources={
+            "trident": trident,
+            "pyspark": pyspark_resource(trident),
+            IO_MANAGER_KEY: io_manager_for(trident),
+        },
         executor=dg.in_process_executor,
     )

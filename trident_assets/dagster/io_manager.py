@@ -145,7 +145,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
 
     @property
     def replica(self) -> Replica:
-        """The lock-free read replica of the state store."""
+        """The lock-free read replica of the state store (``<home>/replica``)."""
         return Replica(Path(self.home) / "replica")
 
     @property

@@ -12,6 +12,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.spark.session import build_spark_session
 
 __all__ = ["TridentResource"]
@@ -41,6 +42,11 @@ class TridentResource(dg.ConfigurableResource):
         description="Consecutive txids of a catch-up run that may share one Spark job "
         "(Trident's max spout pending); each still commits alone, in order. 1: one by one.",
     )
+    keep_txids: int = Field(
+        default=DEFAULT_KEEP_TXIDS,
+        ge=1,
+        description="How many recent txids stay readable as of a txid (the read replica).",
+    )
     crash_at: str | None = Field(
         default=None,
         description="Chaos testing only: SIGKILL the run process at this point of a batch "
@@ -58,6 +64,10 @@ class TridentResource(dg.ConfigurableResource):
         return (
             Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
         )
+
+    def replica(self) -> Replica:
+        """The read replica every committed txid is published to (``<home>/replica``)."""
+        return Replica(Path(self.home) / "replica")
 
     def log(self) -> Any:
         """The embedded log."""

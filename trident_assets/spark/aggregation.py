@@ -5,18 +5,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
+from trident_assets.core.aggregators import (
+    CombinerAggregator,
+    Count,
+    Min,
+    Sum,
+    is_sql_combiner,
+)
 from trident_assets.errors import ConfigError
 
-__all__ = ["combine_partials", "is_sql_combiner", "reduce_groups"]
+__all__ = [
+    "combine_partials",
+    "first_or_zero",
+    "is_sql_combiner",
+    "reduce_groups",
+    "sql_expr",
+]
 
 
-def is_sql_combiner(agg: Any) -> bool:
-    """True for the built-ins whose partials Spark computes and DuckDB merges in SQL."""
-    return isinstance(agg, Count | Sum | Min | Max)
-
-
-def _sql_expr(agg: CombinerAggregator[Any], column: str) -> Any:
+def sql_expr(agg: CombinerAggregator[Any], column: str) -> Any:
+    """The Spark aggregate expression of a built-in combiner (see :func:`is_sql_combiner`)."""
     from pyspark.sql import functions as F
 
     if isinstance(agg, Count):
@@ -41,7 +49,7 @@ def combine_partials(
     from pyspark.sql import functions as F
 
     if is_sql_combiner(agg):
-        expr = _sql_expr(agg, column)
+        expr = sql_expr(agg, column)
         if group:
             return df.groupBy(*group).agg(expr.alias(output))
         zero = agg.zero()
@@ -83,7 +91,7 @@ def _python_partials(
     out = one.applyInPandas(lambda pdf: fold(pdf.drop(columns="__g")), schema)
     # an empty batch has no group: emit zero() so a global aggregate has exactly one row
     zero = df.sparkSession.createDataFrame([(agg.zero(),)], f"`{output}` {agg.output_type}")
-    return _first_or_zero(out, zero)
+    return first_or_zero(out, zero)
 
 
 def reduce_groups(
@@ -125,10 +133,10 @@ def reduce_groups(
     one = df.withColumn("__g", F.lit(0)).groupBy("__g")
     out = one.applyInPandas(lambda pdf: fold(pdf.drop(columns="__g")), schema)
     zero = df.sparkSession.createDataFrame([(agg.init(),)], f"`{output}` {agg.output_type}")
-    return _first_or_zero(out, zero)
+    return first_or_zero(out, zero)
 
 
-def _first_or_zero(out: Any, zero: Any) -> Any:
+def first_or_zero(out: Any, zero: Any) -> Any:
     """``out`` if it has a row, else ``zero`` (evaluated by Spark, not on the driver)."""
     from pyspark.sql import functions as F
 

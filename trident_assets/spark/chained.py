@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from trident_assets.core.aggregators import CombinerAggregator
 from trident_assets.core.user_code import call
-from trident_assets.spark.aggregation import _first_or_zero, _sql_expr
+from trident_assets.spark.aggregation import first_or_zero, sql_expr
 from trident_assets.stream.chained import ChainedStep, is_builtin
 
 __all__ = ["chained_frame"]
@@ -34,7 +34,7 @@ def chained_frame(
 
     outs = [s.output for s in steps]
     if all(is_builtin(s.agg) for s in steps):
-        exprs = [_sql_expr(s.agg, s.inputs[0]) for s in steps]
+        exprs = [sql_expr(s.agg, s.inputs[0]) for s in steps]
         if full and group:
             return df.groupBy(*group).agg(*[e.alias(o) for e, o in zip(exprs, outs, strict=True)])
         if full:
@@ -58,7 +58,7 @@ def chained_frame(
         zeros = tuple(
             s.agg.zero() if isinstance(s.agg, CombinerAggregator) else s.agg.init() for s in steps
         )
-        return _first_or_zero(out, df.sparkSession.createDataFrame([zeros], ddl))
+        return first_or_zero(out, df.sparkSession.createDataFrame([zeros], ddl))
     return out
 
 
@@ -72,7 +72,7 @@ def _fold(
     types = [f"`{g}` {df.schema[g].dataType.simpleString()}" for g in group]
     for s in steps:
         if is_builtin(s.agg):  # the SQL aggregate's type, from the plan (no Spark job)
-            kind = df.select(_sql_expr(s.agg, s.inputs[0])).schema[0].dataType.simpleString()
+            kind = df.select(sql_expr(s.agg, s.inputs[0])).schema[0].dataType.simpleString()
         else:
             kind = s.agg.output_type
         types.append(f"`{s.output}` {kind}")

@@ -17,6 +17,20 @@ Data moves between Spark and DuckDB only as Arrow tables (``DataFrame.toArrow()`
 steps 2-3 of a chunk of txids run as one Spark job (:mod:`trident_assets.spark.pipelined`),
 the next chunk's job runs while this one commits, and step 4 stays one transaction per txid,
 in txid order.
+
+This module holds the runner (planning chunks, pipelining, ordered commits, compaction).
+The rest of the Spark layer, one concept per module:
+
+* :mod:`~trident_assets.spark.batch_run`: one batch's DataFrames, prepare and commit;
+* :mod:`~trident_assets.spark.chunks`: which consecutive txids share one Spark job;
+* :mod:`~trident_assets.spark.pipelined`: a chunk of txids as one Spark job;
+* :mod:`~trident_assets.spark.state_apply`: applying a batch to each kind of state;
+* :mod:`~trident_assets.spark.state_query`: ``state_query`` lookups;
+* :mod:`~trident_assets.spark.batch_tables`: outputs, new values and dead letters tables;
+* :mod:`~trident_assets.spark.outcomes`: ``BatchOutcome``, ``StateOutcome``, ``Prepared``;
+* :mod:`~trident_assets.spark.node_frames`: the memoised per-node DataFrame base.
+
+What can share a Spark job is decided by :mod:`trident_assets.planner` (pure graph analysis).
 """
 
 from __future__ import annotations
@@ -24,100 +38,42 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pyarrow as pa
-
 from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
-from trident_assets.backends.duckdb_merge import apply_partials, apply_partials_python
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
-from trident_assets.backends.duckdb_store import DuckDBStore, sql_to_arrow
-from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
-from trident_assets.core.caching import GLOBAL_KEY
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.core.commit import commit_batch, decide_commit
-from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
-from trident_assets.core.user_code import call_batch, from_worker_message, guard
-from trident_assets.core.values import StateType
+from trident_assets.core.user_code import from_worker_message
 from trident_assets.errors import ConfigError, TridentError
-from trident_assets.spark import stream_ops
-from trident_assets.spark.aggregation import combine_partials, is_sql_combiner, reduce_groups
+from trident_assets.planner import all_nodes, pipelinable
+from trident_assets.spark.batch_run import BatchRun
+from trident_assets.spark.batch_tables import DEAD_LETTERS, ensure_dead_letters_table
+from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
-from trident_assets.spark.pipelined import (
-    NodeFrames,
-    PipelinedRun,
-    all_nodes,
-    chunk_pipelinable,
-    empty_arrow,
-    global_partials,
-    live_spouts,
-    pipelinable,
-)
-from trident_assets.spark.tuple_collection import all_tuples_query
+from trident_assets.spark.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
+from trident_assets.spark.pipelined import PipelinedRun
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan
-from trident_assets.stream.queries import MapGet, SnapshotGet, TupleCollectionGet
-from trident_assets.stream.single_join import (
-    SINGLE_JOIN,
-    SINGLE_JOIN_EXPIRED,
-    apply_join_state,
-    join_batch_table,
-)
-from trident_assets.stream.topology import Node, PersistedState, TridentState, TridentTopology
+from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["BatchOutcome", "StateOutcome", "TopologyRunner"]
+__all__ = [
+    "DEAD_LETTERS",
+    "GLOBAL_COLUMN",
+    "BatchOutcome",
+    "StateOutcome",
+    "TopologyRunner",
+]
 
-GLOBAL_COLUMN = "key"
-"""Key column of an ungrouped (global) state."""
-DEAD_LETTERS = "_trident_dead_letters"
-NEW_VALUES_KEPT = 50
-"""How many recent txids of new values and outputs each table keeps."""
 DEFAULT_COMPACTION = CompactionPolicy()
 DEFAULT_MAX_SPOUT_PENDING = 10
 """How many consecutive txids may share one Spark job (Trident's ``max.spout.pending``)."""
-_EMPTY_KEEPING = frozenset(
-    {"each", "filter", "project", "query", "map", "flat_map", "first_n", "merge", "join"}
-    | {"peek", "repartition", "comparison"}
-)
-"""Node kinds whose output is empty when every input is."""
 
 Fault = Callable[[str], None]
 """Called at named points of a batch (``after_emit``, ``after_state_write``,
 ``before_commit``); the chaos tests kill the process there."""
-
-
-@dataclass(frozen=True, slots=True)
-class StateOutcome:
-    """What a batch did to one state."""
-
-    name: str
-    table: str
-    keys_in: int
-    keys_updated: int
-    keys_skipped: int
-    size: int
-
-
-@dataclass(slots=True)
-class BatchOutcome:
-    """The result of :meth:`TopologyRunner.run_batch`."""
-
-    topology: str
-    txid: int
-    applied: bool
-    """False when the txid had committed before: nothing changed."""
-    plans: dict[str, BatchPlan] = field(default_factory=dict)
-    tuples_in: dict[str, int] = field(default_factory=dict)
-    dead_letters: int = 0
-    dead_letters_by_spout: dict[str, int] = field(default_factory=dict)
-    states: dict[str, StateOutcome] = field(default_factory=dict)
-    outputs: dict[str, int] = field(default_factory=dict)
-    timings_s: dict[str, float] = field(default_factory=dict)
-    compacted: dict[str, int] = field(default_factory=dict)
-    """Superseded rows dropped per state table by compaction after the commit."""
-    pipelined: int = 1
-    """How many txids shared this batch's Spark job (1: it ran alone)."""
 
 
 class TopologyRunner:
@@ -133,12 +89,18 @@ class TopologyRunner:
         fault: Fault | None = None,
         compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
         max_spout_pending: int = DEFAULT_MAX_SPOUT_PENDING,
+        replica: Replica | None = None,
+        keep_txids: int = DEFAULT_KEEP_TXIDS,
     ) -> None:
         """Bind the topology to its runtime resources.
 
         ``compaction``: when to compact a state's versioned log after a batch commits
         (None: never; :meth:`DuckDBStore.compact` by hand). ``max_spout_pending``: how many
         consecutive txids :meth:`run_batches` may process in one Spark job (1: one by one).
+        ``replica``: where each committed txid is published for lock-free readers (the
+        TridentIOManager, the CLI); txids committed but not yet published (a crash between
+        the two) are published first. ``keep_txids``: how many recent txids the replica
+        keeps readable as of a txid.
         """
         if max_spout_pending < 1:
             msg = f"max_spout_pending must be >= 1, got {max_spout_pending}"
@@ -154,7 +116,11 @@ class TopologyRunner:
         self.meta = DuckDBSpoutMetaStore(store)
         ship_package(spark)
         ship_user_modules(topology_code(all_nodes(topology)))
-        self._ensure_tables()
+        ensure_dead_letters_table(store)
+        self.replica = replica
+        self.keep_txids = keep_txids
+        if replica is not None:
+            replica.publish_missing(store, self.scope, *self._published_tables())
 
     @property
     def scope(self) -> str:
@@ -211,7 +177,7 @@ class TopologyRunner:
 
     def _run_batches(self, ordered: list[int]) -> Iterator[BatchOutcome]:
         i = 0
-        ahead: _Chunk | None = None
+        ahead: Chunk | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-spark") as pool:
             try:
                 while i < len(ordered):
@@ -225,7 +191,8 @@ class TopologyRunner:
                             i += 1
                             continue
                         decide_commit(self.scope, last, txid)
-                        batches, pipelined = self._emit(txid, self._limit(ordered, i))
+                        limit = chunk_limit(ordered, i, self.max_spout_pending)
+                        batches, pipelined = self._emit(txid, limit)
                         emit_s = time.perf_counter() - started
                         self.fault("after_emit")
                         if not pipelined:
@@ -240,22 +207,11 @@ class TopologyRunner:
                         yield outcome
                         i += 1
                         if not outcome.applied:  # another attempt committed it: re-plan
-                            _settle(ahead)
+                            settle(ahead)
                             ahead = None
                             break
             finally:
-                _settle(ahead)
-
-    def _limit(self, ordered: list[int], i: int) -> int:
-        """How many consecutive txids from ``ordered[i]`` one chunk may take."""
-        limit = 1
-        while (
-            limit < self.max_spout_pending
-            and i + limit < len(ordered)
-            and ordered[i + limit] == ordered[i] + limit
-        ):
-            limit += 1
-        return limit
+                settle(ahead)
 
     def _coordinators(self) -> dict[str, BatchCoordinator]:
         return {sid: self.coordinator(sid) for sid in self.topology.spouts}
@@ -268,47 +224,24 @@ class TopologyRunner:
         """
         coordinators = self._coordinators()
         first = [(txid, {sid: c.emit(txid) for sid, c in coordinators.items()})]
-        batches = self._extend(coordinators, list(first), limit)
+        batches = extend_chunk(self.topology, self.pipelinable, coordinators, list(first), limit)
         return (first, False) if batches is None else (batches, True)
-
-    def _extend(
-        self,
-        coordinators: dict[str, BatchCoordinator],
-        batches: list[tuple[int, dict[str, BatchPlan]]],
-        limit: int,
-    ) -> list[tuple[int, dict[str, BatchPlan]]] | None:
-        """Add successors to a one-batch chunk while they can share its Spark job.
-
-        A successor's plan continues from its predecessor's (as Trident's emitter keeps the
-        last batch's metadata in memory); transactional ranges are recorded as planned.
-        """
-        live = live_spouts(batches[0][1])
-        if not self.pipelinable or not chunk_pipelinable(self.topology, live):
-            return None
-        while len(batches) < limit:
-            txid, previous = batches[-1]
-            plans = {sid: c.emit_after(previous[sid]) for sid, c in coordinators.items()}
-            live |= live_spouts(plans)
-            if not chunk_pipelinable(self.topology, live):
-                break
-            batches.append((txid + 1, plans))
-        return batches
 
     def _start(
         self,
         pool: ThreadPoolExecutor,
         batches: list[tuple[int, dict[str, BatchPlan]]],
         emit_s: float,
-    ) -> _Chunk:
+    ) -> Chunk:
         """Build the chunk's DataFrames here, run its Spark jobs in ``pool``."""
         t_spark = time.perf_counter()
-        base = _BatchRun(self, *batches[0])
+        base = BatchRun(self, *batches[0])
         work = PipelinedRun(self, batches, base).plan()
-        return _Chunk(batches, emit_s, base, pool.submit(work), t_spark)
+        return Chunk(batches, emit_s, base, pool.submit(work), t_spark)
 
     def _start_next(
-        self, pool: ThreadPoolExecutor, chunk: _Chunk, ordered: list[int], j: int
-    ) -> _Chunk | None:
+        self, pool: ThreadPoolExecutor, chunk: Chunk, ordered: list[int], j: int
+    ) -> Chunk | None:
         """Plan and start the chunk after ``chunk`` (from ``ordered[j]``) before it commits.
 
         Trident keeps batches in flight while earlier ones commit; the next chunk's plans
@@ -320,7 +253,10 @@ class TopologyRunner:
         started = time.perf_counter()
         coordinators = self._coordinators()
         first = {sid: c.emit_after(last_plans[sid]) for sid, c in coordinators.items()}
-        batches = self._extend(coordinators, [(last_txid + 1, first)], self._limit(ordered, j))
+        limit = chunk_limit(ordered, j, self.max_spout_pending)
+        batches = extend_chunk(
+            self.topology, self.pipelinable, coordinators, [(last_txid + 1, first)], limit
+        )
         if batches is None:
             return None
         emit_s = time.perf_counter() - started
@@ -330,18 +266,18 @@ class TopologyRunner:
     def _run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
         """The one-batch path: run every stream on Spark, then commit."""
         t_spark = time.perf_counter()
-        run = _BatchRun(self, txid, plans)
+        run = BatchRun(self, txid, plans)
         prepared = run.prepare()
         spark_s = time.perf_counter() - t_spark
         return self._commit_one(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
 
     def _commit_chunk(
-        self, chunk: _Chunk, prepared: dict[int, _Prepared], spark_s: float
+        self, chunk: Chunk, prepared: dict[int, Prepared], spark_s: float
     ) -> Iterator[BatchOutcome]:
         """Commit the chunk's txids one by one, in order; stop at one that was not applied."""
         share = len(chunk.batches)
         for txid, plans in chunk.batches:
-            run = _BatchRun(self, txid, plans)
+            run = BatchRun(self, txid, plans)
             run.value_types = dict(chunk.base.value_types)
             timings = {"emit": chunk.emit_s / share, "spark": spark_s}
             outcome = self._commit_one(run, prepared[txid], timings, share)
@@ -350,7 +286,7 @@ class TopologyRunner:
                 return
 
     def _commit_one(
-        self, run: _BatchRun, prepared: _Prepared, timings: dict[str, float], share: int
+        self, run: BatchRun, prepared: Prepared, timings: dict[str, float], share: int
     ) -> BatchOutcome:
         """Commit one txid in its own transaction, then compact what the policy says."""
         t_commit = time.perf_counter()
@@ -361,6 +297,10 @@ class TopologyRunner:
             else BatchOutcome(self.scope, run.txid, False, run.plans)
         )
         timings["commit"] = time.perf_counter() - t_commit
+        if outcome.applied and self.replica is not None:
+            t_publish = time.perf_counter()
+            self._publish(run.txid)
+            timings["publish"] = time.perf_counter() - t_publish
         if outcome.applied and self.compaction is not None:
             t_compact = time.perf_counter()
             live = {s.table: s.size for s in outcome.states.values()}
@@ -370,6 +310,26 @@ class TopologyRunner:
         outcome.timings_s = timings
         outcome.pipelined = share
         return outcome
+
+    def _published_tables(self) -> tuple[list[str], list[str]]:
+        """The map states and the per-txid row tables the replica carries."""
+        topo = self.topology
+        maps = [s.table for s in topo.states.values() if "agg" in s.node.args]
+        rows = [topo.output_table(name) for name in topo.outputs]
+        for state in topo.states.values():
+            rows.append(state.new_values_table)
+            if "agg" in state.node.args and state.group:
+                rows.append(state.partials_table)
+        return maps, rows
+
+    def _publish(self, txid: int) -> None:
+        """Publish committed ``txid`` to the replica, then fold what falls out of its window."""
+        assert self.replica is not None
+        maps, rows = self._published_tables()
+        self.replica.publish(self.store, self.scope, txid, maps, rows)
+        fold = max(1, self.keep_txids // 2)
+        for table in [*maps, *rows]:
+            self.replica.compact(table, self.keep_txids, min_fold=fold)
 
     def _committed_plans(self, txid: int) -> dict[str, BatchPlan]:
         """The recorded ranges of committed ``txid`` (spouts whose ranges were cleaned up omitted).
@@ -385,33 +345,6 @@ class TopologyRunner:
                     self.scope, spout_id, txid, kind, stored[0], replay=True
                 )
         return plans
-
-    def _ensure_tables(self) -> None:
-        self.store.conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {DEAD_LETTERS} (topology VARCHAR NOT NULL, "
-            "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, topic VARCHAR, partition INTEGER, "
-            '"offset" BIGINT, reason VARCHAR NOT NULL, value BLOB)'
-        )
-
-
-@dataclass
-class _Prepared:
-    partials: dict[str, pa.Table]
-    outputs: dict[str, pa.Table]
-    dead: dict[str, pa.Table]
-    tuples_in: dict[str, int]
-
-
-@dataclass
-class _Chunk:
-    """Consecutive txids whose Spark work runs as one job (maybe while earlier ones commit)."""
-
-    batches: list[tuple[int, dict[str, BatchPlan]]]
-    emit_s: float
-    base: _BatchRun
-    """Builds the chunk's streams that receive no tuples; its value types type query results."""
-    future: Future[dict[int, _Prepared]]
-    t_spark: float
 
 
 @contextlib.contextmanager
@@ -430,432 +363,3 @@ def _user_code_errors() -> Iterator[None]:
         if found is None:
             raise
         raise found from exc
-
-
-def _settle(chunk: _Chunk | None) -> None:
-    """Wait for a chunk started ahead that will not commit (its result is dropped)."""
-    if chunk is not None:
-        with contextlib.suppress(Exception):  # its txids are re-planned and re-run later
-            chunk.future.result()
-
-
-class _BatchRun(NodeFrames):
-    """The Spark side of one batch: lazily built DataFrames, memoised per node."""
-
-    def __init__(self, runner: TopologyRunner, txid: int, plans: dict[str, BatchPlan]) -> None:
-        self.runner = runner
-        self.spark = runner.spark
-        self.txid = txid
-        self.plans = plans
-        self.frames: dict[int, Any] = {}
-        self.dead: dict[str, Any] = {}
-        self.new_values: dict[str, pa.Table] = {}
-        self.expired: dict[str, pa.Table] = {}
-        """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
-        self.value_types: dict[str, pa.DataType] = {}
-        """Arrow type of each combiner state's batch partials (typing empty query results)."""
-
-    # -- building DataFrames ---------------------------------------------------------------
-
-    def is_empty(self, node: Node) -> bool:
-        """True when ``node`` certainly has no tuples this batch (its spouts read nothing)."""
-        if node.kind == "spout":
-            return self.plans[node.args["spout_id"]].record_count == 0
-        if node.kind == "aggregate" and node.args["group"]:
-            return self.is_empty(node.parents[0])
-        return node.kind in _EMPTY_KEEPING and all(self.is_empty(p) for p in node.parents)
-
-    def collect(self, node: Node) -> pa.Table:
-        """The node's tuples as Arrow; an empty node costs no Spark job.
-
-        Neither does a global SQL-combiner aggregate of an empty stream: its one row is
-        ``agg.zero()``, as :func:`combine_partials` computes it.
-        """
-        frame = self.frame(node)
-        if self.is_empty(node):
-            return empty_arrow(frame)
-        a = node.args
-        if (
-            node.kind == "aggregate"
-            and not a["group"]
-            and is_sql_combiner(a["agg"])
-            and self.is_empty(node.parents[0])
-        ):
-            (field_,) = empty_arrow(frame).schema
-            return pa.table({field_.name: pa.array([a["agg"].zero()], field_.type)})
-        return frame.toArrow()
-
-    def _build(self, node: Node) -> Any:
-        a = node.args
-        if node.kind == "spout":
-            spout = a["spout"]
-            raw = spout.read(self.spark, self.runner.log, self.plans[a["spout_id"]])
-            good, dead = spout.scheme.decode(raw)
-            self.dead[a["spout_id"]] = dead
-            return good
-        if node.kind == "new_values":
-            state: TridentState = a["state"]
-            return self.spark.createDataFrame(self.new_values[state.spec.name])
-        if node.kind == SINGLE_JOIN_EXPIRED:
-            return self.spark.createDataFrame(self.expired[a["state"].spec.name])
-        if node.kind in stream_ops.NODE_KINDS:
-            return stream_ops.build(node, [self.frame(p) for p in node.parents])
-        parent = self.frame(node.parents[0])
-        built = self.row_wise(node, parent)
-        if built is not None:
-            return built
-        if node.kind == "aggregate":
-            agg = guard(a["agg"], node.label)
-            if isinstance(agg, ReducerAggregator):
-                return reduce_groups(parent, a["group"], a["inputs"], agg, a["output"])
-            return combine_partials(parent, a["group"], a["inputs"][0], agg, a["output"])
-        if node.kind == "query":
-            return self._query(parent, {**a, "parent": node.parents[0], "label": node.label})
-        msg = f"cannot run node kind {node.kind!r}"
-        raise AssertionError(msg)
-
-    def _query(self, parent: Any, a: dict[str, Any]) -> Any:
-        from pyspark.sql import functions as F
-
-        state: TridentState = a["state"]
-        store = self.runner.store
-        if isinstance(a["query"], TupleCollectionGet):  # several outputs per input tuple
-            feed = None if state.node.kind == "static_state" else state.node.parents[0]
-            return all_tuples_query(
-                self.spark,
-                store,
-                parent,
-                a,
-                empty=self.is_empty(a["parent"]),
-                feed=None if feed is None else self.frame(feed),
-                value_type=self._value_type(state),
-            )
-        out = a["output"]
-        if state.node.kind == "static_state":
-            return stream_ops.static_query(self.spark, store, parent, a)
-        if isinstance(a["query"], SnapshotGet):
-            value = _read_global(store, state)
-            return parent.withColumn(out, F.lit(value))
-        if self.is_empty(a["parent"]):
-            return parent.withColumn(out, self._null_column(state))
-        keys = parent.select(*a["inputs"]).distinct().toArrow()
-        if isinstance(a["query"], MapGet) and store.layout(state.table) is not None:
-            found = _bulk_lookup(store, state, keys, a["inputs"], out)
-        else:
-            read = (
-                PersistedState(store, state.table)
-                if "updater" in state.node.args
-                else _read_state(store, state)
-            )
-            args = [tuple(row.values()) for row in keys.to_pylist()]
-            query = a["query"]
-            results = call_batch(a["label"], query.batch_retrieve, args, read, args)
-            if len(results) != len(args):
-                msg = (
-                    f"{type(a['query']).__name__}.batch_retrieve returned {len(results)} results "
-                    f"for {len(args)} inputs; it must return one result per input"
-                )
-                raise ValueError(msg)
-            column = pa.array(results)
-            known = self._value_type(state)
-            if pa.types.is_null(column.type) and known is not None:
-                column = column.cast(known)
-            found = keys.append_column(out, column)
-        if found.num_rows == 0:
-            return parent.withColumn(out, self._null_column(state))
-        lookup = self.spark.createDataFrame(found)
-        return parent.join(F.broadcast(lookup), on=list(a["inputs"]), how="left")
-
-    def _value_type(self, state: TridentState) -> pa.DataType | None:
-        """The Arrow type of the state's values: stored layout, else this batch's partials."""
-        layout = self.runner.store.layout(state.table)
-        if layout is not None:
-            return sql_to_arrow(layout.value_type)
-        return self.value_types.get(state.spec.name)
-
-    def _null_column(self, state: TridentState) -> Any:
-        """A NULL query result typed as the state's values (so outputs keep one type)."""
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_type
-
-        known = self._value_type(state)
-        return F.lit(None) if known is None else F.lit(None).cast(from_arrow_type(known))
-
-    # -- the two phases --------------------------------------------------------------------
-
-    def prepare(self) -> _Prepared:
-        """Run Spark for everything that does not depend on this batch's new state."""
-        topo = self.runner.topology
-        partials: dict[str, pa.Table] = {}
-        for name, state in topo.states.items():
-            if not _depends_on_new_values(state.node):  # else computed during the commit
-                partials[name] = self._state_input(state)
-        outputs = {
-            name: self.collect(stream.node)
-            for name, stream in topo.outputs.items()
-            if not _depends_on_new_values(stream.node)
-        }
-        for spout_id in topo.spouts:
-            self.frame(topo.spouts[spout_id])
-        dead = {
-            sid: empty_arrow(df) if self.plans[sid].record_count == 0 else df.toArrow()
-            for sid, df in self.dead.items()
-        }
-        tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
-        return _Prepared(partials, outputs, dead, tuples_in)
-
-    def _state_input(self, state: TridentState) -> pa.Table:
-        from pyspark.sql import functions as F
-
-        a = state.node.args
-        if SINGLE_JOIN in a:
-            return join_batch_table(self, state)
-        parent = self.frame(state.node.parents[0])
-        if "updater" in a:
-            return parent.select(*a["inputs"]).toArrow()
-        agg = a["agg"]
-        group, out = a["group"], a["output"]
-        if is_sql_combiner(agg) and self.is_empty(state.node.parents[0]):
-            return self._empty_partials(state)
-        if isinstance(agg, ReducerAggregator):
-            cols = F.struct(*[F.col(c) for c in a["inputs"]])
-            grouped = (
-                parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
-                if group
-                else parent.agg(F.collect_list(cols).alias("__tuples"))
-            )
-            return grouped.toArrow()
-        agg = guard(agg, state.node.label)
-        table = combine_partials(parent, group, a["inputs"][0], agg, out).toArrow()
-        self.value_types[state.spec.name] = table.schema.field(out).type
-        if not group:
-            for name, column in global_partials(table.column(out)).items():
-                table = table.append_column(name, column)
-        return table
-
-    def _empty_partials(self, state: TridentState) -> pa.Table:
-        """The partials of a SQL-combiner state whose input is empty, without a Spark job.
-
-        Grouped: no rows. Global: the one row of ``agg.zero()`` (as :func:`combine_partials`).
-        """
-        a = state.node.args
-        parent = self.frame(state.node.parents[0])
-        group, out, agg = a["group"], a["output"], a["agg"]
-        schema = empty_arrow(combine_partials(parent, group, a["inputs"][0], agg, out)).schema
-        self.value_types[state.spec.name] = schema.field(out).type
-        if group:
-            return schema.empty_table()
-        zero = pa.array([agg.zero()], schema.field(out).type)
-        return pa.table({out: zero, **global_partials(zero)})
-
-    def commit(self, prepared: _Prepared) -> BatchOutcome:
-        """Apply everything inside the open store transaction."""
-        runner = self.runner
-        store = runner.store
-        topo = runner.topology
-        outcome = BatchOutcome(topo.name, self.txid, True, self.plans, prepared.tuples_in)
-        for name, state in topo.states.items():
-            batch = prepared.partials.get(name)
-            if batch is None:
-                batch = self._state_input(state)
-            outcome.states[name] = self._apply_state(state, batch)
-        runner.fault("after_state_write")
-        outputs = dict(prepared.outputs)
-        for name, stream in topo.outputs.items():
-            if name not in outputs:
-                outputs[name] = self.collect(stream.node)
-        for name, table in outputs.items():
-            _store_rows(store, f"{topo.name}__out_{name}", self.txid, table)
-            outcome.outputs[name] = table.num_rows
-        for name, table in self.new_values.items():
-            _store_rows(store, f"{topo.name}__{name}__new_values", self.txid, table)
-        outcome.dead_letters = _store_dead_letters(store, topo.name, self.txid, prepared.dead)
-        outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in prepared.dead.items()}
-        for spout_id, plan in self.plans.items():
-            runner.coordinator(spout_id).commit(plan)
-        runner.fault("before_commit")
-        return outcome
-
-    def _apply_state(self, state: TridentState, batch: pa.Table) -> StateOutcome:
-        store = self.runner.store
-        a = state.node.args
-        spec = state.spec
-        txid = self.txid
-        if SINGLE_JOIN in a:
-            return apply_join_state(self, state, batch)
-        if "updater" in a:
-            updater = a["updater"]
-            new = call_batch(
-                state.node.label, updater.update_state, batch, store, state.table, batch, txid
-            )
-            if new is not None:
-                self.new_values[spec.name] = new
-            rows = batch.num_rows
-            return StateOutcome(spec.name, state.table, rows, rows, 0, _size(store, state.table))
-        agg = a["agg"]
-        keys = list(a["group"]) or [GLOBAL_COLUMN]
-        out = a["output"]
-        if isinstance(agg, ReducerAggregator):
-            result = _apply_reducer(store, state, batch, keys, txid)
-        elif is_sql_combiner(agg):
-            result = apply_partials(
-                store,
-                state.table,
-                batch,
-                key_columns=keys,
-                value_column=out,
-                combine=agg.sql_combine,
-                state_type=spec.state_type,
-                txid=txid,
-                return_new_values=True,
-            )
-        else:
-            result = apply_partials_python(
-                store,
-                state.table,
-                batch,
-                key_columns=keys,
-                value_column=out,
-                agg=guard(agg, state.node.label),
-                state_type=spec.state_type,
-                txid=txid,
-                return_new_values=True,
-            )
-        if result.new_values is not None:
-            # the declared fields: group + [output] (a global state's key column is internal)
-            self.new_values[spec.name] = result.new_values.select(list(state.node.fields))
-        return StateOutcome(
-            spec.name,
-            state.table,
-            result.keys_in,
-            result.keys_updated,
-            result.keys_skipped,
-            _size(store, state.table),
-        )
-
-
-def _depends_on_new_values(node: Node) -> bool:
-    return node.kind in ("new_values", SINGLE_JOIN_EXPIRED) or any(
-        _depends_on_new_values(p) for p in node.parents
-    )
-
-
-def _size(store: DuckDBStore, table: str) -> int:
-    return store.size(table) if store.layout(table) is not None else 0
-
-
-def _map_state(store: DuckDBStore, state: TridentState, **layout: Any) -> Any:
-    backing = store.map(state.table, **layout)
-    if state.spec.state_type is StateType.OPAQUE:
-        return OpaqueMap(backing)
-    if state.spec.state_type is StateType.TRANSACTIONAL:
-        return TransactionalMap(backing)
-    return NonTransactionalMap(backing)
-
-
-def _read_state(store: DuckDBStore, state: TridentState) -> Any:
-    """The state as committed (read outside any batch: ``curr`` of each value)."""
-    return _map_state(store, state)
-
-
-def _read_global(store: DuckDBStore, state: TridentState) -> Any:
-    if store.layout(state.table) is None:
-        return None
-    return _read_state(store, state).multi_get([GLOBAL_KEY])[0]
-
-
-def _bulk_lookup(
-    store: DuckDBStore, state: TridentState, keys: pa.Table, inputs: tuple[str, ...], out: str
-) -> pa.Table:
-    """ONE SQL join of the batch's distinct keys against the state table."""
-    layout = store.layout(state.table)
-    assert layout is not None
-    value = "t.curr"
-    conds = " AND ".join(
-        f'k."{i}" IS NOT DISTINCT FROM t."{c}"'
-        for i, c in zip(inputs, layout.key_columns, strict=True)
-    )
-    select = ", ".join(f'k."{i}"' for i in inputs)
-    with store.registered(keys) as name:
-        # the current rows of just these keys (not the whole map view)
-        latest = store.latest_sql(layout, name, inputs)
-        return store.conn.sql(
-            f'SELECT {select}, {value} AS "{out}" FROM {name} AS k '
-            f"LEFT JOIN ({latest}) AS t ON {conds}"
-        ).to_arrow_table()
-
-
-def _apply_reducer(
-    store: DuckDBStore, state: TridentState, batch: pa.Table, keys: list[str], txid: int
-) -> Any:
-    from trident_assets.backends.duckdb_merge import MergeResult
-
-    agg = guard(state.node.args["agg"], state.node.label)
-    rows = batch.to_pylist()
-    key_tuples = (
-        [tuple(r[k] for k in keys) for r in rows] if state.group else [GLOBAL_KEY] * len(rows)
-    )
-    groups = [[tuple(t.values()) for t in r["__tuples"]] for r in rows]
-    flat_keys = [k for k, g in zip(key_tuples, groups, strict=True) for _ in g]
-    flat_tuples = [t for g in groups for t in g]
-    mstate = _map_state(store, state, key_columns=tuple(keys))
-    mstate.begin_commit(txid)
-    unique, new = apply_reducer(mstate, agg, flat_keys, flat_tuples)
-    mstate.commit(txid)
-    new_values = pa.table(
-        {**{k: [u[i] for u in unique] for i, k in enumerate(keys)}, state.value_field: new}
-    )
-    return MergeResult(len(unique), len(unique), 0, new_values)
-
-
-def _store_rows(store: DuckDBStore, table: str, txid: int, rows: pa.Table) -> None:
-    """Replace the rows of ``txid`` in a per-txid output table (one statement each)."""
-    conn = store.conn
-    with_txid = rows.add_column(0, "txid", pa.array([txid] * rows.num_rows, pa.int64()))
-    with store.registered(with_txid) as name:
-        conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM {name} LIMIT 0')
-        _type_null_columns(store, table, name)
-        conn.execute(
-            f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - NEW_VALUES_KEPT]
-        )
-        conn.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM {name}')
-
-
-def _type_null_columns(store: DuckDBStore, table: str, view: str) -> None:
-    """Give a column created untyped (all NULL in its first batch) the type it now has.
-
-    A query or output column that was NULL in every row of the batch that created the table
-    has DuckDB type ``NULL``; without this, the first batch with values could not be stored.
-    """
-    conn = store.conn
-    stored = conn.execute(
-        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?",
-        [table],
-    ).fetchall()
-    untyped = [col for col, typ in stored if typ.strip('"').upper() == "NULL"]
-    if not untyped:
-        return
-    incoming = {row[0]: row[1] for row in conn.execute(f"DESCRIBE SELECT * FROM {view}").fetchall()}
-    for col in untyped:
-        typ = incoming.get(col)
-        if typ is not None and typ.strip('"').upper() != "NULL":
-            conn.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{col}" SET DATA TYPE {typ}')
-
-
-def _store_dead_letters(
-    store: DuckDBStore, topology: str, txid: int, dead: dict[str, pa.Table]
-) -> int:
-    conn = store.conn
-    conn.execute(f"DELETE FROM {DEAD_LETTERS} WHERE topology = ? AND txid = ?", [topology, txid])
-    total = 0
-    for spout_id, table in dead.items():
-        if table.num_rows == 0:
-            continue
-        total += table.num_rows
-        with store.registered(table) as name:
-            conn.execute(
-                f'INSERT INTO {DEAD_LETTERS} SELECT ?, ?, ?, topic, partition, "offset", reason, '
-                f"value FROM {name}",
-                [topology, spout_id, txid],
-            )
-    return total

@@ -18,6 +18,9 @@ Spark job: their (empty) results are typed from the DataFrame schema.
 
 Dead letters are counted by an ``Observation`` during the partials job; a second Spark job
 fetches them only when there are any.
+
+Which topologies and chunks qualify is decided by :mod:`trident_assets.planner`
+(``pipelinable``, ``chunk_pipelinable``; re-exported here).
 """
 
 from __future__ import annotations
@@ -31,121 +34,32 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_assets.spark.aggregation import combine_partials, is_sql_combiner
-from trident_assets.spark.partitioning import peek_frame
+from trident_assets.planner import chunk_pipelinable, is_live, live_spouts, pipelinable
+from trident_assets.spark.aggregation import combine_partials
+from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
+from trident_assets.spark.outcomes import Prepared
 from trident_assets.spouts.ranges import BatchPlan
-from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
-from trident_assets.stream.topology import Node, TridentState, TridentTopology
 
 if TYPE_CHECKING:
-    from trident_assets.spark.executor import TopologyRunner, _BatchRun, _Prepared
+    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import TridentState
 
-__all__ = ["TXID_COLUMN", "PipelinedRun", "chunk_pipelinable", "empty_arrow", "pipelinable"]
+__all__ = [
+    "TXID_COLUMN",
+    "PipelinedRun",
+    "chunk_pipelinable",
+    "empty_arrow",
+    "pipelinable",
+    "split_by_txid",
+]
 
 TXID_COLUMN = "__trident_txid"
 """The column that tags every tuple of a pipelined chunk with its txid."""
-ROW_WISE = frozenset({"spout", "each", "filter", "project", "peek"})
-"""Node kinds that work tuple by tuple, so several batches can share one DataFrame."""
 
 Batches = Sequence[tuple[int, dict[str, BatchPlan]]]
 """The chunk: ``(txid, {spout id: plan})`` for consecutive txids, ascending."""
-
-
-def empty_arrow(df: Any) -> pa.Table:
-    """An empty Arrow table with the schema ``df.toArrow()`` would have (no Spark job)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(
-        df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
-    )
-    return schema.empty_table()
-
-
-def global_partials(values: pa.Array) -> dict[str, pa.Array]:
-    """The key column of a global (ungrouped) state's partials, one per value."""
-    from trident_assets.spark.executor import GLOBAL_COLUMN, GLOBAL_KEY
-
-    return {GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]] * len(values))}
-
-
-class NodeFrames:
-    """Memoised DataFrames per topology node, for one batch or a pipelined chunk."""
-
-    frames: dict[int, Any]
-
-    def frame(self, node: Node) -> Any:
-        """The node's DataFrame, built once."""
-        key = id(node)
-        if key not in self.frames:
-            self.frames[key] = self._build(node)
-        return self.frames[key]
-
-    def _build(self, node: Node) -> Any:
-        raise NotImplementedError
-
-    @staticmethod
-    def row_wise(node: Node, parent: Any, keep: tuple[str, ...] = ()) -> Any:
-        """``each``, ``filter``, ``project`` or ``peek`` over ``parent``; None for any other kind.
-
-        ``keep``: further columns that ``project`` keeps (a pipelined chunk's txid tag).
-        """
-        a = node.args
-        if node.kind == "each":
-            return a["function"].apply(parent, a["inputs"], a["outputs"], step=node.label)
-        if node.kind == "filter":
-            return a["filter"].apply(parent, a["inputs"], step=node.label)
-        if node.kind == "project":
-            return parent.select(*node.fields, *keep)
-        if node.kind == "peek":
-            return peek_frame(parent, node.fields, a["function"], node.label)
-        return None
-
-
-def all_nodes(topology: TridentTopology) -> list[Node]:
-    """Every node that feeds a state, an output or a state query of ``topology``."""
-    seen: dict[int, Node] = {}
-    todo = [s.node for s in topology.states.values()] + [s.node for s in topology.outputs.values()]
-    todo += [s.node for s in topology.queries]
-    while todo:
-        node = todo.pop()
-        if id(node) not in seen:
-            seen[id(node)] = node
-            todo.extend(node.parents)
-    return list(seen.values())
-
-
-def pipelinable(topology: TridentTopology) -> bool:
-    """True when the topology's batches can ever share a Spark job (see the module doc)."""
-    for state in topology.states.values():
-        a = state.node.args
-        if SINGLE_JOIN in a or "updater" in a or not is_sql_combiner(a.get("agg")):
-            return False
-    return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in all_nodes(topology))
-
-
-def is_live(node: Node, live: set[str]) -> bool:
-    """True when ``node`` receives tuples from a spout in ``live``."""
-    if node.kind == "spout":
-        return node.args["spout_id"] in live
-    return any(is_live(p, live) for p in node.parents)
-
-
-def _row_wise(node: Node, live: set[str]) -> bool:
-    if not is_live(node, live):
-        return True
-    return node.kind in ROW_WISE and all(_row_wise(p, live) for p in node.parents)
-
-
-def chunk_pipelinable(topology: TridentTopology, live: set[str]) -> bool:
-    """True when every node fed by the ``live`` spouts is row-wise up to its state or output."""
-    return all(_row_wise(s.node.parents[0], live) for s in topology.states.values()) and all(
-        _row_wise(s.node, live) for s in topology.outputs.values()
-    )
-
-
-def live_spouts(plans: dict[str, BatchPlan]) -> set[str]:
-    """The spouts of a batch that have at least one record."""
-    return {sid for sid, plan in plans.items() if plan.record_count > 0}
 
 
 def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
@@ -163,7 +77,7 @@ def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
 class PipelinedRun(NodeFrames):
     """The Spark side of a pipelined chunk: builds tagged DataFrames, returns per-txid inputs."""
 
-    def __init__(self, runner: TopologyRunner, batches: Batches, empty: _BatchRun) -> None:
+    def __init__(self, runner: TopologyRunner, batches: Batches, empty: BatchRun) -> None:
         """``empty`` builds the nodes that receive no tuples in the chunk (no Spark job)."""
         self.runner = runner
         self.spark = runner.spark
@@ -208,7 +122,7 @@ class PipelinedRun(NodeFrames):
         a = state.node.args
         parent = state.node.parents[0]
         if not is_live(parent, self.live):
-            table = self.empty._state_input(state)
+            table = self.empty.state_input(state)
             return lambda: dict.fromkeys(self.txids, table)
         group, out, agg = list(a["group"]), a["output"], a["agg"]
         df = combine_partials(self.frame(parent), [*group, TXID_COLUMN], a["inputs"][0], agg, out)
@@ -255,25 +169,23 @@ class PipelinedRun(NodeFrames):
 
         return run
 
-    def plan(self) -> Callable[[], dict[int, _Prepared]]:
+    def plan(self) -> Callable[[], dict[int, Prepared]]:
         """Build every DataFrame (this thread: it reads the store); return the Spark work.
 
         The returned call touches only Spark, so it may run in another thread while this
         one commits earlier txids. It returns each txid's partials, outputs and dead letters.
         """
-        from trident_assets.spark.executor import _Prepared
-
         topo = self.runner.topology
         partials = {name: self._partials_job(state) for name, state in topo.states.items()}
         outputs = {name: self._output_job(stream.node) for name, stream in topo.outputs.items()}
         dead = {sid: self._dead_letters_job(sid, node) for sid, node in topo.spouts.items()}
 
-        def run() -> dict[int, _Prepared]:
+        def run() -> dict[int, Prepared]:
             p = {name: job() for name, job in partials.items()}
             o = {name: job() for name, job in outputs.items()}
             d = {sid: job() for sid, job in dead.items()}  # after the jobs that observe them
             return {
-                txid: _Prepared(
+                txid: Prepared(
                     partials={name: t[txid] for name, t in p.items()},
                     outputs={name: t[txid] for name, t in o.items()},
                     dead={sid: t[txid] for sid, t in d.items()},

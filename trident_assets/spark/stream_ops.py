@@ -1,6 +1,6 @@
 """The Spark side of map, flat_map, partition_aggregate, merge, join, FirstN and static queries.
 
-:class:`~trident_assets.spark.executor.TopologyRunner` builds these node kinds through
+:class:`~trident_assets.spark.batch_run.BatchRun` builds these node kinds through
 :func:`build`. Everything runs as DataFrame transforms (column expressions, joins, windows)
 or as Python over Arrow batches on the executors (``mapInArrow``/``mapInPandas``); a static
 state is read with one SQL statement per batch and the result joined back in Spark.
@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator
-from trident_assets.core.user_code import call_batch, guard
+from trident_assets.core.aggregators import CombinerAggregator
+from trident_assets.core.user_code import call_batch, guard, with_step
 from trident_assets.errors import ConfigError, StateLayoutError
-from trident_assets.spark.aggregation import is_sql_combiner
+from trident_assets.spark.aggregation import is_sql_combiner, sql_expr
 from trident_assets.spark.chained import chained_frame
 from trident_assets.spark.comparison import comparison_frame
 from trident_assets.spark.partitioning import repartition_frame
@@ -28,13 +28,15 @@ from trident_assets.stream.assemblies import first_n_frame
 from trident_assets.stream.batch_join import JoinPlan, JoinType
 from trident_assets.stream.chained import CHAINED_AGG
 from trident_assets.stream.comparison import COMPARISON
+from trident_assets.stream.graph import Node, PersistedState
 from trident_assets.stream.partitioning import REPARTITION
 from trident_assets.stream.queries import MapGet, SnapshotGet
-from trident_assets.stream.topology import Node, PersistedState
+from trident_assets.stream.streams import check_partition_aggregator
 
 __all__ = [
     "NODE_KINDS",
     "build",
+    "check_partition_aggregator",
     "join_frames",
     "merge_frames",
     "partition_aggregate_frame",
@@ -63,7 +65,7 @@ def build(node: Node, parents: Sequence[Any]) -> Any:
     frames = [df.select(*p.fields) for df, p in zip(parents, node.parents, strict=True)]
     a = node.args
     if node.kind in ("map", "flat_map"):
-        return a["function"].apply(frames[0], node.fields, step=node.label)
+        return with_step(a["function"].apply, frames[0], node.fields, step=node.label)
     if node.kind == "partition_aggregate":
         agg = guard(a["agg"], node.label)
         return partition_aggregate_frame(frames[0], a["group"], a["inputs"], agg, a["output"])
@@ -100,12 +102,10 @@ def partition_aggregate_frame(
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    from trident_assets.spark.aggregation import _sql_expr
-
     if is_sql_combiner(agg):
         pid = "__trident_pid"
         tagged = df.withColumn(pid, F.spark_partition_id())
-        expr = _sql_expr(agg, inputs[0]).alias(output)
+        expr = sql_expr(agg, inputs[0]).alias(output)
         return tagged.groupBy(pid, *group).agg(expr).select(*group, output)
     key_types = [df.schema[g].dataType.simpleString() for g in group]
     ddl = ", ".join(
@@ -138,27 +138,6 @@ def partition_aggregate_frame(
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return df.select(*dict.fromkeys((*group, *inputs))).mapInArrow(fold, ddl)
-
-
-def check_partition_aggregator(agg: Any, inputs: Sequence[str]) -> None:
-    """Declaration check: a combiner or reducer, typed unless it is a built-in.
-
-    Raises:
-        ConfigError: another kind of aggregator, a combiner over several fields, or a Python
-            aggregator without ``output_type``.
-    """
-    if not isinstance(agg, CombinerAggregator | ReducerAggregator):
-        msg = f"partition_aggregate needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
-        raise ConfigError(msg)
-    if isinstance(agg, CombinerAggregator) and len(inputs) != 1:
-        msg = f"combiner aggregators take a single input field, got {list(inputs)}"
-        raise ConfigError(msg)
-    if not is_sql_combiner(agg) and not getattr(agg, "output_type", None):
-        msg = (
-            f"{type(agg).__name__} is a Python aggregator: set its class attribute output_type "
-            "to the SQL type of its result (e.g. output_type = 'bigint')"
-        )
-        raise ConfigError(msg)
 
 
 # -- merge and join --------------------------------------------------------------------------------

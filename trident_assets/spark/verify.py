@@ -4,28 +4,28 @@ The exactly-once check asks: does the state equal the aggregate of every record 
 committed batches read, computed from scratch as ONE batch? It reruns the state's stream
 (spout -> functions -> filters) on Spark over the union of the committed offset ranges,
 combines per key, and compares the result with the stored values in one DuckDB join.
-It does not share the txid logic it verifies (no maps, no merge statement).
+It does not share the txid logic it verifies (no maps, no merge statement). Which states
+qualify is :func:`~trident_assets.planner.recomputable` (re-exported here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_store import quote_ident
-from trident_assets.core.aggregators import CombinerAggregator
-from trident_assets.core.values import StateType
-from trident_assets.spark.aggregation import is_sql_combiner
-from trident_assets.spark.executor import GLOBAL_COLUMN, TopologyRunner, _BatchRun
+from trident_assets.planner import recomputable
+from trident_assets.spark.batch_run import BatchRun
+from trident_assets.spark.outcomes import GLOBAL_COLUMN
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
-from trident_assets.stream.topology import Node, TridentState
+
+if TYPE_CHECKING:
+    from trident_assets.spark.executor import TopologyRunner
 
 __all__ = ["StateComparison", "recomputable", "verify_state"]
-
-_PURE_KINDS = frozenset({"spout", "each", "filter", "project", "map", "flat_map", "merge"})
-"""Node kinds whose output depends on the batch's records only (not on state or batch cut)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,26 +41,6 @@ class StateComparison:
     def passed(self) -> bool:
         """True when every key has exactly the recomputed value."""
         return self.mismatches == 0
-
-
-def _pure(node: Node) -> bool:
-    return node.kind in _PURE_KINDS and all(_pure(p) for p in node.parents)
-
-
-def recomputable(state: TridentState) -> bool:
-    """True for exactly-once count/sum states whose stream reads only spouts and functions.
-
-    Non-transactional states count replays by design; states fed by queries, joins or
-    per-batch aggregates depend on more than the records, so they cannot be recomputed.
-    """
-    agg = state.node.args.get("agg")
-    return (
-        isinstance(agg, CombinerAggregator)
-        and is_sql_combiner(agg)
-        and agg.sql_combine == "sum"
-        and state.spec.state_type is not StateType.NON_TRANSACTIONAL
-        and _pure(state.node.parents[0])
-    )
 
 
 def verify_state(
@@ -85,7 +65,7 @@ def verify_state(
         )
         for sid, node in topo.spouts.items()
     }
-    expected = _BatchRun(runner, 0, plans)._state_input(state)
+    expected = BatchRun(runner, 0, plans).state_input(state)
     keys = list(state.group) or [GLOBAL_COLUMN]
     out = state.node.args["output"]
     store = runner.store
@@ -94,8 +74,9 @@ def verify_state(
     else:
         stored = store.scan(state.table, "value")
     on = " AND ".join(f"s.{quote_ident(k)} IS NOT DISTINCT FROM e.{quote_ident(k)}" for k in keys)
-    key_sel = ", ".join(f"coalesce(s.{quote_ident(k)}, e.{quote_ident(k)}) AS {quote_ident(k)}"
-                        for k in keys)
+    key_sel = ", ".join(
+        f"coalesce(s.{quote_ident(k)}, e.{quote_ident(k)}) AS {quote_ident(k)}" for k in keys
+    )
     with store.registered(stored) as s_name, store.registered(expected) as e_name:
         diff = (
             f"SELECT {key_sel}, s.value AS stored, e.{quote_ident(out)} AS expected "

@@ -16,7 +16,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields, require_fields
 
 if TYPE_CHECKING:
-    from trident_assets.stream.topology import Stream
+    from trident_assets.stream.streams import Stream
 
 __all__ = ["Assembly", "FirstN", "first_n_frame"]
 
@@ -53,7 +53,7 @@ class FirstN(Assembly):
         """Declare the ``first_n`` node; the sort field must exist."""
         if self.sort_field is not None:
             require_fields((self.sort_field,), stream.fields, "FirstN")
-        return stream._derive(
+        return stream.derive(
             "first_n",
             stream.fields,
             n=self.n,

@@ -27,7 +27,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 
 if TYPE_CHECKING:
-    from trident_assets.stream.topology import Stream
+    from trident_assets.stream.streams import Stream
 
 __all__ = ["CHAINED_AGG", "ChainedAggregatorDeclarer", "ChainedStep"]
 
@@ -111,7 +111,7 @@ class ChainedAggregatorDeclarer:
             msg = f"Output fields for chained aggregators must be distinct: {outs}"
             raise ConfigError(msg)
         check_distinct(outs, self._group, "chained_agg")
-        return self._stream._derive(
+        return self._stream.derive(
             CHAINED_AGG,
             (*self._group, *outs),
             group=self._group,

@@ -22,7 +22,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields, require_fields
 
 if TYPE_CHECKING:
-    from trident_assets.stream.topology import Stream
+    from trident_assets.stream.streams import Stream
 
 __all__ = ["COMPARISON", "Comparator", "declare_comparison"]
 
@@ -53,6 +53,6 @@ def declare_comparison(
     if comparator is not None and not callable(comparator):
         msg = f"{operation}: the comparator must be a callable cmp(a, b) -> int, got {comparator!r}"
         raise ConfigError(msg)
-    return stream._derive(
+    return stream.derive(
         COMPARISON, stream.fields, field=name, comparator=comparator, largest=largest
     )

@@ -40,7 +40,8 @@ from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields, require_fields
 
 if TYPE_CHECKING:
-    from trident_assets.stream.topology import Node, Stream
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import Stream
 
 __all__ = ["REPARTITION", "Partitioning", "parallelism_hint", "repartition"]
 
@@ -84,7 +85,7 @@ def repartition(stream: Stream, how: Partitioning, fields: str | Sequence[str] =
             msg = "partition_by needs at least one field"
             raise ConfigError(msg)
         require_fields(keys, stream.fields, "partition_by")
-    return stream._derive(REPARTITION, stream.fields, how=how, keys=keys, parallelism=None)
+    return stream.derive(REPARTITION, stream.fields, how=how, keys=keys, parallelism=None)
 
 
 def parallelism_hint(stream: Stream, n: int) -> Stream:

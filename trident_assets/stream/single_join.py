@@ -9,35 +9,31 @@ DuckDB table written in the batch's commit transaction, see
 * the expired halves, registered as output ``<name>_expired`` (the join fields, then
   ``side, arrived_txid, arrived_ts, reason, values_json``: one row per tuple Storm would fail).
 
-The running half (:func:`join_batch_table`, :func:`apply_join_state`) is called by
-:mod:`trident_assets.spark.executor`; Spark is imported only when a batch runs.
+The running half (``join_batch_table``, ``apply_join_state``) is in
+:mod:`trident_assets.spark.single_join`: declarations never import execution.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from trident_assets.core.join import SingleJoin, expired_fields
 from trident_assets.core.rotating import DEFAULT_NUM_BUCKETS
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
 from trident_assets.stream.fields import as_fields, require_fields
-from trident_assets.stream.topology import Node, StateSpec, Stream, TridentState
+from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.streams import Stream, TridentState
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
     "SINGLE_JOIN",
     "SINGLE_JOIN_EXPIRED",
-    "apply_join_state",
     "declare_single_join",
     "expired_output_name",
-    "join_batch_table",
 ]
 
 SINGLE_JOIN = "single_join"
@@ -145,57 +141,7 @@ def declare_single_join(
     )
     topology.check_exactly_once(state_spec, node)
     state = TridentState(topology, state_spec, node, tuple(spec.join_fields or ()), None)
-    topology._register_state(state)
+    topology.register_state(state)
     expired = Node(SINGLE_JOIN_EXPIRED, expired_fields(spec), (), {"state": state})
     Stream(topology, expired).as_output(expired_name)
     return state.new_values_stream()
-
-
-# -- running a batch (called by the executor) --------------------------------------------------
-
-
-def join_batch_table(run: Any, state: TridentState) -> pa.Table:
-    """The batch's rows of every side as one Arrow table (one Spark union, one transfer).
-
-    Columns: ``__side`` (the side's index), ``__v<i>`` (a struct of side i's fields, NULL on
-    the other sides' rows) and ``__ts`` (the event time in seconds, NULL without one).
-    """
-    from pyspark.sql import functions as F
-
-    from trident_assets.backends.duckdb_join import SIDE_COLUMN, TS_COLUMN, value_column
-
-    args = state.node.args
-    spec: SingleJoin = args[SINGLE_JOIN]
-    event_time = args["event_time"]
-    frames = []
-    for i, ((_, fields), parent) in enumerate(zip(spec.inputs, state.node.parents, strict=True)):
-        ts = F.col(event_time) if event_time is not None else F.lit(None)
-        frames.append(
-            run.frame(parent).select(
-                F.lit(i).cast("int").alias(SIDE_COLUMN),
-                F.struct(*[F.col(f) for f in fields]).alias(value_column(i)),
-                ts.cast("double").alias(TS_COLUMN),
-            )
-        )
-    union = reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames)
-    return union.toArrow()
-
-
-def apply_join_state(run: Any, state: TridentState, batch: pa.Table) -> Any:
-    """Apply the batch to the join's pending table inside the open commit transaction.
-
-    Leaves the joined rows in ``run.new_values`` and the expired halves in ``run.expired``
-    (both keyed by the join's name) and returns the executor's ``StateOutcome``.
-    """
-    from trident_assets.backends.duckdb_join import apply_join_batch_sql, batch_event_time
-    from trident_assets.spark.executor import StateOutcome
-
-    store = run.runner.store
-    name = state.spec.name
-    ts = batch_event_time(store, state.table, batch)
-    result = apply_join_batch_sql(
-        store, state.node.args[SINGLE_JOIN], state.table, run.txid, batch, batch_ts=ts
-    )
-    run.new_values[name] = result.joined
-    run.expired[name] = result.expired
-    return StateOutcome(name, state.table, result.keys_in, result.keys_in, 0, result.pending_after)

@@ -9,7 +9,7 @@ table in the state store, keyed by ``key_columns`` with one ``value_column``:
   that queries it; drop the table to reload).
 
 ``MapGet`` looks keys up with ONE SQL join per batch; a custom ``QueryFunction`` gets a
-:class:`~trident_assets.stream.topology.PersistedState` (store and table) in its single
+:class:`~trident_assets.stream.graph.PersistedState` (store and table) in its single
 ``batch_retrieve`` call.
 """
 
@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
 from trident_assets.stream.fields import as_fields
-from trident_assets.stream.topology import StateSpec, TridentState
+from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.streams import TridentState
 
 if TYPE_CHECKING:
-    from trident_assets.stream.topology import Stream
+    from trident_assets.stream.streams import Stream
 
 __all__ = ["StaticFile", "StaticSource", "StaticState", "StaticTable"]
 
@@ -136,8 +137,6 @@ class StaticState(TridentState):
 
     def __init__(self, topology: Any, name: str, source: StaticSource) -> None:
         """Created by ``TridentTopology.new_static_state``."""
-        from trident_assets.stream.topology import Node
-
         spec = StateSpec(name)
         node = Node(
             "static_state", (*source.key_columns, source.value_column), (), {"source": source}

@@ -1,0 +1,74 @@
+"""Your own Dagster assets on top of a topology's state (shipped in the code location).
+
+* ``top_words``: partitioned by word count's txids, it loads state ``word_counts`` **as of
+  its txid** through the TridentIOManager and shows the top words as a Markdown table.
+* ``word_lengths``: a user-written **state** asset: from the txid's grouped-aggregation partials
+  (``word_counts_partials``), it returns partial counts per word length; the IO manager
+  applies them to state ``word_lengths`` under the same txid, exactly once, in txid order.
+"""
+
+import dagster as dg
+import pandas as pd
+
+from trident_assets.dagster.graph import IO_MANAGER_KEY
+from trident_assets.dagster.io_manager import state_asset_metadata
+from trident_assets.dagster.partitions import parse_txid, txid_partitions
+
+__all__ = ["TOP_N", "downstream_assets", "markdown_table"]
+
+TOP_N = 10
+"""Rows in the ``top_words`` preview."""
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """``frame`` as a Markdown table (no extra dependency)."""
+    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(False)]
+    return "\n".join([head, rule, *body])
+
+
+def downstream_assets(topology: str = "word_count") -> list[dg.AssetsDefinition]:
+    """The example assets over ``topology``'s ``word_counts`` state and its partials."""
+    txids = txid_partitions(topology)
+    counts_key = dg.AssetKey([topology, "word_counts"])
+    partials_key = dg.AssetKey([topology, "word_counts_partials"])
+
+    @dg.asset(
+        key=[topology, "top_words"],
+        group_name=topology,
+        partitions_def=txids,
+        ins={"word_counts": dg.AssetIn(key=counts_key)},
+        kinds={"pandas"},
+        description="The most frequent words in `word_counts` as of txid N.",
+    )
+    def top_words(
+        context: dg.AssetExecutionContext, word_counts: pd.DataFrame
+    ) -> dg.MaterializeResult:
+        top = word_counts.sort_values(["count", "word"], ascending=[False, True]).head(TOP_N)
+        return dg.MaterializeResult(
+            metadata={
+                "txid": parse_txid(context.partition_key),
+                "distinct_words": len(word_counts),
+                "total_words": int(word_counts["count"].sum()),
+                "preview": dg.MetadataValue.md(markdown_table(top)),
+            }
+        )
+
+    @dg.asset(
+        key=[topology, "word_lengths"],
+        group_name=topology,
+        partitions_def=txids,
+        ins={"partials": dg.AssetIn(key=partials_key)},
+        io_manager_key=IO_MANAGER_KEY,
+        metadata=state_asset_metadata(
+            f"{topology}_word_lengths", key_fields=["length"], value_field="count", combiner="sum"
+        ),
+        kinds={"pandas", "duckdb"},
+        description="A user state: words counted per word length, exactly once per txid.",
+    )
+    def word_lengths(partials: pd.DataFrame) -> pd.DataFrame:
+        by_length = partials.assign(length=partials["word"].str.len().astype("int64"))
+        return by_length.groupby("length", as_index=False)["count"].sum()
+
+    return [top_words, word_lengths]

@@ -1,0 +1,134 @@
+"""The planner: pure graph analysis of a declared topology, before anything runs.
+
+Between what the user declares (:mod:`trident_assets.stream`) and how a batch runs
+(:mod:`trident_assets.spark`): which nodes feed what, which node kinds work tuple by tuple,
+which are certainly empty when their inputs are, and when consecutive batches may share one
+Spark job (Trident's ``max.spout.pending``, see :mod:`trident_assets.spark.pipelined`).
+Nothing here imports Spark, the state store or Dagster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
+from trident_assets.core.values import StateType
+from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
+
+if TYPE_CHECKING:
+    from trident_assets.spouts.ranges import BatchPlan
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import TridentState
+    from trident_assets.stream.topology import TridentTopology
+
+__all__ = [
+    "EMPTY_KEEPING",
+    "PURE_KINDS",
+    "ROW_WISE",
+    "all_nodes",
+    "chunk_pipelinable",
+    "depends_on_new_values",
+    "is_empty",
+    "is_live",
+    "live_spouts",
+    "pipelinable",
+    "recomputable",
+]
+
+ROW_WISE = frozenset({"spout", "each", "filter", "project", "peek"})
+"""Node kinds that work tuple by tuple, so several batches can share one DataFrame."""
+EMPTY_KEEPING = frozenset(
+    {"each", "filter", "project", "query", "map", "flat_map", "first_n", "merge", "join"}
+    | {"peek", "repartition", "comparison"}
+)
+"""Node kinds whose output is empty when every input is."""
+PURE_KINDS = frozenset({"spout", "each", "filter", "project", "map", "flat_map", "merge"})
+"""Node kinds whose output depends on the batch's records only (not on state or batch cut)."""
+
+
+def all_nodes(topology: TridentTopology) -> list[Node]:
+    """Every node that feeds a state, an output or a state query of ``topology``."""
+    seen: dict[int, Node] = {}
+    todo = [s.node for s in topology.states.values()] + [s.node for s in topology.outputs.values()]
+    todo += [s.node for s in topology.queries]
+    while todo:
+        node = todo.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            todo.extend(node.parents)
+    return list(seen.values())
+
+
+def depends_on_new_values(node: Node) -> bool:
+    """True when ``node`` reads what this batch's commit writes (new values, expired halves)."""
+    return node.kind in ("new_values", SINGLE_JOIN_EXPIRED) or any(
+        depends_on_new_values(p) for p in node.parents
+    )
+
+
+def live_spouts(plans: Mapping[str, BatchPlan]) -> set[str]:
+    """The spouts of a batch that have at least one record."""
+    return {sid for sid, plan in plans.items() if plan.record_count > 0}
+
+
+def is_live(node: Node, live: set[str]) -> bool:
+    """True when ``node`` receives tuples from a spout in ``live``."""
+    if node.kind == "spout":
+        return node.args["spout_id"] in live
+    return any(is_live(p, live) for p in node.parents)
+
+
+def is_empty(node: Node, live: set[str]) -> bool:
+    """True when ``node`` certainly has no tuples when only the ``live`` spouts read records."""
+    if node.kind == "spout":
+        return node.args["spout_id"] not in live
+    if node.kind == "aggregate" and node.args["group"]:
+        return is_empty(node.parents[0], live)
+    return node.kind in EMPTY_KEEPING and all(is_empty(p, live) for p in node.parents)
+
+
+def pipelinable(topology: TridentTopology) -> bool:
+    """True when the topology's batches can ever share a Spark job.
+
+    Its states must all be persistent aggregates with a SQL combiner (Count, Sum, Min, Max),
+    and nothing may read this batch's new values (those run batch by batch).
+    """
+    for state in topology.states.values():
+        a = state.node.args
+        if SINGLE_JOIN in a or "updater" in a or not is_sql_combiner(a.get("agg")):
+            return False
+    return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in all_nodes(topology))
+
+
+def _row_wise(node: Node, live: set[str]) -> bool:
+    if not is_live(node, live):
+        return True
+    return node.kind in ROW_WISE and all(_row_wise(p, live) for p in node.parents)
+
+
+def chunk_pipelinable(topology: TridentTopology, live: set[str]) -> bool:
+    """True when every node fed by the ``live`` spouts is row-wise up to its state or output."""
+    return all(_row_wise(s.node.parents[0], live) for s in topology.states.values()) and all(
+        _row_wise(s.node, live) for s in topology.outputs.values()
+    )
+
+
+def _pure(node: Node) -> bool:
+    return node.kind in PURE_KINDS and all(_pure(p) for p in node.parents)
+
+
+def recomputable(state: TridentState) -> bool:
+    """True for exactly-once count/sum states whose stream reads only spouts and functions.
+
+    Non-transactional states count replays by design; states fed by queries, joins or
+    per-batch aggregates depend on more than the records, so they cannot be recomputed.
+    """
+    agg = state.node.args.get("agg")
+    return (
+        isinstance(agg, CombinerAggregator)
+        and is_sql_combiner(agg)
+        and agg.sql_combine == "sum"
+        and state.spec.state_type is not StateType.NON_TRANSACTIONAL
+        and _pure(state.node.parents[0])
+    )

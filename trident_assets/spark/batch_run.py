@@ -1,0 +1,213 @@
+"""One batch on Spark: building its DataFrames, the batch phase and the commit phase.
+
+:class:`BatchRun` builds each node's DataFrame once (spouts read their planned ranges, the
+scheme splits off dead letters; the node kinds of :mod:`~trident_assets.spark.stream_ops`,
+aggregates and queries are built here), then runs the batch in two phases:
+
+1. :meth:`BatchRun.prepare` (Trident's batch phase): every Spark job that does not need this
+   batch's new state: each state's input, the outputs, the dead letters.
+2. :meth:`BatchRun.commit` (inside the store transaction the runner opens): applies every
+   state (:mod:`~trident_assets.spark.state_apply`), computes what reads the new values,
+   writes outputs, new values and dead letters (:mod:`~trident_assets.spark.batch_tables`)
+   and makes the spout ranges final.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
+from trident_assets.core.user_code import guard
+from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
+from trident_assets.spark.aggregation import combine_partials, reduce_groups
+from trident_assets.spark.batch_tables import store_dead_letters, store_rows
+from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
+from trident_assets.spark.outcomes import BatchOutcome, Prepared
+from trident_assets.spark.single_join import join_batch_table
+from trident_assets.spark.state_apply import apply_state
+from trident_assets.spark.state_query import query_frame
+from trident_assets.spark.stream_ops import NODE_KINDS, build
+from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
+
+if TYPE_CHECKING:
+    from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.spouts.ranges import BatchPlan
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import TridentState
+
+__all__ = ["BatchRun"]
+
+
+class BatchRun(NodeFrames):
+    """The Spark side of one batch: lazily built DataFrames, memoised per node."""
+
+    def __init__(self, runner: TopologyRunner, txid: int, plans: dict[str, BatchPlan]) -> None:
+        """Batch ``txid`` of ``runner``'s topology, reading the ranges of ``plans``."""
+        self.runner = runner
+        self.spark = runner.spark
+        self.txid = txid
+        self.plans = plans
+        self.live = live_spouts(plans)
+        """The spouts that read at least one record this batch."""
+        self.frames: dict[int, Any] = {}
+        self.dead: dict[str, Any] = {}
+        self.new_values: dict[str, pa.Table] = {}
+        self.expired: dict[str, pa.Table] = {}
+        """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
+        self.value_types: dict[str, pa.DataType] = {}
+        """Arrow type of each combiner state's batch partials (typing empty query results)."""
+
+    # -- building DataFrames ---------------------------------------------------------------
+
+    def is_empty(self, node: Node) -> bool:
+        """True when ``node`` certainly has no tuples this batch (its spouts read nothing)."""
+        return is_empty(node, self.live)
+
+    def collect(self, node: Node) -> pa.Table:
+        """The node's tuples as Arrow; an empty node costs no Spark job.
+
+        Neither does a global SQL-combiner aggregate of an empty stream: its one row is
+        ``agg.zero()``, as :func:`combine_partials` computes it.
+        """
+        frame = self.frame(node)
+        if self.is_empty(node):
+            return empty_arrow(frame)
+        a = node.args
+        if (
+            node.kind == "aggregate"
+            and not a["group"]
+            and is_sql_combiner(a["agg"])
+            and self.is_empty(node.parents[0])
+        ):
+            (field_,) = empty_arrow(frame).schema
+            return pa.table({field_.name: pa.array([a["agg"].zero()], field_.type)})
+        return frame.toArrow()
+
+    def _build(self, node: Node) -> Any:
+        a = node.args
+        if node.kind == "spout":
+            spout = a["spout"]
+            raw = spout.read(self.spark, self.runner.log, self.plans[a["spout_id"]])
+            good, dead = spout.scheme.decode(raw)
+            self.dead[a["spout_id"]] = dead
+            return good
+        if node.kind == "new_values":
+            state: TridentState = a["state"]
+            return self.spark.createDataFrame(self.new_values[state.spec.name])
+        if node.kind == SINGLE_JOIN_EXPIRED:
+            return self.spark.createDataFrame(self.expired[a["state"].spec.name])
+        if node.kind in NODE_KINDS:
+            return build(node, [self.frame(p) for p in node.parents])
+        parent = self.frame(node.parents[0])
+        built = self.row_wise(node, parent)
+        if built is not None:
+            return built
+        if node.kind == "aggregate":
+            agg = guard(a["agg"], node.label)
+            if isinstance(agg, ReducerAggregator):
+                return reduce_groups(parent, a["group"], a["inputs"], agg, a["output"])
+            return combine_partials(parent, a["group"], a["inputs"][0], agg, a["output"])
+        if node.kind == "query":
+            return query_frame(self, parent, {**a, "parent": node.parents[0], "label": node.label})
+        msg = f"cannot run node kind {node.kind!r}"
+        raise AssertionError(msg)
+
+    def prepare(self) -> Prepared:
+        """Run Spark for everything that does not depend on this batch's new state."""
+        topo = self.runner.topology
+        partials: dict[str, pa.Table] = {}
+        for name, state in topo.states.items():
+            if not depends_on_new_values(state.node):  # else computed during the commit
+                partials[name] = self.state_input(state)
+        outputs = {
+            name: self.collect(stream.node)
+            for name, stream in topo.outputs.items()
+            if not depends_on_new_values(stream.node)
+        }
+        for spout_id in topo.spouts:
+            self.frame(topo.spouts[spout_id])
+        dead = {
+            sid: empty_arrow(df) if self.plans[sid].record_count == 0 else df.toArrow()
+            for sid, df in self.dead.items()
+        }
+        tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
+        return Prepared(partials, outputs, dead, tuples_in)
+
+    def state_input(self, state: TridentState) -> pa.Table:
+        """What the commit applies to ``state``: per-key partials, grouped tuples or rows.
+
+        A combiner's partials per key (one row for a global state), a reducer's tuples per
+        key (``__tuples``), an updater's input rows, a single join's rows of every side.
+        """
+        from pyspark.sql import functions as F
+
+        a = state.node.args
+        if SINGLE_JOIN in a:
+            return join_batch_table(self, state)
+        parent = self.frame(state.node.parents[0])
+        if "updater" in a:
+            return parent.select(*a["inputs"]).toArrow()
+        agg = a["agg"]
+        group, out = a["group"], a["output"]
+        if is_sql_combiner(agg) and self.is_empty(state.node.parents[0]):
+            return self._empty_partials(state)
+        if isinstance(agg, ReducerAggregator):
+            cols = F.struct(*[F.col(c) for c in a["inputs"]])
+            grouped = (
+                parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
+                if group
+                else parent.agg(F.collect_list(cols).alias("__tuples"))
+            )
+            return grouped.toArrow()
+        agg = guard(agg, state.node.label)
+        table = combine_partials(parent, group, a["inputs"][0], agg, out).toArrow()
+        self.value_types[state.spec.name] = table.schema.field(out).type
+        if not group:
+            for name, column in global_partials(table.column(out)).items():
+                table = table.append_column(name, column)
+        return table
+
+    def _empty_partials(self, state: TridentState) -> pa.Table:
+        """The partials of a SQL-combiner state whose input is empty, without a Spark job.
+
+        Grouped: no rows. Global: the one row of ``agg.zero()`` (as :func:`combine_partials`).
+        """
+        a = state.node.args
+        parent = self.frame(state.node.parents[0])
+        group, out, agg = a["group"], a["output"], a["agg"]
+        schema = empty_arrow(combine_partials(parent, group, a["inputs"][0], agg, out)).schema
+        self.value_types[state.spec.name] = schema.field(out).type
+        if group:
+            return schema.empty_table()
+        zero = pa.array([agg.zero()], schema.field(out).type)
+        return pa.table({out: zero, **global_partials(zero)})
+
+    def commit(self, prepared: Prepared) -> BatchOutcome:
+        """Apply everything inside the open store transaction."""
+        runner = self.runner
+        store = runner.store
+        topo = runner.topology
+        outcome = BatchOutcome(topo.name, self.txid, True, self.plans, prepared.tuples_in)
+        for name, state in topo.states.items():
+            batch = prepared.partials.get(name)
+            if batch is None:
+                batch = self.state_input(state)
+            outcome.states[name] = apply_state(self, state, batch)
+        runner.fault("after_state_write")
+        outputs = dict(prepared.outputs)
+        for name, stream in topo.outputs.items():
+            if name not in outputs:
+                outputs[name] = self.collect(stream.node)
+        for name, table in outputs.items():
+            store_rows(store, topo.output_table(name), self.txid, table)
+            outcome.outputs[name] = table.num_rows
+        for name, table in self.new_values.items():
+            store_rows(store, topo.states[name].new_values_table, self.txid, table)
+        outcome.dead_letters = store_dead_letters(store, topo.name, self.txid, prepared.dead)
+        outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in prepared.dead.items()}
+        for spout_id, plan in self.plans.items():
+            runner.coordinator(spout_id).commit(plan)
+        runner.fault("before_commit")
+        return outcome

@@ -1,0 +1,72 @@
+"""Running a single join for one batch (declared by :mod:`trident_assets.stream.single_join`).
+
+Two halves around the commit: :func:`join_batch_table` collects the batch's rows of every
+side in one Spark job (before the commit transaction); :func:`apply_join_state` joins them
+with the pending halves in the store (:mod:`trident_assets.backends.duckdb_join`) inside it.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from trident_assets.backends.duckdb_join import (
+    SIDE_COLUMN,
+    TS_COLUMN,
+    apply_join_batch_sql,
+    batch_event_time,
+    value_column,
+)
+from trident_assets.core.join import SingleJoin
+from trident_assets.spark.outcomes import StateOutcome
+from trident_assets.stream.single_join import SINGLE_JOIN
+
+if TYPE_CHECKING:
+    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.stream.streams import TridentState
+
+__all__ = ["apply_join_state", "join_batch_table"]
+
+
+def join_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
+    """The batch's rows of every side as one Arrow table (one Spark union, one transfer).
+
+    Columns: ``__side`` (the side's index), ``__v<i>`` (a struct of side i's fields, NULL on
+    the other sides' rows) and ``__ts`` (the event time in seconds, NULL without one).
+    """
+    from pyspark.sql import functions as F
+
+    args = state.node.args
+    spec: SingleJoin = args[SINGLE_JOIN]
+    event_time = args["event_time"]
+    frames = []
+    for i, ((_, fields), parent) in enumerate(zip(spec.inputs, state.node.parents, strict=True)):
+        ts = F.col(event_time) if event_time is not None else F.lit(None)
+        frames.append(
+            run.frame(parent).select(
+                F.lit(i).cast("int").alias(SIDE_COLUMN),
+                F.struct(*[F.col(f) for f in fields]).alias(value_column(i)),
+                ts.cast("double").alias(TS_COLUMN),
+            )
+        )
+    union = reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames)
+    return union.toArrow()
+
+
+def apply_join_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOutcome:
+    """Apply the batch to the join's pending table inside the open commit transaction.
+
+    Leaves the joined rows in ``run.new_values`` and the expired halves in ``run.expired``
+    (both keyed by the join's name) and returns what the batch did to the join's state.
+    """
+    store = run.runner.store
+    name = state.spec.name
+    ts = batch_event_time(store, state.table, batch)
+    result = apply_join_batch_sql(
+        store, state.node.args[SINGLE_JOIN], state.table, run.txid, batch, batch_ts=ts
+    )
+    run.new_values[name] = result.joined
+    run.expired[name] = result.expired
+    return StateOutcome(name, state.table, result.keys_in, result.keys_in, 0, result.pending_after)

@@ -1,0 +1,134 @@
+"""Applying one batch to each kind of state, inside the batch's commit transaction.
+
+* combiners: the batch's per-key partials applied by
+  :func:`~trident_assets.backends.state_batches.apply_state_batch`, the one code path the
+  TridentIOManager also uses for a user's state asset (one SQL statement for Count, Sum,
+  Min, Max; one bulk read and write for Python combiners); a grouped state's partials are
+  also kept per txid (``TridentState.partials_table``);
+* reducers: every tuple of a key folded through the state's MapState (Trident's
+  ``MapReducerAggregator`` over an opaque, transactional or non-transactional map);
+* ``partition_persist``: the user's ``StateUpdater.update_state`` over the whole batch;
+* single joins: :func:`~trident_assets.spark.single_join.apply_join_state`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from trident_assets.backends.duckdb_merge import MergeResult
+from trident_assets.backends.state_batches import StateTarget, apply_state_batch
+from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
+from trident_assets.core.caching import GLOBAL_KEY
+from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
+from trident_assets.core.user_code import call_batch, guard
+from trident_assets.core.values import StateType
+from trident_assets.spark.batch_tables import store_rows
+from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome
+from trident_assets.spark.single_join import apply_join_state
+from trident_assets.stream.single_join import SINGLE_JOIN
+
+if TYPE_CHECKING:
+    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.stream.streams import TridentState
+
+__all__ = [
+    "apply_reducer_state",
+    "apply_state",
+    "map_state",
+    "read_state",
+    "state_size",
+]
+
+
+
+def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOutcome:
+    """Apply ``batch`` (the state's input, see ``BatchRun.state_input``) to ``state``.
+
+    Runs inside the open commit transaction: one set-based statement for a SQL combiner,
+    the state's map for Python combiners and reducers, the user's ``update_state`` for a
+    ``partition_persist``, the pending table for a single join. Leaves the state's new
+    values in ``run.new_values``.
+    """
+    store = run.runner.store
+    a = state.node.args
+    spec = state.spec
+    txid = run.txid
+    if SINGLE_JOIN in a:
+        return apply_join_state(run, state, batch)
+    if "updater" in a:
+        updater = a["updater"]
+        new = call_batch(
+            state.node.label, updater.update_state, batch, store, state.table, batch, txid
+        )
+        if new is not None:
+            run.new_values[spec.name] = new
+        rows = batch.num_rows
+        return StateOutcome(spec.name, state.table, rows, rows, 0, state_size(store, state.table))
+    agg = a["agg"]
+    keys = list(a["group"]) or [GLOBAL_COLUMN]
+    out = a["output"]
+    if isinstance(agg, ReducerAggregator):
+        result = apply_reducer_state(store, state, batch, keys, txid)
+    else:
+        target = StateTarget(
+            state.table, tuple(keys), out, spec.state_type, guard(agg, state.node.label)
+        )
+        result = apply_state_batch(store, target, batch, txid)
+        if state.group:  # the grouped-aggregation asset: this txid's partials per key
+            store_rows(store, state.partials_table, txid, batch.select([*keys, out]))
+    if result.new_values is not None:
+        # the declared fields: group + [output] (a global state's key column is internal)
+        run.new_values[spec.name] = result.new_values.select(list(state.node.fields))
+    return StateOutcome(
+        spec.name,
+        state.table,
+        result.keys_in,
+        result.keys_updated,
+        result.keys_skipped,
+        state_size(store, state.table),
+    )
+
+
+def state_size(store: DuckDBStore, table: str) -> int:
+    """How many keys state ``table`` holds (0 before its first batch)."""
+    return store.size(table) if store.layout(table) is not None else 0
+
+
+def map_state(store: DuckDBStore, state: TridentState, **layout: Any) -> Any:
+    """The state's MapState (opaque, transactional or not) over its store table."""
+    backing = store.map(state.table, **layout)
+    if state.spec.state_type is StateType.OPAQUE:
+        return OpaqueMap(backing)
+    if state.spec.state_type is StateType.TRANSACTIONAL:
+        return TransactionalMap(backing)
+    return NonTransactionalMap(backing)
+
+
+def read_state(store: DuckDBStore, state: TridentState) -> Any:
+    """The state as committed (read outside any batch: ``curr`` of each value)."""
+    return map_state(store, state)
+
+
+def apply_reducer_state(
+    store: DuckDBStore, state: TridentState, batch: pa.Table, keys: list[str], txid: int
+) -> MergeResult:
+    """Fold each key's tuples (``__tuples``) into a reducer state through its MapState."""
+    agg = guard(state.node.args["agg"], state.node.label)
+    rows = batch.to_pylist()
+    key_tuples = (
+        [tuple(r[k] for k in keys) for r in rows] if state.group else [GLOBAL_KEY] * len(rows)
+    )
+    groups = [[tuple(t.values()) for t in r["__tuples"]] for r in rows]
+    flat_keys = [k for k, g in zip(key_tuples, groups, strict=True) for _ in g]
+    flat_tuples = [t for g in groups for t in g]
+    mstate = map_state(store, state, key_columns=tuple(keys))
+    mstate.begin_commit(txid)
+    unique, new = apply_reducer(mstate, agg, flat_keys, flat_tuples)
+    mstate.commit(txid)
+    new_values = pa.table(
+        {**{k: [u[i] for u in unique] for i, k in enumerate(keys)}, state.value_field: new}
+    )
+    return MergeResult(len(unique), len(unique), 0, new_values)

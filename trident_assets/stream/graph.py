@@ -1,0 +1,103 @@
+"""The topology graph's building blocks: nodes, state specs, the state updater base class.
+
+A declared topology is a graph of :class:`Node` objects (see
+:mod:`trident_assets.stream.topology`); :class:`StateSpec` names a state and its replay
+guarantee. Nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trident_assets.core.values import StateType
+from trident_assets.errors import ConfigError
+from trident_assets.spouts.config import SpoutKind, validate_name
+
+__all__ = ["Node", "PersistedState", "StateSpec", "StateUpdater"]
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpec:
+    """Which state a persist writes: its name (unique in the topology) and replay guarantee."""
+
+    name: str
+    state_type: StateType = StateType.OPAQUE
+
+    def __post_init__(self) -> None:
+        """Validate the name."""
+        validate_name("state", self.name)
+
+    @classmethod
+    def opaque(cls, name: str) -> StateSpec:
+        """An opaque state: exactly-once with transactional and opaque spouts."""
+        return cls(name, StateType.OPAQUE)
+
+    @classmethod
+    def transactional(cls, name: str) -> StateSpec:
+        """A transactional state: exactly-once with transactional spouts only."""
+        return cls(name, StateType.TRANSACTIONAL)
+
+    @classmethod
+    def non_transactional(cls, name: str) -> StateSpec:
+        """A non-transactional state: at-least-once (replays count twice)."""
+        return cls(name, StateType.NON_TRANSACTIONAL)
+
+
+class StateUpdater:
+    """Applies a whole batch to a state (``partition_persist``), in bulk.
+
+    Subclasses implement :meth:`update_state`; it receives the state's store, the table
+    name, the batch as a pyarrow Table of the input fields, and the txid, runs inside the
+    batch's commit transaction, and returns the new-values rows (a pyarrow Table) or None.
+    """
+
+    def update_state(self, store: Any, table: str, batch: Any, txid: int | None) -> Any:
+        """Apply ``batch`` to the state; return the new-values rows or None."""
+        msg = f"{type(self).__name__} must implement update_state(store, table, batch, txid)"
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class PersistedState:
+    """What a QueryFunction's ``batch_retrieve`` gets for a ``partition_persist`` state.
+
+    A StateUpdater keeps its state in tables of its own design, so a query reads them
+    through the store (one bulk statement per batch), as committed before the batch.
+    """
+
+    store: Any
+    """The state store (e.g. a DuckDBStore: ``store.conn``, ``store.registered(arrow)``)."""
+    table: str
+    """The table name the StateUpdater was given."""
+
+
+@dataclass(eq=False)
+class Node:
+    """A node of the topology graph."""
+
+    kind: str
+    fields: tuple[str, ...]
+    parents: tuple[Node, ...] = ()
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def spout_kinds(self) -> set[SpoutKind]:
+        """The kinds of every spout upstream of this node."""
+        if self.kind == "spout":
+            return {self.args["spout"].config.kind}
+        kinds: set[SpoutKind] = set()
+        for parent in self.parents:
+            kinds |= parent.spout_kinds()
+        if self.kind == "new_values":
+            kinds |= self.args["state"].node.spout_kinds()
+        return kinds
+
+    @property
+    def label(self) -> str:
+        """How errors name this operation: its ``name``, else its kind, inputs and fields."""
+        named = self.args.get("name")
+        if named:
+            return f"{self.kind} {named!r}"
+        inputs = self.args.get("inputs")
+        head = f"{self.kind}({', '.join(inputs)})" if inputs else self.kind
+        return f"{head} -> {', '.join(self.fields)}"

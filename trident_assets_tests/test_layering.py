@@ -1,0 +1,246 @@
+"""The package's dependency arrows run one way, checked on the source with ``ast``.
+
+Layers, each importing only from those to its left::
+
+    core (pure)  <-  stream (declarations)  <-  planner (graph analysis)  <-  spark  ->  backends
+
+Every import counts: module-level and function-level, ``from x import y`` and ``import x``.
+Imports inside ``if TYPE_CHECKING:`` blocks are exempt from the layer and cycle rules (they
+never run), but not from the private-name rule.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "trident_assets"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's edge: who imports what, where."""
+
+    module: str  # the importing module
+    target: str  # the imported trident_assets module
+    name: str | None  # the imported name (``from target import name``), None for ``import x``
+    line: int
+    type_checking: bool
+
+    def __str__(self) -> str:
+        what = f"from {self.target} import {self.name}" if self.name else f"import {self.target}"
+        guard = " (TYPE_CHECKING)" if self.type_checking else ""
+        return f"{self.module}:{self.line}: {what}{guard}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+def _imports_of(module: str, path: Path) -> list[Import]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found: list[Import] = []
+
+    def resolve(node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join([*base, *([node.module] if node.module else [])])
+
+    def visit(node: ast.AST, guarded: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, True)
+            for child in node.orelse:
+                visit(child, guarded)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
+                    found.append(Import(module, alias.name, None, node.lineno, guarded))
+        elif isinstance(node, ast.ImportFrom):
+            source = resolve(node)
+            if source == PACKAGE or source.startswith(PACKAGE + "."):
+                for alias in node.names:
+                    submodule = f"{source}.{alias.name}"
+                    if submodule in MODULES:  # ``from package import module``
+                        found.append(Import(module, submodule, None, node.lineno, guarded))
+                    else:
+                        found.append(Import(module, source, alias.name, node.lineno, guarded))
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded)
+
+    visit(tree, False)
+    return found
+
+
+IMPORTS: list[Import] = [imp for mod, path in MODULES.items() for imp in _imports_of(mod, path)]
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _violations(importers: str, allowed: tuple[str, ...] = (), forbidden: tuple[str, ...] = ()):
+    """Runtime imports by modules under ``importers`` that break the given rule."""
+    bad = []
+    for imp in IMPORTS:
+        if imp.type_checking or not _in(imp.module, importers):
+            continue
+        if allowed and not any(_in(imp.target, a) for a in allowed):
+            bad.append(str(imp))
+        if forbidden and any(_in(imp.target, f) for f in forbidden):
+            bad.append(str(imp))
+    return bad
+
+
+def _third_party_violations(importers: str, forbidden: tuple[str, ...]) -> list[str]:
+    bad = []
+    for mod, path in MODULES.items():
+        if not _in(mod, importers):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            for name in names:
+                if any(_in(name, f) for f in forbidden):
+                    bad.append(f"{mod}:{node.lineno}: imports {name}")
+    return bad
+
+
+def test_the_scan_sees_the_package():
+    assert f"{PACKAGE}.spark.executor" in MODULES
+    assert f"{PACKAGE}.planner" in MODULES
+    assert any(imp.module == f"{PACKAGE}.spark.executor" for imp in IMPORTS)
+
+
+def test_core_is_pure():
+    core = f"{PACKAGE}.core"
+    allowed = (core, f"{PACKAGE}.errors", f"{PACKAGE}.names")
+    bad = _violations(core, allowed=allowed)
+    bad += _third_party_violations(core, ("dagster", "pyspark", "duckdb"))
+    assert not bad, "core/ may import only core, errors and names:\n" + "\n".join(bad)
+
+
+def test_declarations_never_import_execution():
+    forbidden = tuple(f"{PACKAGE}.{p}" for p in ("spark", "backends", "dagster", "planner"))
+    bad = _violations(f"{PACKAGE}.stream", forbidden=forbidden)
+    assert not bad, "stream/ must not import execution or the planner:\n" + "\n".join(bad)
+    allowed = tuple(
+        f"{PACKAGE}.{p}" for p in ("stream", "core", "errors", "names", "spouts.config")
+    )
+    bad = _violations(f"{PACKAGE}.stream", allowed=allowed)
+    assert not bad, (
+        "stream/ may import only stream, core, errors, names and spouts.config:\n" + "\n".join(bad)
+    )
+
+
+def test_planner_is_pure_graph_analysis():
+    forbidden = tuple(f"{PACKAGE}.{p}" for p in ("spark", "backends", "dagster"))
+    bad = _violations(f"{PACKAGE}.planner", forbidden=forbidden)
+    bad += _third_party_violations(f"{PACKAGE}.planner", ("dagster", "pyspark", "duckdb"))
+    assert not bad, "the planner must not import spark, backends or dagster:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles():
+    graph: dict[str, dict[str, Import]] = {mod: {} for mod in MODULES}
+    for imp in IMPORTS:
+        if not imp.type_checking and imp.target in MODULES and imp.target != imp.module:
+            graph[imp.module].setdefault(imp.target, imp)
+
+    # Tarjan's strongly connected components: any component of more than one module is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for mod in sorted(graph):
+        if mod not in index:
+            connect(mod)
+
+    report = []
+    for component in cycles:
+        members = set(component)
+        edges = [str(graph[a][b]) for a in component for b in sorted(graph[a]) if b in members]
+        report.append("cycle among " + ", ".join(component) + ":\n  " + "\n  ".join(edges))
+    assert not cycles, "import cycles (outside TYPE_CHECKING):\n" + "\n".join(report)
+
+
+def _private_attributes(module: str, path: Path) -> list[str]:
+    """``alias._name`` where ``alias`` is another trident_assets module imported by name."""
+    tree = ast.parse(path.read_text())
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and _in(a.name, PACKAGE):
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module and _in(node.module, PACKAGE):
+            for a in node.names:
+                if f"{node.module}.{a.name}" in MODULES:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return [
+        f"{module}:{node.lineno}: {aliases[node.value.id]}.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in aliases
+        and aliases[node.value.id] != module
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    ]
+
+
+def test_no_private_name_crosses_modules():
+    bad = [
+        str(imp)
+        for imp in IMPORTS
+        if imp.target != imp.module
+        and (
+            (imp.name is not None and imp.name.startswith("_"))
+            or any(part.startswith("_") and part != "__init__" for part in imp.target.split("."))
+        )
+    ]
+    bad += [hit for mod, path in MODULES.items() for hit in _private_attributes(mod, path)]
+    assert not bad, "private names imported from another module:\n" + "\n".join(bad)
