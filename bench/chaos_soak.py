@@ -60,7 +60,7 @@ WORDS = (
     "you", "eat", "be", "or", "not", "person", "café", "naïve", "日本", "zoë",
 )  # fmt: skip
 TIMER = "timer"
-POINTS = ("after_emit", "after_state_write", "before_commit", "spout_meta", TIMER)
+POINTS = ("after_emit", "after_state_write", "before_commit", "after_commit", "spout_meta", TIMER)
 """Where the driver may kill: the runner's fault points, after a spout-metadata write, or at a
 random wall-clock time during the Spark stage."""
 
@@ -123,6 +123,7 @@ def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
     line (or EOF) makes it exit. The driver kills it with SIGKILL while it waits or runs.
     """
     from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.replica import Replica
     from trident_assets.examples.word_count import build_word_count
     from trident_assets.log.store import PartitionedLog
     from trident_assets.spark.executor import TopologyRunner
@@ -148,7 +149,15 @@ def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
         topo = build_word_count(
             topology_name(kind), kind=SpoutKind(kind), max_batch_size=batch_size
         )
-        runner = TopologyRunner(topo, spark, store, log, fault=fault, max_spout_pending=8)
+        runner = TopologyRunner(
+            topo,
+            spark,
+            store,
+            log,
+            fault=fault,
+            max_spout_pending=8,
+            replica=Replica(root / "replica"),
+        )
         record = runner.meta.record
 
         def record_then_fault(
@@ -241,6 +250,9 @@ class Comparison:
     ranges_ok: bool
     ranges_problem: str
     last_txid: int | None
+    replica_mismatched: int
+    """Keys whose value in the read replica differs from the state store's."""
+    replica_txid: int | None
 
     @property
     def ok(self) -> bool:
@@ -253,6 +265,8 @@ class Comparison:
             and self.dead_letters == self.malformed_in_log == self.dead_letters_distinct
             and self.dead_letters_not_malformed == 0
             and self.ranges_ok
+            and self.replica_mismatched == 0
+            and self.replica_txid == self.last_txid
         )
 
 
@@ -556,6 +570,7 @@ class Driver:
         import pyarrow as pa
 
         from trident_assets.backends.duckdb_store import DuckDBStore
+        from trident_assets.backends.replica import Replica
         from trident_assets.log.store import PartitionedLog
 
         log = PartitionedLog(self.root / "log")
@@ -597,11 +612,23 @@ class Driver:
                     params=[name, TOPIC],
                 ).fetchall()
                 last = store.last_committed(name)
+                replica = Replica(self.root / "replica")
+                conn.register(
+                    "chaos_replica",
+                    replica.read_map(f"{name}__word_counts", scope=name, value_name="n"),
+                )
+                [(replica_mismatched,)] = conn.sql(
+                    "SELECT count(*) FROM chaos_state AS s FULL OUTER JOIN chaos_replica AS r "
+                    "ON s.word = r.word WHERE s.n IS DISTINCT FROM r.n"
+                ).fetchall()
             finally:
                 conn.unregister("chaos_records")
                 conn.unregister("chaos_state")
+                conn.unregister("chaos_replica")
         ranges_ok, problem = self._check_ranges(name, last, latest)
-        return Comparison(name, *row, *dead, ranges_ok, problem, last)
+        return Comparison(
+            name, *row, *dead, ranges_ok, problem, last, replica_mismatched, replica.latest(name)
+        )
 
     def _check_ranges(
         self, name: str, last: int | None, latest: dict[str, int]
@@ -650,7 +677,8 @@ def _print(result: dict[str, Any]) -> None:
             f"{cmp['words_state']}: lost {cmp['lost']}, double-counted {cmp['double_counted']}; "
             f"dead letters {cmp['dead_letters']} (distinct {cmp['dead_letters_distinct']}) for "
             f"{cmp['malformed_in_log']} malformed records; ranges up to txid {cmp['last_txid']} "
-            f"{'tile the log' if cmp['ranges_ok'] else cmp['ranges_problem']}"
+            f"{'tile the log' if cmp['ranges_ok'] else cmp['ranges_problem']}; read replica at "
+            f"txid {cmp['replica_txid']}, {cmp['replica_mismatched']} keys differ from the state"
         )
     for problem in result["problems"]:
         print(f"  PROBLEM: {problem}")

@@ -85,11 +85,23 @@ FormatOption = Annotated[
 
 @contextmanager
 def cli_errors() -> Iterator[None]:
-    """Turn a :class:`TridentError` into ``error: <message>`` on stderr and exit code 1."""
+    """Turn a :class:`TridentError` into ``error: <message>`` on stderr and exit code 1.
+
+    A DuckDB I/O error of a damaged state file (DuckDB opens a truncated file and fails when
+    a read reaches a missing block) is reported the same way, naming the file.
+    """
     try:
         yield
     except TridentError as exc:
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    except Exception as exc:
+        from trident_assets.backends.duckdb_store import corrupt_state_error, is_corrupt_state
+
+        if not is_corrupt_state(exc):
+            raise
+        found = _DUCKDB_FILE.search(str(exc))
+        typer.echo(f"error: {corrupt_state_error(found.group(1) if found else '?', exc)}", err=True)
         raise typer.Exit(code=1) from None
 
 
@@ -134,6 +146,7 @@ def state_path(home: Path, database: Path | None) -> Path:
 
 
 _PID = re.compile(r"\(PID (\d+)\)")
+_DUCKDB_FILE = re.compile(r'file "([^"]+)"')
 
 
 def open_state(home: Path, database: Path | None, wait_s: float) -> DuckDBStore:

@@ -1,14 +1,16 @@
-"""``trident state list|scan|get``: read persisted states, now or as of a committed txid.
+"""``trident state list|scan|get|backup|restore``: read persisted states; back them up.
 
 The state file is opened read-only, so reading never blocks another reader; while a writer
 (a running batch) holds the file, a read fails at once, or waits ``--wait`` seconds. Errors
-name topologies and states, never the DuckDB tables behind them.
+name topologies and states, never the DuckDB tables behind them. ``backup`` and ``restore``
+are :mod:`trident_assets.backends.backup` (a checkpoint and a copy under the file's lock).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -23,6 +25,8 @@ from trident_assets.cli_common import (
     cli_errors,
     emit,
     open_state,
+    require_home,
+    state_path,
 )
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
 from trident_assets.names import validate_identifier
@@ -32,7 +36,9 @@ if TYPE_CHECKING:
 
 __all__ = ["StateRef", "find_state", "state_app", "topologies"]
 
-state_app = typer.Typer(name="state", help="Read persisted states.", no_args_is_help=True)
+state_app = typer.Typer(
+    name="state", help="Read persisted states; back them up and restore them.", no_args_is_help=True
+)
 
 TxidOption = Annotated[
     int | None,
@@ -229,3 +235,68 @@ def state_get(
             raise ConfigError(msg)
     rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
     emit(rows, data.column_names, fmt, f"{topology}.{state}")
+
+
+LockWaitOption = Annotated[
+    float,
+    typer.Option(
+        "--wait",
+        help="Seconds to wait while another process (a running batch) holds the state file.",
+        min=0,
+    ),
+]
+
+
+def _at(scopes: dict[str, int]) -> str:
+    return ", ".join(f"{name} at txid {txid}" for name, txid in scopes.items()) or "no commits"
+
+
+@state_app.command("backup")
+def state_backup(
+    dest: Annotated[Path, typer.Argument(help="The backup file to write (must not exist).")],
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    wait: LockWaitOption = 30.0,
+) -> None:
+    """Copy the state file to DEST consistently, even while batches run (checkpoint + copy).
+
+    The copy is taken under the state file's lock, so it is the state after one committed
+    txid per topology; a batch that wants the file meanwhile waits for the copy.
+    """
+    from trident_assets.backends.backup import backup_state
+
+    with cli_errors():
+        info = backup_state(state_path(home, database), dest, lock_timeout_s=wait)
+    typer.echo(
+        f"backed up {state_path(home, database)} to {info.path}: {info.size} bytes in "
+        f"{info.seconds:.2f}s; {_at(info.scopes)}"
+    )
+
+
+@state_app.command("restore")
+def state_restore(
+    src: Annotated[Path, typer.Argument(help="A backup written by `trident state backup`.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing state file (moved aside).")
+    ] = False,
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    wait: LockWaitOption = 30.0,
+) -> None:
+    """Make backup SRC the state file; the read replica (<home>/replica) is rebuilt from it.
+
+    An existing state file is refused unless --force; with --force it is moved aside as
+    <file>.before-restore-<time>, never deleted. Batches then resume from the backup's txids.
+    """
+    from trident_assets.backends.backup import restore_state
+
+    with cli_errors():
+        target = database if database is not None else require_home(home) / "state.duckdb"
+        own = database is None or database.resolve() == (home / "state.duckdb").resolve()
+        replica = home / "replica" if own and home.is_dir() else None
+        info = restore_state(src, target, force=force, replica=replica, lock_timeout_s=wait)
+    typer.echo(f"restored {src} to {target}: {info.size} bytes; {_at(info.scopes)}")
+    for aside in info.moved_aside:
+        typer.echo(f"  moved aside: {aside}")
+    if replica is not None:
+        typer.echo(f"  rebuilt the read replica {replica}")

@@ -10,6 +10,8 @@ __all__ = [
     "AggregationError",
     "BatchUnavailableError",
     "ConfigError",
+    "CorruptSegmentError",
+    "CorruptStateError",
     "FieldNotFoundError",
     "HistoryUnavailableError",
     "OutOfOrderCommitError",
@@ -51,6 +53,21 @@ class BatchUnavailableError(TridentError):
 
 class HistoryUnavailableError(TridentError):
     """An as-of read asks for a txid whose state versions compaction has already removed."""
+
+
+class CorruptSegmentError(TridentError):
+    """A log segment file cannot be read or disagrees with its name or its neighbours.
+
+    The message names the topic, partition, offset range and file, and what to do
+    (``trident log verify TOPIC`` lists every damaged segment).
+    """
+
+
+class CorruptStateError(StateLayoutError):
+    """A state file exists but cannot be opened or read (truncated, damaged); it is left as is.
+
+    The message names the file and the recovery path (``trident state restore BACKUP``).
+    """
 
 
 class StoreLockedError(TridentError):

@@ -425,5 +425,7 @@ def test_short_chaos_soak_both_spout_kinds_exactly_once(tmp_path: Path) -> None:
         assert cmp["keys_truth"] == cmp["keys_state"] > 0
         assert cmp["dead_letters"] == cmp["malformed_in_log"] == result["produced"]["bad"]
         assert cmp["ranges_ok"] is True
+        assert cmp["replica_mismatched"] == 0, "the read replica equals the state"
+        assert cmp["replica_txid"] == cmp["last_txid"]
     assert {f["topology"] for f in result["figures"]} == {"wc_opaque", "wc_transactional"}
     assert "RESULT: PASS" in proc.stdout

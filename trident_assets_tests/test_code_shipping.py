@@ -10,16 +10,24 @@ environment, as a user's script would.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from trident_assets.spark.code_shipping import package_zip, user_modules
-from trident_assets.spark.local_servers import start_connect_server
-from trident_assets_tests.test_user_code import USERLAND, _clean_env, expected
+from trident_assets.spark.local_servers import start_connect_server, start_standalone
+from trident_assets_tests.test_user_code import (
+    USERLAND,
+    _clean_env,
+    app_batches,
+    copy_app,
+    expected,
+    run_child,
+)
+
+BATCHES = app_batches(USERLAND)
 
 BLOCKER = '''
 import importlib.machinery, sys
@@ -40,7 +48,7 @@ class _OnlyShipped:
 sys.meta_path.insert(0, _OnlyShipped)
 '''
 
-PROBE = '''
+PROBE = """
 import sys
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -54,9 +62,16 @@ def probe(batches):
             found = False
         yield pa.RecordBatch.from_pydict({"found": [found]})
 
-spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+url = sys.argv[1]
+if url.startswith("sc://"):
+    spark = SparkSession.builder.remote(url).getOrCreate()
+else:
+    import os
+    os.environ["PYSPARK_PYTHON"] = sys.argv[2]
+    spark = (SparkSession.builder.master(url).config("spark.executor.memory", "1g")
+             .config("spark.pyspark.python", sys.argv[2]).getOrCreate())
 print(spark.range(1).mapInArrow(probe, "found boolean").collect()[0].found)
-'''
+"""
 
 
 def _worker_python(tmp_path: Path) -> str:
@@ -73,49 +88,42 @@ def _worker_python(tmp_path: Path) -> str:
     return str(wrapper)
 
 
-def _run(script: Path, *args: str, cwd: Path, home: Path) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=cwd,
-        env=_clean_env(home),
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc.stdout.strip().splitlines()[-1]
-
-
 def test_user_topology_on_spark_connect_with_workers_lacking_the_package(
     tmp_path: Path,
 ) -> None:
-    server = start_connect_server(
-        tmp_path / "connect.log", worker_python=_worker_python(tmp_path)
-    )
+    server = start_connect_server(tmp_path / "connect.log", worker_python=_worker_python(tmp_path))
     try:
-        app = tmp_path / "my_project"
-        shutil.copytree(USERLAND, app, ignore=shutil.ignore_patterns("__pycache__"))
-        (app / "probe.py").write_text(PROBE)
-        cwd = tmp_path / "cwd"
-        cwd.mkdir()
-        found = _run(app / "probe.py", server.url, cwd=cwd, home=tmp_path)
-        assert found == "False", "the workers must not see trident_assets unless it is shipped"
-        got = json.loads(_run(app / "app.py", str(tmp_path / "home"), server.url, cwd=cwd,
-                              home=tmp_path))
+        got = _probe_then_run(tmp_path, server.url)
     finally:
         server.stop()
     assert server.process.poll() is not None
-    sys.path.insert(0, str(app))
-    try:
-        import app as user_app  # type: ignore[import-not-found]
+    assert got == expected(BATCHES)
 
-        want = expected(user_app.BATCHES)
+
+def test_user_topology_on_a_standalone_cluster_with_workers_lacking_the_package(
+    tmp_path: Path,
+) -> None:
+    """A master URL: the package travels as a py-file (spark.submit.pyFiles), the user's
+    module by value; the executors run in the worker's directory with an interpreter that
+    has not installed trident_assets."""
+    cluster = start_standalone(tmp_path / "cluster", env=_clean_env(tmp_path))
+    try:
+        got = _probe_then_run(tmp_path, cluster.url, _worker_python(tmp_path))
     finally:
-        sys.path.remove(str(app))
-        sys.modules.pop("app", None)
-        sys.modules.pop("word_functions", None)
-    assert got == want
+        cluster.stop()
+    assert cluster.master.process.poll() is not None
+    assert cluster.worker.process.poll() is not None
+    assert got == expected(BATCHES)
+
+
+def _probe_then_run(tmp_path: Path, url: str, *python: str) -> dict[str, Any]:
+    """Check the workers cannot import trident_assets by themselves, then run the user app."""
+    app = copy_app(tmp_path)
+    (app / "probe.py").write_text(PROBE)
+    found = run_child(app / "probe.py", url, *python, tmp_path=tmp_path)
+    assert found == "False", "the workers must not see trident_assets unless it is shipped"
+    home = str(tmp_path / "home")
+    return json.loads(run_child(app / "app.py", home, url, *python, tmp_path=tmp_path))
 
 
 def test_user_modules_are_the_users_own(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,5 +149,3 @@ def test_package_zip_holds_the_sources(tmp_path: Path) -> None:
     assert "trident_assets/__init__.py" in names
     assert "trident_assets/spark/code_shipping.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-
-

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import subprocess
 import sys
 from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.loader import LoadingContextForTest
+from dagster._core.storage.asset_check_execution_record import (
+    AssetCheckExecutionResolvedStatus,
+)
 
 from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.partitions import parse_txid, txid_key
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import decide_next
-from trident_assets.errors import ConfigError, OutOfOrderCommitError
+from trident_assets.errors import ConfigError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,9 +98,13 @@ def test_coordinator_drives_txids_until_the_log_is_drained(world) -> None:
 
     before = counts(trident)
     again = job.execute_in_process(partition_key="0000000002", instance=instance)
+    # a no-op re-run is recorded as observations: txid 2's materialization stays the latest
+    assert again.get_asset_materialization_events() == []
     flags = {
-        e.asset_key.path[-1]: e.materialization.metadata["already_committed"].value
-        for e in again.get_asset_materialization_events()
+        e.asset_key.path[-1]: e.asset_observation_data.asset_observation.metadata[
+            "already_committed"
+        ].value
+        for e in again.get_asset_observation_events()
     }
     assert flags == {
         "sentences_batch": True,
@@ -122,19 +132,52 @@ def test_coordinator_drives_txids_until_the_log_is_drained(world) -> None:
 
 
 def test_out_of_order_materialization_is_refused(world) -> None:
+    """Refused before anything is written: the run succeeds, its checks are skipped."""
     _, trident, job, instance = world
     instance.add_dynamic_partitions("word_count_txids", ["0000000002"])
     result = job.execute_in_process(
         partition_key="0000000002", instance=instance, raise_on_error=False
     )
-    assert not result.success
-    error = result.failure_data_for_node("word_count_batches").error
-    assert error is not None
-    assert error.cause is not None
-    assert OutOfOrderCommitError.__name__ in error.cause.cls_name
-    assert "txid 1 must commit first" in error.cause.message
+    assert result.success
+    assert result.get_asset_materialization_events() == []
+    assert result.get_asset_check_evaluations() == []
+    reason = (
+        "refusing to commit txid 2 to 'word_count': it has committed no txid yet, so txid 1 "
+        "must commit first (batches commit in strict txid order). Nothing was changed; run "
+        "txid 1 (the coordinator sensor does this) and then retry txid 2."
+    )
+    observed = {
+        e.asset_key.path[-1]: (
+            e.partition,
+            {
+                k: v.value
+                for k, v in e.asset_observation_data.asset_observation.metadata.items()
+            },
+        )
+        for e in result.get_asset_observation_events()
+    }
+    expected = {"txid": 2, "refused": True, "run_first": "0000000001", "reason": reason}
+    assert observed == {
+        "sentences_batch": ("0000000002", expected),
+        "queries_batch": ("0000000002", expected),
+    }
+    errors = [
+        e.message for e in instance.all_logs(result.run_id) if e.level == logging.ERROR
+    ]
+    assert errors == [
+        f"txid 2 refused, nothing written for it: {reason} The asset checks of this run are "
+        "skipped."
+    ]
+    checks = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey(["word_count", "sentences_batch"]), "txids_contiguous"),
+        limit=5,
+    )
+    assert [asyncio.run(c.resolve_status(LoadingContextForTest(instance))) for c in checks] == [
+        AssetCheckExecutionResolvedStatus.SKIPPED
+    ], "planned, not evaluated, run succeeded: the UI shows the check skipped"
     with trident.store() as store:
         assert store.last_committed("word_count") is None
+        assert store.layout("word_count__word_counts") is None, "state unchanged (none)"
 
 
 def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:

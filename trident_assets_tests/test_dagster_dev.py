@@ -3,7 +3,11 @@
 The server is started once for the module with the repository's workspace.yaml and
 dagster.yaml, fed 20 sentences (3 batches of at most 8: one catch-up run), then 4 more
 (a 4th batch in its own run). The tests read what a user would see: GraphQL and the asset
-page in headless Chromium (Debian's ``chromium`` package; CI installs it).
+page in headless Chromium (Debian's ``chromium`` package; CI installs it). Later tests launch
+runs as the UI does (``launchRun`` with an asset selection, no sensor tags): the downstream
+example ``top_words`` and two runs of the state asset at once, which the shipped
+dagster.yaml's pool serialises. Screenshots of the asset pages are saved in the module's tmp
+directory and copied to ``/tmp/trident_screens/``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 STATE = ["word_count", "word_counts"]
 SPOUT = ["word_count", "sentences_batch"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SCREENS = Path("/tmp/trident_screens")
+"""Where copies of the screenshots go, to look at them after the run."""
+TOP_WORDS = ["word_count", "top_words"]
 
 
 @dataclass
@@ -49,10 +56,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def gql(url: str, query: str) -> dict[str, Any]:
+def gql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
     request = urllib.request.Request(
         f"{url}/graphql",
-        data=json.dumps({"query": query}).encode(),
+        data=json.dumps({"query": query, "variables": variables or {}}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -236,5 +243,148 @@ def test_state_asset_page_shows_txids_and_plots_in_chromium(dev: Dev) -> None:
             page.get_by_text("0000000004").first.wait_for(timeout=60_000)
             partitions = page.inner_text("body")
             assert all(f"{t:010d}" in partitions for t in range(1, 5))
+        finally:
+            browser.close()
+
+
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on InvalidSubsetError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
+
+def _launch(url: str, assets: list[list[str]], partition: str) -> str:
+    """Launch a run as the UI's Materialize button does: an asset selection, no trident tags."""
+    params = {
+        "selector": {
+            "repositoryLocationName": "trident_assets",
+            "repositoryName": "__repository__",
+            "pipelineName": "__ASSET_JOB",
+            "assetSelection": [{"path": path} for path in assets],
+            "assetCheckSelection": [],
+        },
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]},
+    }
+    result = gql(url, LAUNCH, {"params": params})["launchRun"]
+    assert result["__typename"] == "LaunchRunSuccess", result
+    return str(result["run"]["runId"])
+
+
+def _run(url: str, run_id: str) -> dict[str, Any]:
+    data = gql(
+        url,
+        "{ runOrError(runId: RUN) { ... on Run { runId status startTime endTime "
+        "tags { key value } } } }".replace("RUN", json.dumps(run_id)),
+    )
+    return data["runOrError"]
+
+
+def _finished(url: str, run_ids: list[str], log_file: Path) -> list[dict[str, Any]]:
+    _wait(
+        f"runs {run_ids} to finish",
+        lambda: all(_run(url, r)["status"] in ("SUCCESS", "FAILURE") for r in run_ids),
+        300,
+        log_file,
+    )
+    runs = [_run(url, r) for r in run_ids]
+    assert [r["status"] for r in runs] == ["SUCCESS"] * len(run_ids), runs
+    return runs
+
+
+def _browser_page(pw: Any) -> tuple[Any, Any]:
+    browser = pw.chromium.launch(
+        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+    )
+    return browser, browser.new_page(viewport={"width": 1400, "height": 2000})
+
+
+def _screenshot(page: Any, dev: Dev, name: str) -> Path:
+    path = dev.home.parent / name
+    page.screenshot(path=str(path), full_page=True)
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(path, SCREENS / name)
+    return path
+
+
+def _need_chromium() -> None:
+    if CHROMIUM is None:
+        if os.environ.get("TRIDENT_WITH_BROWSER") == "1":
+            pytest.fail("TRIDENT_WITH_BROWSER=1 but no chromium on PATH")
+        pytest.skip("no chromium (install Debian's chromium or run with TRIDENT_WITH_BROWSER=1)")
+
+
+def test_ui_runs_without_sensor_tags_are_serialised_by_the_pool(dev: Dev) -> None:
+    limits = gql(dev.url, "{ instance { concurrencyLimits { concurrencyKey slotCount } } }")
+    # the pool exists once a run needed it: the sensor's runs did
+    assert {"concurrencyKey": "trident_word_count", "slotCount": 1} in limits["instance"][
+        "concurrencyLimits"
+    ]
+    ids = [_launch(dev.url, [STATE], "0000000004") for _ in range(2)]
+    runs = sorted(_finished(dev.url, ids, dev.log_file), key=lambda r: r["startTime"])
+    for run in runs:
+        tags = {t["key"] for t in run["tags"]}
+        assert "trident/topology" not in tags
+        assert "dagster/sensor_name" not in tags
+    assert runs[0]["endTime"] <= runs[1]["startTime"], (
+        "two untagged runs of one topology launched at once never overlap"
+    )
+    assert _materialized(dev.url, STATE) == [f"{t:010d}" for t in range(1, 5)]
+
+
+def test_downstream_top_words_shows_its_preview_in_chromium(dev: Dev) -> None:
+    (run_id,) = [_launch(dev.url, [TOP_WORDS], "0000000004")]
+    _finished(dev.url, [run_id], dev.log_file)
+    assert _materialized(dev.url, TOP_WORDS) == ["0000000004"]
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    expected = Counter(w for s in dev.sentences for w in s.split())
+    top_word, top_count = sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    with sync_playwright() as pw:
+        browser, page = _browser_page(pw)
+        try:
+            page.goto(f"{dev.url}/assets/word_count/top_words", wait_until="networkidle")
+            page.get_by_text("total_words").first.wait_for(timeout=60_000)
+            _show_markdown(page)
+            cell = page.locator("td", has_text=top_word).first
+            cell.wait_for(timeout=60_000)
+            _screenshot(page, dev, "top_words.png")
+            body = page.inner_text("body")
+            assert "preview" in body
+            assert f"{top_word}\t{top_count}" in body, "the Markdown preview's first row"
+        finally:
+            browser.close()
+
+
+def _show_markdown(page: Any) -> None:
+    """Open Markdown metadata values the UI shows behind a button (if it does)."""
+    buttons = page.get_by_text("Show Markdown")
+    for i in range(buttons.count()):
+        buttons.nth(i).click()
+
+
+def test_state_asset_page_shows_the_preview_schema_and_table(dev: Dev) -> None:
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser, page = _browser_page(pw)
+        try:
+            page.goto(f"{dev.url}/assets/word_count/word_counts", wait_until="networkidle")
+            page.get_by_text("keys_updated").first.wait_for(timeout=60_000)
+            page.get_by_text("0000000004").first.wait_for(timeout=60_000)
+            _show_markdown(page)
+            page.get_by_text("word_count__word_counts").first.wait_for(timeout=60_000)
+            _screenshot(page, dev, "word_counts.png")
+            body = page.inner_text("body")
+            for label in ("preview", "Columns", "word", "count", "int64", "state_size", "attempt"):
+                assert label in body, label
         finally:
             browser.close()

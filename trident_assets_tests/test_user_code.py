@@ -84,20 +84,20 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def test_every_user_function_in_a_clean_child_process(tmp_path: Path) -> None:
-    """The regression for PyFunction/PyFilter on PySpark 4 and for the workers' interpreter.
-
-    The script and the user's module sit in their own directory, the process runs from
-    another one with no PYSPARK_PYTHON: the workers get the venv's interpreter and the
-    user's module by themselves.
-    """
+def copy_app(tmp_path: Path) -> Path:
+    """The user's project (script + module) in a directory of its own, as a user has it."""
     app = tmp_path / "my_project"
     shutil.copytree(USERLAND, app, ignore=shutil.ignore_patterns("__pycache__"))
-    elsewhere = tmp_path / "cwd"
-    elsewhere.mkdir()
+    return app
+
+
+def run_child(script: Path, *args: str, tmp_path: Path) -> str:
+    """Run ``script`` with a clean environment from another directory; its last stdout line."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
     proc = subprocess.run(
-        [sys.executable, str(app / "app.py"), str(tmp_path / "home")],
-        cwd=elsewhere,
+        [sys.executable, str(script), *args],
+        cwd=cwd,
         env=_clean_env(tmp_path),
         capture_output=True,
         text=True,
@@ -105,16 +105,32 @@ def test_every_user_function_in_a_clean_child_process(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def app_batches(app: Path) -> tuple[tuple[str, ...], ...]:
+    """The batches the user's ``app.py`` produces (imported as its own script would be)."""
     sys.path.insert(0, str(app))
     try:
         import app as user_app  # type: ignore[import-not-found]
 
-        want = expected(user_app.BATCHES)
+        return tuple(user_app.BATCHES)
     finally:
         sys.path.remove(str(app))
         sys.modules.pop("app", None)
         sys.modules.pop("word_functions", None)
+
+
+def test_every_user_function_in_a_clean_child_process(tmp_path: Path) -> None:
+    """The regression for PyFunction/PyFilter on PySpark 4 and for the workers' interpreter.
+
+    The script and the user's module sit in their own directory, the process runs from
+    another one with no PYSPARK_PYTHON: the workers get the venv's interpreter and the
+    user's module by themselves.
+    """
+    app = copy_app(tmp_path)
+    got = json.loads(run_child(app / "app.py", str(tmp_path / "home"), tmp_path=tmp_path))
+    want = expected(app_batches(app))
     assert got["outputs"] == want["outputs"]
     assert got["states"] == want["states"]
 
@@ -123,30 +139,9 @@ def test_user_topology_through_dagster_in_a_clean_child_process(tmp_path: Path) 
     """Runs launched by `dagster dev` load the definitions in a fresh process: no
     PYSPARK_PYTHON there either, and the Python workers must still get the venv's interpreter.
     """
-    app = tmp_path / "my_project"
-    shutil.copytree(USERLAND, app, ignore=shutil.ignore_patterns("__pycache__"))
-    elsewhere = tmp_path / "cwd"
-    elsewhere.mkdir()
-    proc = subprocess.run(
-        [sys.executable, str(app / "dagster_app.py"), str(tmp_path / "home")],
-        cwd=elsewhere,
-        env=_clean_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    sys.path.insert(0, str(app))
-    try:
-        import app as user_app  # type: ignore[import-not-found]
-
-        first = expected(user_app.BATCHES[:1])
-    finally:
-        sys.path.remove(str(app))
-        sys.modules.pop("app", None)
-        sys.modules.pop("word_functions", None)
+    app = copy_app(tmp_path)
+    got = json.loads(run_child(app / "dagster_app.py", str(tmp_path / "home"), tmp_path=tmp_path))
+    first = expected(app_batches(app)[:1])
     assert got == dict(first["states"]["counts"])
 
 

@@ -25,7 +25,13 @@ class CompactionPolicy:
     min_rows: int = 100_000
 
     def __post_init__(self) -> None:
-        """Validate the thresholds."""
+        """Validate the thresholds (types first: a string is named, not compared)."""
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, int | float):
+            msg = f"CompactionPolicy ratio must be a number > 0, got {self.ratio!r}"
+            raise ConfigError(msg)
+        if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int):
+            msg = f"CompactionPolicy min_rows must be an int >= 0, got {self.min_rows!r}"
+            raise ConfigError(msg)
         if self.ratio <= 0 or self.min_rows < 0:
             msg = f"CompactionPolicy needs ratio > 0 and min_rows >= 0, got {self}"
             raise ConfigError(msg)

@@ -61,6 +61,7 @@ from trident_assets.core.protocols import Key
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
 from trident_assets.errors import (
     ConfigError,
+    CorruptStateError,
     HistoryUnavailableError,
     StateLayoutError,
     StoreLockedError,
@@ -106,6 +107,33 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _LOCK_MARKER = "Could not set lock"
 _NOT_A_DATABASE_MARKER = "not a valid DuckDB database"
 _ORD = "_trident_ord"
+
+RESTORE_HINT = "Restore the last backup with `trident state restore BACKUP` (README, Guarantees)"
+"""The recovery path every corrupt-state message ends with."""
+
+
+def corrupt_state_error(path: str, exc: BaseException) -> CorruptStateError:
+    """Return the error for a DuckDB I/O failure on state file ``path`` (not a lock conflict).
+
+    DuckDB opens a truncated file without complaint and fails when a query reaches a missing
+    block (``IO Error: Could not read enough bytes``); this names the file and the way back.
+    """
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    msg = (
+        f"state file {path} is corrupt or unreadable ({detail}); it was left unchanged. "
+        f"{RESTORE_HINT}"
+    )
+    return CorruptStateError(msg)
+
+
+def is_corrupt_state(exc: BaseException) -> bool:
+    """True for a DuckDB I/O error that is neither another process's lock nor a full disk."""
+    text = str(exc)
+    return (
+        isinstance(exc, duckdb.IOException)
+        and _LOCK_MARKER not in text
+        and "No space left" not in text
+    )
 
 
 SEQ_COLUMN = "_trident_seq"
@@ -337,6 +365,8 @@ def _connect(
             if _NOT_A_DATABASE_MARKER in str(exc):
                 msg = f"{path} is not a DuckDB database file (it was left unchanged)"
                 raise StateLayoutError(msg) from exc
+            if is_corrupt_state(exc):
+                raise corrupt_state_error(path, exc) from exc
             if _LOCK_MARKER not in str(exc):
                 raise
             remaining = deadline - time.monotonic()
@@ -389,6 +419,8 @@ class DuckDBStore:
             StoreLockedError: the file stayed locked by another process for ``lock_timeout_s``.
             StateLayoutError: the file is not a DuckDB database, or (``read_only``) not a
                 trident state store.
+            CorruptStateError: the file is a damaged DuckDB database (e.g. truncated); it is
+                left unchanged.
             ConfigError: ``lock_timeout_s`` is negative, or (``read_only``) the file does not
                 exist.
         """
@@ -491,6 +523,11 @@ class DuckDBStore:
         self._tx = tx
         try:
             yield tx
+        except duckdb.IOException as exc:
+            self._rollback()
+            if is_corrupt_state(exc):
+                raise corrupt_state_error(self.path, exc) from exc
+            raise
         except BaseException:
             self._rollback()
             raise

@@ -8,6 +8,13 @@ through the same function the :class:`~trident_assets.dagster.io_manager.Trident
 uses for a user's state asset, inside the txid's open transaction. The state, partials,
 new-values and output assets carry the IO manager key, so downstream assets load them
 through it (as of their txid).
+
+Every run of the multi-asset, however launched (coordinator sensor, the UI's Materialize
+button, a backfill), needs the topology's concurrency pool (:func:`~.in_flight.pool_name`;
+the shipped ``dagster.yaml`` gives each pool one slot per run), so runs of one topology
+never overlap. The multi-asset can be subset (``can_subset``): a run for some of its assets
+still commits the whole txid in one transaction, and outputs and checks it does not yield
+(a txid refused because an earlier one has not committed) show as skipped, not failed.
 """
 
 from collections.abc import Iterator
@@ -16,17 +23,18 @@ from typing import Any
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
+from trident_assets.dagster.batch_events import batch_events, refusal_observations, summary
 from trident_assets.dagster.checks import CheckSettings, check_specs, evaluate_checks
 from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_graph
-from trident_assets.dagster.partitions import parse_txid, txid_key, txid_partitions
+from trident_assets.dagster.in_flight import TOPOLOGY_TAG, pool_name
+from trident_assets.dagster.partitions import parse_txid, txid_partitions
 from trident_assets.dagster.resources import TridentResource
+from trident_assets.errors import ConfigError, OutOfOrderCommitError
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["TOPOLOGY_TAG", "asset_keys", "topology_assets"]
 
-TOPOLOGY_TAG = "trident/topology"
-"""Run tag naming the topology; dagster.yaml limits it to one run at a time."""
 OWNERS = ["team:streaming"]
 
 
@@ -57,7 +65,8 @@ def topology_assets(
     A run for one partition key commits that txid; a run for a key range (catch-up, or a
     backfill: ``BackfillPolicy.single_run``) commits each txid of the range in order, each in
     its own transaction with its own materializations, paying the run's start-up once. The
-    asset checks (see :mod:`trident_assets.dagster.checks`) run at the end of every run.
+    asset checks (see :mod:`trident_assets.dagster.checks`) run at the end of every run that
+    committed or re-ran a txid.
     """
     partitions = txid_partitions(topology.name)
     keys = asset_keys(topology)
@@ -70,14 +79,17 @@ def topology_assets(
         partitions_def=partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
         op_tags={TOPOLOGY_TAG: topology.name},
+        pool=pool_name(topology.name),
+        can_subset=True,
     )
     def _batches(
         context: dg.AssetExecutionContext,
         trident: TridentResource,
         pyspark: LazyPySparkResource,
     ) -> Iterator[Any]:
-        txids = sorted(parse_txid(k) for k in context.partition_keys)
+        txids = _txids(context)
         attempt = int(context.run.tags.get("trident/attempt", "0"))
+        selected = set(context.selected_asset_keys)
         spark = pyspark.spark_session
         outcomes: list[BatchOutcome] = []
         with trident.store() as store:
@@ -91,99 +103,43 @@ def topology_assets(
                 replica=trident.replica(),
                 keep_txids=trident.keep_txids,
             )
-            for outcome in runner.run_batches(txids):
-                outcomes.append(outcome)
-                context.log.info(_summary(outcome))
-                yield from _materializations(topology, keys, outcome, attempt, len(txids) > 1)
-            yield from evaluate_checks(topology, keys, settings, context.instance, runner, outcomes)
+            try:
+                for outcome in runner.run_batches(txids):
+                    outcomes.append(outcome)
+                    context.log.info(summary(outcome))
+                    yield from batch_events(
+                        topology, keys, outcome, attempt, len(txids) > 1, selected
+                    )
+            except OutOfOrderCommitError as exc:
+                refused = txids[len(outcomes)]
+                run_first = (runner.last_committed() or 0) + 1
+                context.log.error(
+                    f"txid {refused} refused, nothing written for it: {exc} The asset checks "
+                    "of this run are skipped."
+                )
+                yield from refusal_observations(topology, keys, refused, run_first, str(exc))
+            if outcomes:
+                yield from evaluate_checks(
+                    topology,
+                    keys,
+                    settings,
+                    context.instance,
+                    runner,
+                    outcomes,
+                    selected=set(context.selected_asset_check_keys),
+                )
 
     return _batches
 
 
-def _summary(outcome: BatchOutcome) -> str:
-    if not outcome.applied:
-        return f"txid {outcome.txid} was already committed: nothing changed"
-    counts = ", ".join(f"{n}: {s.keys_updated} keys" for n, s in outcome.states.items())
-    return f"txid {outcome.txid} committed ({counts}; {outcome.dead_letters} dead letters)"
+def _txids(context: dg.AssetExecutionContext) -> list[int]:
+    """The run's txids, ascending; a partition key that is no txid key fails the run clearly.
 
-
-def _materializations(
-    topology: TridentTopology,
-    keys: dict[str, dg.AssetKey],
-    outcome: BatchOutcome,
-    attempt: int,
-    ranged: bool,
-) -> Iterator[Any]:
-    common: dict[str, Any] = {
-        "txid": dg.MetadataValue.int(outcome.txid),
-        "attempt": dg.MetadataValue.int(attempt),
-        "already_committed": dg.MetadataValue.bool(not outcome.applied),
-        "pipelined": dg.MetadataValue.int(outcome.pipelined),
-    }
-    timings = {f"{k}_s": dg.MetadataValue.float(round(v, 4)) for k, v in outcome.timings_s.items()}
-    partition = txid_key(outcome.txid)
-    events: dict[str, dict[str, Any]] = {}
-    for sid in topology.spouts:
-        meta = {**common, **timings}
-        plan = outcome.plans.get(sid)
-        if plan is not None:
-            meta |= {
-                "offsets": dg.MetadataValue.json(plan.offsets_metadata()),
-                "tuples_in": dg.MetadataValue.int(plan.record_count if outcome.applied else 0),
-                "replay": dg.MetadataValue.bool(plan.replay),
-                "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
-            }
-        meta["dead_letters"] = dg.MetadataValue.int(outcome.dead_letters)
-        events[f"spout:{sid}"] = meta
-    for name in topology.states:
-        meta = dict(common)
-        state = outcome.states.get(name)
-        if state is not None:
-            meta |= {
-                "keys_in": dg.MetadataValue.int(state.keys_in),
-                "keys_updated": dg.MetadataValue.int(state.keys_updated),
-                "keys_skipped": dg.MetadataValue.int(state.keys_skipped),
-                "state_size": dg.MetadataValue.int(state.size),
-                "dagster/row_count": dg.MetadataValue.int(state.size),
-                **timings,
-            }
-        events[f"state:{name}"] = meta
-        keys_in = {"keys_in": dg.MetadataValue.int(state.keys_in)} if state is not None else {}
-        events[f"partials:{name}"] = {**common, **keys_in}
-        rows = {"rows": dg.MetadataValue.int(state.keys_in)} if state is not None else {}
-        events[f"new_values:{name}"] = {**common, **rows}
-    for name in topology.outputs:
-        meta = dict(common)
-        if name in outcome.outputs:
-            meta["rows"] = dg.MetadataValue.int(outcome.outputs[name])
-        events[f"output:{name}"] = meta
-    for role in _dependency_order(topology):
-        key, meta = keys[role], events[role]
-        if ranged:
-            yield dg.AssetMaterialization(asset_key=key, partition=partition, metadata=meta)
-        else:
-            yield dg.MaterializeResult(asset_key=key, metadata=meta)
-
-
-def _dependency_order(topology: TridentTopology) -> list[str]:
-    """The topology's assets (``role:name``) with every asset after the assets it depends on.
-
-    Dagster refuses a materialization yielded before one of its dependencies in the step.
+    Raises:
+        dagster.Failure: a key is not ``%010d`` (e.g. ``"12"`` typed in the UI); nothing ran.
     """
-    graph = topology_graph(topology)
-    role_of = {node.key: role for role, node in graph.items()}
-    ordered: list[str] = []
-    done: set[str] = set()
-
-    def visit(role: str) -> None:
-        if role in done:
-            return
-        done.add(role)
-        for dep in graph[role].deps:
-            if dep in role_of:
-                visit(role_of[dep])
-        ordered.append(role)
-
-    for role in graph:
-        visit(role)
-    return ordered
+    try:
+        return sorted(parse_txid(k) for k in context.partition_keys)
+    except ConfigError as exc:
+        context.log.error(f"{exc}; nothing was read or written")
+        raise dg.Failure(description=f"{exc}; nothing was read or written") from None

@@ -16,7 +16,7 @@ On each count/sum state fed only by spouts and functions (``spark.verify.recompu
   source records of every committed batch (their ranges come from Dagster's history).
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -302,31 +302,41 @@ def evaluate_checks(
     instance: dg.DagsterInstance,
     runner: TopologyRunner,
     outcomes: Sequence[BatchOutcome],
+    selected: Collection[dg.AssetCheckKey] | None = None,
 ) -> Iterator[dg.AssetCheckResult]:
-    """Evaluate every check of :func:`check_specs` after a run's batches (store still open)."""
+    """Evaluate the checks of :func:`check_specs` after a run's batches (store still open).
+
+    ``selected``: the checks the run selected (None: all); the others are not evaluated.
+    """
+
+    def wanted(key: dg.AssetKey, name: str) -> bool:
+        return selected is None or dg.AssetCheckKey(key, name) in selected
+
     run_txids = [o.txid for o in outcomes]
     # Only exactly_once needs every committed range; the other checks read O(recent) records.
     full_history = settings.exactly_once and any(
-        recomputable(state) for state in topology.states.values()
+        recomputable(state) and wanted(keys[f"state:{name}"], EXACTLY_ONCE)
+        for name, state in topology.states.items()
     )
     histories: dict[str, dict[int, dict[str, Any]]] = {}
     for sid in topology.spouts:
         key = keys[f"spout:{sid}"]
         if full_history:
             histories[sid] = _spout_history(instance, key)
-        previous = _previous_ends(instance, key, sid, outcomes, histories.get(sid))
-        yield _txids_check(key, instance, runner, run_txids)
-        yield _ranges_check(key, sid, previous, outcomes)
-        yield _dead_letters_check(key, sid, outcomes, settings.dead_letter_threshold)
+        if wanted(key, TXIDS):
+            yield _txids_check(key, instance, runner, run_txids)
+        if wanted(key, RANGES):
+            previous = _previous_ends(instance, key, sid, outcomes, histories.get(sid))
+            yield _ranges_check(key, sid, previous, outcomes)
+        if wanted(key, DEAD):
+            yield _dead_letters_check(key, sid, outcomes, settings.dead_letter_threshold)
     if not full_history:
         return
     for name, state in topology.states.items():
-        if not recomputable(state):
-            continue
         key = keys[f"state:{name}"]
-        ranges = {
-            sid: committed_ranges(histories[sid], outcomes, sid) for sid in topology.spouts
-        }
+        if not recomputable(state) or not wanted(key, EXACTLY_ONCE):
+            continue
+        ranges = {sid: committed_ranges(histories[sid], outcomes, sid) for sid in topology.spouts}
         try:
             result = verify_state(runner, name, ranges)
         except BatchUnavailableError as exc:

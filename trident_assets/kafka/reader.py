@@ -215,6 +215,21 @@ def iter_partition(
                 yield offset, ts // 1000
 
 
+def default_parallelism(spark: Any) -> int:
+    """The session's default parallelism, also under Spark Connect (no SparkContext there).
+
+    Connect refuses ``sparkContext`` (``JVM_ATTRIBUTE_NOT_SUPPORTED``): read the setting, else
+    the shuffle partitions, else 2.
+    """
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return int(spark.sparkContext.defaultParallelism)
+    for key in ("spark.default.parallelism", "spark.sql.shuffle.partitions"):
+        value = spark.conf.get(key, None)
+        if value:
+            return int(value)
+    return 2
+
+
 def read_kafka_ranges(
     spark: Any,
     config: Mapping[str, Any],
@@ -243,7 +258,7 @@ def read_kafka_ranges(
     if not todo:
         return spark.createDataFrame([], schema)
     if tasks is None:
-        tasks = int(spark.sparkContext.defaultParallelism)
+        tasks = default_parallelism(spark)
     n = max(1, min(int(tasks), len(todo)))
     by_id = {f"{t}@{p}": (t, p, f, nx) for t, p, f, nx in todo}
     conf = dict(config)

@@ -46,7 +46,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trident_assets.errors import BatchUnavailableError, ConfigError, TridentError
+from trident_assets.errors import BatchUnavailableError, ConfigError, CorruptSegmentError
+from trident_assets.log.corruption import corrupt_segment_error, gap_error, read_failure
 from trident_assets.log.names import (
     validate_partition,
     validate_partition_count,
@@ -127,8 +128,11 @@ class TopicExistsError(ConfigError):
     """A topic with that name already exists."""
 
 
-class LogCorruptedError(TridentError):
-    """Segment files of a partition are missing, overlapping or disagree with their names."""
+LogCorruptedError = CorruptSegmentError
+"""Segment files of a partition are missing, overlapping, unreadable or disagree with their names.
+
+The same class as :class:`~trident_assets.errors.CorruptSegmentError` (kept under this name).
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,11 +556,22 @@ class PartitionedLog:
             earliest = self._read_log_start(pdir)
             if first < earliest:
                 raise self._unavailable(topic, partition, first, last, earliest, None)
-        msg = (
-            f"topic {topic!r} partition {partition}: segments do not cover offsets "
-            f"{first}..{last} contiguously in {str(pdir)!r}"
-        )
-        raise LogCorruptedError(msg)
+        raise self._gap(topic, partition, pdir, first, last)
+
+    def _gap(
+        self, topic: str, partition: int, pdir: Path, first: int, last: int
+    ) -> CorruptSegmentError:
+        """The error naming the first offsets of ``first .. last`` that no segment holds."""
+        segs = self._list_segments(pdir)
+        expected, before = first, None
+        for s in segs:
+            if s.last < expected:
+                before = s.path
+                continue
+            if s.first > expected:
+                return gap_error(topic, partition, (expected, s.first - 1), before, s.path)
+            expected, before = s.last + 1, s.path
+        return gap_error(topic, partition, (expected, last), before, None)
 
     @staticmethod
     def _unavailable(
@@ -772,6 +787,8 @@ class PartitionedLog:
                 pf = pq.ParquetFile(seg.path)
             except FileNotFoundError:
                 continue  # removed by retention meanwhile: all its offsets are below the start
+            except (pa.ArrowException, OSError) as exc:
+                raise corrupt_segment_error(topic, partition, seg, read_failure(exc)) from exc
             with pf:
                 ts_idx = pf.schema_arrow.get_field_index("timestamp")
                 for rg in range(pf.metadata.num_row_groups):
@@ -831,7 +848,7 @@ class PartitionedLog:
         pieces = []
         try:
             for seg in segs:
-                pieces.append(self._read_segment(seg, first, last))
+                pieces.append(self._read_segment(topic, partition, seg, first, last))
         except FileNotFoundError:
             pdir = self._partition_dir(topic, partition)
             earliest = self._read_log_start(pdir)
@@ -845,32 +862,55 @@ class PartitionedLog:
             or offsets[0].as_py() != first
             or offsets[-1].as_py() != last
         ):
+            files = ", ".join(repr(str(s.path)) for s in segs)
             msg = (
-                f"topic {topic!r} partition {partition}: read of {first}..{last} returned "
-                f"{table.num_rows} rows; segment files disagree with their names"
+                f"corrupt log: topic {topic!r} partition {partition}: a read of offsets "
+                f"{first}..{last} returned {table.num_rows} rows from file(s) {files}; the "
+                f"files disagree with their names; `trident log verify {topic}` names the "
+                "damaged segment"
             )
-            raise LogCorruptedError(msg)
+            raise CorruptSegmentError(msg)
         return table
 
     @staticmethod
-    def _read_segment(seg: Segment, first: int, last: int) -> pa.Table:
+    def _read_segment(topic: str, partition: int, seg: Segment, first: int, last: int) -> pa.Table:
+        """Read offsets ``first .. last`` of ``seg``; every failure names the segment.
+
+        Raises:
+            CorruptSegmentError: the file is not readable Parquet, or its rows or offsets
+                disagree with its name.
+            FileNotFoundError: the file is gone (retention; the caller decides).
+        """
         lo = max(first, seg.first) - seg.first  # row index within the segment
         hi = min(last, seg.last) - seg.first
-        with pq.ParquetFile(seg.path) as pf:
-            meta = pf.metadata
-            if meta.num_rows != seg.last - seg.first + 1:
-                msg = f"segment {str(seg.path)!r} has {meta.num_rows} rows, its name says otherwise"
-                raise LogCorruptedError(msg)
-            groups, start, base = [], 0, None
-            for rg in range(meta.num_row_groups):
-                rows = meta.row_group(rg).num_rows
-                if start + rows > lo and start <= hi:
-                    groups.append(rg)
-                    base = start if base is None else base
-                start += rows
-            t = pf.read_row_groups(groups)
-        t = t.slice(lo - (base or 0), hi - lo + 1)
-        return t.cast(LOG_SCHEMA) if t.schema != LOG_SCHEMA else t
+        try:
+            with pq.ParquetFile(seg.path) as pf:
+                meta = pf.metadata
+                size = seg.last - seg.first + 1
+                if meta.num_rows != size:
+                    problem = f"holds {meta.num_rows} rows, its name says {size}"
+                    raise corrupt_segment_error(topic, partition, seg, problem)
+                groups, start, base = [], 0, None
+                for rg in range(meta.num_row_groups):
+                    rows = meta.row_group(rg).num_rows
+                    if start + rows > lo and start <= hi:
+                        groups.append(rg)
+                        base = start if base is None else base
+                    start += rows
+                t = pf.read_row_groups(groups)
+            t = t.slice(lo - (base or 0), hi - lo + 1)
+            t = t.cast(LOG_SCHEMA) if t.schema != LOG_SCHEMA else t
+        except FileNotFoundError:
+            raise
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+            raise corrupt_segment_error(topic, partition, seg, read_failure(exc)) from exc
+        offsets = t.column("offset")
+        want = (lo + seg.first, hi + seg.first)
+        if t.num_rows != hi - lo + 1 or (offsets[0].as_py(), offsets[-1].as_py()) != want:
+            got = f"{offsets[0].as_py()}..{offsets[-1].as_py()}" if t.num_rows else "none"
+            problem = f"rows {lo}..{hi} hold offsets {got}, its name says {want[0]}..{want[1]}"
+            raise corrupt_segment_error(topic, partition, seg, problem)
+        return t
 
 
 class Producer:

@@ -68,30 +68,15 @@ def _python_partials(
     df: Any, group: tuple[str, ...], column: str, agg: CombinerAggregator[Any], output: str
 ) -> Any:
     """Fold ``init``/``combine`` per group inside a grouped pandas UDF (Arrow batches)."""
-    import pandas as pd
-    from pyspark.sql import functions as F
 
-    key_types = {f.name: f.dataType.simpleString() for f in df.schema.fields if f.name in group}
-    schema = ", ".join([*(f"`{k}` {key_types[k]}" for k in group), f"`{output}` {agg.output_type}"])
-
-    def fold(pdf: pd.DataFrame) -> pd.DataFrame:
+    def fold(columns: list[list[Any]]) -> Any:
         total = agg.zero()
-        started = False
-        for value in pdf[column].tolist():
+        for i, value in enumerate(columns[0]):
             partial = agg.init((value,))
-            total = partial if not started else agg.combine(total, partial)
-            started = True
-        row = {k: [pdf[k].iloc[0]] for k in group} if len(pdf) else {k: [None] for k in group}
-        row[output] = [total]
-        return pd.DataFrame(row)
+            total = partial if i == 0 else agg.combine(total, partial)
+        return total
 
-    if group:
-        return df.groupBy(*group).applyInPandas(fold, schema)
-    one = df.withColumn("__g", F.lit(0)).groupBy("__g")
-    out = one.applyInPandas(lambda pdf: fold(pdf.drop(columns="__g")), schema)
-    # an empty batch has no group: emit zero() so a global aggregate has exactly one row
-    zero = df.sparkSession.createDataFrame([(agg.zero(),)], f"`{output}` {agg.output_type}")
-    return first_or_zero(out, zero)
+    return _fold_groups(df, group, [column], fold, output, agg.output_type, agg.zero())
 
 
 def reduce_groups(
@@ -106,33 +91,52 @@ def reduce_groups(
     Raises:
         ConfigError: the reducer declares no ``output_type``.
     """
-    import pandas as pd
-    from pyspark.sql import functions as F
-
     if not getattr(agg, "output_type", None):
         msg = (
             f"{type(agg).__name__} is a Python reducer: set its class attribute output_type to "
             "the SQL type of its result (e.g. output_type = 'bigint')"
         )
         raise ConfigError(msg)
-    group = tuple(group)
-    key_types = {f.name: f.dataType.simpleString() for f in df.schema.fields if f.name in group}
-    schema = ", ".join([*(f"`{k}` {key_types[k]}" for k in group), f"`{output}` {agg.output_type}"])
-    columns = list(inputs)
 
-    def fold(pdf: pd.DataFrame) -> pd.DataFrame:
+    def fold(columns: list[list[Any]]) -> Any:
         acc = agg.init()
-        for values in zip(*(pdf[c].tolist() for c in columns), strict=True):
+        for values in zip(*columns, strict=True):
             acc = agg.reduce(acc, values)
+        return acc
+
+    return _fold_groups(df, tuple(group), list(inputs), fold, output, agg.output_type, agg.init())
+
+
+def _fold_groups(
+    df: Any,
+    group: tuple[str, ...],
+    inputs: list[str],
+    fold: Any,
+    output: str,
+    output_type: str,
+    empty: Any,
+) -> Any:
+    """``group + [output]`` per group, ``output`` = ``fold(input columns as lists)``.
+
+    A grouped pandas UDF on the workers; without ``group`` the batch is one group and an
+    empty batch gives one row of ``empty`` (exactly one tuple per batch, as Trident).
+    """
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    key_types = {f.name: f.dataType.simpleString() for f in df.schema.fields if f.name in group}
+    schema = ", ".join([*(f"`{k}` {key_types[k]}" for k in group), f"`{output}` {output_type}"])
+
+    def per_group(pdf: pd.DataFrame) -> pd.DataFrame:
         row = {k: [pdf[k].iloc[0]] for k in group} if len(pdf) else {k: [None] for k in group}
-        row[output] = [acc]
+        row[output] = [fold([pdf[c].tolist() for c in inputs])]
         return pd.DataFrame(row)
 
     if group:
-        return df.groupBy(*group).applyInPandas(fold, schema)
+        return df.groupBy(*group).applyInPandas(per_group, schema)
     one = df.withColumn("__g", F.lit(0)).groupBy("__g")
-    out = one.applyInPandas(lambda pdf: fold(pdf.drop(columns="__g")), schema)
-    zero = df.sparkSession.createDataFrame([(agg.init(),)], f"`{output}` {agg.output_type}")
+    out = one.applyInPandas(lambda pdf: per_group(pdf.drop(columns="__g")), schema)
+    zero = df.sparkSession.createDataFrame([(empty,)], f"`{output}` {output_type}")
     return first_or_zero(out, zero)
 
 

@@ -24,9 +24,9 @@ from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
 from trident_assets.spark.aggregation import combine_partials, reduce_groups
 from trident_assets.spark.batch_tables import store_dead_letters, store_rows
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
-from trident_assets.spark.outcomes import BatchOutcome, Prepared
+from trident_assets.spark.outcomes import BatchOutcome, Prepared, dead_letter_rows, head_rows
 from trident_assets.spark.single_join import join_batch_table
-from trident_assets.spark.state_apply import apply_state
+from trident_assets.spark.state_apply import apply_state, state_previews
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
@@ -195,6 +195,7 @@ class BatchRun(NodeFrames):
             if batch is None:
                 batch = self.state_input(state)
             outcome.states[name] = apply_state(self, state, batch)
+            outcome.previews |= state_previews(state, batch, self.new_values.get(name))
         runner.fault("after_state_write")
         outputs = dict(prepared.outputs)
         for name, stream in topo.outputs.items():
@@ -203,10 +204,14 @@ class BatchRun(NodeFrames):
         for name, table in outputs.items():
             store_rows(store, topo.output_table(name), self.txid, table)
             outcome.outputs[name] = table.num_rows
+            outcome.previews[f"output:{name}"] = head_rows(table)
         for name, table in self.new_values.items():
             store_rows(store, topo.states[name].new_values_table, self.txid, table)
+            outcome.previews.setdefault(f"new_values:{name}", head_rows(table))
         outcome.dead_letters = store_dead_letters(store, topo.name, self.txid, prepared.dead)
         outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in prepared.dead.items()}
+        for sid, dead in prepared.dead.items():
+            outcome.previews[f"dead_letters:{sid}"] = dead_letter_rows(dead)
         for spout_id, plan in self.plans.items():
             runner.coordinator(spout_id).commit(plan)
         runner.fault("before_commit")

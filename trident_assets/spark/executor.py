@@ -73,7 +73,8 @@ DEFAULT_MAX_SPOUT_PENDING = 10
 
 Fault = Callable[[str], None]
 """Called at named points of a batch (``after_emit``, ``after_state_write``,
-``before_commit``); the chaos tests kill the process there."""
+``before_commit``, and ``after_commit`` before the replica is published); the chaos tests
+kill the process there."""
 
 
 class TopologyRunner:
@@ -298,6 +299,7 @@ class TopologyRunner:
         )
         timings["commit"] = time.perf_counter() - t_commit
         if outcome.applied and self.replica is not None:
+            self.fault("after_commit")  # committed, not yet published: readers lag one txid
             t_publish = time.perf_counter()
             self._publish(run.txid)
             timings["publish"] = time.perf_counter() - t_publish

@@ -23,7 +23,14 @@ from typing import IO
 
 from trident_assets.errors import TridentError
 
-__all__ = ["SparkServer", "free_port", "spark_home", "start_connect_server"]
+__all__ = [
+    "SparkServer",
+    "StandaloneCluster",
+    "free_port",
+    "spark_home",
+    "start_connect_server",
+    "start_standalone",
+]
 
 START_TIMEOUT_S = 120.0
 
@@ -143,6 +150,66 @@ def start_connect_server(
         "PYSPARK_PYTHON": python,
     }
     return _start(cmd, port, f"sc://127.0.0.1:{port}", log_path, full_env)
+
+
+@dataclass
+class StandaloneCluster:
+    """A standalone master and one worker on 127.0.0.1."""
+
+    master: SparkServer
+    worker: SparkServer
+
+    @property
+    def url(self) -> str:
+        """The master URL (``spark://127.0.0.1:PORT``) to give ``spark.master``."""
+        return self.master.url
+
+    def stop(self) -> None:
+        """Stop the worker (and its executors), then the master, by PID."""
+        self.worker.stop()
+        self.master.stop()
+
+
+def start_standalone(
+    directory: Path, *, cores: int = 2, memory: str = "2g", env: Mapping[str, str] | None = None
+) -> StandaloneCluster:
+    """Start a standalone master and one worker on 127.0.0.1 (logs and work dir in ``directory``).
+
+    The executors run in the worker's work directory: they see the driver's files only by
+    path (one machine), and import nothing from the driver's working directory.
+
+    Raises:
+        TridentError: a server exited or did not listen within two minutes.
+    """
+    home = spark_home()
+    directory.mkdir(parents=True, exist_ok=True)
+    full_env = {
+        **(os.environ if env is None else env),
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(directory),
+        "SPARK_WORKER_DIR": str(directory / "work"),
+    }
+    spark_class = str(home / "bin" / "spark-class")
+    port = free_port()
+    url = f"spark://127.0.0.1:{port}"
+    master_cmd = [
+        spark_class, "org.apache.spark.deploy.master.Master",
+        "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port()),
+    ]  # fmt: skip
+    master = _start(master_cmd, port, url, directory / "master.log", full_env)
+    worker_port = free_port()
+    worker_cmd = [
+        spark_class, "org.apache.spark.deploy.worker.Worker", url,
+        "--host", "127.0.0.1", "--port", str(worker_port), "--webui-port", str(free_port()),
+        "--cores", str(cores), "--memory", memory, "--work-dir", str(directory / "work"),
+    ]  # fmt: skip
+    try:
+        worker = _start(worker_cmd, worker_port, url, directory / "worker.log", full_env)
+    except TridentError:
+        master.stop()
+        raise
+    return StandaloneCluster(master, worker)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,7 +8,9 @@ the files into tasks itself (by ``spark.sql.files.maxPartitionBytes`` /
 ranges are skipped using their ``offset`` statistics. Nothing passes through the driver.
 
 The ranges are validated against the log before Spark is involved, so a range that can no
-longer be read raises :class:`~trident_assets.errors.BatchUnavailableError` immediately. With
+longer be read raises :class:`~trident_assets.errors.BatchUnavailableError` immediately, and
+each file's Parquet footer is checked once (row count and offsets against its name) so a
+damaged segment raises :class:`~trident_assets.errors.CorruptSegmentError` naming it. With
 a cluster, every executor must see the log root at the same path (a shared file system).
 """
 
@@ -20,6 +22,7 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError
+from trident_assets.log.verify import check_segment_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -175,6 +178,7 @@ def _scan(
         paths = log.segment_files(topic, partition, first, last)  # validates everything
         if not paths:
             continue
+        check_segment_files(topic, int(partition), paths)  # footers only, once per file
         files.update(dict.fromkeys(paths))
         conditions.append(
             (

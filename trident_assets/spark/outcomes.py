@@ -5,20 +5,37 @@
 * :class:`Prepared`: a batch's Spark results (per-state partials, outputs, dead letters),
   computed before its commit transaction opens (by :class:`~trident_assets.spark.batch_run.
   BatchRun` alone, or per txid by a pipelined chunk).
+* :func:`top_rows`, :func:`head_rows`: the few rows of a batch table an outcome keeps as a
+  preview (:attr:`BatchOutcome.previews`), computed from the batch alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trident_assets.spouts.ranges import BatchPlan
 
-__all__ = ["GLOBAL_COLUMN", "BatchOutcome", "Prepared", "StateOutcome"]
+__all__ = [
+    "GLOBAL_COLUMN",
+    "PREVIEW_ROWS",
+    "BatchOutcome",
+    "Prepared",
+    "StateOutcome",
+    "dead_letter_rows",
+    "head_rows",
+    "top_rows",
+]
 
 GLOBAL_COLUMN = "key"
 """Key column of an ungrouped (global) state."""
+PREVIEW_ROWS = 10
+"""Rows kept per preview of a batch outcome."""
+DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "reason")
+"""The columns of a dead letters preview (the record's value is left out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +69,10 @@ class BatchOutcome:
     """Superseded rows dropped per state table by compaction after the commit."""
     pipelined: int = 1
     """How many txids shared this batch's Spark job (1: it ran alone)."""
+    previews: dict[str, pa.Table] = field(default_factory=dict)
+    """At most :data:`PREVIEW_ROWS` rows per asset of the txid, with the asset's schema, keyed
+    ``state:<name>`` (the keys the txid touched, highest new value first), ``partials:<name>``,
+    ``new_values:<name>``, ``output:<name>`` and ``dead_letters:<spout>``."""
 
 
 @dataclass
@@ -66,3 +87,45 @@ class Prepared:
     """Per spout: the records its scheme could not decode."""
     tuples_in: dict[str, int]
     """Per spout: how many records the batch read."""
+
+
+def head_rows(table: pa.Table, k: int = PREVIEW_ROWS) -> pa.Table:
+    """The first ``k`` rows of ``table`` (its schema kept)."""
+    return table.slice(0, k)
+
+
+def top_rows(table: pa.Table, value: str, keys: Sequence[str], k: int = PREVIEW_ROWS) -> pa.Table:
+    """The ``k`` rows of ``table`` with the highest ``value``, ties by ``keys`` ascending.
+
+    Linear in the rows of ``table`` (a selection, not a sort), so a preview costs O(batch).
+    Falls back to :func:`head_rows` when a column cannot be ordered (e.g. a struct value).
+    """
+    columns = [value, *(key for key in keys if key != value)]
+    if table.num_rows <= 1 or not all(
+        c in table.column_names and _orderable(table.schema.field(c).type) for c in columns
+    ):
+        return head_rows(table, k)
+    order = [(value, "descending"), *((key, "ascending") for key in columns[1:])]
+    picked = table.take(pc.select_k_unstable(table, k=min(k, table.num_rows), sort_keys=order))
+    return picked.take(pc.sort_indices(picked, sort_keys=order))
+
+
+def _orderable(kind: pa.DataType) -> bool:
+    """True for the scalar types Arrow's selection orders (nested types are not)."""
+    t = pa.types
+    return (
+        t.is_integer(kind)
+        or t.is_floating(kind)
+        or t.is_decimal(kind)
+        or t.is_string(kind)
+        or t.is_large_string(kind)
+        or t.is_binary(kind)
+        or t.is_boolean(kind)
+        or t.is_temporal(kind)
+    )
+
+
+def dead_letter_rows(dead: pa.Table, k: int = PREVIEW_ROWS) -> pa.Table:
+    """The first ``k`` dead letters of a batch: topic, partition, offset and reason."""
+    columns = [c for c in DEAD_LETTER_COLUMNS if c in dead.column_names]
+    return head_rows(dead.select(columns), k)

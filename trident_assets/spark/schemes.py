@@ -150,16 +150,34 @@ class JsonScheme(Scheme):
     Args:
         fields: field name -> Spark SQL type (``{"user": "string", "age": "int"}``). A
             missing member gives null; a record that is not a JSON object, or whose member
-            does not fit its type, goes to dead letters with the reason.
+            does not fit its type, goes to dead letters with the reason. Members not
+            declared are ignored, so a topic whose objects gain members mid-stream decodes
+            unchanged.
+        required: fields that must be present and not null; a record without one goes to
+            dead letters with ``required member 'f' is missing or null``.
     """
 
-    def __init__(self, fields: Mapping[str, str], *, with_metadata: bool = False) -> None:
-        """Declare the typed fields."""
+    def __init__(
+        self,
+        fields: Mapping[str, str],
+        *,
+        with_metadata: bool = False,
+        required: tuple[str, ...] = (),
+    ) -> None:
+        """Declare the typed fields (and those that must not be missing or null)."""
         if not fields:
             msg = "JsonScheme needs at least one field, e.g. {'user': 'string'}"
             raise ConfigError(msg)
+        if isinstance(required, str) or not all(isinstance(f, str) for f in required):
+            msg = f"JsonScheme required must be a tuple of field names, got {required!r}"
+            raise ConfigError(msg)
+        unknown = [f for f in required if f not in fields]
+        if unknown:
+            msg = f"JsonScheme required names undeclared field(s) {unknown}; fields: {list(fields)}"
+            raise ConfigError(msg)
         super().__init__(tuple(fields), with_metadata)
         self.types = dict(fields)
+        self.required = tuple(required)
 
     def columns(self) -> tuple[dict[str, Any], Any]:
         """Parse with Spark's from_json in FAILFAST-like checks, per record."""
@@ -178,4 +196,8 @@ class JsonScheme(Scheme):
             F.lit("malformed JSON or a member of the wrong type for " + ddl),
         )
         values = {name: parsed[name] for name in self.types}
-        return values, F.coalesce(bad_utf8, not_object, corrupt)
+        missing = [
+            F.when(parsed[name].isNull(), F.lit(f"required member {name!r} is missing or null"))
+            for name in self.required
+        ]
+        return values, F.coalesce(bad_utf8, not_object, corrupt, *missing)

@@ -9,6 +9,9 @@
   ``MapReducerAggregator`` over an opaque, transactional or non-transactional map);
 * ``partition_persist``: the user's ``StateUpdater.update_state`` over the whole batch;
 * single joins: :func:`~trident_assets.spark.single_join.apply_join_state`.
+
+:func:`state_previews` keeps a few rows of what a batch did to a state (for the UI), from the
+batch's own tables: never a scan of the state.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, Transaction
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
 from trident_assets.spark.batch_tables import store_rows
-from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome
+from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome, head_rows, top_rows
 from trident_assets.spark.single_join import apply_join_state
 from trident_assets.stream.single_join import SINGLE_JOIN
 
@@ -39,9 +42,9 @@ __all__ = [
     "apply_state",
     "map_state",
     "read_state",
+    "state_previews",
     "state_size",
 ]
-
 
 
 def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOutcome:
@@ -90,6 +93,36 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
         result.keys_skipped,
         state_size(store, state.table),
     )
+
+
+def state_previews(
+    state: TridentState, batch: pa.Table, new_values: pa.Table | None
+) -> dict[str, pa.Table]:
+    """A few rows of what one batch did to ``state``, keyed like ``BatchOutcome.previews``.
+
+    For a map state (``persistent_aggregate``): ``state:<name>`` and ``new_values:<name>``,
+    the keys the batch touched with their new values, highest first; a grouped combiner's
+    ``partials:<name>``, its partials highest first. For other states, the first rows of
+    their new values. Linear in the batch.
+    """
+    name = state.spec.name
+    a = state.node.args
+    previews: dict[str, pa.Table] = {}
+    if "agg" not in a or SINGLE_JOIN in a:
+        if new_values is not None:
+            previews[f"new_values:{name}"] = head_rows(new_values)
+        return previews
+    value = str(state.value_field)
+    group = list(a["group"])
+    if new_values is not None:
+        top = top_rows(new_values, value, group)
+        previews[f"state:{name}"] = top
+        previews[f"new_values:{name}"] = top
+    if group and not isinstance(a["agg"], ReducerAggregator):
+        previews[f"partials:{name}"] = top_rows(
+            batch.select([*group, a["output"]]), a["output"], group
+        )
+    return previews
 
 
 def state_size(store: DuckDBStore, table: str) -> int:

@@ -92,12 +92,25 @@ class SpoutConfig:
                 f"got {self.kind!r}, {self.start!r}"
             )
             raise ConfigError(msg)
+        for name in ("start_timestamp_ms", "max_batch_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                msg = f"SpoutConfig {name} must be an int or None, got {value!r}"
+                raise ConfigError(msg)
+        if self.start_timestamp_ms is not None and self.start_timestamp_ms < 0:
+            got = self.start_timestamp_ms
+            msg = f"SpoutConfig start_timestamp_ms must be >= 0 (epoch ms), got {got}"
+            raise ConfigError(msg)
+        if not isinstance(self.ignore_stored_offsets, bool):
+            got = self.ignore_stored_offsets
+            msg = f"SpoutConfig ignore_stored_offsets must be a bool, got {got!r}"
+            raise ConfigError(msg)
         if self.start.uses_timestamp and self.start_timestamp_ms is None:
             msg = f"start position {self.start.name} needs start_timestamp_ms (epoch ms)"
             raise ConfigError(msg)
         if self.max_batch_size is not None and self.max_batch_size < 1:
             msg = f"max_batch_size must be >= 1 or None (unlimited), got {self.max_batch_size}"
             raise ConfigError(msg)
-        if not self.deployment_id:
+        if not isinstance(self.deployment_id, str) or not self.deployment_id:
             msg = "deployment_id must be a non-empty string"
             raise ConfigError(msg)

@@ -1,7 +1,9 @@
 """Build the user topology over an embedded log and run its batches; print the results as JSON.
 
-Usage: ``python app.py HOME [SPARK_REMOTE]`` runs ``BATCHES`` in a fresh local SparkSession
-with the project's defaults (no environment variable is needed), or through Spark Connect.
+Usage: ``python app.py HOME [SPARK_URL [WORKER_PYTHON]]`` runs ``BATCHES`` in a fresh local
+SparkSession with the project's defaults (no environment variable is needed), through Spark
+Connect (``sc://...``) or on a standalone cluster (``spark://...``, its executors running
+``WORKER_PYTHON``).
 """
 
 from __future__ import annotations
@@ -91,6 +93,16 @@ def _rows(store: DuckDBStore, table: str, where: str = "", params: Any = ()) -> 
     return sorted([list(r) for r in found], key=repr)
 
 
+def session(url: str | None, worker_python: str | None = None) -> Any:
+    """Local Spark, Spark Connect (``sc://``) or a cluster master URL (``spark://``)."""
+    if url is None or url.startswith("sc://"):
+        return build_spark_session(remote=url)
+    conf = {"spark.master": url, "spark.executor.memory": "1g"}
+    if worker_python:
+        conf["spark.pyspark.python"] = worker_python
+    return build_spark_session(conf)
+
+
 def run(home: Path, spark: Any = None, remote: str | None = None) -> dict[str, Any]:
     """Produce each batch's sentences, run it, and collect every output and state."""
     log = PartitionedLog(home / "log")
@@ -122,4 +134,6 @@ def run(home: Path, spark: Any = None, remote: str | None = None) -> dict[str, A
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(Path(sys.argv[1]), remote=sys.argv[2] if len(sys.argv) > 2 else None)))
+    url = sys.argv[2] if len(sys.argv) > 2 else None
+    python = sys.argv[3] if len(sys.argv) > 3 else None
+    print(json.dumps(run(Path(sys.argv[1]), spark=session(url, python))))

@@ -1,0 +1,252 @@
+"""Backups of a DuckDB state file, taken while batches run, and restoring one.
+
+**Backup** (:func:`backup_state`): open the state file for writing, which takes DuckDB's
+file lock (a running batch holds it for its commit; the backup waits up to
+``lock_timeout_s``, as a second batch would), ``CHECKPOINT`` so the file holds every
+committed transaction and the write-ahead log is empty, copy the file to a temporary
+sibling of ``dest``, fsync, rename. While the copy runs the lock is held, so no batch can
+change the file mid-copy: the backup is exactly the state after one committed txid per
+topology. Batches that want the file meanwhile wait (their ``lock_timeout_s``) and then
+continue. The copy is opened read-only and its commit markers are read back before the
+backup is reported done.
+
+Why not ``EXPORT DATABASE``: it writes tables and views out as Parquet plus DDL, so a
+restore re-imports every row (slower than a file copy for the whole state), and the
+per-map sequences that number versions (``_trident_seq_<map>``) must come back at their
+current values for a restored store to keep appending in order; a byte copy of a
+checkpointed file keeps all of that exactly.
+
+**Restore** (:func:`restore_state`): the backup is checked (a trident state store), copied
+next to the state file and renamed over it. An existing state file is refused unless
+``force``; with ``force`` it (and its write-ahead log, which must never be replayed against
+another file) is moved aside as ``<name>.before-restore-<stamp>``, never deleted. The read
+replica, if given, is moved aside the same way and rebuilt from the restored state
+(:func:`rebuild_replica`): one base file per map at its topology's committed txid, the
+kept rows of every output per txid, and the scope markers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from trident_assets.backends.duckdb_store import SEQ_COLUMN, DuckDBStore, log_table
+from trident_assets.backends.replica import Replica
+from trident_assets.errors import ConfigError, StateLayoutError
+from trident_assets.names import validate_identifier
+
+__all__ = ["BackupInfo", "backup_state", "rebuild_replica", "restore_state"]
+
+_OUTPUT_INFIX = "__out_"
+
+
+@dataclass(frozen=True, slots=True)
+class BackupInfo:
+    """What a backup or restore copied.
+
+    Attributes:
+        path: The file written (the backup, or the restored state file).
+        size: Its size in bytes.
+        seconds: Wall time of the copy, lock wait excluded.
+        scopes: Every topology and its last committed txid in the copy.
+        moved_aside: Files or directories moved aside by a forced restore.
+    """
+
+    path: Path
+    size: int
+    seconds: float
+    scopes: dict[str, int]
+    moved_aside: tuple[Path, ...] = ()
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_durably(src: Path, dest: Path) -> None:
+    """Copy ``src`` to ``dest`` through a temporary sibling, fsynced, renamed into place."""
+    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        shutil.copyfile(src, tmp)
+        _fsync(tmp)
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync(dest.parent, directory=True)
+
+
+def _read_scopes(path: Path, lock_timeout_s: float = 0.0) -> dict[str, int]:
+    """The commit markers of a state file, opened read-only (refuses a non-trident file)."""
+    with DuckDBStore(path, read_only=True, lock_timeout_s=lock_timeout_s) as copy:
+        return copy.scopes()
+
+
+def backup_state(
+    state: str | Path, dest: str | Path, *, lock_timeout_s: float = 30.0
+) -> BackupInfo:
+    """Copy the state file ``state`` to ``dest``: a consistent copy, even while batches run.
+
+    Args:
+        state: The state file (it must exist).
+        dest: The backup file to write; it must not exist (its directory must).
+        lock_timeout_s: How long to wait while a batch holds the state file.
+
+    Raises:
+        ConfigError: ``state`` does not exist, ``dest`` exists or its directory does not.
+        StoreLockedError: a batch held the file for longer than ``lock_timeout_s``.
+        StateLayoutError: ``state`` is not a trident state store (or is damaged).
+    """
+    src, target = Path(state), Path(dest)
+    if not src.is_file():
+        msg = f"state file {src} does not exist; nothing to back up"
+        raise ConfigError(msg)
+    if target.exists():
+        msg = f"backup {target} already exists; choose a new file name"
+        raise ConfigError(msg)
+    if not target.parent.is_dir():
+        msg = f"directory {target.parent} of backup {target} does not exist"
+        raise ConfigError(msg)
+    _read_scopes(src, lock_timeout_s)  # a trident store? (checked before anything is written)
+    with DuckDBStore(src, lock_timeout_s=lock_timeout_s) as store:
+        store.checkpoint()
+        started = time.perf_counter()
+        _copy_durably(src, target)
+        seconds = time.perf_counter() - started
+    return BackupInfo(target, target.stat().st_size, seconds, _read_scopes(target))
+
+
+def restore_state(
+    backup: str | Path,
+    state: str | Path,
+    *,
+    force: bool = False,
+    replica: str | Path | None = None,
+    lock_timeout_s: float = 30.0,
+) -> BackupInfo:
+    """Make the backup ``backup`` the state file ``state`` (and rebuild ``replica``).
+
+    Args:
+        backup: A file written by :func:`backup_state` (any trident state file).
+        state: The state file to restore; refused if it exists unless ``force``.
+        force: Replace an existing state file; it is moved aside, never deleted.
+        replica: The read replica directory of this state (``<home>/replica``), rebuilt from
+            the restored state; ``None`` leaves replicas alone.
+        lock_timeout_s: How long to wait while another process holds ``state``.
+
+    Raises:
+        ConfigError: ``backup`` does not exist, or ``state`` exists and ``force`` is false.
+        StateLayoutError: ``backup`` is not a trident state store.
+        StoreLockedError: another process (a running batch) holds ``state``.
+    """
+    src, target = Path(backup), Path(state)
+    if not src.is_file():
+        msg = f"backup {src} does not exist"
+        raise ConfigError(msg)
+    scopes = _read_scopes(src)
+    wal = target.with_name(target.name + ".wal")
+    if (target.exists() or wal.exists()) and not force:
+        msg = (
+            f"state file {target} exists; restoring would replace it (pass --force to move it "
+            f"aside as {target.name}.before-restore-<time> and restore)"
+        )
+        raise ConfigError(msg)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    moved: list[Path] = []
+    holder = _hold(target, lock_timeout_s)
+    try:
+        started = time.perf_counter()
+        tmp = target.with_name(f".{target.name}.restore-{uuid.uuid4().hex}")
+        shutil.copyfile(src, tmp)
+        _fsync(tmp)
+        for old in (target, wal):
+            if old.exists():
+                aside = old.with_name(f"{old.name}.before-restore-{stamp}")
+                os.replace(old, aside)
+                moved.append(aside)
+        os.replace(tmp, target)
+        _fsync(target.parent, directory=True)
+        seconds = time.perf_counter() - started
+    finally:
+        if holder is not None:
+            holder.close()
+    if replica is not None and Path(replica).exists():
+        aside = Path(replica).with_name(f"{Path(replica).name}.before-restore-{stamp}")
+        os.replace(replica, aside)
+        moved.append(aside)
+    if replica is not None:
+        with DuckDBStore(target, read_only=True, lock_timeout_s=lock_timeout_s) as store:
+            rebuild_replica(store, Replica(replica))
+    return BackupInfo(target, target.stat().st_size, seconds, scopes, tuple(moved))
+
+
+def _hold(target: Path, lock_timeout_s: float) -> DuckDBStore | None:
+    """Take the state file's lock (so no batch writes while it is replaced), if it opens."""
+    if not target.exists():
+        return None
+    try:
+        return DuckDBStore(target, read_only=True, lock_timeout_s=lock_timeout_s)
+    except StateLayoutError:
+        return None  # damaged or foreign: nothing can be writing through DuckDB
+
+
+def _owner(table: str, scopes: dict[str, int]) -> int | None:
+    """The committed txid of the topology owning ``table`` (the longest scope prefix)."""
+    owners = [s for s in scopes if table.startswith(f"{s}__")]
+    return scopes[max(owners, key=len)] if owners else None
+
+
+def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
+    """Write ``replica`` from ``store``: a base per map, the outputs per txid, the markers.
+
+    A map's base holds its newest row per key, at its topology's last committed txid (reads
+    as of older txids raise ``HistoryUnavailableError``). Outputs keep the txids the store
+    kept. Markers are written last, so readers see the replica only once it is whole.
+    """
+    scopes = store.scopes()
+    for table in store.tables():
+        layout = store.layout(table)
+        txid = _owner(table, scopes)
+        if layout is None or txid is None:
+            continue
+        keys = ", ".join(f'"{validate_identifier(k, "column")}"' for k in layout.key_columns)
+        rows = store.conn.sql(
+            f"SELECT * FROM {log_table(table)} QUALIFY row_number() OVER "
+            f"(PARTITION BY {keys} ORDER BY {SEQ_COLUMN} DESC) = 1"
+        ).to_arrow_table()
+        replica._write_layout(table, list(layout.key_columns), layout.kind)
+        base = replica.root / table / f"base-{txid:010d}.parquet"
+        base.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, base)
+        if layout.kind == "plain" and rows.num_rows:
+            top = int(pc.max(rows.column(SEQ_COLUMN)).as_py())
+            (replica.root / table / "_published_seq.json").write_text(f'{{"seq": {top}}}')
+    found = store.conn.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+        "AND database_name = current_database()"
+    ).fetchall()
+    for (name,) in found:
+        if _OUTPUT_INFIX not in name or name.startswith("_trident"):
+            continue
+        table = validate_identifier(name, "table")
+        for (txid,) in store.conn.execute(f'SELECT DISTINCT txid FROM "{table}"').fetchall():
+            rows = store.conn.sql(
+                f'SELECT * FROM "{table}" WHERE txid = ?', params=[txid]
+            ).to_arrow_table()
+            replica._write_delta(table, int(txid), rows)
+    for scope, txid in scopes.items():
+        marker = replica.root / "_scopes" / f"{validate_identifier(scope, 'scope')}.json"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f'{{"txid": {txid}}}')

@@ -1,0 +1,196 @@
+"""The Dagster events of a txid: what its assets' pages show.
+
+* An **applied** txid materializes every asset of the topology (the txid committed them all
+  in one transaction), with its counts, timings and previews (:mod:`.previews`): the keys
+  the txid touched with their new values, the partials, the output rows, the dead letters.
+  Assets the run selected get a ``MaterializeResult``; the others (a subset run still
+  commits the whole txid) an ``AssetMaterialization`` event.
+* A txid **committed before** (a no-op re-run) is recorded as an ``AssetObservation``
+  (``already_committed=true``), so the real materialization stays the partition's latest.
+* A **refused** txid (an earlier one has not committed) is recorded as an observation on
+  the spout-batch assets, with the reason and the txid to run first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from typing import Any
+
+import dagster as dg
+
+from trident_assets.dagster.graph import AssetNode, topology_graph
+from trident_assets.dagster.partitions import txid_key
+from trident_assets.dagster.previews import markdown_table, preview_metadata
+from trident_assets.spark.outcomes import BatchOutcome
+from trident_assets.stream.topology import TridentTopology
+
+__all__ = ["batch_events", "dependency_order", "refusal_observations", "summary"]
+
+
+def summary(outcome: BatchOutcome) -> str:
+    """One log line saying what a txid did."""
+    if not outcome.applied:
+        return f"txid {outcome.txid} was already committed: nothing changed"
+    counts = ", ".join(f"{n}: {s.keys_updated} keys" for n, s in outcome.states.items())
+    return f"txid {outcome.txid} committed ({counts}; {outcome.dead_letters} dead letters)"
+
+
+def _preview(outcome: BatchOutcome, role: str, rows: int | None) -> dict[str, Any]:
+    table = outcome.previews.get(role)
+    return {} if table is None else preview_metadata(table, rows)
+
+
+def _dead_letters(outcome: BatchOutcome, spout_id: str) -> dict[str, Any]:
+    table = outcome.previews.get(f"dead_letters:{spout_id}")
+    if table is None:
+        return {}
+    if table.num_rows == 0:
+        text = f"_no dead letters in txid {outcome.txid}_"
+    else:
+        total = outcome.dead_letters_by_spout.get(spout_id, table.num_rows)
+        text = markdown_table(table)
+        if total > table.num_rows:
+            text += f"\n\n{table.num_rows} of {total:,} dead letters"
+    return {"dead_letters_preview": dg.MetadataValue.md(text)}
+
+
+def _table_name(node: AssetNode) -> dict[str, Any]:
+    table = node.metadata.get("dagster/table_name")
+    return {} if table is None else {"dagster/table_name": dg.MetadataValue.text(str(table))}
+
+
+def _applied_metadata(
+    topology: TridentTopology, outcome: BatchOutcome, common: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The materialization metadata of each asset (``role:name``) of an applied txid."""
+    graph = topology_graph(topology)
+    timings = {f"{k}_s": dg.MetadataValue.float(round(v, 4)) for k, v in outcome.timings_s.items()}
+    events: dict[str, dict[str, Any]] = {}
+    for sid in topology.spouts:
+        meta = {**common, **timings}
+        plan = outcome.plans.get(sid)
+        if plan is not None:
+            meta |= {
+                "offsets": dg.MetadataValue.json(plan.offsets_metadata()),
+                "tuples_in": dg.MetadataValue.int(plan.record_count),
+                "replay": dg.MetadataValue.bool(plan.replay),
+                "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
+            }
+        meta["dead_letters"] = dg.MetadataValue.int(outcome.dead_letters)
+        events[f"spout:{sid}"] = meta | _dead_letters(outcome, sid)
+    for name in topology.states:
+        state = outcome.states.get(name)
+        keys_in = state.keys_in if state is not None else None
+        meta = dict(common)
+        if state is not None:
+            meta |= {
+                "keys_in": dg.MetadataValue.int(state.keys_in),
+                "keys_updated": dg.MetadataValue.int(state.keys_updated),
+                "keys_skipped": dg.MetadataValue.int(state.keys_skipped),
+                "state_size": dg.MetadataValue.int(state.size),
+                "dagster/row_count": dg.MetadataValue.int(state.size),
+                **timings,
+            }
+        role = f"state:{name}"
+        events[role] = meta | _preview(outcome, role, keys_in) | _table_name(graph[role])
+        extra = {"keys_in": dg.MetadataValue.int(keys_in)} if keys_in is not None else {}
+        role = f"partials:{name}"
+        if role in graph:
+            events[role] = (
+                common | extra | _preview(outcome, role, keys_in) | _table_name(graph[role])
+            )
+        rows = {"rows": dg.MetadataValue.int(keys_in)} if keys_in is not None else {}
+        role = f"new_values:{name}"
+        events[role] = common | rows | _preview(outcome, role, keys_in) | _table_name(graph[role])
+    for name in topology.outputs:
+        role = f"output:{name}"
+        count = outcome.outputs.get(name)
+        meta = dict(common)
+        if count is not None:
+            meta["rows"] = dg.MetadataValue.int(count)
+        events[role] = meta | _preview(outcome, role, count) | _table_name(graph[role])
+    return events
+
+
+def batch_events(
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    outcome: BatchOutcome,
+    attempt: int,
+    ranged: bool,
+    selected: Collection[dg.AssetKey],
+) -> Iterator[Any]:
+    """The events of one txid's outcome, every asset after those it depends on.
+
+    ``ranged``: the run covers several txids (each gets ``AssetMaterialization`` events with
+    its partition); ``selected``: the assets the run selected (a ``MaterializeResult`` each).
+    """
+    partition = txid_key(outcome.txid)
+    common: dict[str, Any] = {
+        "txid": dg.MetadataValue.int(outcome.txid),
+        "attempt": dg.MetadataValue.int(attempt),
+        "already_committed": dg.MetadataValue.bool(not outcome.applied),
+        "pipelined": dg.MetadataValue.int(outcome.pipelined),
+    }
+    order = dependency_order(topology)
+    if not outcome.applied:
+        note = dg.MetadataValue.md(
+            f"txid {outcome.txid} had committed before this run: nothing changed; the "
+            "partition's materialization is still the one that committed it."
+        )
+        for role in order:
+            yield dg.AssetObservation(
+                asset_key=keys[role], partition=partition, metadata={**common, "note": note}
+            )
+        return
+    events = _applied_metadata(topology, outcome, common)
+    for role in order:
+        key, meta = keys[role], events[role]
+        if ranged or key not in selected:
+            yield dg.AssetMaterialization(asset_key=key, partition=partition, metadata=meta)
+        else:
+            yield dg.MaterializeResult(asset_key=key, metadata=meta)
+
+
+def refusal_observations(
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    txid: int,
+    run_first: int,
+    reason: str,
+) -> Iterator[dg.AssetObservation]:
+    """Observations on the spout-batch assets: ``txid`` was refused, nothing was written."""
+    metadata = {
+        "txid": dg.MetadataValue.int(txid),
+        "refused": dg.MetadataValue.bool(True),
+        "run_first": dg.MetadataValue.text(txid_key(run_first)),
+        "reason": dg.MetadataValue.text(reason),
+    }
+    for sid in topology.spouts:
+        yield dg.AssetObservation(
+            asset_key=keys[f"spout:{sid}"], partition=txid_key(txid), metadata=metadata
+        )
+
+
+def dependency_order(topology: TridentTopology) -> list[str]:
+    """The topology's assets (``role:name``) with every asset after the assets it depends on.
+
+    Dagster refuses a materialization yielded before one of its dependencies in the step.
+    """
+    graph = topology_graph(topology)
+    role_of = {node.key: role for role, node in graph.items()}
+    ordered: list[str] = []
+    done: set[str] = set()
+
+    def visit(role: str) -> None:
+        if role in done:
+            return
+        done.add(role)
+        for dep in graph[role].deps:
+            if dep in role_of:
+                visit(role_of[dep])
+        ordered.append(role)
+
+    for role in graph:
+        visit(role)
+    return ordered

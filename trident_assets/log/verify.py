@@ -1,0 +1,142 @@
+"""Checking a log's segment files: per partition (``trident log verify``) and before a Spark read.
+
+:func:`verify_log` checks every segment of every partition from its Parquet footer (see
+:func:`~trident_assets.log.corruption.footer_problem`) and the partition's contiguity: the
+segments follow each other without gaps or overlaps from the log start to the latest offset.
+:func:`check_segment_files` does the footer check for files about to be handed to Spark,
+once per file (segments are immutable, so a file checked at a given size and modification
+time stays good).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from trident_assets.log.corruption import corrupt_segment_error, footer_problem
+from trident_assets.log.store import SEGMENT_PATTERN, PartitionedLog, Segment
+
+__all__ = ["PartitionReport", "check_segment_files", "verify_log", "verify_partition"]
+
+_CHECKED: dict[tuple[str, int, int], None] = {}
+_CHECKED_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReport:
+    """The result of checking one partition.
+
+    Attributes:
+        topic: The topic.
+        partition: The partition.
+        segments: How many segment files it has.
+        earliest: The log start (first readable offset).
+        latest: The next offset to write.
+        problems: One line per problem found (empty when the partition is sound).
+    """
+
+    topic: str
+    partition: int
+    segments: int
+    earliest: int
+    latest: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem was found."""
+        return not self.problems
+
+
+def _name(path: Path) -> str:
+    return path.name
+
+
+def verify_partition(log: PartitionedLog, topic: str, partition: int) -> PartitionReport:
+    """Check every segment of ``topic``/``partition`` (footers only) and their contiguity.
+
+    Raises:
+        UnknownTopicError: the topic does not exist.
+        ConfigError: the partition is out of range.
+    """
+    pdir = log._pdir(topic, partition)
+    start = log._read_log_start(pdir)
+    segs = log._list_segments(pdir)
+    problems: list[str] = []
+    expected: int | None = None
+    previous: Segment | None = None
+    for seg in segs:
+        if seg.last < seg.first:
+            problems.append(f"{_name(seg.path)}: its name has last offset before first")
+            continue
+        if expected is None:
+            if seg.first > start:
+                problems.append(
+                    f"offsets {start}..{seg.first - 1} are missing: the first segment "
+                    f"{_name(seg.path)} starts after the log start {start}"
+                )
+        elif seg.first > expected:
+            problems.append(
+                f"offsets {expected}..{seg.first - 1} are missing between "
+                f"{_name(previous.path) if previous else '?'} and {_name(seg.path)}"
+            )
+        elif seg.first < expected:
+            problems.append(
+                f"{_name(seg.path)} overlaps {_name(previous.path) if previous else '?'} "
+                f"(offsets {seg.first}..{expected - 1} twice)"
+            )
+        try:
+            problem = footer_problem(seg)
+        except FileNotFoundError:
+            problem = None if seg.last < log._read_log_start(pdir) else "file vanished"
+        if problem is not None:
+            problems.append(f"{_name(seg.path)} (offsets {seg.first}..{seg.last}): {problem}")
+        expected = seg.last + 1 if expected is None else max(expected, seg.last + 1)
+        previous = seg
+    latest = max(expected or 0, start)
+    return PartitionReport(topic, partition, len(segs), start, latest, tuple(problems))
+
+
+def verify_log(log: PartitionedLog, topic: str | None = None) -> list[PartitionReport]:
+    """Check every partition of ``topic`` (default: of every topic), in topic/partition order.
+
+    Raises:
+        UnknownTopicError: ``topic`` does not exist.
+    """
+    names = [topic] if topic is not None else log.topics()
+    return [verify_partition(log, name, p) for name in names for p in range(log.partitions(name))]
+
+
+def check_segment_files(topic: str, partition: int, paths: Sequence[str]) -> None:
+    """Check the footers of segment files before another reader (Spark) opens them.
+
+    Each file is checked once per (path, size, modification time); only its footer is read.
+
+    Raises:
+        CorruptSegmentError: a file is unreadable or disagrees with its name; the message
+            names topic, partition, offsets and file.
+    """
+    for path in paths:
+        p = Path(path)
+        match = SEGMENT_PATTERN.fullmatch(p.name)
+        if match is None:
+            continue
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            continue  # retention removed it meanwhile: Spark's read reports it
+        key = (str(p), st.st_size, st.st_mtime_ns)
+        if key in _CHECKED:
+            continue
+        seg = Segment(int(match.group(1)), int(match.group(2)), p)
+        try:
+            problem = footer_problem(seg)
+        except FileNotFoundError:
+            continue
+        if problem is not None:
+            raise corrupt_segment_error(topic, partition, seg, problem)
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+        _CHECKED[key] = None

@@ -1,0 +1,248 @@
+"""``trident state backup|restore`` (issue 17, item 2): consistent copies, exactly-once resume.
+
+A backup taken while another process commits batches is the state after one whole txid; a
+restored backup resumes exactly-once: the txids after it run again and the state equals the
+counts computed from the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from trident_assets.backends.backup import backup_state, restore_state
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.replica import Replica
+from trident_assets.cli import app
+from trident_assets.errors import ConfigError, StateLayoutError
+from trident_assets.examples.word_count import SENTENCES, build_word_count
+from trident_assets.log.store import PartitionedLog
+from trident_assets.spark.executor import TopologyRunner
+from trident_assets.spouts.config import SpoutKind
+
+TRIDENT = Path(sys.executable).parent / "trident"
+REPO = Path(__file__).resolve().parents[1]
+WRITER = """
+import sys
+from trident_assets.backends.duckdb_store import DuckDBStore
+db, stop = sys.argv[1], sys.argv[2]
+import os
+txid = 0
+while not os.path.exists(stop) and txid < 400:
+    txid += 1
+    with DuckDBStore(db, lock_timeout_s=30) as store:
+        with store.transaction() as tx:
+            store.map("w__counts").multi_put([(f"k{i}",) for i in range(50)], [txid] * 50)
+            tx.mark_committed("w", txid)
+    if txid == 1:
+        print("committed 1", flush=True)
+print(txid)
+"""
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+
+
+def _trident(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(TRIDENT), *args],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_backup_taken_while_another_process_commits_is_one_whole_txid(tmp_path: Path) -> None:
+    db, stop = tmp_path / "state.duckdb", tmp_path / "stop"
+    with DuckDBStore(db) as store, store.transaction() as tx:
+        tx.mark_committed("w", 0)
+    script = tmp_path / "writer.py"
+    script.write_text(textwrap.dedent(WRITER))
+    writer = subprocess.Popen(
+        [sys.executable, str(script), str(db), str(stop)],
+        env={**_env(tmp_path), "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline() == "committed 1\n"
+        infos = []
+        for n in range(3):
+            time.sleep(0.2)
+            infos.append(backup_state(db, tmp_path / f"b{n}.duckdb", lock_timeout_s=30))
+    finally:
+        stop.touch()
+        out, _ = writer.communicate(timeout=60)
+    assert writer.returncode == 0
+    assert int(out) > infos[-1].scopes["w"] >= infos[0].scopes["w"] > 0
+    for info in infos:
+        with DuckDBStore(info.path, read_only=True) as copy:
+            txid = copy.last_committed("w")
+            assert txid == info.scopes["w"]
+            values = {r["value"] for r in copy.scan("w__counts").to_pylist()}
+            assert values == {txid}  # every key holds the value of the last committed txid
+            assert copy.size("w__counts") == 50
+
+
+def test_backup_and_restore_refusals(tmp_path: Path) -> None:
+    db = tmp_path / "state.duckdb"
+    with DuckDBStore(db) as store, store.transaction() as tx:
+        tx.mark_committed("t", 1)
+    with pytest.raises(ConfigError) as info:
+        backup_state(tmp_path / "missing.duckdb", tmp_path / "b.duckdb")
+    assert (
+        str(info.value)
+        == f"state file {tmp_path / 'missing.duckdb'} does not exist; nothing to back up"
+    )
+    backup_state(db, tmp_path / "b.duckdb")
+    with pytest.raises(ConfigError) as info:
+        backup_state(db, tmp_path / "b.duckdb")
+    assert (
+        str(info.value) == f"backup {tmp_path / 'b.duckdb'} already exists; choose a new file name"
+    )
+    with pytest.raises(ConfigError) as info:
+        restore_state(tmp_path / "b.duckdb", db)
+    assert str(info.value) == (
+        f"state file {db} exists; restoring would replace it (pass --force to move it aside "
+        "as state.duckdb.before-restore-<time> and restore)"
+    )
+    (tmp_path / "junk.duckdb").write_bytes(b"junk")
+    with pytest.raises(StateLayoutError) as info:
+        restore_state(tmp_path / "junk.duckdb", db, force=True)
+    assert str(info.value) == (
+        f"{tmp_path / 'junk.duckdb'} is not a DuckDB database file (it was left unchanged)"
+    )
+    assert (tmp_path / "junk.duckdb").read_bytes() == b"junk"
+
+
+def _sentences(log: PartitionedLog, values: list[str]) -> None:
+    producer = log.producer("sentences", partitioner="round_robin")
+    for v in values:
+        producer.send(v.encode())
+    producer.flush()
+
+
+def _truth(log: PartitionedLog) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for p in range(log.partitions("sentences")):
+        end = log.latest_offset("sentences", p)
+        for value in log.read("sentences", p, 0, end - 1).column("value").to_pylist():
+            counts.update(w for w in value.decode().split(" ") if w)
+    return dict(counts)
+
+
+def _counts(store: DuckDBStore, name: str) -> dict[str, int]:
+    return {r["word"]: r["value"] for r in store.scan(f"{name}__word_counts").to_pylist()}
+
+
+@pytest.mark.parametrize("kind", [SpoutKind.TRANSACTIONAL, SpoutKind.OPAQUE])
+def test_a_restored_backup_resumes_exactly_once(
+    spark: Any, tmp_path: Path, kind: SpoutKind
+) -> None:
+    home = tmp_path / "home"
+    log = PartitionedLog(home / "log")
+    log.create_topic("sentences", 2)
+    log.create_topic("word_queries", 1)
+    _sentences(log, SENTENCES)
+    topo = build_word_count("wc", max_batch_size=3, kind=kind)
+    db = home / "state.duckdb"
+    replica = Replica(home / "replica")
+
+    def run(txids: range) -> None:
+        with DuckDBStore(db) as store:
+            runner = TopologyRunner(topo, spark, store, log)
+            for txid in txids:
+                assert runner.run_batch(txid).applied
+                replica.publish(store, topo.name, txid, [f"{topo.name}__word_counts"], [])
+
+    run(range(1, 4))
+    with DuckDBStore(db, read_only=True) as store:
+        at_three = _counts(store, topo.name)
+    done = _trident(tmp_path, "state", "backup", str(tmp_path / "b.duckdb"), "--home", str(home))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"backed up {db} to {tmp_path / 'b.duckdb'}: ")
+    assert done.stdout.endswith("; wc at txid 3\n")
+    run(range(4, 7))
+    _sentences(log, ["late words arrive", "after the backup"])
+
+    done = _trident(tmp_path, "state", "restore", str(tmp_path / "b.duckdb"), "--home", str(home))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"error: state file {db} exists; restoring would replace it (pass --force to move it "
+        "aside as state.duckdb.before-restore-<time> and restore)\n"
+    )
+    done = _trident(
+        tmp_path, "state", "restore", str(tmp_path / "b.duckdb"), "--force", "--home", str(home)
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"restored {tmp_path / 'b.duckdb'} to {db}: ")
+    assert lines[0].endswith(" bytes; wc at txid 3")
+    assert [line.split(".before-restore-")[0] for line in lines[1:3]] == [
+        f"  moved aside: {db}",
+        f"  moved aside: {home / 'replica'}",
+    ]
+    assert lines[3] == f"  rebuilt the read replica {home / 'replica'}"
+    assert replica.latest(topo.name) == 3
+    got = replica.read_map(f"{topo.name}__word_counts", scope=topo.name, value_name="value")
+    assert (
+        dict(zip(got.column("word").to_pylist(), got.column("value").to_pylist(), strict=True))
+        == at_three
+    )
+
+    with DuckDBStore(db) as store:
+        assert store.last_committed(topo.name) == 3
+        assert _counts(store, topo.name) == at_three
+        runner = TopologyRunner(topo, spark, store, log)
+        assert not runner.run_batch(3).applied  # committed in the backup: nothing changes
+        txid = 3
+        while runner.backlog() > 0:
+            txid += 1
+            assert runner.run_batch(txid).applied
+            replica.publish(store, topo.name, txid, [f"{topo.name}__word_counts"], [])
+        assert txid > 3  # the txids after the backup ran again
+        assert _counts(store, topo.name) == _truth(log)
+    got = replica.read_map(f"{topo.name}__word_counts", scope=topo.name, value_name="value")
+    assert dict(
+        zip(got.column("word").to_pylist(), got.column("value").to_pylist(), strict=True)
+    ) == _truth(log)
+
+
+def test_restore_replaces_a_truncated_state_file(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    db = home / "state.duckdb"
+    with DuckDBStore(db) as store, store.transaction() as tx:
+        store.map("t__counts").multi_put([("a",)], [1])
+        tx.mark_committed("t", 1)
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["state", "backup", str(tmp_path / "b.duckdb"), "--home", str(home)]
+    )
+    assert result.exit_code == 0, result.output
+    with open(db, "r+b") as fh:
+        fh.truncate(4096)
+    result = runner.invoke(app, ["state", "list", "--home", str(home)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: state file {db} is corrupt or unreadable (")
+    result = runner.invoke(
+        app, ["state", "restore", str(tmp_path / "b.duckdb"), "--force", "--home", str(home)]
+    )
+    assert result.exit_code == 0, result.output
+    asides = sorted(p.name.split("-restore-")[0] for p in home.iterdir() if "before" in p.name)
+    assert asides == ["state.duckdb.before"]
+    with contextlib.closing(DuckDBStore(db, read_only=True)) as store:
+        assert store.scan("t__counts").to_pylist() == [{"k0": "a", "value": 1}]
