@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.cli import app
 from trident_assets.core.values import OpaqueValue
+from trident_assets_tests.conftest import DemoRun
 
 TRIDENT = Path(sys.executable).parent / "trident"
 DEAD_LETTERS_DDL = (
@@ -549,18 +550,12 @@ def test_demo_refuses_a_home_with_other_data(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
 
 
-def test_demo_tells_its_story_in_one_screen(tmp_path: Path) -> None:
-    """The whole demo (smaller), as `make demo` runs it: a child process, a clean environment."""
-    home = tmp_path / "h"
-    done = subprocess.run(
-        [str(TRIDENT), "demo", "--home", str(home), "--sentences", "2000", "--batch-size", "400"],
-        cwd=tmp_path,
-        env=_clean_env(tmp_path, COLUMNS="80"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
+    """The whole demo (smaller), as `make demo` runs it: a child process, a clean environment.
+
+    The run (``demo_run``) is shared with the UI test over its home (test_demo_ui.py).
+    """
+    home, done = demo_run.home, demo_run.done
     assert (done.returncode, done.stderr) == (0, ""), done.stdout
     out = done.stdout.splitlines()
     assert len(out) <= 30, done.stdout

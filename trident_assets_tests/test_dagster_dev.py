@@ -305,8 +305,9 @@ def _browser_page(pw: Any) -> tuple[Any, Any]:
     return browser, browser.new_page(viewport={"width": 1400, "height": 2000})
 
 
-def _screenshot(page: Any, dev: Dev, name: str) -> Path:
-    path = dev.home.parent / name
+def _screenshot(page: Any, directory: Path, name: str) -> Path:
+    """Save a full-page screenshot in ``directory`` and copy it to ``SCREENS``."""
+    path = directory / name
     page.screenshot(path=str(path), full_page=True)
     SCREENS.mkdir(parents=True, exist_ok=True)
     shutil.copy(path, SCREENS / name)
@@ -355,7 +356,7 @@ def test_downstream_top_words_shows_its_preview_in_chromium(dev: Dev) -> None:
             _show_markdown(page)
             cell = page.locator("td", has_text=top_word).first
             cell.wait_for(timeout=60_000)
-            _screenshot(page, dev, "top_words.png")
+            _screenshot(page, dev.home.parent, "top_words.png")
             body = page.inner_text("body")
             assert "preview" in body
             assert f"{top_word}\t{top_count}" in body, "the Markdown preview's first row"
@@ -382,7 +383,7 @@ def test_state_asset_page_shows_the_preview_schema_and_table(dev: Dev) -> None:
             page.get_by_text("0000000004").first.wait_for(timeout=60_000)
             _show_markdown(page)
             page.get_by_text("word_count__word_counts").first.wait_for(timeout=60_000)
-            _screenshot(page, dev, "word_counts.png")
+            _screenshot(page, dev.home.parent, "word_counts.png")
             body = page.inner_text("body")
             for label in ("preview", "Columns", "word", "count", "int64", "state_size", "attempt"):
                 assert label in body, label

@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 import pyarrow as pa
+from pyspark.sql import DataFrame as SparkDataFrame
 
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.partitions import txid_key, txid_partitions
@@ -52,6 +53,12 @@ def counts_latest(counts: pa.Table) -> None:
     )
 
 
+@dg.asset(partitions_def=WC, ins={"counts": dg.AssetIn(key=["word_count", "word_counts"])})
+def counts_on_spark(counts: SparkDataFrame) -> None:
+    """A PySpark DataFrame annotation gets a Spark DataFrame of the state as of the txid."""
+    SEEN.setdefault("spark", []).append({r["word"]: r["count"] for r in counts.collect()})
+
+
 @dg.asset(
     partitions_def=WC,
     ins={
@@ -76,7 +83,13 @@ def test_downstream_assets_read_the_state_as_of_each_txid(spark: Any, tmp_path: 
         producer.send(sentence.encode())
     producer.flush()
     topo = build_word_count(max_batch_size=BATCH)
-    mine = [counts_as_of, counts_latest, per_txid_rows, *downstream_assets(topo.name)]
+    mine = [
+        counts_as_of,
+        counts_latest,
+        per_txid_rows,
+        counts_on_spark,
+        *downstream_assets(topo.name),
+    ]
     defs = trident_definitions([topo], trident, assets=mine)
     job = defs.resolve_implicit_global_asset_job_def()
     resources = dict(defs.resources or {})
@@ -87,7 +100,7 @@ def test_downstream_assets_read_the_state_as_of_each_txid(spark: Any, tmp_path: 
         for txid in TXIDS:
             result = dg.materialize(
                 everything,
-                selection=[counts_as_of, per_txid_rows, *mine[3:]],
+                selection=[counts_as_of, per_txid_rows, *mine[3:]],  # with counts_on_spark
                 partition_key=txid_key(txid),
                 instance=instance,
                 resources=resources,
@@ -100,7 +113,7 @@ def test_downstream_assets_read_the_state_as_of_each_txid(spark: Any, tmp_path: 
         # the user state asset again for txid 2: committed, final
         again = dg.materialize(
             everything,
-            selection=[mine[4]],
+            selection=[mine[5]],
             partition_key=txid_key(2),
             instance=instance,
             resources=resources,
@@ -111,6 +124,7 @@ def test_downstream_assets_read_the_state_as_of_each_txid(spark: Any, tmp_path: 
         ).records[0]
     assert SEEN["as_of"] == [dict(truth(t)) for t in TXIDS]
     assert SEEN["latest"] == dict(truth(3))
+    assert SEEN["spark"] == SEEN["as_of"], "a Spark DataFrame input holds the same rows"
     for i, txid in enumerate(TXIDS):
         batch = truth(txid) - truth(txid - 1) if txid > 1 else truth(1)
         assert SEEN["partials"][i] == dict(batch), f"partials of txid {txid}"

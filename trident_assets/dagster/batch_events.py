@@ -73,7 +73,10 @@ def _applied_metadata(
             meta |= {
                 "offsets": dg.MetadataValue.json(plan.offsets_metadata()),
                 "tuples_in": dg.MetadataValue.int(plan.record_count),
-                "replay": dg.MetadataValue.bool(plan.replay),
+                # a replay: an earlier attempt of this txid failed (any spout kind); for a
+                # transactional spout it re-reads the ranges recorded at first emission
+                "replay": dg.MetadataValue.bool(plan.replay or common["attempt"].value > 0),
+                "ranges_recorded_before": dg.MetadataValue.bool(plan.replay),
                 "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
             }
         meta["dead_letters"] = dg.MetadataValue.int(outcome.dead_letters)

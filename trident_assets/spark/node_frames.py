@@ -8,6 +8,7 @@ subclasses (:class:`~trident_assets.spark.batch_run.BatchRun`,
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -38,7 +39,7 @@ def global_partials(values: pa.Array) -> dict[str, pa.Array]:
     return {GLOBAL_COLUMN: pa.array([GLOBAL_KEY[0]] * len(values))}
 
 
-class NodeFrames:
+class NodeFrames(ABC):
     """Memoised DataFrames per topology node, for one batch or a pipelined chunk."""
 
     frames: dict[int, Any]
@@ -50,9 +51,9 @@ class NodeFrames:
             self.frames[key] = self._build(node)
         return self.frames[key]
 
+    @abstractmethod
     def _build(self, node: Node) -> Any:
         """Build the node's DataFrame (each subclass knows the node kinds it runs)."""
-        raise NotImplementedError
 
     @staticmethod
     def row_wise(node: Node, parent: Any, keep: tuple[str, ...] = ()) -> Any:

@@ -1,0 +1,228 @@
+"""End to end, as a new user: `trident demo --home H`, then `trident ui --home H`, then the browser.
+
+The demo run is the session's ``demo_run`` (shared with the demo's story test in
+test_cli.py): 5 txids of 400 sentences, txid 3 SIGKILLed between its state write and its
+commit, then replayed (attempt 1). `trident ui` (``dagster dev`` over the demo's home) runs
+as a child process with a clean environment in its own session, and is stopped by process
+group. GraphQL cross-checks what the pages show; headless Chromium (Debian's ``chromium``)
+opens the state asset's page (the ``preview`` of the latest txid) and its partition
+``0000000003`` (the replayed txid: ``attempt`` 1). Screenshots go to the test's tmp directory
+and to ``/tmp/trident_screens/`` (``demo_state.png``, ``demo_txid3.png``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets_tests.conftest import DemoRun
+from trident_assets_tests.test_cli import TRIDENT, _clean_env
+from trident_assets_tests.test_dagster_dev import (
+    STATE,
+    _browser_page,
+    _free_port,
+    _materialized,
+    _need_chromium,
+    _screenshot,
+    _show_markdown,
+    _wait,
+    gql,
+)
+
+TXIDS = [f"{t:010d}" for t in range(1, 6)]
+PREVIEW_ROWS = 10
+"""Rows of a state's ``preview`` (the keys its txid touched, largest values first)."""
+
+MATERIALIZATIONS = """
+query ($path: [String!]!, $partition: String!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode {
+      assetMaterializations(partitions: [$partition]) {
+        runId
+        partition
+        metadataEntries {
+          label
+          ... on IntMetadataEntry { intValue }
+          ... on BoolMetadataEntry { boolValue }
+          ... on MarkdownMetadataEntry { mdStr }
+        }
+      }
+    }
+  }
+}
+"""
+RUNS = """
+query ($partition: String!) {
+  runsOrError(filter: {tags: [{key: "dagster/partition", value: $partition}]}) {
+    ... on Runs { results { runId status tags { key value } } }
+  }
+}
+"""
+OUTER_ROWS = """
+rows => rows
+  .filter(row => !row.parentElement.closest("td"))
+  .map(row => Array.from(row.cells).map(cell => cell.innerText.trim()))
+"""
+"""Cell texts of the page's table rows, without rows of tables nested in a cell (a preview)."""
+
+
+def _top(store: DuckDBStore, as_of: int | None) -> tuple[list[tuple[str, int]], int]:
+    """The ``preview`` rows of word_counts (all keys touched) and its number of keys."""
+    rows = store.scan("word_count__word_counts", as_of=as_of).to_pylist()
+    counts = sorted(((r["word"], r["value"]) for r in rows), key=lambda kv: (-kv[1], kv[0]))
+    return counts[:PREVIEW_ROWS], len(counts)
+
+
+def _as_markdown(rows: list[tuple[str, int]], total: int) -> str:
+    """The ``preview`` metadata as written (Markdown)."""
+    body = [f"| {w} | {n} |" for w, n in rows]
+    return "\n".join(["| word | count |", "|---|---|", *body]) + (
+        f"\n\n{len(rows)} of {total} rows"
+    )
+
+
+def _as_shown(rows: list[tuple[str, int]], total: int) -> str:
+    """The ``preview`` metadata as the UI renders it (a table's inner text)."""
+    body = [f"{w}\t{n}" for w, n in rows]
+    return "\n".join(["word\tcount", *body]) + f"\n\n{len(rows)} of {total} rows"
+
+
+def _metadata(materialization: dict[str, Any]) -> dict[str, Any]:
+    return {
+        e["label"]: e.get("intValue", e.get("boolValue", e.get("mdStr")))
+        for e in materialization["metadataEntries"]
+    }
+
+
+def _rows(page: Any) -> dict[str, list[str]]:
+    """The page's table rows by first cell (metadata keys), nested tables left out."""
+    return {cells[0]: cells[1:] for cells in page.eval_on_selector_all("tr", OUTER_ROWS) if cells}
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop `dagster dev` (same PID as `trident ui`, its own process group) and all it started."""
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail(f"processes of `trident ui` (group {proc.pid}) still ran 30 s after it exited")
+
+
+@pytest.mark.timeout(1200)
+def test_demo_then_ui_shows_the_state_preview_and_the_replayed_txid(
+    demo_run: DemoRun, tmp_path: Path
+) -> None:
+    done, home = demo_run.done, demo_run.home
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout
+    story = done.stdout.splitlines()
+    assert story[6] == (
+        "   txid 3: child exit code -9 (SIGKILL); state and commit marker unchanged "
+        "(last committed txid 2)"
+    )
+    assert story[7].startswith("   txid 3: 400 sentences replayed after the crash (attempt 1, ")
+    assert story[-1] == f"{TRIDENT} ui --home {home}"
+    _need_chromium()
+    with DuckDBStore(home / "state.duckdb") as store:
+        assert store.last_committed("word_count") == 5
+        latest, latest_keys = _top(store, None)
+        at_3, keys_3 = _top(store, 3)
+    assert (latest_keys, keys_3) == (28, 28), "all 28 words by txid 3: previews are the top rows"
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_file = tmp_path / "ui.log"
+    with log_file.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(TRIDENT), "ui", "--home", str(home), "--port", str(port)],
+            cwd=demo_run.cwd,
+            env=_clean_env(demo_run.cwd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # a background process inherits SIGINT ignored; dagster copies it onto SIGTERM
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    try:
+        _wait(
+            "the webserver",
+            lambda: urllib.request.urlopen(f"{url}/server_info", timeout=5),
+            180,
+            log_file,
+        )
+        _wait("the code location", lambda: _materialized(url, STATE) == TXIDS, 180, log_file)
+
+        # GraphQL: txid 3 has one materialization, the replay's (attempt 1) ...
+        data = gql(url, MATERIALIZATIONS, {"path": STATE, "partition": "0000000003"})
+        (txid3,) = data["assetNodeOrError"]["assetMaterializations"]
+        meta3 = _metadata(txid3)
+        assert {k: meta3[k] for k in ("txid", "attempt", "already_committed")} == {
+            "txid": 3,
+            "attempt": 1,
+            "already_committed": False,
+        }
+        assert meta3["preview"] == _as_markdown(at_3, keys_3)
+        # ... by the second run of the partition; the first (attempt 0) was the killed one
+        runs = gql(url, RUNS, {"partition": "0000000003"})["runsOrError"]["results"]
+        attempts = sorted(
+            ({t["key"]: t["value"] for t in r["tags"]}["trident/attempt"], r["status"], r["runId"])
+            for r in runs
+        )
+        assert [(a, s) for a, s, _ in attempts] == [("0", "FAILURE"), ("1", "SUCCESS")]
+        assert attempts[1][2] == txid3["runId"]
+        data = gql(url, MATERIALIZATIONS, {"path": STATE, "partition": "0000000005"})
+        (txid5,) = data["assetNodeOrError"]["assetMaterializations"]
+        assert _metadata(txid5)["preview"] == _as_markdown(latest, latest_keys)
+
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as pw:
+            browser, page = _browser_page(pw)
+            try:
+                # the asset page: its latest materialization (txid 5) and the state's preview
+                page.goto(f"{url}/assets/word_count/word_counts", wait_until="networkidle")
+                page.get_by_text("0000000005").first.wait_for(timeout=60_000)
+                _show_markdown(page)
+                page.get_by_text(f"10 of {latest_keys} rows").first.wait_for(timeout=60_000)
+                _screenshot(page, tmp_path, "demo_state.png")
+                rows = _rows(page)  # key: [timestamp, value]
+                assert rows["txid"][-1] == "5"
+                assert rows["preview"][-1] == _as_shown(latest, latest_keys)
+
+                # partition 0000000003: the replayed txid, attempt 1, and its preview
+                page.goto(
+                    f"{url}/assets/word_count/word_counts?view=partitions&partition=0000000003",
+                    wait_until="networkidle",
+                )
+                _show_markdown(page)
+                page.get_by_text(f"10 of {keys_3} rows").first.wait_for(timeout=60_000)
+                page.locator("td", has_text="attempt").first.wait_for(timeout=60_000)
+                _screenshot(page, tmp_path, "demo_txid3.png")
+                rows = _rows(page)  # key: [value, ""]
+                assert (rows["txid"][0], rows["attempt"][0], rows["already_committed"][0]) == (
+                    "3",
+                    "1",
+                    "false",
+                )
+                assert rows["preview"][0] == _as_shown(at_3, keys_3)
+            finally:
+                browser.close()
+    finally:
+        _stop(proc)
