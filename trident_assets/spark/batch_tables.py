@@ -36,15 +36,21 @@ def ensure_dead_letters_table(store: DuckDBStore) -> None:
     )
 
 
-def store_rows(store: DuckDBStore, table: str, txid: int, rows: pa.Table) -> None:
-    """Replace the rows of ``txid`` in a per-txid output table (one statement each)."""
+def store_rows(
+    store: DuckDBStore, table: str, txid: int, rows: pa.Table, keep: int = NEW_VALUES_KEPT
+) -> None:
+    """Replace the rows of ``txid`` in a per-txid table, keeping the last ``keep`` txids.
+
+    One statement each; the delete scans what the table keeps, so keep it short where the
+    read replica serves the history.
+    """
     conn = store.conn
     with_txid = rows.add_column(0, "txid", pa.array([txid] * rows.num_rows, pa.int64()))
     with store.registered(with_txid) as name:
         conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM {name} LIMIT 0')
         _type_null_columns(store, table, name)
         conn.execute(
-            f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - NEW_VALUES_KEPT]
+            f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep]
         )
         conn.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM {name}')
 

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
     from trident_assets.stream.streams import TridentState
 
+PARTIALS_KEPT = 2
+"""Txids of partials the store keeps: enough to publish a txid a crash left unpublished
+(the read replica keeps ``keep_txids`` of them for readers)."""
+
 __all__ = [
     "apply_reducer_state",
     "apply_state",
@@ -81,7 +85,9 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
         )
         result = apply_state_batch(store, target, batch, txid)
         if state.group:  # the grouped-aggregation asset: this txid's partials per key
-            store_rows(store, state.partials_table, txid, batch.select([*keys, out]))
+            store_rows(
+                store, state.partials_table, txid, batch.select([*keys, out]), PARTIALS_KEPT
+            )
     if result.new_values is not None:
         # the declared fields: group + [output] (a global state's key column is internal)
         run.new_values[spec.name] = result.new_values.select(list(state.node.fields))
