@@ -119,11 +119,18 @@ def test_downstream_assets_read_the_state_as_of_each_txid(spark: Any, tmp_path: 
             resources=resources,
         )
         (lengths_again,) = again.asset_materializations_for_node("word_count__word_lengths")
+        totals = {
+            int(r.partition_key): r.asset_materialization.metadata["total"].value  # type: ignore[union-attr]
+            for r in instance.fetch_materializations(
+                dg.AssetKey(["word_count", "word_counts"]), limit=10
+            ).records
+        }
         top = instance.fetch_materializations(
             dg.AssetKey(["word_count", "top_words"]), limit=1
         ).records[0]
     assert SEEN["as_of"] == [dict(truth(t)) for t in TXIDS]
     assert SEEN["latest"] == dict(truth(3))
+    assert totals == {t: sum(truth(t).values()) for t in TXIDS}, "the state's total per txid"
     assert SEEN["spark"] == SEEN["as_of"], "a Spark DataFrame input holds the same rows"
     for i, txid in enumerate(TXIDS):
         batch = truth(txid) - truth(txid - 1) if txid > 1 else truth(1)

@@ -102,6 +102,7 @@ def test_user_state_asset_is_exactly_once_in_order(tmp_path: Path) -> None:
             result = _run(tmp_path, instance, txid)
             assert result.success
             assert _metadata(result)["already_committed"] is False
+            assert _metadata(result)["total"] == sum(expected(txid).values())
         assert _state(tmp_path) == expected(2)
         replay = _run(tmp_path, instance, 1)
         assert replay.success

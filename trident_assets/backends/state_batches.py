@@ -24,7 +24,18 @@ from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
 
-__all__ = ["COMBINERS", "StateTarget", "apply_state_batch", "combiner", "commit_state_batch"]
+__all__ = [
+    "COMBINERS",
+    "TOTALS_TABLE",
+    "StateTarget",
+    "apply_state_batch",
+    "combiner",
+    "commit_state_batch",
+    "state_total",
+]
+
+TOTALS_TABLE = "_trident_totals"
+"""Per Count/Sum state, the sum of all its values after its last committed txid."""
 
 COMBINERS: dict[str, type[CombinerAggregator[Any]]] = {
     "count": Count,
@@ -95,6 +106,8 @@ def apply_state_batch(
     value of every key of the batch.
     """
     agg = target.agg
+    if isinstance(agg, Count | Sum):
+        _update_total(store, target, partials, txid)
     if isinstance(agg, Count | Sum | Min | Max) and agg.sql_combine is not None:
         return apply_partials(
             store,
@@ -118,6 +131,50 @@ def apply_state_batch(
         txid=txid,
         return_new_values=True,
     )
+
+
+def _update_total(store: DuckDBStore, target: StateTarget, partials: pa.Table, txid: Any) -> None:
+    """Keep the state's total: the previous total plus the batch's partials, O(batch).
+
+    Every committed txid is applied exactly once (the commit marker), and a Count/Sum key's
+    new value is its old value plus its partial, so the total grows by the partials' sum. A
+    state without a total yet (one that predates it) is summed once.
+    """
+    import pyarrow.compute as pc
+
+    conn = store.conn
+    conn.execute(
+        f'CREATE TABLE IF NOT EXISTS "{TOTALS_TABLE}" (table_name VARCHAR PRIMARY KEY, '
+        "txid BIGINT, total DOUBLE)"
+    )
+    found = conn.execute(
+        f'SELECT total FROM "{TOTALS_TABLE}" WHERE table_name = ?', [target.table]
+    ).fetchall()
+    if found:
+        before = found[0][0]
+    elif store.layout(target.table) is None:
+        before = 0
+    else:
+        view = validate_identifier(target.table, "state table")
+        before = conn.execute(f'SELECT coalesce(sum(curr), 0) FROM "{view}"').fetchall()[0][0]
+    added = pc.sum(partials.column(target.value_column)).as_py() or 0
+    conn.execute(
+        f'INSERT OR REPLACE INTO "{TOTALS_TABLE}" VALUES (?, ?, ?)',
+        [target.table, txid, float(before) + float(added)],
+    )
+
+
+def state_total(store: DuckDBStore, table: str) -> float | None:
+    """The total of a Count/Sum state's values after its last commit (None: not tracked)."""
+    exists = store.conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [TOTALS_TABLE]
+    ).fetchall()[0][0]
+    if not exists:
+        return None
+    found = store.conn.execute(
+        f'SELECT total FROM "{TOTALS_TABLE}" WHERE table_name = ?', [table]
+    ).fetchall()
+    return float(found[0][0]) if found else None
 
 
 def commit_state_batch(

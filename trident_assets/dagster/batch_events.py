@@ -94,6 +94,8 @@ def _applied_metadata(
                 "dagster/row_count": dg.MetadataValue.int(state.size),
                 **timings,
             }
+            if state.total is not None:  # plotted per txid next to state_size
+                meta["total"] = dg.MetadataValue.float(state.total)
         role = f"state:{name}"
         events[role] = meta | _preview(outcome, role, keys_in) | _table_name(graph[role])
         extra = {"keys_in": dg.MetadataValue.int(keys_in)} if keys_in is not None else {}

@@ -259,6 +259,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
             StateTarget,
             combiner,
             commit_state_batch,
+            state_total,
         )
 
         target = StateTarget(
@@ -275,11 +276,15 @@ class TridentIOManager(dg.ConfigurableIOManager):
                 self.replica.publish(store, scope, txid, [target.table], [])
                 self.replica.compact(target.table, self.keep_txids)
             size = store.size(target.table)
+            total = state_total(store, target.table)
         merged = result.result
-        return {
+        meta: dict[str, Any] = {
             "txid": txid,
             "already_committed": not result.applied,
             "keys_in": merged.keys_in if merged else 0,
             "keys_updated": merged.keys_updated if merged else 0,
             "state_size": size,
         }
+        if total is not None:
+            meta["total"] = total
+        return meta

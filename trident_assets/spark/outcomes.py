@@ -48,6 +48,8 @@ class StateOutcome:
     keys_updated: int
     keys_skipped: int
     size: int
+    total: float | None = None
+    """The sum of all the state's values (Count/Sum states; None for others)."""
 
 
 @dataclass(slots=True)

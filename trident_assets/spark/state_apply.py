@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_merge import MergeResult
-from trident_assets.backends.state_batches import StateTarget, apply_state_batch
+from trident_assets.backends.state_batches import StateTarget, apply_state_batch, state_total
 from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
@@ -98,6 +98,7 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
         result.keys_updated,
         result.keys_skipped,
         state_size(store, state.table),
+        state_total(store, state.table),
     )
 
 
