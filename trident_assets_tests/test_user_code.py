@@ -211,6 +211,11 @@ class Exploding(QueryFunction):
         raise KeyError("no such shard")
 
 
+class TooFew(QueryFunction):
+    def batch_retrieve(self, state: Any, args: Any) -> list[Any]:
+        return []
+
+
 class BrokenUpdater(StateUpdater):
     def update_state(self, store: Any, table: str, batch: Any, txid: int | None) -> Any:
         raise RuntimeError("disk quota")
@@ -227,6 +232,14 @@ def _topology(kind: str) -> TridentTopology:
             StateSpec.opaque("counts"), "word", Count(), "count"
         )
         words.state_query(counts, "word", Exploding(), "found").as_output("found")
+    elif kind == "too_few":
+        words = s.each("sentence", PyFunction(lambda x: [(x,)], {"word": "string"}), "word")
+        from trident_assets import Count
+
+        counts = words.group_by("word").persistent_aggregate(
+            StateSpec.opaque("counts"), "word", Count(), "count"
+        )
+        words.state_query(counts, "word", TooFew(), "found").as_output("found")
     elif kind == "updater":
         s.partition_persist(StateSpec.opaque("broken"), "sentence", BrokenUpdater())
     else:
@@ -243,6 +256,14 @@ def _topology(kind: str) -> TridentTopology:
                 "query(word) -> sentence, word, found: ",
                 "test_user_code.Exploding.batch_retrieve failed on a batch of 1 input tuples "
                 "starting with [('hello',)]: KeyError: 'no such shard'",
+            ],
+        ),
+        (
+            "too_few",
+            [
+                "query(word) -> sentence, word, found: ",
+                "test_user_code.TooFew.batch_retrieve failed on a batch starting with "
+                "[('hello',)]: expected one result per input (1), got 0",
             ],
         ),
         (

@@ -21,6 +21,7 @@ __all__ = [
     "call",
     "call_batch",
     "call_many",
+    "retrieve_batch",
     "describe",
     "failure",
     "from_worker_message",
@@ -97,6 +98,19 @@ def call_batch(step: str, fn: Callable[..., Any], rows: Any, *args: Any) -> Any:
         first = rows.slice(0, 3).to_pylist() if hasattr(rows, "slice") else list(rows[:3])
         what = f"a batch of {count} input tuples starting with"
         raise failure(step, fn, what, first, exc) from exc
+
+
+def retrieve_batch(step: str, query: Any, state: Any, args: list[tuple[Any, ...]]) -> list[Any]:
+    """``query.batch_retrieve(state, args)``, checked to return one result per input.
+
+    Raises:
+        UserCodeError: the query raised, or returned another number of results.
+    """
+    results = call_batch(step, query.batch_retrieve, args, state, args)
+    if len(results) != len(args):
+        why = f"expected one result per input ({len(args)}), got {len(results)}"
+        raise failure(step, query.batch_retrieve, "a batch starting with", args[:3], why)
+    return list(results)
 
 
 class Guarded:

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from trident_assets.backends.duckdb_store import sql_to_arrow
 from trident_assets.core.caching import GLOBAL_KEY
-from trident_assets.core.user_code import call_batch
+from trident_assets.core.user_code import retrieve_batch
 from trident_assets.spark.state_apply import read_state
 from trident_assets.spark.stream_ops import static_query
 from trident_assets.spark.tuple_collection import all_tuples_query
@@ -71,14 +71,7 @@ def query_frame(run: BatchRun, parent: Any, a: dict[str, Any]) -> Any:
             else read_state(store, state)
         )
         args = [tuple(row.values()) for row in keys.to_pylist()]
-        query = a["query"]
-        results = call_batch(a["label"], query.batch_retrieve, args, read, args)
-        if len(results) != len(args):
-            msg = (
-                f"{type(a['query']).__name__}.batch_retrieve returned {len(results)} results "
-                f"for {len(args)} inputs; it must return one result per input"
-            )
-            raise ValueError(msg)
+        results = retrieve_batch(a["label"], a["query"], read, args)
         column = pa.array(results)
         known = value_type(run, state)
         if pa.types.is_null(column.type) and known is not None:

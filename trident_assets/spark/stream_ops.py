@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from trident_assets.core.aggregators import CombinerAggregator
-from trident_assets.core.user_code import call_batch, guard, with_step
+from trident_assets.core.user_code import guard, retrieve_batch, with_step
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.spark.aggregation import is_sql_combiner, sql_expr
 from trident_assets.spark.chained import chained_frame
@@ -283,14 +283,7 @@ def static_query(spark: Any, store: Any, parent: Any, a: dict[str, Any]) -> Any:
         found = _static_lookup(store, table, source, keys, inputs, out)
     else:
         args = [tuple(row.values()) for row in keys.to_pylist()]
-        read = PersistedState(store, table)
-        results = call_batch(a["label"], query.batch_retrieve, args, read, args)
-        if len(results) != len(args):
-            msg = (
-                f"{type(query).__name__}.batch_retrieve returned {len(results)} results for "
-                f"{len(args)} inputs; it must return one result per input"
-            )
-            raise ConfigError(msg)
+        results = retrieve_batch(a["label"], query, PersistedState(store, table), args)
         found = keys.append_column(out, pa.array(results))
     if found.num_rows == 0:
         return parent.withColumn(out, F.lit(None).cast(from_arrow_type(value_type)))
