@@ -15,6 +15,7 @@ import typer
 
 from trident_assets.cli_common import DEFAULT_HOME, HomeOption, cli_errors, require_home
 from trident_assets.cli_outputs import dead_letters, outputs
+from trident_assets.cli_quarantine import quarantine_app
 from trident_assets.cli_state import state_app
 from trident_assets.log.cli import log_app
 
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 app.add_typer(log_app, name="log")
 app.add_typer(state_app, name="state")
+app.add_typer(quarantine_app, name="quarantine")
 app.command("outputs")(outputs)
 app.command("dead-letters")(dead_letters)
 

@@ -16,12 +16,13 @@ from trident_assets.examples.gender_age import build_gender_age
 from trident_assets.examples.location_db import build_location_db
 from trident_assets.examples.word_count import build_word_count
 
-word_count = build_word_count(
-    max_batch_size=int(os.environ.get("TRIDENT_MAX_BATCH_SIZE", "50000"))
-)
+word_count = build_word_count(max_batch_size=int(os.environ.get("TRIDENT_MAX_BATCH_SIZE", "50000")))
+
+topologies = [word_count, build_gender_age(), build_location_db()]
+"""The topologies of this code location (``trident quarantine`` finds them here by name)."""
 
 defs = trident_definitions(
-    [word_count, build_gender_age(), build_location_db()],
+    topologies,
     TridentResource(home=os.environ.get("TRIDENT_HOME", ".trident")),
     max_catch_up=int(os.environ.get("TRIDENT_MAX_CATCH_UP", "10")),
     assets=downstream_assets(word_count.name),

@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import random
 import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from trident_assets.console import engine_logs_to
 from trident_assets.errors import ConfigError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
 
@@ -123,35 +121,6 @@ def _prepare_home(home: Path) -> None:
     (home / DEMO_MARKER).write_text("written by `trident demo`; it may replace this home\n")
 
 
-@contextmanager
-def _story_only(log_path: Path, verbose: bool) -> Iterator[IO[str]]:
-    """Yield the stream the story is printed to.
-
-    Unless ``verbose``, everything else written to stdout or stderr meanwhile (Dagster's logs,
-    warnings, the Spark JVM's log4j lines, child processes) goes to ``log_path``.
-    """
-    if verbose:
-        yield sys.stdout
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    story = os.fdopen(os.dup(saved[0]), "w", buffering=1)
-    with open(log_path, "ab", buffering=0) as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            yield story
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            story.close()
-
-
 def _shown(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
@@ -176,7 +145,7 @@ def run_demo(
     home = Path(home)
     _prepare_home(home)
     log_path = home / LOG_FILE
-    with _story_only(log_path, verbose) as out:
+    with engine_logs_to(log_path, verbose) as out:
         console = Console(file=out, highlight=False, soft_wrap=True)
         where = "" if verbose else f" (Dagster and Spark logs: {_shown(log_path)})"
         console.print(f"[bold]trident demo[/] in {_shown(home)}{where}")

@@ -15,6 +15,7 @@ __all__ = [
     "FieldNotFoundError",
     "HistoryUnavailableError",
     "OutOfOrderCommitError",
+    "QuarantineError",
     "StaleTxidError",
     "StateLayoutError",
     "StoreLockedError",
@@ -76,6 +77,10 @@ class StoreLockedError(TridentError):
 
 class AggregationError(TridentError):
     """An aggregator was given input it cannot aggregate (e.g. Sum of a null value)."""
+
+
+class QuarantineError(TridentError):
+    """A txid cannot be quarantined (unsound for the topology, committed) or nothing to replay."""
 
 
 class UserCodeError(TridentError):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
 from trident_assets.core.values import StateType
+from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
 
 if TYPE_CHECKING:
@@ -99,6 +100,34 @@ def pipelinable(topology: TridentTopology) -> bool:
         if SINGLE_JOIN in a or "updater" in a or not is_sql_combiner(a.get("agg")):
             return False
     return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in all_nodes(topology))
+
+
+def quarantine_refusal(topology: TridentTopology) -> str | None:
+    """Why a txid of ``topology`` cannot be quarantined soundly (None: it can).
+
+    A quarantined txid's records are processed later, after txids that came after them. That
+    keeps exactly-once only when every state is a combiner aggregate (order does not matter)
+    and every spout can re-read its ranges (transactional or opaque).
+    """
+    for spout_id, node in topology.spouts.items():
+        kind = node.args["spout"].config.kind
+        if kind is SpoutKind.NON_TRANSACTIONAL:
+            return (
+                f"spout {spout_id!r} is non-transactional: its ranges carry no replay "
+                "guarantee, so its records could not be reprocessed exactly once"
+            )
+    for name, state in topology.states.items():
+        a = state.node.args
+        if SINGLE_JOIN in a:
+            return f"state {name!r} is a single join: its matches depend on arrival order"
+        if "updater" in a:
+            return f"state {name!r} is a partition_persist: its updater sees tuples in order"
+        if not isinstance(a.get("agg"), CombinerAggregator):
+            return (
+                f"state {name!r} uses a {type(a.get('agg')).__name__}, which folds tuples "
+                "in order; only combiner aggregates may see records later than others"
+            )
+    return None
 
 
 def _row_wise(node: Node, live: set[str]) -> bool:

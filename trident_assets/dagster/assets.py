@@ -26,10 +26,10 @@ from dagster_pyspark import LazyPySparkResource
 from trident_assets.dagster.batch_events import batch_events, refusal_observations, summary
 from trident_assets.dagster.checks import CheckSettings, check_specs, evaluate_checks
 from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_graph
-from trident_assets.dagster.in_flight import TOPOLOGY_TAG, pool_name
+from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, pool_name
 from trident_assets.dagster.partitions import parse_txid, txid_partitions
 from trident_assets.dagster.resources import TridentResource
-from trident_assets.errors import ConfigError, OutOfOrderCommitError
+from trident_assets.errors import ConfigError, OutOfOrderCommitError, QuarantineError
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
 from trident_assets.stream.topology import TridentTopology
 
@@ -103,8 +103,14 @@ def topology_assets(
                 replica=trident.replica(),
                 keep_txids=trident.keep_txids,
             )
+            reason = context.run.tags.get(QUARANTINE_TAG)
+            batches = (
+                runner.run_batches(txids)
+                if reason is None
+                else _quarantine(context, runner, txids, reason)
+            )
             try:
-                for outcome in runner.run_batches(txids):
+                for outcome in batches:
                     outcomes.append(outcome)
                     context.log.info(summary(outcome))
                     yield from batch_events(
@@ -130,6 +136,28 @@ def topology_assets(
                 )
 
     return _batches
+
+
+def _quarantine(
+    context: dg.AssetExecutionContext, runner: TopologyRunner, txids: list[int], reason: str
+) -> Iterator[BatchOutcome]:
+    """A run tagged ``trident/quarantine``: set its one txid aside instead of processing it.
+
+    Raises:
+        dagster.Failure: the run covers several txids, or the topology refuses a quarantine.
+    """
+    if len(txids) != 1:
+        msg = f"a {QUARANTINE_TAG} run sets aside one txid; this run covers {len(txids)}"
+        raise dg.Failure(description=msg)
+    try:
+        outcome = runner.quarantine(txids[0], reason)
+    except QuarantineError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    context.log.warning(
+        f"txid {txids[0]} quarantined ({reason}): {outcome.quarantined} records set aside; "
+        f"`trident quarantine replay {runner.scope}` processes them once the cause is fixed"
+    )
+    yield outcome
 
 
 def _txids(context: dg.AssetExecutionContext) -> list[int]:

@@ -31,6 +31,11 @@ def summary(outcome: BatchOutcome) -> str:
     """One log line saying what a txid did."""
     if not outcome.applied:
         return f"txid {outcome.txid} was already committed: nothing changed"
+    if outcome.quarantined:
+        return (
+            f"txid {outcome.txid} quarantined: {outcome.quarantined} records set aside, no "
+            "state changed (`trident quarantine list` shows them)"
+        )
     counts = ", ".join(f"{n}: {s.keys_updated} keys" for n, s in outcome.states.items())
     return f"txid {outcome.txid} committed ({counts}; {outcome.dead_letters} dead letters)"
 
@@ -72,7 +77,7 @@ def _applied_metadata(
         if plan is not None:
             meta |= {
                 "offsets": dg.MetadataValue.json(plan.offsets_metadata()),
-                "tuples_in": dg.MetadataValue.int(plan.record_count),
+                "tuples_in": dg.MetadataValue.int(outcome.tuples_in.get(sid, plan.record_count)),
                 # a replay: an earlier attempt of this txid failed (any spout kind); for a
                 # transactional spout it re-reads the ranges recorded at first emission
                 "replay": dg.MetadataValue.bool(plan.replay or common["attempt"].value > 0),
@@ -80,6 +85,10 @@ def _applied_metadata(
                 "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
             }
         meta["dead_letters"] = dg.MetadataValue.int(outcome.dead_letters)
+        if outcome.quarantined:  # set aside: `trident quarantine replay` processes them
+            meta["quarantined"] = dg.MetadataValue.int(plan.record_count if plan else 0)
+        if outcome.reprocessed_txid is not None:
+            meta["reprocessed_txid"] = dg.MetadataValue.int(outcome.reprocessed_txid)
         events[f"spout:{sid}"] = meta | _dead_letters(outcome, sid)
     for name in topology.states:
         state = outcome.states.get(name)

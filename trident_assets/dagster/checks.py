@@ -189,10 +189,35 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
+def _without(spans: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` (merged, sorted) minus the offsets of ``holes``."""
+    out: list[tuple[int, int]] = []
+    for first, nxt in spans:
+        pieces = [(first, nxt)]
+        for h_first, h_next in holes:
+            pieces = [
+                piece
+                for a, b in pieces
+                for piece in ((a, min(b, h_first)), (max(a, h_next), b))
+                if piece[0] < piece[1]
+            ]
+        out.extend(pieces)
+    return out
+
+
 def committed_ranges(
-    history: dict[int, dict[str, Any]], outcomes: Sequence[BatchOutcome], spout_id: str
+    history: dict[int, dict[str, Any]],
+    outcomes: Sequence[BatchOutcome],
+    spout_id: str,
+    held: Sequence[PartitionRange] = (),
 ) -> list[PartitionRange]:
-    """The union of the committed ranges of one spout, merged per partition."""
+    """The union of the committed ranges of one spout, merged per partition.
+
+    ``held``: ranges in the quarantine, not replayed yet (committed, yet not in the state).
+    """
+    holes: dict[str, list[tuple[int, int]]] = {}
+    for r in held:
+        holes.setdefault(r.partition, []).append((r.first_offset, r.next_offset))
     spans: dict[str, list[tuple[int, int]]] = {}
     for offsets in history.values():
         for partition, (first, last) in offsets.items():
@@ -205,7 +230,7 @@ def committed_ranges(
     return [
         PartitionRange(partition, first, nxt, "")
         for partition in sorted(spans, key=partition_sort_key)
-        for first, nxt in _merge(spans[partition])
+        for first, nxt in _without(_merge(spans[partition]), holes.get(partition, []))
     ]
 
 
@@ -336,7 +361,16 @@ def evaluate_checks(
         key = keys[f"state:{name}"]
         if not recomputable(state) or not wanted(key, EXACTLY_ONCE):
             continue
-        ranges = {sid: committed_ranges(histories[sid], outcomes, sid) for sid in topology.spouts}
+        pending = runner.quarantined()
+        ranges = {
+            sid: committed_ranges(
+                histories[sid],
+                outcomes,
+                sid,
+                [r for e in pending if e.spout == sid for r in e.ranges],
+            )
+            for sid in topology.spouts
+        }
         try:
             result = verify_state(runner, name, ranges)
         except BatchUnavailableError as exc:

@@ -57,6 +57,7 @@ def trident_definitions(
     checks: CheckSettings | None = None,
     max_catch_up: int = 10,
     max_attempts: int = 5,
+    on_poison: str = "stop",
     assets: Sequence[dg.AssetsDefinition] = (),
 ) -> dg.Definitions:
     """Definitions for ``topologies``: their assets, checks and coordinator sensors.
@@ -72,6 +73,8 @@ def trident_definitions(
         checks: what the asset checks verify (default: everything).
         max_catch_up: the most txids one sensor-launched run processes (1: a run per txid).
         max_attempts: attempts of a failing txid before its sensor gives up.
+        on_poison: then ``"stop"`` (the sensor's skip reason says what to run) or
+            ``"quarantine"`` (set the txid's records aside and move on, where sound).
         assets: your own assets over the topologies' states (they get the same resources,
             e.g. ``trident_io_manager``).
     """
@@ -82,6 +85,7 @@ def trident_definitions(
                 t,
                 max_attempts=max_attempts,
                 max_catch_up=max_catch_up,
+                on_poison=on_poison,
                 interval_s=5 if has_had_data(t, trident) else IDLE_INTERVAL_S,
             )
             for t in topologies

@@ -12,10 +12,20 @@ from collections.abc import Collection
 
 import dagster as dg
 
-__all__ = ["IN_FLIGHT", "TOPOLOGY_TAG", "in_flight_run", "pool_name", "touches_topology"]
+__all__ = [
+    "IN_FLIGHT",
+    "QUARANTINE_TAG",
+    "TOPOLOGY_TAG",
+    "in_flight_run",
+    "pool_name",
+    "touches_topology",
+]
 
 TOPOLOGY_TAG = "trident/topology"
 """Run tag naming the topology; dagster.yaml limits it to one run at a time."""
+
+QUARANTINE_TAG = "trident/quarantine"
+"""Run tag (its value: the reason): set the run's one txid aside instead of processing it."""
 
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,

@@ -21,10 +21,12 @@ import dagster as dg
 
 from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.dagster.assets import asset_keys
-from trident_assets.dagster.in_flight import TOPOLOGY_TAG, in_flight_run
+from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, in_flight_run
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
+from trident_assets.errors import ConfigError
 from trident_assets.kafka.retry import backoff_for
+from trident_assets.planner import quarantine_refusal
 from trident_assets.spouts.ranges import partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
@@ -62,12 +64,15 @@ def decide_next(
     max_attempts: int,
     now: float | None = None,
     max_catch_up: int = 1,
+    on_poison: str = "stop",
 ) -> dg.SensorResult | dg.SkipReason:
     """Decide what the coordinator does now: run the next txid(s), replay one, wait, or give up.
 
     When more than one batch of records waits (by each spout's ``max_batch_size``), up to
     ``max_catch_up`` txids are requested as ONE range run (catch-up): each txid still
-    commits separately and in order. Replays of a failed txid always run it alone.
+    commits separately and in order. Replays of a failed txid always run it alone. After
+    ``max_attempts`` failures: ``on_poison="stop"`` stops and says what to run;
+    ``"quarantine"`` launches one run that sets the txid's records aside (where sound).
     """
     now = time.time() if now is None else now
     keys = asset_keys(topology)
@@ -83,17 +88,16 @@ def decide_next(
         if not role.startswith("spout:"):
             done = instance.get_materialized_partitions(key)
             last = max(last, max((int(k) for k in done), default=0))
+    published = trident.replica().latest(topology.name) or 0
+    external = published > last  # committed outside Dagster (e.g. `trident quarantine add`)
+    last = max(last, published)
     txid = last + 1
     key = txid_key(txid)
     attempts = instance.get_runs(
         filters=dg.RunsFilter(tags={TOPOLOGY_TAG: topology.name, TXID_TAG: key})
     )
     if len(attempts) >= max_attempts:
-        return dg.SkipReason(
-            f"{topology.name}: txid {txid} failed {len(attempts)} times (max_attempts="
-            f"{max_attempts}); giving up. See run {attempts[0].run_id}, fix the cause, then "
-            "launch the partition by hand or raise max_attempts."
-        )
+        return _poison(topology, txid, attempts, max_attempts, on_poison)
     count = 1
     if attempts:
         record = instance.get_run_record_by_id(attempts[0].run_id)
@@ -101,7 +105,7 @@ def decide_next(
         due = ended + backoff.delay(len(attempts))
         if now < due:
             return dg.SkipReason(f"{topology.name}: replaying txid {txid} in {due - now:.1f}s")
-    else:
+    elif not external:  # else one run: Dagster's offsets predate the txid committed outside
         pending = _pending_batches(topology, trident, offsets)
         if pending == 0 and last == 0:
             return dg.SkipReason(f"{topology.name}: no records in its sources yet")
@@ -126,6 +130,45 @@ def decide_next(
     return dg.SensorResult(
         run_requests=[request],
         dynamic_partitions_requests=[txid_partitions(topology.name).build_add_request(new_keys)],
+    )
+
+
+def _poison(
+    topology: TridentTopology,
+    txid: int,
+    attempts: list[Any],
+    max_attempts: int,
+    on_poison: str,
+) -> dg.SensorResult | dg.SkipReason:
+    """A txid that failed ``max_attempts`` times: quarantine it (if asked and sound), or stop."""
+    name, key = topology.name, txid_key(txid)
+    refusal = quarantine_refusal(topology)
+    tried = [run for run in attempts if QUARANTINE_TAG in run.tags]
+    if on_poison == "quarantine" and refusal is None and not tried:
+        reason = (
+            f"txid {txid} failed {len(attempts)} times (max_attempts={max_attempts}); "
+            f"last run {attempts[0].run_id}"
+        )
+        tags = {TOPOLOGY_TAG: name, TXID_TAG: key, QUARANTINE_TAG: reason}
+        return dg.SensorResult(
+            run_requests=[
+                dg.RunRequest(partition_key=key, run_key=f"{name}-{key}-quarantine", tags=tags)
+            ]
+        )
+    head = (
+        f"{name}: txid {txid} failed {len(attempts)} times (max_attempts={max_attempts}); "
+        f"giving up. See run {attempts[0].run_id}. Fix the cause, then launch partition {key} "
+        "by hand or raise max_attempts"
+    )
+    if tried:
+        return dg.SkipReason(f"{head}. Its quarantine run {tried[0].run_id} failed too.")
+    if refusal is not None:
+        return dg.SkipReason(f"{head}. It cannot be quarantined: {refusal}.")
+    return dg.SkipReason(
+        f"{head}. Or set its records aside and move on: `trident quarantine add {name} {txid}` "
+        f"(or launch partition {key} with tag {QUARANTINE_TAG}=<reason>; "
+        'coordinator_sensor(on_poison="quarantine") does it itself), then '
+        f"`trident quarantine replay {name}` once the cause is fixed."
     )
 
 
@@ -180,13 +223,20 @@ def coordinator_sensor(
     max_attempts: int = 5,
     interval_s: int = 5,
     max_catch_up: int = 10,
+    on_poison: str = "stop",
 ) -> dg.SensorDefinition:
     """The coordinator sensor of ``topology`` (running by default), ticking every ``interval_s``.
 
     ``max_catch_up`` caps how many pending txids one run may process (1: one run per txid).
+    ``on_poison``: what to do with a txid that failed ``max_attempts`` times: ``"stop"``
+    (the skip reason says what to run) or ``"quarantine"`` (set its records aside and move
+    on, where :func:`~trident_assets.planner.quarantine_refusal` allows).
     Replays wait ``backoff``, else the ``retry`` policy a spout declares (e.g. a KafkaSpout's),
     else 1 s, 2 s, 4 s ... capped at 60 s.
     """
+    if on_poison not in ("stop", "quarantine"):
+        msg = f'on_poison must be "stop" or "quarantine", got {on_poison!r}'
+        raise ConfigError(msg)
     policy = (
         backoff
         or backoff_for(topology)
@@ -204,7 +254,13 @@ def coordinator_sensor(
     )
     def _coordinator(context: dg.SensorEvaluationContext, trident: TridentResource) -> Any:
         return decide_next(
-            context.instance, topology, trident, policy, max_attempts, max_catch_up=max_catch_up
+            context.instance,
+            topology,
+            trident,
+            policy,
+            max_attempts,
+            max_catch_up=max_catch_up,
+            on_poison=on_poison,
         )
 
     return _coordinator

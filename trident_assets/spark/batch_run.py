@@ -14,6 +14,7 @@ aggregates and queries are built here), then runs the batch in two phases:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -49,6 +50,11 @@ class BatchRun(NodeFrames):
         self.spark = runner.spark
         self.txid = txid
         self.plans = plans
+        self.recorded = plans
+        """The ranges the commit makes final (a quarantine replay records its position instead
+        of the old ranges it reads)."""
+        self.on_commit: list[Callable[[], None]] = []
+        """Writes that belong in this txid's commit transaction (e.g. marking a quarantine)."""
         self.live = live_spouts(plans)
         """The spouts that read at least one record this batch."""
         self.frames: dict[int, Any] = {}
@@ -212,7 +218,9 @@ class BatchRun(NodeFrames):
         outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in prepared.dead.items()}
         for sid, dead in prepared.dead.items():
             outcome.previews[f"dead_letters:{sid}"] = dead_letter_rows(dead)
-        for spout_id, plan in self.plans.items():
+        for spout_id, plan in self.recorded.items():
             runner.coordinator(spout_id).commit(plan)
+        for write in self.on_commit:
+            write()
         runner.fault("before_commit")
         return outcome

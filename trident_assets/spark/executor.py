@@ -44,11 +44,22 @@ from typing import Any
 from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.quarantine import (
+    QuarantineEntry,
+    add_entries,
+    entries,
+    mark_replayed,
+)
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.core.commit import commit_batch, decide_commit
 from trident_assets.core.user_code import from_worker_message
-from trident_assets.errors import ConfigError, TridentError
-from trident_assets.planner import all_nodes, pipelinable
+from trident_assets.errors import (
+    BatchUnavailableError,
+    ConfigError,
+    QuarantineError,
+    TridentError,
+)
+from trident_assets.planner import all_nodes, pipelinable, quarantine_refusal
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.batch_tables import DEAD_LETTERS, ensure_dead_letters_table
 from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
@@ -56,7 +67,7 @@ from trident_assets.spark.code_shipping import ship_package, ship_user_modules, 
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
 from trident_assets.spark.pipelined import PipelinedRun
 from trident_assets.spouts.coordinator import BatchCoordinator
-from trident_assets.spouts.ranges import BatchPlan
+from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
@@ -290,18 +301,29 @@ class TopologyRunner:
         self, run: BatchRun, prepared: Prepared, timings: dict[str, float], share: int
     ) -> BatchOutcome:
         """Commit one txid in its own transaction, then compact what the policy says."""
+        return self._commit(run.txid, run.plans, lambda: run.commit(prepared), timings, share)
+
+    def _commit(
+        self,
+        txid: int,
+        plans: dict[str, BatchPlan],
+        apply: Callable[[], BatchOutcome],
+        timings: dict[str, float],
+        share: int,
+    ) -> BatchOutcome:
+        """Run ``apply`` in ``txid``'s commit transaction, publish, then compact."""
         t_commit = time.perf_counter()
-        result = commit_batch(self.store, self.scope, run.txid, lambda _tx: run.commit(prepared))
+        result = commit_batch(self.store, self.scope, txid, lambda _tx: apply())
         outcome = (
             result.result
             if result.applied and result.result
-            else BatchOutcome(self.scope, run.txid, False, run.plans)
+            else BatchOutcome(self.scope, txid, False, plans)
         )
         timings["commit"] = time.perf_counter() - t_commit
         if outcome.applied and self.replica is not None:
             self.fault("after_commit")  # committed, not yet published: readers lag one txid
             t_publish = time.perf_counter()
-            self._publish(run.txid)
+            self._publish(txid)
             timings["publish"] = time.perf_counter() - t_publish
         if outcome.applied and self.compaction is not None:
             t_compact = time.perf_counter()
@@ -311,6 +333,104 @@ class TopologyRunner:
         timings["total"] = sum(timings.values())
         outcome.timings_s = timings
         outcome.pipelined = share
+        return outcome
+
+    # -- the quarantine ------------------------------------------------------------------------
+
+    def quarantine(self, txid: int, error: str) -> BatchOutcome:
+        """Set poison batch ``txid`` aside: commit it with no state change, keep its ranges.
+
+        The txid's offset ranges (as its spouts plan them now; a transactional spout's recorded
+        ranges) go to the quarantine with ``error`` in the txid's commit transaction, so the
+        topology moves on and nothing is lost; :meth:`replay_quarantined` processes them later.
+
+        Raises:
+            QuarantineError: the topology cannot be quarantined soundly
+                (:func:`~trident_assets.planner.quarantine_refusal`) or ``txid`` committed.
+            OutOfOrderCommitError: an earlier txid has not committed; nothing changed.
+        """
+        refusal = quarantine_refusal(self.topology)
+        if refusal is not None:
+            msg = (
+                f"cannot quarantine txid {txid} of topology {self.scope!r}: {refusal}. Fix the "
+                "cause and re-run the txid instead"
+            )
+            raise QuarantineError(msg)
+        last = self.last_committed()
+        if last is not None and txid <= last:
+            msg = (
+                f"txid {txid} of topology {self.scope!r} has committed (last committed: {last}); "
+                "only the txid after it can be quarantined"
+            )
+            raise QuarantineError(msg)
+        decide_commit(self.scope, last, txid)
+        plans = {sid: c.emit(txid) for sid, c in self._coordinators().items()}
+        held = sum(p.record_count for p in plans.values())
+
+        def apply() -> BatchOutcome:
+            ranges = {sid: p.ranges for sid, p in plans.items() if p.record_count}
+            add_entries(self.store, self.scope, txid, ranges, error)
+            for sid, plan in plans.items():
+                self.coordinator(sid).commit(plan)
+            tuples = dict.fromkeys(plans, 0)
+            return BatchOutcome(self.scope, txid, True, plans, tuples, quarantined=held)
+
+        return self._commit(txid, plans, apply, {}, 1)
+
+    def quarantined(self, *, pending_only: bool = True) -> list[QuarantineEntry]:
+        """The topology's quarantine entries (those not replayed yet by default)."""
+        return entries(self.store, self.scope, pending_only=pending_only)
+
+    def replay_quarantined(self, txid: int | None = None) -> BatchOutcome:
+        """Process the records of quarantined ``txid`` (default: the oldest) as the next txid.
+
+        The new txid reads the quarantined ranges and records its spouts' positions unchanged,
+        so later txids continue where they were; the entry is marked replayed in its commit
+        transaction, so the records count exactly once. If it fails again nothing changes.
+
+        Raises:
+            QuarantineError: nothing (or not ``txid``) waits in the quarantine.
+            BatchUnavailableError: the log no longer holds the quarantined ranges.
+        """
+        pending = [e for e in self.quarantined() if txid is None or e.txid == txid]
+        if not pending:
+            which = "nothing" if txid is None else f"no txid {txid}"
+            msg = f"{which} waits in the quarantine of topology {self.scope!r}"
+            raise QuarantineError(msg)
+        source = pending[0].txid
+        held = {e.spout: e for e in pending if e.txid == source}
+        new = (self.last_committed() or 0) + 1
+        read: dict[str, BatchPlan] = {}
+        recorded: dict[str, BatchPlan] = {}
+        for sid, node in self.topology.spouts.items():
+            kind = node.args["spout"].config.kind
+            previous = self.meta.latest_before(self.scope, sid, new, True)
+            position = [
+                PartitionRange(p, r.next_offset, r.next_offset, r.deployment_id)
+                for p, r in previous.items()
+            ]
+            recorded[sid] = BatchPlan.of(self.scope, sid, new, kind, position, replay=False)
+            read[sid] = recorded[sid]
+            if sid in held:
+                ranges = held[sid].ranges
+                try:
+                    self.coordinator(sid).check_readable(new, ranges)
+                except BatchUnavailableError as exc:
+                    msg = f"quarantined txid {source} can no longer be reprocessed: {exc}"
+                    raise BatchUnavailableError(msg) from None
+                read[sid] = BatchPlan.of(self.scope, sid, new, kind, ranges, replay=True)
+        with _user_code_errors():
+            t_spark = time.perf_counter()
+            run = BatchRun(self, new, read)
+            run.recorded = recorded
+            run.on_commit.append(lambda: mark_replayed(self.store, self.scope, source, new))
+            prepared = run.prepare()
+            timings = {"spark": time.perf_counter() - t_spark}
+            outcome = self._commit_one(run, prepared, timings, 1)
+        # the txid's ranges as recorded: its spouts' positions, unchanged (offsets metadata and
+        # the ranges check follow them); what it read was the quarantined ranges
+        outcome.plans = recorded
+        outcome.reprocessed_txid = source
         return outcome
 
     def _published_tables(self) -> tuple[list[str], list[str]]:

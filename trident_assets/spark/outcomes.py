@@ -71,6 +71,10 @@ class BatchOutcome:
     """Superseded rows dropped per state table by compaction after the commit."""
     pipelined: int = 1
     """How many txids shared this batch's Spark job (1: it ran alone)."""
+    quarantined: int = 0
+    """Records this txid set aside in the quarantine instead of processing them."""
+    reprocessed_txid: int | None = None
+    """The quarantined txid whose records this txid processed (a quarantine replay)."""
     previews: dict[str, pa.Table] = field(default_factory=dict)
     """At most :data:`PREVIEW_ROWS` rows per asset of the txid, with the asset's schema, keyed
     ``state:<name>`` (the keys the txid touched, highest new value first), ``partials:<name>``,

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trident_assets.errors import BatchUnavailableError, OutOfOrderCommitError
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.metastore import SpoutMetaStore
@@ -50,7 +52,7 @@ class BatchCoordinator:
         stored = self.meta.ranges(self.topology, self.spout, txid)
         kind = self.config.kind
         if stored is not None and (stored[1] or kind is SpoutKind.TRANSACTIONAL):
-            self._check_readable(txid, stored[0])
+            self.check_readable(txid, stored[0])
             return BatchPlan.of(self.topology, self.spout, txid, kind, stored[0], replay=True)
         self._check_order(txid)
         committed_only = kind is SpoutKind.OPAQUE
@@ -76,7 +78,7 @@ class BatchCoordinator:
         stored = self.meta.ranges(self.topology, self.spout, txid)
         kind = self.config.kind
         if stored is not None and (stored[1] or kind is SpoutKind.TRANSACTIONAL):
-            self._check_readable(txid, stored[0])
+            self.check_readable(txid, stored[0])
             return BatchPlan.of(self.topology, self.spout, txid, kind, stored[0], replay=True)
         plan = self._plan_new(txid, {r.partition: r for r in previous.ranges})
         if kind is not SpoutKind.OPAQUE:
@@ -128,7 +130,8 @@ class BatchCoordinator:
             skipped_by_retention=skipped,
         )
 
-    def _check_readable(self, txid: int, ranges: list[PartitionRange]) -> None:
+    def check_readable(self, txid: int, ranges: Sequence[PartitionRange]) -> None:
+        """Raise :class:`BatchUnavailableError` unless the source still holds every range."""
         existing = set(self.source.partitions())
         for r in ranges:
             if r.count == 0:

@@ -1,0 +1,132 @@
+"""The quarantine: a poison txid's offset ranges, set aside with its error, until replayed.
+
+One row per (topology, quarantined txid, spout). A quarantined txid commits with no state
+change; its ranges are kept here so nothing is lost, and a later txid reprocesses them
+(``replayed_txid`` is set in that txid's commit transaction, so they count exactly once).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.spouts.ranges import PartitionRange
+
+if TYPE_CHECKING:
+    from trident_assets.backends.duckdb_store import DuckDBStore
+
+__all__ = ["QUARANTINE", "QuarantineEntry", "add_entries", "entries", "mark_replayed"]
+
+QUARANTINE = "_trident_quarantine"
+"""The store table of quarantined batches (all topologies)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineEntry:
+    """The ranges one spout read in a quarantined txid, and why the txid was set aside."""
+
+    topology: str
+    txid: int
+    spout: str
+    ranges: tuple[PartitionRange, ...]
+    error: str
+    quarantined_at: datetime
+    replayed_txid: int | None
+
+    @property
+    def records(self) -> int:
+        """How many records the ranges hold."""
+        return sum(r.count for r in self.ranges)
+
+    def as_row(self) -> dict[str, Any]:
+        """The entry as plain values (the CLI's row)."""
+        return {
+            "topology": self.topology,
+            "txid": self.txid,
+            "spout": self.spout,
+            "ranges": ", ".join(
+                f"{r.partition}[{r.first_offset}..{r.last_offset}]" for r in self.ranges if r.count
+            ),
+            "records": self.records,
+            "error": self.error,
+            "quarantined_at": self.quarantined_at.isoformat(timespec="seconds"),
+            "replayed_txid": self.replayed_txid,
+        }
+
+
+def _ensure(store: DuckDBStore) -> None:
+    store.conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {QUARANTINE} (topology VARCHAR NOT NULL, "
+        "txid BIGINT NOT NULL, spout VARCHAR NOT NULL, ranges VARCHAR NOT NULL, "
+        "error VARCHAR NOT NULL, quarantined_at TIMESTAMP NOT NULL, replayed_txid BIGINT, "
+        "PRIMARY KEY (topology, txid, spout))"
+    )
+
+
+def add_entries(
+    store: DuckDBStore,
+    topology: str,
+    txid: int,
+    ranges: dict[str, tuple[PartitionRange, ...]],
+    error: str,
+) -> None:
+    """Record ``txid``'s ranges per spout (inside its commit transaction; one statement)."""
+    _ensure(store)
+    rows = [
+        [
+            topology,
+            txid,
+            spout,
+            json.dumps(
+                [[r.partition, r.first_offset, r.next_offset, r.deployment_id] for r in found]
+            ),
+            error,
+        ]
+        for spout, found in sorted(ranges.items())
+    ]
+    if rows:
+        store.conn.executemany(
+            f"INSERT OR REPLACE INTO {QUARANTINE} VALUES (?, ?, ?, ?, ?, now(), NULL)", rows
+        )
+
+
+def entries(
+    store: DuckDBStore, topology: str | None = None, *, pending_only: bool = False
+) -> list[QuarantineEntry]:
+    """The quarantine's entries (of ``topology`` if given), oldest txid first.
+
+    ``pending_only``: only those not replayed yet. A store without the table has none.
+    """
+    found = store.conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [QUARANTINE]
+    ).fetchall()
+    if not found[0][0]:
+        return []
+    rows = store.conn.execute(
+        f"SELECT topology, txid, spout, ranges, error, quarantined_at, replayed_txid "
+        f"FROM {QUARANTINE} WHERE (topology = ? OR ? IS NULL) "
+        "AND (replayed_txid IS NULL OR NOT ?) ORDER BY topology, txid, spout",
+        [topology, topology, pending_only],
+    ).fetchall()
+    return [
+        QuarantineEntry(
+            topo,
+            txid,
+            spout,
+            tuple(PartitionRange(*r) for r in json.loads(ranges)),
+            error,
+            at,
+            replayed,
+        )
+        for topo, txid, spout, ranges, error, at, replayed in rows
+    ]
+
+
+def mark_replayed(store: DuckDBStore, topology: str, txid: int, replayed_txid: int) -> None:
+    """Mark quarantined ``txid`` reprocessed by ``replayed_txid`` (inside its transaction)."""
+    store.conn.execute(
+        f"UPDATE {QUARANTINE} SET replayed_txid = ? WHERE topology = ? AND txid = ?",
+        [replayed_txid, topology, txid],
+    )

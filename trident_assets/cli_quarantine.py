@@ -1,0 +1,165 @@
+"""``trident quarantine list|add|replay``: poison batches set aside, and their later replay.
+
+``list`` reads the state file read-only. ``add`` and ``replay`` run the topology (Spark, the
+state file's write lock; Spark's logs go to ``HOME/cli.log``), found by name in a code
+location module (``--module``, default ``trident_assets.definitions``: any module-level
+topology, or list of them, counts).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from trident_assets.cli_common import (
+    DEFAULT_HOME,
+    DatabaseOption,
+    Format,
+    FormatOption,
+    HomeOption,
+    WaitOption,
+    cli_errors,
+    emit,
+    open_state,
+    require_home,
+)
+from trident_assets.console import engine_logs_to
+from trident_assets.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.stream.topology import TridentTopology
+
+__all__ = ["find_topology", "quarantine_app"]
+
+quarantine_app = typer.Typer(
+    help="Poison batches set aside (their offset ranges and error) and their replay.",
+    no_args_is_help=True,
+)
+
+COLUMNS = ["topology", "txid", "spout", "ranges", "records", "error", "quarantined_at",
+           "replayed_txid"]  # fmt: skip
+ModuleOption = Annotated[
+    str,
+    typer.Option(
+        "--module",
+        envvar="TRIDENT_MODULE",
+        help="Module defining the topology (module-level topologies or lists of them).",
+    ),
+]
+DEFAULT_MODULE = "trident_assets.definitions"
+LOG_FILE = "cli.log"
+"""Where ``add`` and ``replay`` write Spark's logs (in HOME)."""
+
+
+def find_topology(name: str, module_name: str) -> TridentTopology:
+    """The topology called ``name`` among ``module_name``'s module-level values.
+
+    Raises:
+        ConfigError: the module cannot be imported or defines no such topology.
+    """
+    from trident_assets.stream.topology import TridentTopology
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        msg = f"cannot import module {module_name!r} ({exc}); pass --module MODULE"
+        raise ConfigError(msg) from None
+    found: dict[str, TridentTopology] = {}
+    for value in vars(module).values():
+        values = value if isinstance(value, list | tuple) else [value]
+        for item in values:
+            if isinstance(item, TridentTopology):
+                found[item.name] = item
+    if name not in found:
+        names = ", ".join(sorted(found)) or "none"
+        msg = f"module {module_name} defines no topology {name!r}; it defines: {names}"
+        raise ConfigError(msg)
+    return found[name]
+
+
+def _run(home: Path, topology: str, module: str, work: Any) -> Any:
+    """Open ``topology``'s runner over HOME (Spark, the store, the replica) and call ``work``."""
+    from trident_assets.dagster.resources import TridentResource
+    from trident_assets.spark.executor import TopologyRunner
+
+    require_home(home)
+    os.environ.setdefault("TRIDENT_HOME", str(home))
+    topo = find_topology(topology, module)
+    trident = TridentResource(home=str(home))
+    with engine_logs_to(home / LOG_FILE, verbose=False), trident.store() as store:
+        runner: TopologyRunner = TopologyRunner(
+            topo, trident.spark(), store, trident.log(), replica=trident.replica()
+        )
+        return work(runner)
+
+
+@quarantine_app.command("list")
+def list_(
+    topology: Annotated[str | None, typer.Argument(help="Only this topology.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Replayed entries too.")] = False,
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    fmt: FormatOption = Format.table,
+    wait: WaitOption = 0.0,
+) -> None:
+    """The quarantined txids: per spout, the offset ranges set aside and the error."""
+    from trident_assets.backends.quarantine import entries
+
+    with cli_errors():
+        with open_state(home, database, wait) as store:
+            rows = [e.as_row() for e in entries(store, topology, pending_only=not all_)]
+        title = None if rows else "nothing waits in the quarantine"
+        emit(rows, COLUMNS, fmt, title=title)
+
+
+@quarantine_app.command("add")
+def add(
+    topology: Annotated[str, typer.Argument(help="Topology name.")],
+    txid: Annotated[
+        int, typer.Argument(help="The failing txid (the one after the last committed).", min=1)
+    ],
+    reason: Annotated[
+        str, typer.Option(help="Why (kept with the ranges).")
+    ] = "set aside by operator",
+    home: HomeOption = DEFAULT_HOME,
+    module: ModuleOption = DEFAULT_MODULE,
+) -> None:
+    """Set TXID aside: commit it with no state change, its ranges kept in the quarantine."""
+    with cli_errors():
+        outcome = _run(home, topology, module, lambda r: r.quarantine(txid, reason))
+    typer.echo(
+        f"txid {outcome.txid} of {topology} quarantined: {outcome.quarantined} records set aside; "
+        f"`trident quarantine replay {topology}` processes them once the cause is fixed"
+    )
+
+
+@quarantine_app.command("replay")
+def replay(
+    topology: Annotated[str, typer.Argument(help="Topology name.")],
+    txid: Annotated[
+        int | None, typer.Option("--txid", min=1, help="This quarantined txid (default: all).")
+    ] = None,
+    home: HomeOption = DEFAULT_HOME,
+    module: ModuleOption = DEFAULT_MODULE,
+) -> None:
+    """Process quarantined records, each quarantined txid as the topology's next txid."""
+
+    def work(runner: TopologyRunner) -> list[tuple[int, int]]:
+        done = []
+        targets = [txid] if txid is not None else sorted({e.txid for e in runner.quarantined()})
+        if not targets:
+            targets = [None]  # says that nothing waits
+        for target in targets:
+            outcome = runner.replay_quarantined(target)
+            done.append((outcome.reprocessed_txid, outcome.txid))
+        return done
+
+    with cli_errors():
+        done = _run(home, topology, module, work)
+    for source, new in done:
+        typer.echo(f"quarantined txid {source} of {topology} processed as txid {new}")
