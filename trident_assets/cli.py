@@ -17,6 +17,7 @@ from trident_assets.cli_common import DEFAULT_HOME, HomeOption, cli_errors, requ
 from trident_assets.cli_outputs import dead_letters, outputs
 from trident_assets.cli_quarantine import quarantine_app
 from trident_assets.cli_state import state_app
+from trident_assets.cli_status import status
 from trident_assets.log.cli import log_app
 
 __all__ = ["app", "main"]
@@ -31,6 +32,7 @@ app.add_typer(state_app, name="state")
 app.add_typer(quarantine_app, name="quarantine")
 app.command("outputs")(outputs)
 app.command("dead-letters")(dead_letters)
+app.command("status")(status)
 
 
 @app.command()

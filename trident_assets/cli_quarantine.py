@@ -3,7 +3,8 @@
 ``list`` reads the state file read-only. ``add`` and ``replay`` run the topology (Spark, the
 state file's write lock; Spark's logs go to ``HOME/cli.log``), found by name in a code
 location module (``--module``, default ``trident_assets.definitions``: any module-level
-topology, or list of them, counts).
+topology, or list of them, counts). What they commit is recorded in Dagster's instance
+(``$DAGSTER_HOME``, else ``HOME/dagster``) as materializations, as a run would have.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from trident_assets.console import engine_logs_to
 from trident_assets.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.spark.executor import BatchOutcome, TopologyRunner
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["find_topology", "quarantine_app"]
@@ -95,7 +96,36 @@ def _run(home: Path, topology: str, module: str, work: Any) -> Any:
         runner: TopologyRunner = TopologyRunner(
             topo, trident.spark(), store, trident.log(), replica=trident.replica()
         )
-        return work(runner)
+        outcomes = work(runner)
+        _report_to_dagster(home, topo, outcomes)
+        return outcomes
+
+
+def _report_to_dagster(home: Path, topology: TridentTopology, outcomes: list[Any]) -> None:
+    """Record the committed txids in Dagster's instance, as a run would have materialized them.
+
+    The instance is ``$DAGSTER_HOME``, else ``HOME/dagster`` (where `trident ui` keeps it);
+    without one there is nothing to record. The sensor then continues after these txids and
+    the checks see their offsets.
+    """
+    import dagster as dg
+
+    from trident_assets.dagster.batch_events import batch_events
+    from trident_assets.dagster.graph import asset_keys
+    from trident_assets.dagster.partitions import txid_key, txid_partitions
+
+    root = os.environ.get("DAGSTER_HOME") or str(home / "dagster")
+    if not Path(root).is_dir():
+        return
+    instance = dg.DagsterInstance.from_config(str(Path(root).resolve()))
+    applied = [o for o in outcomes if o.applied]
+    partitions = txid_partitions(topology.name).name
+    assert partitions is not None
+    instance.add_dynamic_partitions(partitions, [txid_key(o.txid) for o in applied])
+    keys = asset_keys(topology)
+    for outcome in applied:
+        for event in batch_events(topology, keys, outcome, 0, True, ()):
+            instance.report_runless_asset_event(event)
 
 
 @quarantine_app.command("list")
@@ -131,7 +161,7 @@ def add(
 ) -> None:
     """Set TXID aside: commit it with no state change, its ranges kept in the quarantine."""
     with cli_errors():
-        outcome = _run(home, topology, module, lambda r: r.quarantine(txid, reason))
+        [outcome] = _run(home, topology, module, lambda r: [r.quarantine(txid, reason)])
     typer.echo(
         f"txid {outcome.txid} of {topology} quarantined: {outcome.quarantined} records set aside; "
         f"`trident quarantine replay {topology}` processes them once the cause is fixed"
@@ -149,17 +179,14 @@ def replay(
 ) -> None:
     """Process quarantined records, each quarantined txid as the topology's next txid."""
 
-    def work(runner: TopologyRunner) -> list[tuple[int, int]]:
-        done = []
+    def work(runner: TopologyRunner) -> list[BatchOutcome]:
         targets = [txid] if txid is not None else sorted({e.txid for e in runner.quarantined()})
-        if not targets:
-            targets = [None]  # says that nothing waits
-        for target in targets:
-            outcome = runner.replay_quarantined(target)
-            done.append((outcome.reprocessed_txid, outcome.txid))
-        return done
+        return [runner.replay_quarantined(t) for t in targets or [None]]  # None: says so
 
     with cli_errors():
         done = _run(home, topology, module, work)
-    for source, new in done:
-        typer.echo(f"quarantined txid {source} of {topology} processed as txid {new}")
+    for outcome in done:
+        typer.echo(
+            f"quarantined txid {outcome.reprocessed_txid} of {topology} processed as txid "
+            f"{outcome.txid}"
+        )

@@ -12,11 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 from typer.testing import CliRunner
 
 from trident_assets.backends.compaction import CompactionPolicy
 from trident_assets.cli import app
+from trident_assets.core.retry import ExponentialBackoff
+from trident_assets.dagster.checks import CheckSettings
+from trident_assets.dagster.io_manager import TridentIOManager
+from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
 from trident_assets.spouts.config import SpoutConfig, StartPosition
 
@@ -42,7 +47,44 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      "CompactionPolicy(ratio=1.0, min_rows=-1)"),
     ("compaction unknown field", lambda: CompactionPolicy(foo=1), TypeError,
      "CompactionPolicy.__init__() got an unexpected keyword argument 'foo'"),
+    ("checks threshold negative", lambda: CheckSettings(dead_letter_threshold=-1), ConfigError,
+     "CheckSettings.dead_letter_threshold must be a fraction between 0 and 1 (0.01 = 1%), "
+     "got -1"),
+    ("checks threshold type", lambda: CheckSettings(dead_letter_threshold="1%"), ConfigError,
+     "CheckSettings.dead_letter_threshold must be a fraction between 0 and 1 (0.01 = 1%), "
+     "got '1%'"),
+    ("checks lag negative", lambda: CheckSettings(max_lag=-1), ConfigError,
+     "CheckSettings.max_lag must be an integer >= 0 (records), got -1"),
+    ("checks flag type", lambda: CheckSettings(exactly_once="yes"), ConfigError,
+     "CheckSettings.exactly_once must be True or False, got 'yes'"),
+    ("checks unknown field", lambda: CheckSettings(max_lagg=5), TypeError,
+     "CheckSettings.__init__() got an unexpected keyword argument 'max_lagg'"),
+    ("kafka tasks type", lambda: kafka(tasks="2"), ConfigError,
+     "KafkaSpout tasks must be an integer >= 1 or None, got '2'"),
+    ("kafka tasks zero", lambda: kafka(tasks=0), ConfigError,
+     "KafkaSpout tasks must be an integer >= 1 or None, got 0"),
+    ("kafka timeout type", lambda: kafka(timeout_s="x"), ConfigError,
+     "KafkaSpout timeout_s must be a number of seconds > 0, got 'x'"),
+    ("kafka timeout negative", lambda: kafka(timeout_s=-1), ConfigError,
+     "KafkaSpout timeout_s must be a number of seconds > 0, got -1"),
+    ("kafka retry type", lambda: kafka(retry="x"), ConfigError,
+     "KafkaSpout retry must be an ExponentialBackoff or None, got 'x'"),
+    ("kafka consumer config type", lambda: kafka(consumer_config=[1]), ConfigError,
+     "KafkaSpout consumer_config must be a mapping of settings, got [1]"),
+    ("kafka servers missing", lambda: kafka(bootstrap_servers=""), ConfigError,
+     "KafkaSpout needs bootstrap_servers (host:port,...), e.g. '127.0.0.1:9092', got ''"),
+    ("kafka unknown field", lambda: kafka(group="g"), TypeError,
+     "KafkaSpout.__init__() got an unexpected keyword argument 'group'"),
+    ("backoff negative", lambda: ExponentialBackoff(initial_delay_s=-1), ConfigError,
+     "initial_delay_s must be a finite number of seconds >= 0, got -1"),
 ]  # fmt: skip
+
+
+def kafka(**kw: Any) -> Any:
+    from trident_assets.kafka.spout import KafkaSpout
+    from trident_assets.spark.schemes import StringScheme
+
+    return KafkaSpout("t", StringScheme("s"), **({"bootstrap_servers": "127.0.0.1:9092"} | kw))
 
 
 @pytest.mark.parametrize(("case", "build", "error", "message"), CASES, ids=[c[0] for c in CASES])
@@ -52,6 +94,41 @@ def test_config_objects_name_the_bad_field(
     with pytest.raises(error) as info:
         build()
     assert str(info.value) == message
+
+
+RESOURCE_CASES: list[tuple[str, Callable[[], Any], str, str]] = [
+    ("resource unknown field", lambda: TridentResource(max_spout_pendng=2), "max_spout_pendng",
+     "Extra inputs are not permitted"),
+    ("resource pending zero", lambda: TridentResource(max_spout_pending=0), "max_spout_pending",
+     "Input should be greater than or equal to 1"),
+    ("resource keep type", lambda: TridentResource(keep_txids="many"), "keep_txids",
+     "Input should be a valid integer"),
+    ("resource home type", lambda: TridentResource(home=5), "home",
+     "Input should be a valid string"),
+    ("resource crash point", lambda: TridentResource(crash_at="later"), "crash_at",
+     "crash_at must be one of after_emit, after_state_write, before_commit, after_commit"),
+    ("resource remote url", lambda: TridentResource(spark_remote="http://h:15002"), "spark_remote",
+     "spark_remote must be a Spark Connect URL sc://host:port, got 'http://h:15002'"),
+    ("io manager unknown field", lambda: TridentIOManager(home_dir="x"), "home_dir",
+     "Extra inputs are not permitted"),
+    ("io manager keep zero", lambda: TridentIOManager(keep_txids=0), "keep_txids",
+     "Input should be greater than or equal to 1"),
+    ("io manager home missing", lambda: TridentIOManager(home=None), "home",
+     "Input should be a valid string"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "build", "field", "message"), RESOURCE_CASES, ids=[c[0] for c in RESOURCE_CASES]
+)
+def test_dagster_config_names_the_bad_field(
+    case: str, build: Callable[[], Any], field: str, message: str
+) -> None:
+    with pytest.raises(pydantic.ValidationError) as info:
+        build()
+    [error] = info.value.errors()
+    assert error["loc"] == (field,)
+    assert message in error["msg"]
 
 
 GE = "Input should be greater than or equal to"
@@ -65,6 +142,10 @@ CLI_CASES: list[tuple[list[str], int, str]] = [
     (["state", "backup", "b.duckdb", "--wait", "-1"], 2, f"Invalid value for '--wait': {GE} 0"),
     (["state", "restore", "b.duckdb", "--force=maybe"], 2,
      "Option '--force' does not take a value."),
+    (["quarantine", "add", "t", "0"], 2, f"Invalid value for 'txid': {GE} 1"),
+    (["quarantine", "replay", "t", "--txid", "x"], 2, "Invalid value for '--txid'"),
+    (["quarantine", "list", "--format", "xml"], 2, "Invalid value for '--format'"),
+    (["status", "--format", "xml"], 2, "Invalid value for '--format'"),
     (["log", "produce", "t", "--partitioner", "nope"], 1,
      "error: unknown partitioner 'nope': use hash or round_robin\n"),
 ]  # fmt: skip

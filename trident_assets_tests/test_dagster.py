@@ -249,6 +249,15 @@ def test_catch_up_run_commits_each_txid_in_order_and_checks_pass(world) -> None:
     assert [e.partition for e in spout_events] == ["0000000001", "0000000002", "0000000003"]
     assert [e.materialization.metadata["txid"].value for e in spout_events] == [1, 2, 3]
     assert [e.materialization.metadata["tuples_in"].value for e in spout_events] == [8, 8, 4]
+    lag = [
+        {k: v.value for k, v in e.materialization.metadata.items() if k.startswith("lag")}
+        for e in spout_events
+    ]
+    assert lag == [
+        {"lag": 12, "lag sentences@0": 6, "lag sentences@1": 6},
+        {"lag": 4, "lag sentences@0": 2, "lag sentences@1": 2},
+        {"lag": 0, "lag sentences@0": 0, "lag sentences@1": 0},
+    ], "records waiting after each txid, per partition (20 round robin, 8 per batch)"
     assert instance.get_materialized_partitions(
         dg.AssetKey(["word_count", "word_counts"])
     ) == {"0000000001", "0000000002", "0000000003"}
@@ -256,9 +265,11 @@ def test_catch_up_run_commits_each_txid_in_order_and_checks_pass(world) -> None:
         ("sentences_batch", "txids_contiguous"): True,
         ("sentences_batch", "ranges_contiguous"): True,
         ("sentences_batch", "dead_letters_below_threshold"): True,
+        ("sentences_batch", "lag_below_threshold"): True,
         ("queries_batch", "txids_contiguous"): True,
         ("queries_batch", "ranges_contiguous"): True,
         ("queries_batch", "dead_letters_below_threshold"): True,
+        ("queries_batch", "lag_below_threshold"): True,
         ("word_counts", "exactly_once"): True,
     }
     exactly = next(
@@ -292,6 +303,25 @@ def test_exactly_once_check_catches_a_double_count(world) -> None:
     (row,) = exactly.metadata["sample"].value
     assert row["word"] == "the"
     assert row["stored"] == row["expected"] + 1
+
+
+def test_lag_check_warns_when_the_topology_falls_behind(world) -> None:
+    topo, trident, _job, instance = world
+    from trident_assets.dagster.checks import CheckSettings
+    from trident_assets.dagster.runs import materialize_batches
+
+    (result,) = materialize_batches(
+        topo, trident, instance, [1], catch_up=False, checks=CheckSettings(max_lag=11)
+    )
+    assert result.success, "checks are not blocking"
+    lag = next(
+        e for e in result.get_asset_check_evaluations()
+        if e.check_name == "lag_below_threshold" and e.asset_key.path[-1] == "sentences_batch"
+    )  # fmt: skip
+    assert (lag.passed, lag.severity) == (False, dg.AssetCheckSeverity.WARN)
+    assert lag.metadata["lag"].value == 12
+    assert lag.metadata["max_lag"].value == 11
+    assert lag.metadata["by_partition"].value == {"sentences@0": 6, "sentences@1": 6}
 
 
 def test_dead_letter_check_fails_above_the_threshold(tmp_path: Path, spark) -> None:

@@ -210,6 +210,7 @@ def test_asset_checks_pass_and_are_visible_through_graphql(dev: Dev) -> None:
         ("sentences_batch", "txids_contiguous"): True,
         ("sentences_batch", "ranges_contiguous"): True,
         ("sentences_batch", "dead_letters_below_threshold"): True,
+        ("sentences_batch", "lag_below_threshold"): True,
     }
 
 

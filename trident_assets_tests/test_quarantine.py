@@ -264,6 +264,7 @@ def test_sensor_quarantines_a_poison_txid_and_the_cli_replays_it(
             "txids_contiguous": True,
             "ranges_contiguous": True,
             "dead_letters_below_threshold": True,
+            "lag_below_threshold": True,
             "exactly_once": True,  # the state lacks exactly the quarantined records
         }
         spout_key = dg.AssetKey(["poisoned", "sentences_batch"])
@@ -280,6 +281,7 @@ def test_sensor_quarantines_a_poison_txid_and_the_cli_replays_it(
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LANG": "C.UTF-8",
                 "PYTHONPATH": str(USERLAND),
+                "DAGSTER_HOME": instance.root_directory,  # records txid 4 there
                 **({"POISON_WORD": poison} if poison else {}),
             }
             return subprocess.run(
@@ -287,6 +289,27 @@ def test_sensor_quarantines_a_poison_txid_and_the_cli_replays_it(
                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
             )  # fmt: skip
 
+        shown = subprocess.run(
+            [str(TRIDENT), "status", "--home", str(home), "--format", "json"],
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        [status] = json.loads(shown.stdout)
+        error = status.pop("last_error")
+        assert status == {
+            "topology": "poisoned",
+            "last_txid": 3,
+            "lag": 0,
+            "lag_by_partition": "sentences@0=0",
+            "quarantined": 2,
+        }
+        assert error.startswith("txid 2 at ")
+        assert error.endswith(
+            " (since passed: txid 3 committed): UserCodeError: each(sentence) -> sentence, word "
+            "[PyFunction]: trident_assets_tests.userland.poison_app.build.<locals>.split failed "
+            "on input tuple ('a poison',): ValueError: cannot handle 'poison'"
+        )
         listed = trident_cli("list", "--format", "json")
         assert listed.returncode == 0, listed.stderr
         [row] = json.loads(listed.stdout)
@@ -307,6 +330,10 @@ def test_sensor_quarantines_a_poison_txid_and_the_cli_replays_it(
         topo = build(None)
         job = trident_definitions([topo], trident).resolve_implicit_global_asset_job_def()
         feed(log, "e a")
+        replayed = instance.get_latest_materialization_event(spout_key).asset_materialization
+        assert replayed.partition == "0000000004"
+        assert replayed.metadata["reprocessed_txid"].value == 2
+        assert replayed.metadata["tuples_in"].value == 2
         decision = decide_next(instance, topo, trident, now, 1)
         assert decision.run_requests[0].partition_key == "0000000005", "after the CLI's txid"
         after = run(decision)

@@ -31,6 +31,7 @@ from trident_assets.dagster.partitions import parse_txid, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError, OutOfOrderCommitError, QuarantineError
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
+from trident_assets.status import record_failure
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["TOPOLOGY_TAG", "asset_keys", "topology_assets"]
@@ -110,7 +111,7 @@ def topology_assets(
                 else _quarantine(context, runner, txids, reason)
             )
             try:
-                for outcome in batches:
+                for outcome in _failures_recorded(context, trident, topology, txids, batches):
                     outcomes.append(outcome)
                     context.log.info(summary(outcome))
                     yield from batch_events(
@@ -136,6 +137,27 @@ def topology_assets(
                 )
 
     return _batches
+
+
+def _failures_recorded(
+    context: dg.AssetExecutionContext,
+    trident: TridentResource,
+    topology: TridentTopology,
+    txids: list[int],
+    outcomes: Iterator[BatchOutcome],
+) -> Iterator[BatchOutcome]:
+    """``outcomes``, recording a failing txid for ``trident status`` before re-raising."""
+    done = 0
+    try:
+        for outcome in outcomes:
+            done += 1
+            yield outcome
+    except OutOfOrderCommitError:
+        raise
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
+        record_failure(trident.home, topology.name, txids[done], error, context.run.run_id)
+        raise
 
 
 def _quarantine(

@@ -85,6 +85,10 @@ def _applied_metadata(
                 "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
             }
         meta["dead_letters"] = dg.MetadataValue.int(outcome.dead_letters)
+        lag = outcome.lag.get(sid)
+        if lag is not None:  # plotted per txid: the total, and each partition
+            meta["lag"] = dg.MetadataValue.int(sum(lag.values()))
+            meta |= {f"lag {p}": dg.MetadataValue.int(n) for p, n in lag.items()}
         if outcome.quarantined:  # set aside: `trident quarantine replay` processes them
             meta["quarantined"] = dg.MetadataValue.int(plan.record_count if plan else 0)
         if outcome.reprocessed_txid is not None:

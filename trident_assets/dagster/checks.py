@@ -9,6 +9,8 @@ On each spout-batch asset:
   except what retention deleted before an opaque spout read it or a deploy-only reset.
 * ``dead_letters_below_threshold``: dead letters / records read by this run's batches at
   most the configured fraction (WARN severity: the records are kept, not lost).
+* ``lag_below_threshold``: records waiting in the source (all partitions) after the run's
+  last txid at most ``max_lag`` (WARN: the topology falls behind its producers).
 
 On each count/sum state fed only by spouts and functions (``spark.verify.recomputable``):
 
@@ -23,7 +25,7 @@ from typing import Any
 import dagster as dg
 
 from trident_assets.dagster.partitions import txid_key
-from trident_assets.errors import BatchUnavailableError
+from trident_assets.errors import BatchUnavailableError, ConfigError
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
 from trident_assets.spark.verify import recomputable, verify_state
 from trident_assets.spouts.ranges import PartitionRange, partition_sort_key
@@ -34,6 +36,7 @@ __all__ = ["CheckSettings", "check_specs", "committed_ranges", "evaluate_checks"
 TXIDS = "txids_contiguous"
 RANGES = "ranges_contiguous"
 DEAD = "dead_letters_below_threshold"
+LAG = "lag_below_threshold"
 EXACTLY_ONCE = "exactly_once"
 
 
@@ -45,6 +48,32 @@ class CheckSettings:
     """Recompute count/sum states from the source every run (cost grows with history)."""
     dead_letter_threshold: float = 0.01
     """Highest tolerated fraction of dead letters among the records of a run's batches."""
+    max_lag: int = 100_000
+    """Highest tolerated number of records waiting in a spout's source after a run."""
+
+    def __post_init__(self) -> None:
+        """Validate the settings.
+
+        Raises:
+            ConfigError: a setting has the wrong type or is out of range.
+        """
+        if not isinstance(self.exactly_once, bool):
+            msg = f"CheckSettings.exactly_once must be True or False, got {self.exactly_once!r}"
+            raise ConfigError(msg)
+        threshold = self.dead_letter_threshold
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, int | float)
+            or not 0 <= threshold <= 1
+        ):
+            msg = (
+                "CheckSettings.dead_letter_threshold must be a fraction between 0 and 1 "
+                f"(0.01 = 1%), got {threshold!r}"
+            )
+            raise ConfigError(msg)
+        if isinstance(self.max_lag, bool) or not isinstance(self.max_lag, int) or self.max_lag < 0:
+            msg = f"CheckSettings.max_lag must be an integer >= 0 (records), got {self.max_lag!r}"
+            raise ConfigError(msg)
 
 
 def check_specs(
@@ -64,6 +93,12 @@ def check_specs(
                 asset=key,
                 description=f"Dead letters at most {settings.dead_letter_threshold:.2%} of "
                 "the records read.",
+            ),
+            dg.AssetCheckSpec(
+                LAG,
+                asset=key,
+                description=f"At most {settings.max_lag:,} records wait in the source after "
+                "a run.",
             ),
         ]
     if settings.exactly_once:
@@ -320,6 +355,26 @@ def _dead_letters_check(
     )
 
 
+def _lag_check(
+    key: dg.AssetKey, spout_id: str, outcomes: Sequence[BatchOutcome], max_lag: int
+) -> dg.AssetCheckResult:
+    """The lag after the run's last committed txid (nothing committed: not evaluated, passes)."""
+    applied = [o for o in outcomes if o.applied and spout_id in o.lag]
+    lag = max(applied, key=lambda o: o.txid).lag[spout_id] if applied else {}
+    total = sum(lag.values())
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=LAG,
+        passed=total <= max_lag,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "lag": total,
+            "max_lag": max_lag,
+            "by_partition": dg.MetadataValue.json(lag),
+        },
+    )
+
+
 def evaluate_checks(
     topology: TridentTopology,
     keys: dict[str, dg.AssetKey],
@@ -355,6 +410,8 @@ def evaluate_checks(
             yield _ranges_check(key, sid, previous, outcomes)
         if wanted(key, DEAD):
             yield _dead_letters_check(key, sid, outcomes, settings.dead_letter_threshold)
+        if wanted(key, LAG):
+            yield _lag_check(key, sid, outcomes, settings.max_lag)
     if not full_history:
         return
     for name, state in topology.states.items():

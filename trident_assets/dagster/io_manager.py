@@ -27,7 +27,7 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.core.values import StateType
@@ -132,6 +132,8 @@ class TridentIOManager(dg.ConfigurableIOManager):
     (:func:`~trident_assets.dagster.factory.trident_definitions` does, under the resource key
     ``trident_io_manager``).
     """
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting fails, naming it
 
     home: str = Field(default=".trident", description="Directory holding the log and state.")
     state_database: str | None = Field(

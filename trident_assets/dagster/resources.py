@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import ConfigDict, Field, field_validator
 
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.spark.session import build_spark_session
 
-__all__ = ["TridentResource"]
+__all__ = ["CRASH_POINTS", "TridentResource"]
+
+CRASH_POINTS = ("after_emit", "after_state_write", "before_commit", "after_commit")
+"""The points of a batch where ``crash_at`` may kill the run process (chaos testing)."""
 
 
 class TridentResource(dg.ConfigurableResource):
@@ -25,6 +28,8 @@ class TridentResource(dg.ConfigurableResource):
     (override with ``state_database``). Spark runs locally unless ``spark_remote`` (a Spark
     Connect URL) or ``spark_conf["spark.master"]`` points elsewhere.
     """
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting fails, naming it
 
     home: str = Field(default=".trident", description="Directory holding the log and state.")
     state_database: str | None = Field(
@@ -50,8 +55,24 @@ class TridentResource(dg.ConfigurableResource):
     crash_at: str | None = Field(
         default=None,
         description="Chaos testing only: SIGKILL the run process at this point of a batch "
-        "(after_emit, after_state_write, before_commit).",
+        "(after_emit, after_state_write, before_commit, after_commit).",
     )
+
+    @field_validator("crash_at")
+    @classmethod
+    def _known_point(cls, value: str | None) -> str | None:
+        if value is not None and value not in CRASH_POINTS:
+            msg = f"crash_at must be one of {', '.join(CRASH_POINTS)} (or unset), got {value!r}"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("spark_remote")
+    @classmethod
+    def _connect_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("sc://"):
+            msg = f"spark_remote must be a Spark Connect URL sc://host:port, got {value!r}"
+            raise ValueError(msg)
+        return value
 
     @property
     def log_root(self) -> Path:

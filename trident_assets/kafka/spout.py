@@ -79,8 +79,16 @@ class KafkaSpout:
         if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
             msg = f"KafkaSpout needs at least one non-empty topic name, got {topics!r}"
             raise ConfigError(msg)
-        if not bootstrap_servers:
-            msg = "KafkaSpout needs bootstrap_servers, e.g. '127.0.0.1:9092'"
+        if not bootstrap_servers or not isinstance(bootstrap_servers, str):
+            msg = (
+                "KafkaSpout needs bootstrap_servers (host:port,...), e.g. '127.0.0.1:9092', "
+                f"got {bootstrap_servers!r}"
+            )
+            raise ConfigError(msg)
+        if consumer_config is not None and not isinstance(consumer_config, Mapping):
+            msg = (
+                f"KafkaSpout consumer_config must be a mapping of settings, got {consumer_config!r}"
+            )
             raise ConfigError(msg)
         extra = dict(consumer_config or {})
         reserved = sorted(k for k in extra if k in _RESERVED)
@@ -96,11 +104,19 @@ class KafkaSpout:
         if timestamp_lookup not in ("broker", "scan"):
             msg = f"timestamp_lookup must be 'broker' or 'scan', got {timestamp_lookup!r}"
             raise ConfigError(msg)
-        if tasks is not None and tasks < 1:
-            msg = f"tasks must be >= 1 or None, got {tasks}"
+        if tasks is not None and (
+            isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1
+        ):
+            msg = f"KafkaSpout tasks must be an integer >= 1 or None, got {tasks!r}"
             raise ConfigError(msg)
-        if timeout_s <= 0:
-            msg = f"timeout_s must be > 0, got {timeout_s}"
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+            msg = f"KafkaSpout timeout_s must be a number of seconds > 0, got {timeout_s!r}"
+            raise ConfigError(msg)
+        if retry is not None and not isinstance(retry, ExponentialBackoff):
+            msg = f"KafkaSpout retry must be an ExponentialBackoff or None, got {retry!r}"
+            raise ConfigError(msg)
+        if config is not None and not isinstance(config, SpoutConfig):
+            msg = f"KafkaSpout config must be a SpoutConfig or None, got {config!r}"
             raise ConfigError(msg)
         self.scheme = scheme
         self.config = config or SpoutConfig()

@@ -67,7 +67,7 @@ from trident_assets.spark.code_shipping import ship_package, ship_user_modules, 
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
 from trident_assets.spark.pipelined import PipelinedRun
 from trident_assets.spouts.coordinator import BatchCoordinator
-from trident_assets.spouts.ranges import BatchPlan, PartitionRange
+from trident_assets.spouts.ranges import BatchPlan, PartitionRange, partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
@@ -161,6 +161,22 @@ class TopologyRunner:
                 start = source.earliest(partition) if prev is None else prev.next_offset
                 total += max(0, source.latest(partition) - start)
         return total
+
+    def lag(self, plans: dict[str, BatchPlan]) -> dict[str, dict[str, int]]:
+        """Per spout, per partition: records in the source after the ranges of ``plans``.
+
+        A partition ``plans`` does not cover counts from its earliest offset.
+        """
+        lag: dict[str, dict[str, int]] = {}
+        for spout_id, node in self.topology.spouts.items():
+            source = node.args["spout"].source(self.log)
+            plan = plans.get(spout_id)
+            ends = {} if plan is None else {r.partition: r.next_offset for r in plan.ranges}
+            lag[spout_id] = {
+                p: max(0, source.latest(p) - ends.get(p, source.earliest(p)))
+                for p in sorted(source.partitions(), key=partition_sort_key)
+            }
+        return lag
 
     def run_batch(self, txid: int) -> BatchOutcome:
         """Process and commit batch ``txid`` exactly once.
@@ -320,6 +336,8 @@ class TopologyRunner:
             else BatchOutcome(self.scope, txid, False, plans)
         )
         timings["commit"] = time.perf_counter() - t_commit
+        if outcome.applied:
+            outcome.lag = self.lag(outcome.plans)
         if outcome.applied and self.replica is not None:
             self.fault("after_commit")  # committed, not yet published: readers lag one txid
             t_publish = time.perf_counter()

@@ -71,6 +71,9 @@ class BatchOutcome:
     """Superseded rows dropped per state table by compaction after the commit."""
     pipelined: int = 1
     """How many txids shared this batch's Spark job (1: it ran alone)."""
+    lag: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per spout, per partition: records waiting in the source after this txid (consumer lag,
+    read when it committed)."""
     quarantined: int = 0
     """Records this txid set aside in the quarantine instead of processing them."""
     reprocessed_txid: int | None = None

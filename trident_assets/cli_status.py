@@ -1,0 +1,118 @@
+"""``trident status``: per topology, last committed txid, lag, quarantine and last failure.
+
+Reads the state file read-only and the embedded log's offset files; lag of partitions that
+are not in the embedded log (Kafka topics) is shown as unknown (it needs the broker: the
+``lag`` metadata of each txid and the ``lag_below_threshold`` check have it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.cli_common import (
+    DEFAULT_HOME,
+    DatabaseOption,
+    Format,
+    FormatOption,
+    HomeOption,
+    WaitOption,
+    cli_errors,
+    emit,
+    open_state,
+)
+from trident_assets.spouts.ranges import partition_sort_key
+
+if TYPE_CHECKING:
+    from trident_assets.backends.duckdb_store import DuckDBStore
+
+__all__ = ["status"]
+
+COLUMNS = ["topology", "last_txid", "lag", "lag_by_partition", "quarantined", "last_error"]
+RANGES = "_trident_spout_ranges"
+"""The spout ranges table (:mod:`trident_assets.backends.duckdb_spout_meta`)."""
+
+
+def _positions(store: DuckDBStore) -> dict[str, dict[str, int]]:
+    """Per topology, per partition: the next offset after its last committed batch."""
+    found = store.conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [RANGES]
+    ).fetchall()
+    if not found[0][0]:
+        return {}
+    rows = store.conn.execute(
+        f"SELECT topology, partition, next_offset FROM {RANGES} WHERE committed "
+        "QUALIFY row_number() OVER (PARTITION BY topology, spout, partition ORDER BY txid DESC) "
+        "= 1"
+    ).fetchall()
+    positions: dict[str, dict[str, int]] = {}
+    for topology, partition, next_offset in rows:
+        positions.setdefault(topology, {})[partition] = int(next_offset)
+    return positions
+
+
+def _lag(home: Path, positions: dict[str, int]) -> dict[str, int | None]:
+    """Records waiting per partition (None where the partition is not in the embedded log)."""
+    from trident_assets.log.store import PartitionedLog
+
+    log = PartitionedLog(home / "log") if (home / "log").is_dir() else None
+    topics = set(log.topics()) if log is not None else set()
+    lag: dict[str, int | None] = {}
+    for topic in sorted({p.rpartition("@")[0] for p in positions}):
+        if log is None or topic not in topics:
+            lag |= {p: None for p in positions if p.rpartition("@")[0] == topic}
+            continue
+        for n in range(log.partitions(topic)):  # partitions never read yet count too
+            start = positions.get(f"{topic}@{n}", log.earliest_offset(topic, n))
+            lag[f"{topic}@{n}"] = max(0, log.latest_offset(topic, n) - start)
+    return dict(sorted(lag.items(), key=lambda kv: partition_sort_key(kv[0])))
+
+
+def _error(home: Path, topology: str, last: int | None) -> str | None:
+    from trident_assets.status import last_failure
+
+    failure = last_failure(home, topology)
+    if failure is None:
+        return None
+    moved = last is not None and last >= int(failure["txid"])
+    state = f"since passed: txid {last} committed" if moved else "not committed yet"
+    return f"txid {failure['txid']} at {failure['at']} ({state}): {failure['error']}"
+
+
+def status_rows(home: Path, store: DuckDBStore) -> list[dict[str, Any]]:
+    """One row per topology of the store (see :data:`COLUMNS`)."""
+    from trident_assets.backends.quarantine import entries
+
+    positions = _positions(store)
+    held: dict[str, int] = {}
+    for entry in entries(store, pending_only=True):
+        held[entry.topology] = held.get(entry.topology, 0) + entry.records
+    rows = []
+    for topology, last in sorted(store.scopes().items()):
+        lag = _lag(home, positions.get(topology, {}))
+        known = [n for n in lag.values() if n is not None]
+        rows.append(
+            {
+                "topology": topology,
+                "last_txid": last,
+                "lag": sum(known) if len(known) == len(lag) and lag else None,
+                "lag_by_partition": ", ".join(
+                    f"{p}={'?' if n is None else n}" for p, n in lag.items()
+                ),
+                "quarantined": held.get(topology, 0),
+                "last_error": _error(home, topology, last),
+            }
+        )
+    return rows
+
+
+def status(
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    fmt: FormatOption = Format.table,
+    wait: WaitOption = 0.0,
+) -> None:
+    """Per topology: last committed txid, records waiting (lag), quarantine, last failure."""
+    with cli_errors(), open_state(home, database, wait) as store:
+        rows = status_rows(home, store)
+    emit(rows, COLUMNS, fmt, title=None if rows else "no topology has committed yet")
