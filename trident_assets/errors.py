@@ -6,12 +6,15 @@ how to fix it.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "AggregationError",
     "BatchUnavailableError",
     "ConfigError",
     "CorruptSegmentError",
     "CorruptStateError",
+    "DiskFullError",
     "FieldNotFoundError",
     "HistoryUnavailableError",
     "OutOfOrderCommitError",
@@ -21,6 +24,7 @@ __all__ = [
     "StoreLockedError",
     "TridentError",
     "UserCodeError",
+    "is_disk_full",
 ]
 
 
@@ -50,6 +54,15 @@ class StateLayoutError(TridentError):
 
 class BatchUnavailableError(TridentError):
     """A transactional batch can no longer be re-read exactly (retention, compaction)."""
+
+
+class DiskFullError(TridentError):
+    """A write found no space left on its device; nothing of it became visible."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True when ``exc`` (an OSError, or a library's error around one) means ENOSPC."""
+    return getattr(exc, "errno", None) == errno.ENOSPC or "No space left on device" in str(exc)
 
 
 class HistoryUnavailableError(TridentError):

@@ -46,7 +46,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trident_assets.errors import BatchUnavailableError, ConfigError, CorruptSegmentError
+from trident_assets.errors import (
+    BatchUnavailableError,
+    ConfigError,
+    CorruptSegmentError,
+    DiskFullError,
+    is_disk_full,
+)
 from trident_assets.log.corruption import corrupt_segment_error, gap_error, read_failure
 from trident_assets.log.names import (
     validate_partition,
@@ -678,8 +684,21 @@ class PartitionedLog:
             )
             tmp = pdir / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.parquet"
             final = pdir / f"{first:020d}-{last:020d}.parquet"
-            pq.write_table(table, tmp, **_WRITE_OPTIONS)
-            _fsync_path(tmp)
+            try:
+                pq.write_table(table, tmp, **_WRITE_OPTIONS)
+                _fsync_path(tmp)
+            except OSError as exc:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)  # never published; give its space back now
+                if not is_disk_full(exc):
+                    raise
+                msg = (
+                    f"no space left on device appending {n} records to {topic}@{partition} "
+                    f"(offsets {first}..{last}) under {pdir}: nothing was appended. Free space on "
+                    "that device (e.g. retention: PartitionedLog.delete_records_before), then "
+                    "send them again"
+                )
+                raise DiskFullError(msg) from exc
             if _before_publish is not None:
                 _before_publish(tmp)
             os.rename(tmp, final)

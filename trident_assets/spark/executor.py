@@ -56,8 +56,10 @@ from trident_assets.core.user_code import from_worker_message
 from trident_assets.errors import (
     BatchUnavailableError,
     ConfigError,
+    DiskFullError,
     QuarantineError,
     TridentError,
+    is_disk_full,
 )
 from trident_assets.planner import all_nodes, pipelinable, quarantine_refusal
 from trident_assets.spark.batch_run import BatchRun
@@ -329,7 +331,19 @@ class TopologyRunner:
     ) -> BatchOutcome:
         """Run ``apply`` in ``txid``'s commit transaction, publish, then compact."""
         t_commit = time.perf_counter()
-        result = commit_batch(self.store, self.scope, txid, lambda _tx: apply())
+        try:
+            result = commit_batch(self.store, self.scope, txid, lambda _tx: apply())
+        except TridentError:
+            raise
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            msg = (
+                f"no space left on device committing txid {txid} of topology {self.scope!r} "
+                f"to state file {self.store.path}: nothing of it was committed. Free space on "
+                f"that device, then run txid {txid} again"
+            )
+            raise DiskFullError(msg) from exc
         outcome = (
             result.result
             if result.applied and result.result
