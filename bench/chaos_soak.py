@@ -1,7 +1,12 @@
 """Chaos soak for exactly-once: SIGKILL the batch process at random points, replay, compare.
 
 Run: ``python -m bench.chaos_soak [--batches 50] [--kills 15] [--seed 7]
-[--kind opaque|transactional|both] [--root DIR] [--json PATH]``.
+[--kind opaque|transactional|both] [--vocabulary N --zipf S] [--root DIR] [--json PATH]``.
+
+``--vocabulary N`` replaces the default 32-word corpus with ``N`` words ``w1 .. wN`` drawn from a
+Zipf law (``P(rank r) ~ r^-S``, ``--zipf S``, default 1.0); with ``N >= 100000``, a
+``--rate`` in the thousands and a ``--batch-size`` in the tens of thousands, every batch touches
+tens of thousands of keys and the state's compaction runs during the soak.
 
 Three kinds of process, all started by the driver (this command):
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -44,6 +50,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -78,10 +85,42 @@ def _send(stream: IO[str], **event: Any) -> None:
 # -- the producer -----------------------------------------------------------------------------
 
 
-def run_producer(root: Path, seed: int, rate: float, bad_ratio: float) -> None:
-    """Append sentences (and malformed records) until SIGTERM; print the counts as JSON."""
+def vocabulary(size: int | None, zipf: float = 1.0) -> tuple[Sequence[str], list[float] | None]:
+    """The words the producer draws from, and their cumulative weights (None: uniform).
+
+    ``size`` None or 0: the 32 :data:`WORDS`; else ``w1 .. w<size>`` with Zipf weights
+    ``r^-zipf`` (for :func:`random.Random.choices` ``cum_weights``).
+    """
+    if not size:
+        return WORDS, None
+    if size < 1 or zipf <= 0:
+        raise ValueError(f"need vocabulary >= 1 and zipf > 0, got {size} and {zipf}")
+    words = [f"w{r}" for r in range(1, size + 1)]
+    return words, list(itertools.accumulate(r**-zipf for r in range(1, size + 1)))
+
+
+def run_producer(
+    root: Path,
+    seed: int,
+    rate: float,
+    bad_ratio: float,
+    *,
+    vocab_size: int | None = None,
+    zipf: float = 1.0,
+    queries_too: bool = True,
+    truth: Path | None = None,
+    tick: float = 0.05,
+) -> None:
+    """Append sentences (and malformed records) until SIGTERM; print the counts as JSON.
+
+    ``truth``: also write the word counts of every sentence appended (counted in plain Python
+    as it is written, flushed records only) to this JSON file, before printing the counts.
+    ``tick``: seconds between two flushes (one log segment per partition each).
+    """
     from trident_assets.log.store import PartitionedLog
 
+    words_of, cum = vocabulary(vocab_size, zipf)
+    counts: Counter[str] = Counter()
     stop = False
 
     def on_term(_signum: int, _frame: Any) -> None:
@@ -94,23 +133,36 @@ def run_producer(root: Path, seed: int, rate: float, bad_ratio: float) -> None:
     sentences = log.producer(TOPIC, partitioner="round_robin")
     queries = log.producer(QUERY_TOPIC, partitioner="round_robin")
     good = bad = asked = 0
-    tick = 0.05
     while not stop:
+        started = time.monotonic()
         for _ in range(max(1, round(rate * tick * rng.uniform(0.5, 1.5)))):
             if rng.random() < bad_ratio:
                 sentences.send(rng.choice(MALFORMED))
                 bad += 1
             else:
-                words = rng.choices(WORDS, k=rng.randint(1, 9))
+                words = rng.choices(words_of, cum_weights=cum, k=rng.randint(1, 9))
                 sentences.send(" ".join(words).encode())
+                if truth is not None:
+                    counts.update(words)
                 good += 1
-        if rng.random() < 0.1:
-            queries.send(" ".join(rng.choices(WORDS, k=3)).encode())
+        if queries_too and rng.random() < 0.1:
+            queries.send(" ".join(rng.choices(words_of, cum_weights=cum, k=3)).encode())
             asked += 1
         sentences.flush()
         queries.flush()
-        time.sleep(tick)
+        time.sleep(max(0.0, tick - (time.monotonic() - started)))
+    if truth is not None:
+        truth.write_text(json.dumps(counts))
     _send(sys.stdout, ev="produced", good=good, bad=bad, queries=asked)
+
+
+def producer_argv(root: Path, args: argparse.Namespace) -> list[str]:
+    """The ``bench.chaos_soak producer`` command line for the driver's ``args``."""
+    argv = [sys.executable, "-m", "bench.chaos_soak", "producer", str(root),
+            "--seed", str(args.seed), "--rate", str(args.rate)]  # fmt: skip
+    if args.vocabulary:
+        argv += ["--vocabulary", str(args.vocabulary), "--zipf", str(args.zipf)]
+    return argv
 
 
 # -- the batch worker -------------------------------------------------------------------------
@@ -196,6 +248,8 @@ def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
                 pipelined=outcome.pipelined,
                 plans=_plans(outcome.plans),
                 backlog=runner.backlog(),
+                keys=sum(st.keys_updated for st in outcome.states.values()),
+                compacted=sum(outcome.compacted.values()),
                 topology=cmd[1],
                 txid=outcome.txid,
             )
@@ -229,6 +283,12 @@ class KindFigures:
     kills: Counter[str] = field(default_factory=Counter)
     records_committed: int = 0
     dead_letters_reported: int = 0
+    keys_per_batch_max: int = 0
+    """The most state keys one committed batch updated."""
+    keys_per_batch_total: int = 0
+    compactions: int = 0
+    """Commits after which the state's log was compacted."""
+    compacted_rows: int = 0
 
 
 @dataclass
@@ -277,16 +337,27 @@ class Killed(Exception):
 class Worker:
     """One batch-worker process, in its own process group, driven over pipes."""
 
-    def __init__(self, root: Path, kinds: list[str], batch_size: int, index: int) -> None:
-        """Start the worker; its stderr goes to ``<root>/worker-<index>.log``."""
+    def __init__(
+        self,
+        root: Path,
+        kinds: list[str],
+        batch_size: int,
+        index: int,
+        argv: Sequence[str] | None = None,
+    ) -> None:
+        """Start the worker; its stderr goes to ``<root>/worker-<index>.log``.
+
+        ``argv``: another command to run instead of ``bench.chaos_soak worker`` (any process
+        speaking JSON lines on stdout, e.g. ``bench.long_run``'s run process).
+        """
         self.stderr = (root / f"worker-{index}.log").open("w")
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        if argv is None:
+            argv = [sys.executable, "-m", "bench.chaos_soak", "worker", str(root),
+                    "--kinds", ",".join(kinds), "--batch-size", str(batch_size)]  # fmt: skip
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.chaos_soak", "worker", str(root),
-             "--kinds", ",".join(kinds), "--batch-size", str(batch_size)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-            start_new_session=True, env=env,
-            cwd=Path(__file__).resolve().parent.parent,
+            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            start_new_session=True, env=env, cwd=Path(__file__).resolve().parent.parent,
         )  # fmt: skip
         self.selector = selectors.DefaultSelector()
         assert self.proc.stdout is not None
@@ -489,6 +560,10 @@ class Driver:
         fig.records_committed += event["records"]
         fig.dead_letters_reported += event["dead"]
         fig.empty_batches += event["records"] == 0
+        fig.keys_per_batch_max = max(fig.keys_per_batch_max, event.get("keys", 0))
+        fig.keys_per_batch_total += event.get("keys", 0)
+        fig.compactions += event.get("compacted", 0) > 0
+        fig.compacted_rows += event.get("compacted", 0)
         if event["records"]:
             self.spark_s.append(event["spark_s"])
         if self.args.verbose:
@@ -506,8 +581,7 @@ class Driver:
         args = self.args
         started = time.perf_counter()
         producer = subprocess.Popen(
-            [sys.executable, "-m", "bench.chaos_soak", "producer", str(self.root),
-             "--seed", str(args.seed), "--rate", str(args.rate)],
+            producer_argv(self.root, args),
             stdout=subprocess.PIPE, text=True, start_new_session=True,
             cwd=Path(__file__).resolve().parent.parent,
         )  # fmt: skip
@@ -551,6 +625,8 @@ class Driver:
         return {
             "ok": ok,
             "seed": args.seed,
+            "vocabulary": args.vocabulary or len(WORDS),
+            "zipf": args.zipf if args.vocabulary else None,
             "kills": self.kills,
             "workers_started": self.n_workers,
             "worker_start_s_median": sorted(self.worker_starts)[len(self.worker_starts) // 2],
@@ -661,7 +737,8 @@ def _print(result: dict[str, Any]) -> None:
     )
     print(
         f"  producer: {produced['good']} sentences + {produced['bad']} malformed records "
-        f"+ {produced['queries']} queries, appended concurrently"
+        f"+ {produced['queries']} queries, appended concurrently, vocabulary "
+        f"{result['vocabulary']} words" + (f" (Zipf s={result['zipf']})" if result["zipf"] else "")
     )
     for fig, cmp in zip(result["figures"], result["comparisons"], strict=True):
         kills = ", ".join(f"{k} {v}" for k, v in sorted(fig["kills"].items())) or "none"
@@ -669,6 +746,11 @@ def _print(result: dict[str, Any]) -> None:
             f"  {fig['topology']}: {fig['batches']} batches committed ({fig['empty_batches']} "
             f"empty), {fig['attempts']} attempts, {fig['replayed_txids']} txids replayed, "
             f"kills: {kills}"
+        )
+        print(
+            f"    keys updated per batch: max {fig['keys_per_batch_max']}, mean "
+            f"{fig['keys_per_batch_total'] // max(1, fig['batches'])}; state compacted after "
+            f"{fig['compactions']} commits ({fig['compacted_rows']} superseded rows dropped)"
         )
         verdict = "OK" if cmp["ok"] else "MISMATCH"
         print(
@@ -699,6 +781,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=30.0, help="sentences per second")
     parser.add_argument("--batch-size", type=int, default=500, help="max records per batch")
     parser.add_argument(
+        "--vocabulary",
+        type=int,
+        default=0,
+        help="draw words from N words w1..wN with Zipf weights (default: the 32-word corpus)",
+    )
+    parser.add_argument("--zipf", type=float, default=1.0, help="the Zipf exponent S")
+    parser.add_argument(
         "--max-spout-pending",
         type=int,
         default=4,
@@ -709,9 +798,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print every kill")
     parser.add_argument("--kinds", help=argparse.SUPPRESS)
     parser.add_argument("--bad-ratio", type=float, default=0.03, help=argparse.SUPPRESS)
+    parser.add_argument("--truth", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--tick", type=float, default=0.05, help=argparse.SUPPRESS)
+    parser.add_argument("--no-queries", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.role == "producer":
-        run_producer(Path(args.root_dir), args.seed, args.rate, args.bad_ratio)
+        run_producer(
+            Path(args.root_dir),
+            args.seed,
+            args.rate,
+            args.bad_ratio,
+            vocab_size=args.vocabulary,
+            zipf=args.zipf,
+            queries_too=not args.no_queries,
+            truth=args.truth,
+            tick=args.tick,
+        )
         return 0
     if args.role == "worker":
         run_worker(Path(args.root_dir), args.kinds.split(","), args.batch_size)
