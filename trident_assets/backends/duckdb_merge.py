@@ -376,7 +376,7 @@ def apply_partials(
 def _read_back(store: SqlStateStore, layout: MapLayout, view: str) -> pa.Table:
     cols = ", ".join(quote_ident(c) for c in layout.key_columns)
     latest = store.latest_sql(layout, quote_ident(view))
-    return store.conn.sql(f"SELECT {cols}, curr FROM ({latest})").to_arrow_table()
+    return store.fetch_arrow(f"SELECT {cols}, curr FROM ({latest}) AS l")
 
 
 class _CountingMap:

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -155,17 +156,29 @@ def start_postgres(root: Path, *, run_as: str = "nobody") -> LocalPostgres:
 
 
 @contextlib.contextmanager
-def local_postgres(root: Path, *, run_as: str = "nobody") -> Iterator[LocalPostgres]:
-    """A server for the ``with`` block (see :func:`start_postgres`); stopped on exit."""
-    server = start_postgres(root, run_as=run_as)
+def local_postgres(root: Path | None = None, *, run_as: str = "nobody") -> Iterator[LocalPostgres]:
+    """A server for the ``with`` block (see :func:`start_postgres`); stopped on exit.
+
+    Without ``root``, the server lives in a new temporary directory (removed on exit) that the
+    unprivileged user can reach: pytest's own ``/tmp/pytest-of-root`` is private to root.
+    """
+    made = root is None
+    where = Path(tempfile.mkdtemp(prefix="trident-pg-")) if root is None else root
+    if made:
+        os.chmod(where, 0o755)
     try:
-        yield server
+        server = start_postgres(where, run_as=run_as)
+        try:
+            yield server
+        finally:
+            server.stop()
     finally:
-        server.stop()
+        if made:
+            shutil.rmtree(where, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    with local_postgres(Path(sys.argv[1])) as pg:
+    with local_postgres(Path(sys.argv[1]) if len(sys.argv) > 1 else None) as pg:
         print(pg.dsn, flush=True)
         try:
             while True:
