@@ -165,6 +165,8 @@ class PostgresStore(SqlStateStore):
         if self._tx is not None:
             self._rollback()
         with contextlib.suppress(_adbc_errors.Error):
+            if self._claimed:  # release now: the server ends a closed session asynchronously
+                self._cur.execute("SELECT pg_advisory_unlock_all()")
             self._cur.close()
         self._conn.close()
         self._conn = None
