@@ -33,21 +33,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trident_assets.backends.map_layout import check_scope
+from trident_assets.backends.postgres_config import is_postgres_dsn
 from trident_assets.backends.sql_dialect import PG_ERROR_FUNCTION, POSTGRES, Dialect
 from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
 from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedError, TridentError
 
 __all__ = ["PostgresStore", "PostgresTransaction", "is_postgres_dsn", "redact_dsn"]
 
-_DSN_RE = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
 _DML_RE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 _INIT_LOCK = 7_291_604_115
 """The advisory lock serializing the creation of the base tables by concurrent stores."""
-
-
-def is_postgres_dsn(location: object) -> bool:
-    """True if ``location`` is a ``postgresql://`` (or ``postgres://``) URI."""
-    return isinstance(location, str) and bool(_DSN_RE.match(location.strip()))
 
 
 def redact_dsn(dsn: str) -> str:

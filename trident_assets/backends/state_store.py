@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import MapKind, MapLayout
+from trident_assets.backends.postgres_config import is_postgres_dsn
 from trident_assets.backends.sql_dialect import Dialect
 from trident_assets.core.commit import StoreTransaction
 from trident_assets.core.protocols import BackingMap
@@ -138,9 +139,9 @@ def open_state_store(location: str | Path, *, read_only: bool = False) -> Any:
     Raises:
         ConfigError: a DSN that does not connect (nothing is written), or a bad path.
     """
-    from trident_assets.backends.postgres_store import PostgresStore, is_postgres_dsn
-
     if is_postgres_dsn(location):
+        from trident_assets.backends.postgres_store import PostgresStore
+
         return PostgresStore(str(location), read_only=read_only)
     from trident_assets.backends.duckdb_store import DuckDBStore
 
