@@ -106,10 +106,11 @@ def _current_user() -> str:
     return getpass.getuser()
 
 
-def start_postgres(root: Path, *, run_as: str = "nobody") -> LocalPostgres:
+def start_postgres(root: Path, *, run_as: str = "nobody", durable: bool = False) -> LocalPostgres:
     """``initdb`` ``root/data`` and start a server on a free 127.0.0.1 port; return it.
 
-    Trust authentication on loopback only; the Unix socket lives in ``root/sock``.
+    Trust authentication on loopback only; the Unix socket lives in ``root/sock``. Unless
+    ``durable`` (benchmarks), ``fsync=off``: a test server's data is thrown away.
 
     Raises:
         ConfigError: no server binaries.
@@ -138,7 +139,9 @@ def start_postgres(root: Path, *, run_as: str = "nobody") -> LocalPostgres:
     if init.returncode:
         msg = f"initdb {data} failed ({init.returncode}): {init.stderr.strip() or init.stdout}"
         raise TridentError(msg)
-    opts = f"-p {server.port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off"
+    opts = f"-p {server.port} -k {sock} -c listen_addresses=127.0.0.1"
+    if not durable:
+        opts += " -c fsync=off"
     start = subprocess.run(
         server._cmd("pg_ctl", "-D", str(data), "-l", str(log), "-o", opts, "-w", "start"),
         capture_output=True,
@@ -156,7 +159,9 @@ def start_postgres(root: Path, *, run_as: str = "nobody") -> LocalPostgres:
 
 
 @contextlib.contextmanager
-def local_postgres(root: Path | None = None, *, run_as: str = "nobody") -> Iterator[LocalPostgres]:
+def local_postgres(
+    root: Path | None = None, *, run_as: str = "nobody", durable: bool = False
+) -> Iterator[LocalPostgres]:
     """A server for the ``with`` block (see :func:`start_postgres`); stopped on exit.
 
     Without ``root``, the server lives in a new temporary directory (removed on exit) that the
@@ -167,7 +172,7 @@ def local_postgres(root: Path | None = None, *, run_as: str = "nobody") -> Itera
     if made:
         os.chmod(where, 0o755)
     try:
-        server = start_postgres(where, run_as=run_as)
+        server = start_postgres(where, run_as=run_as, durable=durable)
         try:
             yield server
         finally:
