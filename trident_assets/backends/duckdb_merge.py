@@ -258,10 +258,14 @@ def _merge_sql(
         values = f"NULL, {_combine_sql(combine, 's.curr', new)}, CAST(NULL AS {vtype})"
     seq = d.nextval(seq_name(layout.table))
     tail = f" RETURNING {keys}, curr" if returning else ""
+    # PostgreSQL appends to the log's (keys, seq) index: inserting in key order keeps the
+    # index pages a batch touches together.
+    order = f" ORDER BY {', '.join(f'b.{k}' for k in key_q)}" if d.is_postgres else ""
     return (
         f"INSERT INTO {log_table(layout.table)} ({keys}, {SEQ_COLUMN}, txid, curr, prev) "
         f"SELECT {', '.join(f'b.{k}' for k in key_q)}, {seq}, {values} FROM ({source}) b "
-        f"LEFT JOIN ({store.latest_sql(layout, quote_ident(view))}) s ON {on}{where}{tail}"
+        f"LEFT JOIN ({store.latest_sql(layout, quote_ident(view))}) s ON {on}{where}"
+        f"{order}{tail}"
     )
 
 

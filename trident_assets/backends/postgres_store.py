@@ -40,6 +40,8 @@ from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedErro
 
 __all__ = ["PostgresStore", "PostgresTransaction", "is_postgres_dsn", "redact_dsn"]
 
+WORK_MEM = "64MB"
+"""The session's ``work_mem``: a batch's grouping and joins stay in memory (default 4MB spills)."""
 _DML_RE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 _INIT_LOCK = 7_291_604_115
 """The advisory lock serializing the creation of the base tables by concurrent stores."""
@@ -130,6 +132,7 @@ class PostgresStore(SqlStateStore):
         self._cur: Any = self._conn.cursor()
         self._tx: PostgresTransaction | None = None
         self._claimed: set[str] = set()
+        self.execute(f"SET work_mem = '{WORK_MEM}'")
         if read_only:
             self.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
             if not self.has_table("_trident_maps") or not self.has_table("_trident_commits"):

@@ -61,6 +61,24 @@ class Dialect:
             f"(PARTITION BY {keys} ORDER BY {seq} DESC) = 1"
         )
 
+    def latest_by_index(
+        self, log: str, key_q: list[str], cols_in: list[str], keys_from: str, seq: str
+    ) -> str:
+        """PostgreSQL: the newest row of ``log`` per distinct key of ``keys_from``, by index.
+
+        One ``(keys, seq)`` index probe per key (``LATERAL ... ORDER BY seq DESC LIMIT 1``).
+        ``key_q`` are the log's quoted key columns, ``cols_in`` the quoted columns of
+        ``keys_from`` holding them; the result has the log's key column names.
+        """
+        distinct = ", ".join(f"{c} AS {k}" for c, k in zip(cols_in, key_q, strict=True))
+        on = " AND ".join(f"l.{k} = q.{k}" for k in key_q)
+        keys = ", ".join(f"q.{k}" for k in key_q)
+        return (
+            f"SELECT {keys}, s.txid, s.curr, s.prev FROM (SELECT DISTINCT {distinct} FROM "
+            f"{keys_from}) q CROSS JOIN LATERAL (SELECT l.txid, l.curr, l.prev FROM {log} l "
+            f"WHERE {on} ORDER BY l.{seq} DESC LIMIT 1) s"
+        )
+
     def log_indexes(self, log: str, keys: str, seq: str) -> list[str]:
         """The indexes of a map's log table: PostgreSQL finds a key's versions by index."""
         if self.is_postgres:

@@ -261,12 +261,17 @@ class SqlStateStore:
 
         ``keys_from`` is a relation name (a staged Arrow table, a temp table, a view) whose
         columns ``keys_in`` (default: the map's key column names) hold keys. The query yields
-        the map's key columns, ``txid``, ``curr`` and ``prev``: a semi join of the log table
-        against ``keys_from``, then the latest version per key, so its cost follows the number
-        of keys asked for.
+        the map's key columns, ``txid``, ``curr`` and ``prev``. DuckDB: a semi join of the log
+        table against ``keys_from``, then the latest version per key; PostgreSQL: one index
+        probe of the log per distinct key asked for (so the cost follows the batch, not the
+        state).
         """
         key_q = [quote_ident(c) for c in layout.key_columns]
         cols_in = ['"' + c.replace('"', '""') + '"' for c in (keys_in or layout.key_columns)]
+        if self.dialect.is_postgres:
+            return self.dialect.latest_by_index(
+                log_table(layout.table), key_q, cols_in, keys_from, SEQ_COLUMN
+            )
         on = " AND ".join(f"q.{i} = s.{k}" for i, k in zip(cols_in, key_q, strict=True))
         keys = ", ".join(f"s.{k}" for k in key_q)
         source = (
