@@ -14,6 +14,7 @@ from pydantic import Field
 
 from trident_assets.backends.postgres_config import state_location
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.errors import ConfigError
 from trident_assets.spark.session import build_spark_session
 
 __all__ = ["TridentResource"]
@@ -112,14 +113,27 @@ class TridentResource(dg.ConfigurableResource):
     def store(self) -> Iterator[Any]:
         """Open the state store (DuckDB, or PostgreSQL with ``state_dsn``) for one run.
 
-        Closed (and unlocked) afterwards. A bad ``state_dsn`` raises ConfigError here, before
-        any write.
+        Closed (and unlocked) afterwards.
+
+        Raises:
+            ConfigError: ``state_dsn`` is not a PostgreSQL URI, or is set at all: topology runs
+                do not run on PostgreSQL state yet (checked before any write).
         """
         from trident_assets.backends.state_store import open_state_store
 
-        if not self.state_dsn:
-            self.database.parent.mkdir(parents=True, exist_ok=True)
-        store = open_state_store(self.state_location)
+        location = self.state_location
+        if self.state_dsn:
+            msg = (
+                "state_dsn is set on TridentResource, but topology runs keep their state in "
+                "DuckDB for now: the Spark runner's query, static-state, join and per-txid "
+                "output tables are not ported to PostgreSQL yet (issue 15). Nothing was "
+                "written. Unset state_dsn here (state_database picks the DuckDB file); "
+                "TridentIOManager(state_dsn=...) already keeps your own state assets in "
+                "PostgreSQL"
+            )
+            raise ConfigError(msg)
+        self.database.parent.mkdir(parents=True, exist_ok=True)
+        store = open_state_store(location)
         try:
             yield store
         finally:
