@@ -13,6 +13,12 @@ is timed on one batch size into a 1M-key state. After the timed batches, one exp
 ``store.checkpoint()`` and one ``store.compact()`` (+ checkpoint) are timed separately: with the
 append-only layout they are the maintenance the runner does between batches.
 Results go to ``bench/results/state_merge.{json,md}``.
+
+``--stores duckdb,postgres`` instead compares the two state stores in one run: for each state
+size, a DuckDB file and a PostgreSQL database (a server started for the run on 127.0.0.1 with
+Debian's binaries, fsync on, default settings) are prefilled alike, then the same batches are
+applied to both with :func:`apply_partials` (opaque, sum); the medians and their ratio go to
+``bench/results/state_merge_stores.{json,md}``.
 """
 
 from __future__ import annotations
@@ -168,6 +174,134 @@ def time_python(db: Path, n: int, size: int, runs: int) -> dict[str, Any]:
     }
 
 
+def prefill_postgres(store: Any, table: str, n: int) -> float:
+    """The PostgreSQL twin of :func:`prefill`: one generate_series insert, then ANALYZE."""
+    start = time.perf_counter()
+    layout = store.ensure_map(MapLayout(table, "opaque", ("k0",), ("BIGINT",), "BIGINT"))
+    log = log_table(layout.table)
+    store.execute(
+        f"INSERT INTO {log} (k0, {SEQ_COLUMN}, txid, curr, prev) "
+        "SELECT g, 0, 1, 1, NULL FROM generate_series(0, ? - 1) AS g",
+        [n],
+    )
+    store.execute(f"VACUUM ANALYZE {log}")
+    return time.perf_counter() - start
+
+
+def time_store(store: Any, n: int, size: int, runs: int) -> dict[str, Any]:
+    """Time ``runs`` batches (the same as for every store: same seed) on a prefilled store."""
+    rng = random.Random(n)
+    is_pg = store.dialect.is_postgres
+    fill_s = prefill_postgres(store, "state", n) if is_pg else prefill(store, "state", n)
+    times = []
+    for run in range(runs):
+        batch = make_batch(rng, n, size, run)
+        start = time.perf_counter()
+        result = apply_partials(
+            store,
+            "state",
+            batch,
+            key_columns=["k0"],
+            value_column="n",
+            combine="sum",
+            state_type=StateType.OPAQUE,
+            txid=2 + run,
+        )
+        times.append(time.perf_counter() - start)
+        assert result.keys_updated == size, result
+    assert store.size("state") == n + runs * (size - size // 2)
+    return {
+        "prefill_s": round(fill_s, 2),
+        "runs_ms": [round(t * 1000, 1) for t in times],
+        "median_ms": round(statistics.median(times) * 1000, 1),
+    }
+
+
+def compare_stores(sizes: list[int], batch: int, runs: int, out: Path) -> dict[str, Any]:
+    """DuckDB and PostgreSQL side by side: the same batches into the same states."""
+    import adbc_driver_postgresql.dbapi as pgdbapi
+
+    from trident_assets.backends.postgres_server import local_postgres
+    from trident_assets.backends.postgres_store import PostgresStore
+
+    rows = []
+    with (
+        tempfile.TemporaryDirectory(prefix="trident-bench-") as tmp,
+        local_postgres(durable=True) as server,
+    ):
+        for n in sizes:
+            with DuckDBStore(Path(tmp) / f"s{n}.duckdb") as duck:
+                d = time_store(duck, n, batch, runs)
+            name = f"bench_{n}"
+            with pgdbapi.connect(server.dsn, autocommit=True) as conn, conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE {name}")
+            with PostgresStore(server.dsn.rsplit("/", 1)[0] + f"/{name}") as pg:
+                p = time_store(pg, n, batch, runs)
+            with pgdbapi.connect(server.dsn, autocommit=True) as conn, conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE {name}")
+            row = {
+                "state_keys": n,
+                "batch_keys": batch,
+                "duckdb_ms": d["median_ms"],
+                "postgres_ms": p["median_ms"],
+                "ratio": round(p["median_ms"] / d["median_ms"], 2),
+                "duckdb_runs_ms": d["runs_ms"],
+                "postgres_runs_ms": p["runs_ms"],
+                "duckdb_prefill_s": d["prefill_s"],
+                "postgres_prefill_s": p["prefill_s"],
+            }
+            rows.append(row)
+            print(
+                f"state {n:>11,}: DuckDB {d['median_ms']:8.1f} ms/batch, PostgreSQL "
+                f"{p['median_ms']:8.1f} ms/batch ({row['ratio']}x)",
+                flush=True,
+            )
+    growth = round(rows[-1]["postgres_ms"] / rows[0]["postgres_ms"], 2) if len(rows) > 1 else None
+    report = {
+        "benchmark": "state_merge_stores",
+        "what": "apply_partials(opaque, sum): one batch, half existing (random) and half new "
+        "keys, the same batches into a DuckDB file and a PostgreSQL database",
+        "runs": runs,
+        "machine": {**machine(), "postgres": "server started for the run, fsync on, defaults"},
+        "rows": rows,
+        "postgres_ratio_largest_to_smallest_state": growth,
+        "target": "PostgreSQL within 5x of DuckDB per batch; its cost follows the batch",
+    }
+    md = render_stores(report)
+    print(md)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "state_merge_stores.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "state_merge_stores.md").write_text(md)
+    return report
+
+
+def render_stores(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        "# State merge: DuckDB and PostgreSQL state stores",
+        "",
+        f"{report['what']}; median of {report['runs']} runs, each a new txid.",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['os']}; "
+        f"PostgreSQL: {m['postgres']}.",
+        "",
+        "| state keys | batch keys | DuckDB ms / batch | PostgreSQL ms / batch | ratio |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['state_keys']:,} | {r['batch_keys']:,} | {r['duckdb_ms']:.1f} | "
+            f"{r['postgres_ms']:.1f} | {r['ratio']}x |"
+        )
+    lines += [
+        "",
+        f"PostgreSQL, largest/smallest state: {report['postgres_ratio_largest_to_smallest_state']}x"
+        f". Target: {report['target']}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,1000000,10000000")
@@ -175,8 +309,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--python-state", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--stores",
+        default="duckdb",
+        help="duckdb (the DuckDB study) or duckdb,postgres (both stores side by side)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    if "postgres" in args.stores.split(","):
+        return compare_stores(sizes, args.batch, args.runs, args.out)
     rows = []
     with tempfile.TemporaryDirectory(prefix="trident-bench-") as tmp:
         for n in sizes:

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Set up a fresh machine for trident_assets: Java for Spark, a virtualenv, the package and its dev tools.
+# Set up a fresh machine for trident_assets: Java for Spark, PostgreSQL for its store's tests, a virtualenv, the package and its dev tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 if ! command -v java >/dev/null 2>&1; then need+=(openjdk-17-jre-headless); fi
+# PostgreSQL server binaries (initdb, pg_ctl) for the PostgreSQL state store's tests.
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then need+=(postgresql); fi
 if [ "${TRIDENT_WITH_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then need+=(chromium); fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -2,13 +2,19 @@
 
 ``demo_run``: ``trident demo`` run once for the session, as a new user runs it (a child
 process, a clean environment); the demo's story test and the UI test over its home share it.
+
+``postgres_server``: one PostgreSQL server for the session (``initdb`` in a tmp dir, on a free
+127.0.0.1 port, as ``nobody`` when running as root), stopped at the end; ``pg_dsn`` a fresh
+database on it per test; ``open_store`` opens stores of each kind (``duckdb``, ``postgres``)
+at one location, for tests parametrized over both stores.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,3 +64,53 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
         check=False,
     )
     return DemoRun(cwd, home, done)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL server for the session; stopped (by ``pg_ctl stop``, then PID) afterwards.
+
+    Its data directory is a temporary directory of its own (removed afterwards): pytest's
+    tmp_path is private to root, and the server runs as ``nobody`` when tests run as root.
+    """
+    from trident_assets.backends.postgres_server import local_postgres
+
+    with local_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: Any) -> str:
+    """The DSN of a new, empty database on the session's server (one per test)."""
+    import adbc_driver_postgresql.dbapi as pgdbapi
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with pgdbapi.connect(postgres_server.dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    return postgres_server.dsn.rsplit("/", 1)[0] + f"/{name}"
+
+
+OpenStore = Callable[..., Any]
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenStore]:
+    """Open stores (any number, each its own connection) at one fresh location of each kind."""
+    from trident_assets.backends.state_store import open_state_store
+
+    if request.param == "duckdb":
+        location: str = str(tmp_path / "state.duckdb")
+    else:
+        location = request.getfixturevalue("pg_dsn")
+    opened: list[Any] = []
+
+    def _open(**kwargs: Any) -> Any:
+        store = open_state_store(location, **kwargs)
+        opened.append(store)
+        return store
+
+    _open.kind = request.param  # type: ignore[attr-defined]
+    _open.location = location  # type: ignore[attr-defined]
+    yield _open
+    for store in opened:
+        store.close()

@@ -1,7 +1,8 @@
 """Storm's StateTest sequences through the map wrappers, on every backing map.
 
-The same txid logic must hold whichever store holds the values: MemoryBackingMap and
-DuckDBBackingMap are driven through OpaqueMap, TransactionalMap and NonTransactionalMap.
+The same txid logic must hold whichever store holds the values: MemoryBackingMap and the SQL
+backing map on DuckDB and on PostgreSQL are driven through OpaqueMap, TransactionalMap and
+NonTransactionalMap.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.memory import MemoryBackingMap
+from trident_assets.backends.postgres_store import PostgresStore
 from trident_assets.core.aggregators import CombinerValueUpdater, Count
 from trident_assets.core.caching import SnapshottableMap
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
@@ -24,13 +26,16 @@ from trident_assets.errors import StaleTxidError
 MakeBacking = Callable[[str], BackingMap[Any]]
 
 
-@pytest.fixture(params=["memory", "duckdb"])
+@pytest.fixture(params=["memory", "duckdb", "postgres"])
 def make_backing(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeBacking]:
     """Return a factory of fresh, empty backing maps (one per name)."""
     if request.param == "memory":
         yield lambda name: MemoryBackingMap()
         return
-    store = DuckDBStore(tmp_path / "contract.duckdb")
+    if request.param == "postgres":
+        store: Any = PostgresStore(request.getfixturevalue("pg_dsn"))
+    else:
+        store = DuckDBStore(tmp_path / "contract.duckdb")
     yield lambda name: store.map(name)
     store.close()
 

@@ -1,21 +1,21 @@
-"""The one-statement merge (apply_partials) and the Python-combiner bulk path."""
+"""The one-statement merge (apply_partials) and the Python-combiner bulk path, on both stores."""
 
 from __future__ import annotations
 
 import random
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from trident_assets.backends.backing_map import SqlBackingMap
 from trident_assets.backends.duckdb_merge import (
     MergeResult,
     apply_partials,
     apply_partials_python,
 )
-from trident_assets.backends.duckdb_store import DuckDBBackingMap, DuckDBStore
+from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.aggregators import CombinerAggregator, Max, Min, Sum, apply_combiner
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
@@ -32,10 +32,9 @@ OPAQUE, TRANS, PLAIN = StateType.OPAQUE, StateType.TRANSACTIONAL, StateType.NON_
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> DuckDBStore:
-    s = DuckDBStore(tmp_path / "merge.duckdb")
-    yield s
-    s.close()
+def store(open_store: Any) -> Any:
+    """A DuckDB store, then a PostgreSQL store (the same tests run on both)."""
+    return open_store()
 
 
 def batch(pairs: list[tuple[Any, Any]], value_type: pa.DataType | None = None) -> pa.Table:
@@ -64,7 +63,9 @@ def apply(
 
 
 def rows(store: DuckDBStore, table: str = "t") -> list[tuple]:
-    return store.conn.execute(f'SELECT * FROM "{table}" ORDER BY ALL').fetchall()
+    """Every row of map view ``table``, ordered by all columns (NULLs last)."""
+    found = store.fetch_rows(f'SELECT * FROM "{table}"')
+    return sorted(found, key=lambda r: tuple((v is None, 0 if v is None else v) for v in r))
 
 
 def new_values(result: MergeResult) -> dict:
@@ -411,7 +412,7 @@ def test_runs_inside_open_transaction(store: DuckDBStore) -> None:
 def test_fast_path_tables_read_back_through_backing_map(store: DuckDBStore) -> None:
     apply(store, [("a", 1)], OPAQUE, 1)
     apply(store, [("a", 2)], OPAQUE, 2)
-    m = OpaqueMap(DuckDBBackingMap(store, "t"))
+    m = OpaqueMap(store.map("t"))
     m.begin_commit(2)
     assert m.multi_get([("a",)]) == [1]  # txid 2 is being replayed: reads prev
     m.begin_commit(3)
@@ -436,7 +437,7 @@ def test_python_path_one_read_one_write(
     store: DuckDBStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    real_get, real_put = DuckDBBackingMap.multi_get, DuckDBBackingMap.multi_put
+    real_get, real_put = SqlBackingMap.multi_get, SqlBackingMap.multi_put
 
     def spy_get(self, keys):
         calls.append(f"get{len(keys)}")
@@ -446,8 +447,8 @@ def test_python_path_one_read_one_write(
         calls.append(f"put{len(keys)}")
         return real_put(self, keys, values)
 
-    monkeypatch.setattr(DuckDBBackingMap, "multi_get", spy_get)
-    monkeypatch.setattr(DuckDBBackingMap, "multi_put", spy_put)
+    monkeypatch.setattr(SqlBackingMap, "multi_get", spy_get)
+    monkeypatch.setattr(SqlBackingMap, "multi_put", spy_put)
     b = batch([("a", 2), ("b", 3), ("a", 5)])
     r = apply_partials_python(
         store,

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.postgres_store import PostgresStore
 from trident_assets.dagster.io_manager import TridentIOManager, state_asset_metadata
 from trident_assets.dagster.partitions import parse_txid, txid_key, txid_partitions
 
@@ -69,18 +70,27 @@ def clicks_latest(clicks: pa.Table) -> None:
 ASSETS = [clicks, clicks_as_of, clicks_latest]
 
 
-def _resources(home: Path) -> dict[str, Any]:
-    return {"trident_io_manager": TridentIOManager(home=str(home)), "io_manager": dg.mem_io_manager}
+def _resources(home: Path, state_dsn: str | None = None) -> dict[str, Any]:
+    return {
+        "trident_io_manager": TridentIOManager(home=str(home), state_dsn=state_dsn),
+        "io_manager": dg.mem_io_manager,
+    }
 
 
-def _run(home: Path, instance: dg.DagsterInstance, txid: int, *selection: Any) -> Any:
+def _run(
+    home: Path,
+    instance: dg.DagsterInstance,
+    txid: int,
+    *selection: Any,
+    state_dsn: str | None = None,
+) -> Any:
     instance.add_dynamic_partitions(TXIDS.name, [txid_key(txid)])
     return dg.materialize(
         ASSETS,
         selection=list(selection) or [clicks],
         partition_key=txid_key(txid),
         instance=instance,
-        resources=_resources(home),
+        resources=_resources(home, state_dsn),
         raise_on_error=False,
     )
 
@@ -117,6 +127,35 @@ def test_user_state_asset_is_exactly_once_in_order(tmp_path: Path) -> None:
         assert "OutOfOrderCommitError" in text
         assert "txid 4" in text
         assert _state(tmp_path) == expected(2), "an out-of-order txid changes nothing"
+
+
+def test_user_state_asset_in_postgresql_by_configuration(tmp_path: Path, pg_dsn: str) -> None:
+    with dg.instance_for_test() as instance:
+        for txid, replayed in ((1, False), (2, False), (1, True)):
+            result = _run(tmp_path, instance, txid, state_dsn=pg_dsn)
+            assert result.success
+            assert _metadata(result)["already_committed"] is replayed, "committed is final"
+        with PostgresStore(pg_dsn, read_only=True) as store:
+            rows = store.scan("clicks", value_name="n").to_pylist()
+            assert store.last_committed("clicks") == 2
+        assert {r["page"]: r["n"] for r in rows} == expected(2), "a replay must not count twice"
+        assert not (tmp_path / "state.duckdb").exists(), "no DuckDB file when state_dsn is set"
+        run = _run(tmp_path, instance, 2, clicks_as_of, clicks_latest, state_dsn=pg_dsn)
+        assert run.success
+        assert SEEN["as_of"] == expected(2)
+        assert SEEN["latest"] == expected(2)
+
+
+def test_a_state_dsn_that_is_not_postgresql_fails_before_any_write(tmp_path: Path) -> None:
+    with dg.instance_for_test() as instance:
+        result = _run(tmp_path, instance, 1, state_dsn="mysql://db/state")
+        assert not result.success
+        (failure,) = result.get_step_failure_events()
+        text = str(failure.event_specific_data.error)
+        assert "ConfigError" in text
+        assert "state_dsn 'mysql://db/state' is not a PostgreSQL URI" in text
+        assert not (tmp_path / "state.duckdb").exists()
+        assert not (tmp_path / "replica").exists(), "nothing was written"
 
 
 def test_downstream_assets_load_as_of_their_txid_and_the_latest(tmp_path: Path) -> None:

@@ -1,4 +1,7 @@
-"""The fast path: apply one batch of per-key partials to a DuckDB map table in ONE statement.
+"""The fast path: apply one batch of per-key partials to a map table in ONE statement.
+
+The same statement runs on DuckDB and PostgreSQL (their differences are spelled by the
+store's :class:`~trident_assets.backends.sql_dialect.Dialect`).
 
 :func:`apply_partials` does what ``persistent_aggregate`` with a ``sum``/``min``/``max``
 combiner does through ``OpaqueMap`` / ``TransactionalMap`` / ``NonTransactionalMap``
@@ -29,25 +32,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import duckdb
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_store import (
+from trident_assets.backends.map_layout import (
     SEQ_COLUMN,
-    DuckDBBackingMap,
-    DuckDBStore,
     MapLayout,
     kind_for_state_type,
     log_table,
     quote_ident,
     seq_name,
-    validate_identifier,
 )
+from trident_assets.backends.sql_store import SqlStateStore
 from trident_assets.core.aggregators import CombinerAggregator, apply_combiner
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.protocols import Key
 from trident_assets.core.values import StateType
 from trident_assets.errors import AggregationError, ConfigError, StaleTxidError, StateLayoutError
+from trident_assets.names import validate_identifier
 
 __all__ = ["Combine", "MergeResult", "apply_partials", "apply_partials_python", "arrow_to_sql_type"]
 
@@ -163,7 +164,7 @@ def _check_batch(
 
 
 def _resolve_layout(
-    store: DuckDBStore,
+    store: SqlStateStore,
     table: str,
     keys: list[str],
     key_types: list[str],
@@ -203,7 +204,7 @@ def _combine_sql(combine: Combine, stored: str, partial: str) -> str:
 
 
 def _merge_sql(
-    store: DuckDBStore,
+    store: SqlStateStore,
     layout: MapLayout,
     view: str,
     value_column: str,
@@ -215,11 +216,13 @@ def _merge_sql(
     The batch's combined partials, left-joined to the batch keys' current rows, are appended
     as each key's new version.
     """
-    vtype = "VARCHAR" if layout.value_type == "JSON" else layout.value_type
+    d = store.dialect
+    vtype = d.column_type(layout.value_type)
     key_q = [quote_ident(c) for c in layout.key_columns]
     keys = ", ".join(key_q)
     key_select = ", ".join(
-        f"CAST({k} AS {kt}) AS {k}" for k, kt in zip(key_q, layout.key_types, strict=True)
+        f"CAST({k} AS {d.column_type(kt)}) AS {k}"
+        for k, kt in zip(key_q, layout.key_types, strict=True)
     )
     agg = {"sum": "SUM", "min": "MIN", "max": "MAX"}[combine]
     txid_expr = "NULL" if layout.kind == "plain" else "CAST(? AS BIGINT)"
@@ -236,9 +239,10 @@ def _merge_sql(
     if layout.kind == "opaque":
         rolls = "s.txid IS NULL OR b.txid IS NULL OR s.txid < b.txid"
         key_text = " || ', ' || ".join(f"CAST(s.{k} AS VARCHAR)" for k in key_q)
-        behind = (
-            f"CAST(error('Current batch (' || b.txid || ') {_BEHIND_SQL} (' || s.txid || "
-            f"') at key (' || {key_text} || ') of map {layout.table}') AS {vtype})"
+        behind = d.raise_error(
+            f"'Current batch (' || b.txid || ') {_BEHIND_SQL} (' || s.txid || "
+            f"') at key (' || {key_text} || ') of map {layout.table}'",
+            vtype,
         )
         values = (
             "b.txid, "
@@ -252,17 +256,22 @@ def _merge_sql(
         where = " WHERE b.txid IS NULL OR s.txid IS DISTINCT FROM b.txid"
     else:
         values = f"NULL, {_combine_sql(combine, 's.curr', new)}, CAST(NULL AS {vtype})"
-    seq = f"(SELECT nextval('{seq_name(layout.table)[1:-1]}'))"
+    seq = d.nextval(seq_name(layout.table))
     tail = f" RETURNING {keys}, curr" if returning else ""
+    # PostgreSQL appends to the log's (keys, seq) index: inserting in key order keeps the
+    # index pages a batch touches together.
+    order = f" ORDER BY {', '.join(f'b.{k}' for k in key_q)}" if d.is_postgres else ""
     return (
         f"INSERT INTO {log_table(layout.table)} ({keys}, {SEQ_COLUMN}, txid, curr, prev) "
         f"SELECT {', '.join(f'b.{k}' for k in key_q)}, {seq}, {values} FROM ({source}) b "
-        f"LEFT JOIN ({store.latest_sql(layout, quote_ident(view))}) s ON {on}{where}{tail}"
+        f"LEFT JOIN ({store.latest_sql(layout, quote_ident(view))}) s ON {on}{where}"
+        f"{order}{tail}"
     )
 
 
 def _stale_message(exc: Exception) -> str:
-    text = str(exc).removeprefix("Invalid Input Error: ")
+    text = str(exc)
+    text = text[text.index("Current batch") :].splitlines()[0] if "Current batch" in text else text
     return (
         f"{text}. The state was written by a later txid; point this topology at a fresh state "
         "table or replay from that txid. Nothing was changed."
@@ -270,7 +279,7 @@ def _stale_message(exc: Exception) -> str:
 
 
 def apply_partials(
-    store: DuckDBStore,
+    store: SqlStateStore,
     table: str,
     batch: pa.Table,
     *,
@@ -339,22 +348,24 @@ def apply_partials(
     kind = wanted.kind
     params = [] if kind == "plain" else [txid]
     narrow = batch.select([*keys, value_column])
-    with store.transaction() as tx, store.registered(narrow) as view:
+    with store.transaction(), store.staged(narrow) as view:
         layout = stored or store.ensure_map(wanted)
         sql = _merge_sql(store, layout, view, value_column, combine, return_new_values)
         try:
             if return_new_values:
-                returned = tx.conn.sql(sql, params=params).to_arrow_table()
+                returned = store.fetch_arrow(sql, params)
                 updated = returned.num_rows
             else:
-                updated = int(tx.conn.execute(sql, params).fetchall()[0][0])
-        except duckdb.InvalidInputException as exc:
+                updated = store.execute(sql, params)
+        except Exception as exc:
             if _BEHIND in str(exc):
                 raise StaleTxidError(_stale_message(exc)) from exc
+            if isinstance(exc, store.value_errors):
+                msg = (
+                    f"apply to {table!r}: a combined value does not fit {layout.value_type}: {exc}"
+                )
+                raise StateLayoutError(msg) from exc
             raise
-        except (duckdb.OutOfRangeException, duckdb.ConversionException) as exc:
-            msg = f"apply to {table!r}: a combined value does not fit {layout.value_type}: {exc}"
-            raise StateLayoutError(msg) from exc
         keys_in = updated
         if kind == "transactional":
             keys_in = narrow.group_by(keys).aggregate([]).num_rows if narrow.num_rows else 0
@@ -366,16 +377,16 @@ def apply_partials(
     return MergeResult(keys_in, updated, keys_in - updated, new_values)
 
 
-def _read_back(store: DuckDBStore, layout: MapLayout, view: str) -> pa.Table:
+def _read_back(store: SqlStateStore, layout: MapLayout, view: str) -> pa.Table:
     cols = ", ".join(quote_ident(c) for c in layout.key_columns)
     latest = store.latest_sql(layout, quote_ident(view))
-    return store.conn.sql(f"SELECT {cols}, curr FROM ({latest})").to_arrow_table()
+    return store.fetch_arrow(f"SELECT {cols}, curr FROM ({latest}) AS l")
 
 
 class _CountingMap:
     """Delegates to a backing map and counts the distinct keys written."""
 
-    def __init__(self, delegate: DuckDBBackingMap) -> None:
+    def __init__(self, delegate: Any) -> None:
         self.delegate = delegate
         self.written: set[Key] = set()
 
@@ -395,7 +406,7 @@ _WRAPPERS: dict[StateType, Callable[[Any], Any]] = {
 
 
 def apply_partials_python(
-    store: DuckDBStore,
+    store: SqlStateStore,
     table: str,
     batch: pa.Table,
     *,
@@ -437,7 +448,7 @@ def apply_partials_python(
         declared.update(key_types=key_types, value_type=value_type or "JSON")
     unique = list(combined)
     with store.transaction():
-        backing = _CountingMap(DuckDBBackingMap(store, table, **declared))
+        backing = _CountingMap(store.map(table, **declared))
         state = _WRAPPERS[state_type](backing)
         state.begin_commit(txid)
         new = apply_combiner(state, agg, unique, [combined[k] for k in unique])

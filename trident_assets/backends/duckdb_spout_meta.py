@@ -1,4 +1,4 @@
-"""Spout batch metadata in the DuckDB state file, so offsets and state commit together.
+"""Spout batch metadata in the state store (DuckDB or PostgreSQL): offsets commit with state.
 
 Table ``_trident_spout_ranges``: one row per (topology, spout, txid, partition) with
 ``[first_offset, next_offset)``, the deployment id and whether the batch committed. Every
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.state_store import StateStore
 from trident_assets.spouts.ranges import PartitionRange
 
 __all__ = ["DuckDBSpoutMetaStore"]
@@ -20,12 +20,12 @@ TABLE = "_trident_spout_ranges"
 
 
 class DuckDBSpoutMetaStore:
-    """A SpoutMetaStore on a DuckDBStore's connection (writes join its open transaction)."""
+    """A SpoutMetaStore on a state store's connection (writes join its open transaction)."""
 
-    def __init__(self, store: DuckDBStore) -> None:
+    def __init__(self, store: StateStore) -> None:
         """Create the table if needed."""
         self.store = store
-        store.conn.execute(
+        store.execute(
             f"CREATE TABLE IF NOT EXISTS {TABLE} (topology VARCHAR NOT NULL, "
             "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, partition VARCHAR NOT NULL, "
             "first_offset BIGINT NOT NULL, next_offset BIGINT NOT NULL, "
@@ -37,11 +37,11 @@ class DuckDBSpoutMetaStore:
         self, topology: str, spout: str, txid: int
     ) -> tuple[list[PartitionRange], bool] | None:
         """Return the recorded ranges of ``txid`` and whether they are committed."""
-        rows = self.store.conn.execute(
+        rows = self.store.fetch_rows(
             f"SELECT partition, first_offset, next_offset, deployment_id, committed FROM {TABLE} "
             "WHERE topology = ? AND spout = ? AND txid = ? ORDER BY partition",
             [topology, spout, txid],
-        ).fetchall()
+        )
         if not rows:
             return None
         return [PartitionRange(p, f, n, d) for p, f, n, d, _ in rows], bool(rows[0][4])
@@ -55,7 +55,7 @@ class DuckDBSpoutMetaStore:
         committed: bool,
     ) -> None:
         """Replace the ranges of ``txid`` (in the open transaction, if any)."""
-        conn = self.store.conn
+        store = self.store
         batch = pa.table(
             {
                 "partition": [r.partition for r in ranges],
@@ -64,16 +64,16 @@ class DuckDBSpoutMetaStore:
                 "deployment_id": [r.deployment_id for r in ranges],
             }
         )
-        with self.store.transaction():
-            conn.execute(
+        with store.transaction():
+            store.execute(
                 f"DELETE FROM {TABLE} WHERE topology = ? AND spout = ? AND txid = ?",
                 [topology, spout, txid],
             )
             if ranges:
-                with self.store.registered(batch) as name:
-                    conn.execute(
+                with store.staged(batch) as name:
+                    store.execute(
                         f"INSERT INTO {TABLE} SELECT ?, ?, ?, partition, first_offset, "
-                        f"next_offset, deployment_id, ? FROM {name}",
+                        f'next_offset, deployment_id, ? FROM "{name}"',
                         [topology, spout, txid, committed],
                     )
 
@@ -81,29 +81,32 @@ class DuckDBSpoutMetaStore:
         self, topology: str, spout: str, txid: int, committed_only: bool
     ) -> dict[str, PartitionRange]:
         """For each partition, its range in the greatest recorded txid below ``txid``."""
-        rows = self.store.conn.execute(
-            f"SELECT partition, first_offset, next_offset, deployment_id FROM {TABLE} "
-            "WHERE topology = ? AND spout = ? AND txid < ? AND (committed OR NOT ?) "
-            "QUALIFY row_number() OVER (PARTITION BY partition ORDER BY txid DESC) = 1",
+        rows = self.store.fetch_rows(
+            self.store.dialect.latest(
+                "partition, first_offset, next_offset, deployment_id",
+                f"{TABLE} WHERE topology = ? AND spout = ? AND txid < ? "
+                "AND (committed OR NOT CAST(? AS BOOLEAN))",
+                "partition",
+                "txid",
+            ),
             [topology, spout, txid, committed_only],
-        ).fetchall()
+        )
         return {p: PartitionRange(p, f, n, d) for p, f, n, d in rows}
 
     def last_committed_txid(self, topology: str, spout: str) -> int | None:
         """Return the greatest committed txid."""
-        row = self.store.conn.execute(
+        row = self.store.fetch_rows(
             f"SELECT max(txid) FROM {TABLE} WHERE topology = ? AND spout = ? AND committed",
             [topology, spout],
-        ).fetchall()
+        )
         return None if not row or row[0][0] is None else int(row[0][0])
 
     def cleanup_before(self, topology: str, spout: str, txid: int) -> int:
         """Delete committed rows below ``txid`` that a newer committed row supersedes."""
-        row = self.store.conn.execute(
+        return self.store.execute(
             f"DELETE FROM {TABLE} AS t WHERE t.topology = ? AND t.spout = ? AND t.txid < ? "
             "AND t.committed AND EXISTS (SELECT 1 FROM "
             f"{TABLE} AS n WHERE n.topology = t.topology AND n.spout = t.spout "
             "AND n.partition = t.partition AND n.txid > t.txid AND n.committed)",
             [topology, spout, txid],
-        ).fetchall()
-        return int(row[0][0]) if row else 0
+        )

@@ -73,7 +73,7 @@ class Replica:
     ) -> None:
         """Publish what ``txid`` wrote to ``maps`` and ``row_tables``, then mark it visible.
 
-        Call after ``txid`` committed in ``store`` (a DuckDBStore), before compaction.
+        Call after ``txid`` committed in ``store`` (DuckDB or PostgreSQL), before compaction.
         """
         for table in maps:
             layout = store.layout(table)
@@ -84,10 +84,9 @@ class Replica:
         for table in row_tables:
             if not _has_table(store, table):
                 continue
-            rows = store.conn.sql(
-                f'SELECT * FROM "{validate_identifier(table, "table")}" WHERE txid = ?',
-                params=[txid],
-            ).to_arrow_table()
+            rows = store.fetch_arrow(
+                f'SELECT * FROM "{validate_identifier(table, "table")}" WHERE txid = ?', [txid]
+            )
             self._write_delta(table, txid, rows)
         marker = self.root / "_scopes" / f"{validate_identifier(scope, 'scope')}.json"
         _write_atomically(marker, lambda p: p.write_text(json.dumps({"txid": txid})))
@@ -113,13 +112,10 @@ class Replica:
         """
         log = f'"_trident_log_{validate_identifier(table, "table")}"'
         if kind != "plain":
-            found = store.conn.sql(f"SELECT * FROM {log} WHERE txid = ?", params=[txid])
-            return found.to_arrow_table()
+            return store.fetch_arrow(f"SELECT * FROM {log} WHERE txid = ?", [txid])
         mark = self.root / table / "_published_seq.json"
         after = int(json.loads(mark.read_text())["seq"]) if mark.exists() else 0
-        rows = store.conn.sql(
-            f"SELECT * FROM {log} WHERE {_SEQ} > ?", params=[after]
-        ).to_arrow_table()
+        rows = store.fetch_arrow(f"SELECT * FROM {log} WHERE {_SEQ} > ?", [after])
         if rows.num_rows:
             top = int(pc.max(rows.column(_SEQ)).as_py())
             _write_atomically(mark, lambda p: p.write_text(json.dumps({"seq": top})))
@@ -269,7 +265,4 @@ class Replica:
 
 
 def _has_table(store: Any, table: str) -> bool:
-    found = store.conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
-    ).fetchall()
-    return int(found[0][0]) > 0
+    return bool(store.has_table(table))

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_merge import MergeResult, apply_partials, apply_partials_python
-from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.state_store import StateStore
 from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
 from trident_assets.core.commit import CommitResult, commit_batch
 from trident_assets.core.values import StateType
@@ -98,7 +98,7 @@ class StateTarget:
 
 
 def apply_state_batch(
-    store: DuckDBStore, target: StateTarget, partials: pa.Table, txid: int | None
+    store: StateStore, target: StateTarget, partials: pa.Table, txid: int | None
 ) -> MergeResult:
     """Apply ``partials`` (key columns + value column) to ``target`` under ``txid``.
 
@@ -133,7 +133,7 @@ def apply_state_batch(
     )
 
 
-def _update_total(store: DuckDBStore, target: StateTarget, partials: pa.Table, txid: Any) -> None:
+def _update_total(store: StateStore, target: StateTarget, partials: pa.Table, txid: Any) -> None:
     """Keep the state's total: the previous total plus the batch's partials, O(batch).
 
     Every committed txid is applied exactly once (the commit marker), and a Count/Sum key's
@@ -142,43 +142,39 @@ def _update_total(store: DuckDBStore, target: StateTarget, partials: pa.Table, t
     """
     import pyarrow.compute as pc
 
-    conn = store.conn
-    conn.execute(
+    double = store.dialect.column_type("DOUBLE")
+    store.execute(
         f'CREATE TABLE IF NOT EXISTS "{TOTALS_TABLE}" (table_name VARCHAR PRIMARY KEY, '
-        "txid BIGINT, total DOUBLE)"
+        f"txid BIGINT, total {double})"
     )
-    found = conn.execute(
+    found = store.fetch_rows(
         f'SELECT total FROM "{TOTALS_TABLE}" WHERE table_name = ?', [target.table]
-    ).fetchall()
+    )
     if found:
         before = found[0][0]
     elif store.layout(target.table) is None:
         before = 0
     else:
         view = validate_identifier(target.table, "state table")
-        before = conn.execute(f'SELECT coalesce(sum(curr), 0) FROM "{view}"').fetchall()[0][0]
+        before = store.fetch_rows(f'SELECT coalesce(sum(curr), 0) FROM "{view}"')[0][0]
     added = pc.sum(partials.column(target.value_column)).as_py() or 0
-    conn.execute(
-        f'INSERT OR REPLACE INTO "{TOTALS_TABLE}" VALUES (?, ?, ?)',
+    store.execute(
+        f'INSERT INTO "{TOTALS_TABLE}" VALUES (?, ?, ?) ON CONFLICT (table_name) DO UPDATE '
+        "SET txid = excluded.txid, total = excluded.total",
         [target.table, txid, float(before) + float(added)],
     )
 
 
-def state_total(store: DuckDBStore, table: str) -> float | None:
+def state_total(store: StateStore, table: str) -> float | None:
     """The total of a Count/Sum state's values after its last commit (None: not tracked)."""
-    exists = store.conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [TOTALS_TABLE]
-    ).fetchall()[0][0]
-    if not exists:
+    if not store.has_table(TOTALS_TABLE):
         return None
-    found = store.conn.execute(
-        f'SELECT total FROM "{TOTALS_TABLE}" WHERE table_name = ?', [table]
-    ).fetchall()
+    found = store.fetch_rows(f'SELECT total FROM "{TOTALS_TABLE}" WHERE table_name = ?', [table])
     return float(found[0][0]) if found else None
 
 
 def commit_state_batch(
-    store: DuckDBStore, scope: str, target: StateTarget, partials: pa.Table, txid: int
+    store: StateStore, scope: str, target: StateTarget, partials: pa.Table, txid: int
 ) -> CommitResult[MergeResult]:
     """Apply ``partials`` to ``target`` and commit ``txid`` to ``scope``, in one transaction.
 

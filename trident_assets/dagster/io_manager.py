@@ -29,6 +29,7 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import ConfigDict, Field
 
+from trident_assets.backends.postgres_config import state_location
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.core.values import StateType
 from trident_assets.dagster.partitions import parse_txid
@@ -139,6 +140,12 @@ class TridentIOManager(dg.ConfigurableIOManager):
     state_database: str | None = Field(
         default=None, description="DuckDB state file; default <home>/state.duckdb."
     )
+    state_dsn: str | None = Field(
+        default=None,
+        description="PostgreSQL state store, as postgresql://user[:password]@host:port/database; "
+        "when set, the state lives there instead of the DuckDB file (README, State in "
+        "PostgreSQL).",
+    )
     keep_txids: int = Field(
         default=DEFAULT_KEEP_TXIDS,
         ge=1,
@@ -156,6 +163,15 @@ class TridentIOManager(dg.ConfigurableIOManager):
         return (
             Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
         )
+
+    @property
+    def state_location(self) -> str:
+        """Where the state store is: ``state_dsn`` when set, else the DuckDB file.
+
+        Raises:
+            ConfigError: ``state_dsn`` is set but is not a ``postgresql://`` URI.
+        """
+        return state_location(self.state_dsn, self.database)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -256,7 +272,6 @@ class TridentIOManager(dg.ConfigurableIOManager):
 
         Returns the materialization metadata (txid, already_committed, keys, state size).
         """
-        from trident_assets.backends.duckdb_store import DuckDBStore
         from trident_assets.backends.state_batches import (
             StateTarget,
             combiner,
@@ -272,7 +287,9 @@ class TridentIOManager(dg.ConfigurableIOManager):
             agg=combiner(str(meta["trident/combiner"])),
         )
         scope = str(meta["trident/scope"])
-        with DuckDBStore(self.database) as store:
+        from trident_assets.backends.state_store import open_state_store
+
+        with open_state_store(self.state_location) as store:
             result = commit_state_batch(store, scope, target, partials, txid)
             if result.applied:
                 self.replica.publish(store, scope, txid, [target.table], [])

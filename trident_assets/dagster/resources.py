@@ -12,7 +12,9 @@ from typing import Any
 import dagster as dg
 from pydantic import ConfigDict, Field, field_validator
 
+from trident_assets.backends.postgres_config import state_location
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.errors import ConfigError
 from trident_assets.spark.session import build_spark_session
 
 __all__ = ["CRASH_POINTS", "TridentResource"]
@@ -25,8 +27,9 @@ class TridentResource(dg.ConfigurableResource):
     """Paths and engines of trident_assets topologies.
 
     The embedded log lives in ``<home>/log`` and the DuckDB state in ``<home>/state.duckdb``
-    (override with ``state_database``). Spark runs locally unless ``spark_remote`` (a Spark
-    Connect URL) or ``spark_conf["spark.master"]`` points elsewhere.
+    (override with ``state_database``; or keep the state in PostgreSQL: ``state_dsn``). Spark
+    runs locally unless ``spark_remote`` (a Spark Connect URL) or ``spark_conf["spark.master"]``
+    points elsewhere.
     """
 
     model_config = ConfigDict(extra="forbid")  # a misspelt setting fails, naming it
@@ -34,6 +37,12 @@ class TridentResource(dg.ConfigurableResource):
     home: str = Field(default=".trident", description="Directory holding the log and state.")
     state_database: str | None = Field(
         default=None, description="DuckDB state file; default <home>/state.duckdb."
+    )
+    state_dsn: str | None = Field(
+        default=None,
+        description="PostgreSQL state store, as postgresql://user[:password]@host:port/database; "
+        "when set, the state lives there instead of the DuckDB file (README, State in "
+        "PostgreSQL).",
     )
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="Spark settings layered over the local defaults."
@@ -86,6 +95,15 @@ class TridentResource(dg.ConfigurableResource):
             Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
         )
 
+    @property
+    def state_location(self) -> str:
+        """Where the state store is: ``state_dsn`` when set, else the DuckDB file.
+
+        Raises:
+            ConfigError: ``state_dsn`` is set but is not a ``postgresql://`` URI.
+        """
+        return state_location(self.state_dsn, self.database)
+
     def replica(self) -> Replica:
         """The read replica every committed txid is published to (``<home>/replica``)."""
         return Replica(Path(self.home) / "replica")
@@ -114,11 +132,29 @@ class TridentResource(dg.ConfigurableResource):
 
     @contextmanager
     def store(self) -> Iterator[Any]:
-        """Open the DuckDB state store for one run; closed (and unlocked) afterwards."""
-        from trident_assets.backends.duckdb_store import DuckDBStore
+        """Open the state store (DuckDB, or PostgreSQL with ``state_dsn``) for one run.
 
+        Closed (and unlocked) afterwards.
+
+        Raises:
+            ConfigError: ``state_dsn`` is not a PostgreSQL URI, or is set at all: topology runs
+                do not run on PostgreSQL state yet (checked before any write).
+        """
+        from trident_assets.backends.state_store import open_state_store
+
+        location = self.state_location
+        if self.state_dsn:
+            msg = (
+                "state_dsn is set on TridentResource, but topology runs keep their state in "
+                "DuckDB for now: the Spark runner's query, static-state, join and per-txid "
+                "output tables are not ported to PostgreSQL yet (issue 15). Nothing was "
+                "written. Unset state_dsn here (state_database picks the DuckDB file); "
+                "TridentIOManager(state_dsn=...) already keeps your own state assets in "
+                "PostgreSQL"
+            )
+            raise ConfigError(msg)
         self.database.parent.mkdir(parents=True, exist_ok=True)
-        store = DuckDBStore(self.database)
+        store = open_state_store(location)
         try:
             yield store
         finally:

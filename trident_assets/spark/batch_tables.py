@@ -12,6 +12,7 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.state_store import StateStore
 
 __all__ = [
     "DEAD_LETTERS",
@@ -27,12 +28,13 @@ NEW_VALUES_KEPT = 50
 """How many recent txids of new values and outputs each table keeps."""
 
 
-def ensure_dead_letters_table(store: DuckDBStore) -> None:
-    """Create the dead letters table if the store has none."""
-    store.conn.execute(
+def ensure_dead_letters_table(store: StateStore) -> None:
+    """Create the dead letters table if the store (DuckDB or PostgreSQL) has none."""
+    blob = store.dialect.column_type("BLOB")
+    store.execute(
         f"CREATE TABLE IF NOT EXISTS {DEAD_LETTERS} (topology VARCHAR NOT NULL, "
         "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, topic VARCHAR, partition INTEGER, "
-        '"offset" BIGINT, reason VARCHAR NOT NULL, value BLOB)'
+        f'"offset" BIGINT, reason VARCHAR NOT NULL, value {blob})'
     )
 
 
@@ -49,9 +51,7 @@ def store_rows(
     with store.registered(with_txid) as name:
         conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM {name} LIMIT 0')
         _type_null_columns(store, table, name)
-        conn.execute(
-            f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep]
-        )
+        conn.execute(f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep])
         conn.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM {name}')
 
 
@@ -77,20 +77,22 @@ def _type_null_columns(store: DuckDBStore, table: str, view: str) -> None:
 
 
 def store_dead_letters(
-    store: DuckDBStore, topology: str, txid: int, dead: dict[str, pa.Table]
+    store: StateStore, topology: str, txid: int, dead: dict[str, pa.Table]
 ) -> int:
-    """Replace ``txid``'s dead letters of ``topology`` by ``dead`` (per spout); return how many."""
-    conn = store.conn
-    conn.execute(f"DELETE FROM {DEAD_LETTERS} WHERE topology = ? AND txid = ?", [topology, txid])
+    """Replace ``txid``'s dead letters of ``topology`` by ``dead`` (per spout); return how many.
+
+    One bulk insert per spout (the rows are staged as Arrow, never inserted one by one).
+    """
+    store.execute(f"DELETE FROM {DEAD_LETTERS} WHERE topology = ? AND txid = ?", [topology, txid])
     total = 0
     for spout_id, table in dead.items():
         if table.num_rows == 0:
             continue
         total += table.num_rows
-        with store.registered(table) as name:
-            conn.execute(
+        with store.staged(table) as name:
+            store.execute(
                 f'INSERT INTO {DEAD_LETTERS} SELECT ?, ?, ?, topic, partition, "offset", reason, '
-                f"value FROM {name}",
+                f'value FROM "{name}"',
                 [topology, spout_id, txid],
             )
     return total

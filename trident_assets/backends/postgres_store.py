@@ -1,0 +1,344 @@
+"""PostgreSQL state store: the DuckDB store's layout and semantics on a server database.
+
+The tables, the catalog, the versioned map layout and every shared statement are those of
+:class:`~trident_assets.backends.sql_store.SqlStateStore` (see
+:mod:`~trident_assets.backends.map_layout`); :mod:`~trident_assets.backends.sql_dialect`
+spells the differences (``DISTINCT ON`` for the latest version of a key, ``$n`` parameters,
+an index on each log's ``(keys, _trident_seq)`` so a batch's lookups follow the batch).
+
+One ADBC connection (``adbc-driver-postgresql``) carries everything, so a batch's state
+writes, its commit marker and its spout metadata commit in one transaction: Arrow tables go
+in by bulk ingest (``COPY``) into a temporary table and come out with ``fetch_arrow_table``;
+no per-row Python. SQL values are bound parameters; identifiers are validated names.
+
+Writers: the first time a transaction reads a scope's commit marker (``commit_batch``), the
+store takes a session advisory lock on that scope; a second store writing the same scope
+(another process running the same topology) is refused with
+:class:`~trident_assets.errors.StoreLockedError` until the first closes. Readers never lock
+(MVCC): they see the last committed batch while the next one commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit, urlunsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from trident_assets.backends.map_layout import check_scope
+from trident_assets.backends.postgres_config import is_postgres_dsn
+from trident_assets.backends.sql_dialect import PG_ERROR_FUNCTION, POSTGRES, Dialect
+from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
+from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedError, TridentError
+
+__all__ = ["PostgresStore", "PostgresTransaction", "is_postgres_dsn", "redact_dsn"]
+
+WORK_MEM = "64MB"
+"""The session's ``work_mem``: a batch's grouping and joins stay in memory (default 4MB spills)."""
+_DML_RE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+_INIT_LOCK = 7_291_604_115
+"""The advisory lock serializing the creation of the base tables by concurrent stores."""
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` with its password replaced by ``***`` (for messages and metadata)."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _adbc() -> Any:
+    try:
+        import adbc_driver_manager
+        import adbc_driver_postgresql.dbapi as pgdbapi
+    except ImportError as exc:  # pragma: no cover - a dependency of the package
+        msg = "PostgreSQL state needs adbc-driver-postgresql: pip install adbc-driver-postgresql"
+        raise ConfigError(msg) from exc
+    return pgdbapi, adbc_driver_manager
+
+
+_pgdbapi, _adbc_errors = _adbc()
+
+
+class PostgresTransaction(SqlTransaction):
+    """One open transaction of a :class:`PostgresStore`."""
+
+    store: PostgresStore
+
+    def last_committed(self, scope: str) -> int | None:
+        """Return ``scope``'s last committed txid, first claiming the scope for this writer.
+
+        Raises:
+            StoreLockedError: another store (process) is writing ``scope``.
+        """
+        self.store.claim_scope(scope)
+        return self.store.last_committed(scope)
+
+
+class PostgresStore(SqlStateStore):
+    """Map tables and commit markers in a PostgreSQL database (the core's ``CommitStore``).
+
+    Example:
+        >>> with PostgresStore("postgresql://user@127.0.0.1:5432/db") as store:  # doctest: +SKIP
+        ...     store.map("counts").multi_put([("a",)], [1])
+    """
+
+    dialect: ClassVar[Dialect] = POSTGRES
+    conversion_errors: ClassVar[tuple[type[BaseException], ...]] = (_adbc_errors.DataError,)
+    value_errors: ClassVar[tuple[type[BaseException], ...]] = (_adbc_errors.DataError,)
+    catalog_errors: ClassVar[tuple[type[BaseException], ...]] = (_adbc_errors.ProgrammingError,)
+
+    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
+        """Connect to ``dsn`` and create the store's tables if missing.
+
+        Args:
+            dsn: a ``postgresql://user[:password]@host:port/database`` URI.
+            read_only: only read: nothing is created, every transaction is read-only.
+
+        Raises:
+            ConfigError: ``dsn`` is not a PostgreSQL URI, or the server cannot be reached
+                or refuses the login (nothing was written).
+            StateLayoutError: ``read_only`` and the database holds no trident state store.
+        """
+        super().__init__()
+        if not is_postgres_dsn(dsn):
+            msg = (
+                f"state DSN {dsn!r} is not a PostgreSQL URI: use "
+                "postgresql://user[:password]@host:port/database"
+            )
+            raise ConfigError(msg)
+        self.dsn = dsn.strip()
+        self.path = redact_dsn(self.dsn)
+        self.read_only = read_only
+        try:
+            self._conn: Any = _pgdbapi.connect(self.dsn, autocommit=True)
+        except _adbc_errors.Error as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            msg = (
+                f"cannot connect to the PostgreSQL state store {self.path}: {detail}. Check the "
+                "DSN (host, port, user, database) and that the server is running; nothing was "
+                "written"
+            )
+            raise ConfigError(msg) from None
+        self._cur: Any = self._conn.cursor()
+        self._tx: PostgresTransaction | None = None
+        self._claimed: set[str] = set()
+        self.execute(f"SET work_mem = '{WORK_MEM}'")
+        if read_only:
+            self.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            if not self.has_table("_trident_maps") or not self.has_table("_trident_commits"):
+                self.close()
+                msg = f"{self.path} is a PostgreSQL database but holds no trident state store"
+                raise StateLayoutError(msg)
+            return
+        with self.transaction():
+            self.execute("SELECT pg_advisory_xact_lock(?)", [_INIT_LOCK])
+            self.create_base_tables()
+            if not self._has_function(PG_ERROR_FUNCTION):
+                self.execute(
+                    f"CREATE FUNCTION {PG_ERROR_FUNCTION}(msg text) RETURNS text "
+                    "LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION '%', msg; END $f$"
+                )
+
+    # -- connection lifecycle ----------------------------------------------------------------
+
+    @property
+    def in_transaction(self) -> bool:
+        """True while a :meth:`transaction` block is open."""
+        return self._tx is not None
+
+    def close(self) -> None:
+        """Close the connection (idempotent); an open transaction is rolled back."""
+        if self._conn is None:
+            return
+        if self._tx is not None:
+            self._rollback()
+        with contextlib.suppress(_adbc_errors.Error):
+            if self._claimed:  # release now: the server ends a closed session asynchronously
+                self._cur.execute("SELECT pg_advisory_unlock_all()")
+            self._cur.close()
+        self._conn.close()
+        self._conn = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _cursor(self) -> Any:
+        if self._conn is None:
+            msg = f"PostgreSQL state store {self.path} is closed"
+            raise TridentError(msg)
+        return self._cur
+
+    # -- primitives ----------------------------------------------------------------------------
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement with ``?`` parameters; return the rows it changed (-1: unknown).
+
+        The driver reports no row count for a prepared (parameterized) statement, so a DML
+        statement with parameters is counted through ``WITH ... RETURNING 1``.
+        """
+        cur = self._cursor()
+        if params and _DML_RE.match(sql) and " RETURNING " not in sql.upper():
+            sql = f"WITH _trident_dml AS ({sql} RETURNING 1) SELECT count(*) FROM _trident_dml"
+            cur.execute(self.dialect.placeholders(sql), parameters=list(params))
+            return int(cur.fetchall()[0][0])
+        cur.execute(self.dialect.placeholders(sql), parameters=list(params) if params else None)
+        return int(cur.rowcount)
+
+    def fetch_rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one query with ``?`` parameters; return its rows (NUMERIC as Decimal)."""
+        table = self.fetch_arrow(sql, params)
+        return list(zip(*(c.to_pylist() for c in table.columns), strict=True))
+
+    def fetch_arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
+        """Run one query with ``?`` parameters; return it as Arrow (NUMERIC as decimal128)."""
+        cur = self._cursor()
+        cur.execute(self.dialect.placeholders(sql), parameters=list(params) if params else None)
+        return _numeric_to_decimal(cur.fetch_arrow_table())
+
+    @contextmanager
+    def staged(self, table: pa.Table) -> Iterator[str]:
+        """Bulk-load ``table`` into a temporary table for the ``with`` block; drop it on exit."""
+        cur = self._cursor()
+        name = f"_trident_stage_{uuid.uuid4().hex}"
+        cur.adbc_ingest(name, _ingestable(table), mode="create", temporary=True)
+        cur.execute(f'ANALYZE "{name}"')
+        try:
+            yield name
+        finally:
+            if self._conn is not None:
+                with contextlib.suppress(_adbc_errors.Error):  # an aborted transaction drops it
+                    cur.execute(f'DROP TABLE IF EXISTS "{name}"')
+
+    def has_table(self, name: str) -> bool:
+        """True if a table or view ``name`` exists in the current schema."""
+        rows = self.fetch_rows(
+            "SELECT count(*) FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_name = ?",
+            [name],
+        )
+        return bool(rows[0][0])
+
+    def _has_function(self, name: str) -> bool:
+        rows = self.fetch_rows(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE p.proname = ? AND n.nspname = current_schema()",
+            [name],
+        )
+        return bool(rows[0][0])
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[PostgresTransaction]:
+        """Open a transaction: BEGIN, then COMMIT on normal exit or ROLLBACK on an exception.
+
+        Re-entrant: a nested ``transaction()`` joins the open one; only the outermost block
+        commits, and it rolls back if a nested block failed (even if its error was caught).
+
+        Raises:
+            TridentError: the store is closed, or a nested block failed and the transaction
+                was rolled back.
+        """
+        cur = self._cursor()
+        if self._tx is not None:
+            outer = self._tx
+            try:
+                yield outer
+            except BaseException:
+                outer.rollback_only = True
+                raise
+            return
+        cur.execute("BEGIN")
+        tx = PostgresTransaction(self)
+        self._tx = tx
+        try:
+            yield tx
+        except BaseException:
+            self._rollback()
+            raise
+        if tx.rollback_only:
+            self._rollback()
+            msg = (
+                f"transaction on {self.path} rolled back: a nested transaction block failed "
+                "and its error was caught; nothing was committed"
+            )
+            raise TridentError(msg)
+        try:
+            cur.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        self._tx = None
+
+    def _rollback(self) -> None:
+        self._tx = None
+        self.forget_layouts()
+        with contextlib.suppress(_adbc_errors.Error):
+            self._cur.execute("ROLLBACK")
+
+    def claim_scope(self, scope: str) -> None:
+        """Become the only writer of ``scope`` until this store closes (a session lock).
+
+        Raises:
+            StoreLockedError: another store (session) already writes ``scope``.
+        """
+        check_scope(scope)
+        if scope in self._claimed:
+            return
+        rows = self.fetch_rows("SELECT pg_try_advisory_lock(hashtextextended(?, 0))", [scope])
+        if not rows[0][0]:
+            msg = (
+                f"topology {scope!r} is being written by another process through {self.path} "
+                "(it holds the scope's writer lock); stop that run, or wait for it to finish, "
+                "before committing batches of the same topology"
+            )
+            raise StoreLockedError(msg)
+        self._claimed.add(scope)
+
+
+def _ingestable(table: pa.Table) -> pa.Table:
+    """``table`` with dictionary and view columns decoded (what COPY ingest accepts)."""
+    fields = []
+    changed = False
+    for field in table.schema:
+        t = field.type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+            t = pa.string()
+        changed = changed or t != field.type
+        fields.append(pa.field(field.name, t))
+    return table.cast(pa.schema(fields)) if changed else table
+
+
+def _numeric_to_decimal(table: pa.Table) -> pa.Table:
+    """Turn the driver's opaque NUMERIC text columns into ``decimal128(38, scale)``."""
+    for i, field in enumerate(table.schema):
+        if not isinstance(field.type, pa.BaseExtensionType):
+            continue
+        text = table.column(i).cast(field.type.storage_type)
+        pos = pc.find_substring(text, ".")
+        digits = pc.subtract(pc.subtract(pc.utf8_length(text), pos), 1)
+        best = pc.max(pc.if_else(pc.greater_equal(pos, 0), digits, 0)).as_py()
+        scale = int(best or 0)
+        decimals = pc.cast(text, pa.decimal128(38, scale))
+        table = table.set_column(i, pa.field(field.name, decimals.type), decimals)
+    return table

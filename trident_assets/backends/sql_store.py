@@ -1,0 +1,466 @@
+"""What every SQL state store does the same way: commit markers, the catalog, versioned map reads.
+
+:class:`SqlStateStore` holds the statements DuckDB and PostgreSQL share (spelled through
+:mod:`~trident_assets.backends.sql_dialect` where they differ) on top of five primitives a
+concrete store provides: :meth:`~SqlStateStore.execute`, :meth:`~SqlStateStore.fetch_rows`,
+:meth:`~SqlStateStore.fetch_arrow`, :meth:`~SqlStateStore.staged` (an Arrow table as a
+relation) and :meth:`~SqlStateStore.transaction`. The stores are
+:class:`~trident_assets.backends.duckdb_store.DuckDBStore` and
+:class:`~trident_assets.backends.postgres_store.PostgresStore`; the layout they share is
+described in :mod:`~trident_assets.backends.map_layout`. The txid rules live elsewhere (the
+core's map wrappers and commit protocol, and the merge statement): a store only stores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from trident_assets.backends.backing_map import SqlBackingMap
+from trident_assets.backends.map_layout import (
+    CATALOG_TABLE,
+    COMMITS_TABLE,
+    COMPACTIONS_TABLE,
+    SEQ_COLUMN,
+    MapKind,
+    MapLayout,
+    check_scope,
+    log_table,
+    quote_ident,
+    seq_name,
+    validate_table_name,
+)
+from trident_assets.backends.sql_dialect import Dialect
+from trident_assets.core.values import StateType
+from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
+from trident_assets.names import validate_identifier
+
+__all__ = ["SqlStateStore", "SqlTransaction"]
+
+
+class SqlTransaction:
+    """One open transaction of a store (the core's ``StoreTransaction``)."""
+
+    def __init__(self, store: SqlStateStore) -> None:
+        self.store = store
+        self.rollback_only = False
+        """Set when a joined inner block failed: the outermost block must roll back."""
+
+    def last_committed(self, scope: str) -> int | None:
+        """Return the last txid committed to ``scope``, or None."""
+        return self.store.last_committed(scope)
+
+    def mark_committed(self, scope: str, txid: int) -> None:
+        """Record ``txid`` as committed to ``scope``; effective when the transaction commits.
+
+        Raises:
+            ConfigError: ``scope`` is empty or ``txid`` is not an integer.
+        """
+        check_scope(scope)
+        if isinstance(txid, bool) or not isinstance(txid, int):
+            msg = f"mark_committed({scope!r}, {txid!r}): txid must be an integer"
+            raise ConfigError(msg)
+        now = datetime.now(UTC).replace(tzinfo=None)
+        self.store.execute(
+            f'INSERT INTO "{COMMITS_TABLE}" (scope, txid, committed_at) VALUES (?, ?, ?) '
+            "ON CONFLICT (scope) DO UPDATE SET txid = excluded.txid, "
+            "committed_at = excluded.committed_at",
+            [scope, txid, now],
+        )
+
+
+class SqlStateStore:
+    """The shared half of a SQL state store; subclasses provide the connection primitives.
+
+    A store holds one connection and is not thread-safe: use one store per thread or process.
+    """
+
+    dialect: ClassVar[Dialect]
+    conversion_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """Driver errors raised when a bound value does not convert to a column's type."""
+    value_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """Driver errors raised when a computed value overflows or does not convert."""
+    catalog_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """Driver errors raised when a table of the same name already exists."""
+
+    path: str
+    """Where the store lives, for messages (a file path, or a DSN without its password)."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[str, MapLayout] = {}
+
+    # -- primitives ------------------------------------------------------------------------
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement with ``?`` parameters; return the rows it changed (-1: unknown)."""
+        raise NotImplementedError
+
+    def fetch_rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one query with ``?`` parameters; return its rows."""
+        raise NotImplementedError
+
+    def fetch_arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
+        """Run one query with ``?`` parameters; return its result as an Arrow table."""
+        raise NotImplementedError
+
+    def staged(self, table: pa.Table) -> AbstractContextManager[str]:
+        """Make ``table`` a relation for the ``with`` block; yield its quoted-ready name."""
+        raise NotImplementedError
+
+    def transaction(self) -> AbstractContextManager[SqlTransaction]:
+        """Open a transaction (re-entrant: a nested block joins the open one)."""
+        raise NotImplementedError
+
+    def has_table(self, name: str) -> bool:
+        """True if a table or view ``name`` exists in the store's schema."""
+        raise NotImplementedError
+
+    def forget_layouts(self) -> None:
+        """Drop cached catalog rows (after a rollback: a created map may be gone)."""
+        self._layouts.clear()
+
+    # -- commit markers ----------------------------------------------------------------------
+
+    def create_base_tables(self) -> None:
+        """Create the commit-marker and catalog tables if missing (inside a transaction)."""
+        self.execute(
+            f'CREATE TABLE IF NOT EXISTS "{COMMITS_TABLE}" (scope VARCHAR PRIMARY KEY, '
+            "txid BIGINT NOT NULL, committed_at TIMESTAMP)"
+        )
+        self.execute(
+            f'CREATE TABLE IF NOT EXISTS "{CATALOG_TABLE}" (table_name VARCHAR PRIMARY KEY, '
+            "kind VARCHAR NOT NULL, key_columns VARCHAR NOT NULL, key_types VARCHAR NOT NULL, "
+            "value_type VARCHAR NOT NULL)"
+        )
+
+    def last_committed(self, scope: str) -> int | None:
+        """Return the last txid committed to ``scope`` (None if nothing was committed)."""
+        check_scope(scope)
+        rows = self.fetch_rows(f'SELECT txid FROM "{COMMITS_TABLE}" WHERE scope = ?', [scope])
+        return int(rows[0][0]) if rows else None
+
+    def scopes(self) -> dict[str, int]:
+        """Return every commit scope (topology) and its last committed txid."""
+        rows = self.fetch_rows(f'SELECT scope, txid FROM "{COMMITS_TABLE}" ORDER BY scope')
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    # -- the catalog -------------------------------------------------------------------------
+
+    def layout(self, table: str) -> MapLayout | None:
+        """Return the catalog layout of map ``table``, or None if it does not exist yet.
+
+        Raises:
+            ConfigError: ``table`` is not a valid map table name.
+        """
+        validate_table_name(table)
+        cached = self._layouts.get(table)
+        if cached is not None:
+            return cached
+        rows = self.fetch_rows(
+            f'SELECT kind, key_columns, key_types, value_type FROM "{CATALOG_TABLE}" '
+            "WHERE table_name = ?",
+            [table],
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        layout = MapLayout(
+            table, row[0], tuple(json.loads(row[1])), tuple(json.loads(row[2])), row[3]
+        )
+        self._layouts[table] = layout
+        return layout
+
+    def ensure_map(self, layout: MapLayout) -> MapLayout:
+        """Create map table ``layout.table`` if it does not exist; return its stored layout.
+
+        The log table, its sequence, the latest-version view and the catalog row are created
+        in one transaction (joining an open one).
+
+        Raises:
+            StateLayoutError: the table exists with a different layout, or a non-map table of
+                that name exists.
+        """
+        d = self.dialect
+        with self.transaction():
+            existing = self.layout(layout.table)
+            if existing is not None:
+                if existing != layout:
+                    msg = (
+                        f"map table {layout.table!r} is a {existing.describe()}, not a "
+                        f"{layout.describe()}; use another table name or the stored layout"
+                    )
+                    raise StateLayoutError(msg)
+                return existing
+            if self.has_table(layout.table):
+                msg = (
+                    f"table {layout.table!r} already exists in {self.path!r} but is not a "
+                    "trident map table (it has no catalog entry)"
+                )
+                raise StateLayoutError(msg)
+            keys = ", ".join(
+                f"{quote_ident(c)} {d.column_type(t)} NOT NULL"
+                for c, t in zip(layout.key_columns, layout.key_types, strict=True)
+            )
+            vtype = d.column_type(layout.value_type)
+            pk = ", ".join(quote_ident(c) for c in layout.key_columns)
+            log = log_table(layout.table)
+            try:
+                self.execute(
+                    f"CREATE TABLE {log} ({keys}, "
+                    f"{SEQ_COLUMN} BIGINT NOT NULL, txid BIGINT, curr {vtype}, prev {vtype})"
+                )
+                for index in d.log_indexes(log, pk, SEQ_COLUMN):
+                    self.execute(index)
+                self.execute(f"CREATE SEQUENCE {seq_name(layout.table)} START 1")
+                latest = d.latest(f"{pk}, txid, curr, prev", log, pk, SEQ_COLUMN)
+                self.execute(f"CREATE VIEW {quote_ident(layout.table)} AS {latest}")
+            except self.catalog_errors as exc:
+                msg = (
+                    f"table {layout.table!r} already exists in {self.path!r} but is not a "
+                    f"trident map table (it has no catalog entry): {exc}"
+                )
+                raise StateLayoutError(msg) from exc
+            self.execute(
+                f'INSERT INTO "{CATALOG_TABLE}" VALUES (?, ?, ?, ?, ?)',
+                [
+                    layout.table,
+                    layout.kind,
+                    json.dumps(list(layout.key_columns)),
+                    json.dumps(list(layout.key_types)),
+                    layout.value_type,
+                ],
+            )
+            self._layouts[layout.table] = layout
+            return layout
+
+    def tables(self) -> list[str]:
+        """Return the names of the map tables in this store, sorted."""
+        rows = self.fetch_rows(f'SELECT table_name FROM "{CATALOG_TABLE}" ORDER BY table_name')
+        return [r[0] for r in rows]
+
+    def size(self, table: str) -> int:
+        """Return the number of keys in map ``table`` (0 if it does not exist yet)."""
+        layout = self.layout(table)
+        if layout is None:
+            return 0
+        keys = ", ".join(quote_ident(c) for c in layout.key_columns)
+        rows = self.fetch_rows(
+            f"SELECT count(*) FROM (SELECT DISTINCT {keys} FROM {log_table(table)}) AS d"
+        )
+        return int(rows[0][0])
+
+    def latest_sql(
+        self, layout: MapLayout, keys_from: str, keys_in: Sequence[str] | None = None
+    ) -> str:
+        """Return a query for the current row of every stored key that appears in ``keys_from``.
+
+        ``keys_from`` is a relation name (a staged Arrow table, a temp table, a view) whose
+        columns ``keys_in`` (default: the map's key column names) hold keys. The query yields
+        the map's key columns, ``txid``, ``curr`` and ``prev``. DuckDB: a semi join of the log
+        table against ``keys_from``, then the latest version per key; PostgreSQL: one index
+        probe of the log per distinct key asked for (so the cost follows the batch, not the
+        state).
+        """
+        key_q = [quote_ident(c) for c in layout.key_columns]
+        cols_in = ['"' + c.replace('"', '""') + '"' for c in (keys_in or layout.key_columns)]
+        if self.dialect.is_postgres:
+            return self.dialect.latest_by_index(
+                log_table(layout.table), key_q, cols_in, keys_from, SEQ_COLUMN
+            )
+        on = " AND ".join(f"q.{i} = s.{k}" for i, k in zip(cols_in, key_q, strict=True))
+        keys = ", ".join(f"s.{k}" for k in key_q)
+        source = (
+            f"{log_table(layout.table)} s WHERE EXISTS (SELECT 1 FROM {keys_from} q WHERE {on})"
+        )
+        return self.dialect.latest(
+            f"{keys}, s.txid, s.curr, s.prev", source, keys, f"s.{SEQ_COLUMN}"
+        )
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def compact(self, table: str | None = None) -> dict[str, int]:
+        """Drop superseded versions from map tables' logs (all maps if ``table`` is None).
+
+        Each map keeps only its current row per key, in one transaction (joining an open one).
+        Run it between batches: it costs one pass over the table. Returns rows dropped per map.
+        """
+        names = [table] if table is not None else self.tables()
+        dropped: dict[str, int] = {}
+        with self.transaction():
+            for name in names:
+                layout = self.layout(name)
+                if layout is None:
+                    continue
+                log = log_table(name)
+                pk = ", ".join(quote_ident(c) for c in layout.key_columns)
+                before = int(self.fetch_rows(f"SELECT count(*) FROM {log}")[0][0])
+                if before == self.size(name):
+                    dropped[name] = 0
+                    continue
+                self._record_oldest_readable(name, pk)
+                self.execute(self.dialect.compact(log, pk, SEQ_COLUMN))
+                after = int(self.fetch_rows(f"SELECT count(*) FROM {log}")[0][0])
+                dropped[name] = before - after
+        return dropped
+
+    def _record_oldest_readable(self, table: str, pk: str) -> None:
+        """Record the oldest txid still exact once ``table``'s superseded rows are dropped.
+
+        A key with versions at txids ``t1 < ... < tm`` loses ``t1..t(m-1)``: an as-of read at
+        N in ``[t1, tm)`` would need them. So every N at or after the largest ``tm`` of such a
+        key stays exact; reads before it are refused. Kept with the larger earlier bound.
+        """
+        rows = self.fetch_rows(
+            f"SELECT max(newest) FROM (SELECT max(txid) AS newest FROM {log_table(table)} "
+            f"GROUP BY {pk} HAVING count(*) > 1) AS n"
+        )
+        newest = rows[0][0]
+        if newest is None:  # a plain map (no txids): nothing to record
+            return
+        self.execute(
+            f'CREATE TABLE IF NOT EXISTS "{COMPACTIONS_TABLE}" (table_name VARCHAR PRIMARY KEY, '
+            "oldest_txid BIGINT NOT NULL, compacted_at TIMESTAMP)"
+        )
+        self.execute(
+            f'INSERT INTO "{COMPACTIONS_TABLE}" VALUES (?, ?, ?) ON CONFLICT (table_name) DO '
+            f'UPDATE SET oldest_txid = greatest("{COMPACTIONS_TABLE}".oldest_txid, '
+            "excluded.oldest_txid), "
+            "compacted_at = excluded.compacted_at",
+            [table, int(newest), datetime.now(UTC).replace(tzinfo=None)],
+        )
+
+    def oldest_readable_txid(self, table: str) -> int | None:
+        """Return the oldest txid :meth:`scan` can read ``table`` as of.
+
+        None if compaction never dropped a version of the map: every committed txid can be read.
+        """
+        validate_table_name(table)
+        if not self.has_table(COMPACTIONS_TABLE):
+            return None
+        rows = self.fetch_rows(
+            f'SELECT oldest_txid FROM "{COMPACTIONS_TABLE}" WHERE table_name = ?', [table]
+        )
+        return int(rows[0][0]) if rows else None
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def scan(
+        self,
+        table: str,
+        value_name: str = "value",
+        *,
+        as_of: int | None = None,
+        key: Sequence[Any] | None = None,
+    ) -> pa.Table:
+        """Return every key of map ``table`` and its value, ordered by key.
+
+        The columns are the key columns and ``value_name``: ``curr`` for opaque maps, the
+        value for transactional and plain maps. JSON values come back as their JSON text.
+
+        Args:
+            table: the map table.
+            value_name: the name of the value column.
+            as_of: read the map as it was once txid ``as_of`` committed (None: now); keys
+                first written later are absent.
+            key: only this key (one value per key column; cast to the column types).
+
+        Raises:
+            StateLayoutError: the table does not exist, or ``as_of`` is given for a plain
+                map (it stores no txids).
+            HistoryUnavailableError: compaction removed versions ``as_of`` needs; the message
+                names the oldest txid that can still be read.
+            ConfigError: ``value_name`` is invalid or clashes with a key column, ``as_of`` is
+                negative, or ``key`` has the wrong arity or a value of the wrong type.
+        """
+        layout = self.layout(table)
+        if layout is None:
+            msg = f"no map table {table!r} in {self.path!r}; it has {self.tables()}"
+            raise StateLayoutError(msg)
+        validate_identifier(value_name, "value column")
+        if value_name.lower() in {c.lower() for c in layout.key_columns}:
+            msg = f"value column name {value_name!r} clashes with a key column of {table!r}"
+            raise ConfigError(msg)
+        keys = ", ".join(quote_ident(c) for c in layout.key_columns)
+        where, params = self._key_filter(layout, key)
+        if as_of is None:
+            condition = f" WHERE {' AND '.join(where)}" if where else ""
+            source = f"{quote_ident(table)}{condition}"
+        else:
+            self._check_as_of(layout, as_of)
+            where.append("txid <= ?")
+            params.append(as_of)
+            latest = self.dialect.latest(
+                f"{keys}, curr",
+                f"{log_table(table)} WHERE {' AND '.join(where)}",
+                keys,
+                SEQ_COLUMN,
+            )
+            source = f"({latest}) AS l"
+        try:
+            return self.fetch_arrow(
+                f"SELECT {keys}, curr AS {quote_ident(value_name)} FROM {source} ORDER BY {keys}",
+                params,
+            )
+        except self.conversion_errors as exc:
+            reason = str(exc).splitlines()[0]
+            msg = f"key {list(key or [])} does not match {layout.describe()}: {reason}"
+            raise ConfigError(msg) from exc
+
+    def _key_filter(
+        self, layout: MapLayout, key: Sequence[Any] | None
+    ) -> tuple[list[str], list[Any]]:
+        if key is None:
+            return [], []
+        if len(key) != layout.arity:
+            msg = (
+                f"a key of {layout.table!r} has {layout.arity} value(s) "
+                f"({', '.join(layout.key_columns)}), got {len(key)}: {list(key)}"
+            )
+            raise ConfigError(msg)
+        where = [
+            f"{quote_ident(c)} = CAST(? AS {self.dialect.column_type(t)})"
+            for c, t in zip(layout.key_columns, layout.key_types, strict=True)
+        ]
+        return where, list(key)
+
+    def _check_as_of(self, layout: MapLayout, as_of: int) -> None:
+        if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
+            msg = f"as_of must be a txid >= 0, got {as_of!r}"
+            raise ConfigError(msg)
+        if layout.kind == "plain":
+            msg = (
+                f"map {layout.table!r} is non-transactional (plain): it stores no txids, "
+                "so it cannot be read as of a txid"
+            )
+            raise StateLayoutError(msg)
+        oldest = self.oldest_readable_txid(layout.table)
+        if oldest is not None and as_of < oldest:
+            msg = (
+                f"map {layout.table!r} cannot be read as of txid {as_of}: compaction removed "
+                f"the versions it needs; the oldest txid that can still be read is {oldest}"
+            )
+            raise HistoryUnavailableError(msg)
+
+    def map(
+        self,
+        table: str,
+        *,
+        key_columns: Sequence[str] | None = None,
+        key_types: Sequence[str] | None = None,
+        value_type: str | None = None,
+        kind: MapKind | StateType | None = None,
+    ) -> SqlBackingMap:
+        """Return a backing map over ``table`` that shares this store's connection."""
+        return SqlBackingMap(
+            self,
+            table,
+            key_columns=key_columns,
+            key_types=key_types,
+            value_type=value_type,
+            kind=kind,
+        )
