@@ -600,6 +600,10 @@ class Driver:
                     break
                 self.attempt(name, chaos=True)
             chaos_s = time.perf_counter() - started
+        except BaseException:  # SIGTERM (SystemExit), Ctrl-C, a bug: leave nothing running
+            if self.worker is not None:
+                self.worker.kill()
+            raise
         finally:
             producer.send_signal(signal.SIGTERM)
             out, _ = producer.communicate(timeout=60)
@@ -822,6 +826,7 @@ def main(argv: list[str] | None = None) -> int:
     if root.exists() and any(root.iterdir()):
         parser.error(f"--root {root} must be empty or missing")
     root.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up on SIGTERM
     result = Driver(args, root).run()
     _print(result)
     if args.json:

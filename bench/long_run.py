@@ -1,7 +1,7 @@
 """Long-run soak: hundreds of txids with a producer appending the whole time; flat memory,
 bounded files, exact state.
 
-Run: ``python -m bench.long_run [--txids 200] [--rate 1000] [--batch-size 5000]
+Run: ``python -m bench.long_run [--txids 200] [--rate 200] [--batch-size 5000]
 [--vocabulary 20000] [--zipf 1.0] [--retention 10] [--keep-txids 20] [--root DIR]
 [--json PATH]``.
 
@@ -393,7 +393,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("role", nargs="?", default="driver", choices=("driver", "runner"))
     ap.add_argument("root_dir", nargs="?", help=argparse.SUPPRESS)
     ap.add_argument("--txids", type=int, default=200, help="txids to commit under load")
-    ap.add_argument("--rate", type=float, default=1000.0, help="sentences per second")
+    ap.add_argument("--rate", type=float, default=200.0, help="sentences per second")
     ap.add_argument("--batch-size", type=int, default=5000, help="max records per txid")
     ap.add_argument("--vocabulary", type=int, default=20_000, help="distinct words (Zipf)")
     ap.add_argument("--zipf", type=float, default=1.0, help="the Zipf exponent")
@@ -403,7 +403,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--keep-txids", type=int, default=20, help="the replica's txid window")
     ap.add_argument("--max-spout-pending", type=int, default=1, help="txids per Spark job")
     ap.add_argument("--bad-ratio", type=float, default=0.01, help="malformed records' share")
-    ap.add_argument("--tick", type=float, default=0.2, help="seconds between producer flushes")
+    ap.add_argument("--tick", type=float, default=0.5, help="seconds between producer flushes")
     ap.add_argument("--every", type=int, default=50, help="also sample every N txids")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--file-slack", type=int, default=100, help="files allowed over 2 x early")

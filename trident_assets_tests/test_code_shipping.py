@@ -10,6 +10,7 @@ environment, as a user's script would.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from trident_assets.spark.code_shipping import package_zip, user_modules
-from trident_assets.spark.local_servers import start_connect_server, start_standalone
+from trident_assets.spark.local_servers import own_view, start_connect_server, start_standalone
 from trident_assets_tests.test_user_code import (
     USERLAND,
     _clean_env,
@@ -54,13 +55,16 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 def probe(batches):
-    import importlib.util
+    import importlib.util, os
     for _ in batches:
         try:
             found = importlib.util.find_spec("trident_assets") is not None
         except ModuleNotFoundError:
             found = False
-        yield pa.RecordBatch.from_pydict({"found": [found]})
+        sees = os.path.exists(os.path.join(HOME, "marker"))
+        yield pa.RecordBatch.from_pydict({"found": [found], "sees": [sees]})
+
+HOME = sys.argv[3] if len(sys.argv) > 3 else "/"
 
 url = sys.argv[1]
 if url.startswith("sc://"):
@@ -70,7 +74,8 @@ else:
     os.environ["PYSPARK_PYTHON"] = sys.argv[2]
     spark = (SparkSession.builder.master(url).config("spark.executor.memory", "1g")
              .config("spark.pyspark.python", sys.argv[2]).getOrCreate())
-print(spark.range(1).mapInArrow(probe, "found boolean").collect()[0].found)
+row = spark.range(1).mapInArrow(probe, "found boolean, sees boolean").collect()[0]
+print(f"{row.found} {row.sees}")
 """
 
 
@@ -106,24 +111,51 @@ def test_user_topology_on_a_standalone_cluster_with_workers_lacking_the_package(
     """A master URL: the package travels as a py-file (spark.submit.pyFiles), the user's
     module by value; the executors run in the worker's directory with an interpreter that
     has not installed trident_assets."""
-    cluster = start_standalone(tmp_path / "cluster", env=_clean_env(tmp_path))
+    home, stage = tmp_path / "home", tmp_path / "stage"
+    (home / "log").mkdir(parents=True)
+    stage.mkdir()
+    (home / "marker").touch()
+    # the executors see the log at its path (a shared filesystem) and nothing else of the home
+    prefix = own_view(home, home / "log", stage) if _can_unshare() else []
+    cluster = start_standalone(tmp_path / "cluster", env=_clean_env(tmp_path), worker_prefix=prefix)
     try:
-        got = _probe_then_run(tmp_path, cluster.url, _worker_python(tmp_path))
+        python = _worker_python(tmp_path)
+        if prefix:
+            got = _probe_then_run(tmp_path, cluster.url, python, home=home)
+        else:
+            got = _probe_then_run(tmp_path, cluster.url, python)
     finally:
         cluster.stop()
     assert cluster.master.process.poll() is not None
     assert cluster.worker.process.poll() is not None
     assert got == expected(BATCHES)
+    if not prefix:
+        pytest.skip("ran with the driver's filesystem view: `unshare -m` is not allowed here")
 
 
-def _probe_then_run(tmp_path: Path, url: str, *python: str) -> dict[str, Any]:
-    """Check the workers cannot import trident_assets by themselves, then run the user app."""
+def _can_unshare() -> bool:
+    done = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def _probe_then_run(
+    tmp_path: Path, url: str, *args: str, home: Path | None = None
+) -> dict[str, Any]:
+    """Check the workers cannot import trident_assets by themselves, then run the user app.
+
+    ``home``: also check the executors cannot see this directory of the driver's.
+    """
     app = copy_app(tmp_path)
     (app / "probe.py").write_text(PROBE)
-    found = run_child(app / "probe.py", url, *python, tmp_path=tmp_path)
+    python = args[:1]
+    found, sees = run_child(
+        app / "probe.py", url, *python, str(home or "/"), tmp_path=tmp_path
+    ).split()
     assert found == "False", "the workers must not see trident_assets unless it is shipped"
-    home = str(tmp_path / "home")
-    return json.loads(run_child(app / "app.py", home, url, *python, tmp_path=tmp_path))
+    if home is not None:
+        assert sees == "False", "the executors must not see the driver's home at its path"
+    where = str(home or tmp_path / "home")
+    return json.loads(run_child(app / "app.py", where, url, *args, tmp_path=tmp_path))
 
 
 def test_user_modules_are_the_users_own(monkeypatch: pytest.MonkeyPatch) -> None:

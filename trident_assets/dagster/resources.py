@@ -61,6 +61,11 @@ class TridentResource(dg.ConfigurableResource):
         ge=1,
         description="How many recent txids stay readable as of a txid (the read replica).",
     )
+    log_spark_root: str | None = Field(
+        default=None,
+        description="Where Spark (driver JVM and executors) finds <home>/log when not at that "
+        "path: a Hadoop filesystem URL holding the same files; default: the same path.",
+    )
     crash_at: str | None = Field(
         default=None,
         description="Chaos testing only: SIGKILL the run process at this point of a batch "
@@ -112,7 +117,7 @@ class TridentResource(dg.ConfigurableResource):
         """The embedded log."""
         from trident_assets.log.store import PartitionedLog
 
-        return PartitionedLog(self.log_root)
+        return PartitionedLog(self.log_root, spark_root=self.log_spark_root)
 
     def spark(self) -> Any:
         """The process's SparkSession (created once, reused by later runs in the process)."""

@@ -367,9 +367,36 @@ class PartitionedLog:
         root: The log directory (created if missing).
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, spark_root: str | None = None) -> None:
+        """The log in directory ``root`` (created if missing).
+
+        ``spark_root``: where Spark (the driver's JVM and the executors) finds this directory
+        when not at ``root``: a Hadoop filesystem URL holding the same files (e.g.
+        ``hdfs://nn/trident/log``), or another path. Default: ``root`` itself (local mode, or a
+        filesystem shared by every node at that path).
+
+        Raises:
+            ConfigError: ``spark_root`` is neither an absolute path nor a URL.
+        """
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
+        if spark_root is not None and (
+            not isinstance(spark_root, str)
+            or not (spark_root.startswith("/") or "://" in spark_root)
+        ):
+            msg = (
+                "spark_root must be an absolute path or a URL (file:///mnt/log, "
+                f"hdfs://nn/log), got {spark_root!r}"
+            )
+            raise ConfigError(msg)
+        self.spark_root = spark_root
+
+    def spark_uri(self, path: str | Path) -> str:
+        """The URI under which Spark reads ``path``, a file of this log."""
+        relative = Path(path).absolute().relative_to(self.root).as_posix()
+        root = self.spark_root or str(self.root)
+        base = root if "://" in root else "file://" + root
+        return f"{base.rstrip('/')}/{relative}"
 
     def __repr__(self) -> str:
         return f"PartitionedLog({str(self.root)!r})"

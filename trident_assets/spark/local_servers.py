@@ -27,6 +27,7 @@ __all__ = [
     "SparkServer",
     "StandaloneCluster",
     "free_port",
+    "own_view",
     "spark_home",
     "start_connect_server",
     "start_standalone",
@@ -171,12 +172,19 @@ class StandaloneCluster:
 
 
 def start_standalone(
-    directory: Path, *, cores: int = 2, memory: str = "2g", env: Mapping[str, str] | None = None
+    directory: Path,
+    *,
+    cores: int = 2,
+    memory: str = "2g",
+    env: Mapping[str, str] | None = None,
+    worker_prefix: Sequence[str] = (),
 ) -> StandaloneCluster:
     """Start a standalone master and one worker on 127.0.0.1 (logs and work dir in ``directory``).
 
     The executors run in the worker's work directory: they see the driver's files only by
     path (one machine), and import nothing from the driver's working directory.
+    ``worker_prefix``: a command the worker runs under (e.g. :func:`own_view`: executors with
+    a filesystem view of their own).
 
     Raises:
         TridentError: a server exited or did not listen within two minutes.
@@ -200,7 +208,7 @@ def start_standalone(
     master = _start(master_cmd, port, url, directory / "master.log", full_env)
     worker_port = free_port()
     worker_cmd = [
-        spark_class, "org.apache.spark.deploy.worker.Worker", url,
+        *worker_prefix, spark_class, "org.apache.spark.deploy.worker.Worker", url,
         "--host", "127.0.0.1", "--port", str(worker_port), "--webui-port", str(free_port()),
         "--cores", str(cores), "--memory", memory, "--work-dir", str(directory / "work"),
     ]  # fmt: skip
@@ -210,6 +218,22 @@ def start_standalone(
         master.stop()
         raise
     return StandaloneCluster(master, worker)
+
+
+def own_view(hidden: Path, keep: Path, stage: Path) -> list[str]:
+    """A command prefix: run in a mount namespace where ``hidden`` is empty but for ``keep``.
+
+    ``keep`` (inside ``hidden``) stays at its path, as a filesystem shared by driver and
+    executors would; everything else of ``hidden`` is out of reach, as on another machine.
+    ``stage`` is an empty directory outside ``hidden`` used while remounting (Linux, root:
+    ``unshare -m``).
+    """
+    script = (
+        f"mount --make-rprivate / && mount --bind '{keep}' '{stage}' && "
+        f"mount -t tmpfs tmpfs '{hidden}' && mkdir -p '{keep}' && "
+        f"mount --bind '{stage}' '{keep}' && exec \"$@\""
+    )
+    return ["unshare", "-m", "sh", "-c", script, "sh"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

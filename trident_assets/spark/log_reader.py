@@ -68,14 +68,16 @@ def log_spark_schema() -> Any:
     )
 
 
-def _file_uri(path: str) -> str:
-    if any(c in _GLOB_CHARS for c in path):
+def _file_uri(log: PartitionedLog, path: str) -> str:
+    """The URI executors read ``path`` by (:meth:`PartitionedLog.spark_uri`)."""
+    uri = log.spark_uri(path)
+    if any(c in _GLOB_CHARS for c in uri):
         msg = (
-            f"log path {path!r} contains a glob character ({''.join(sorted(_GLOB_CHARS))}); "
+            f"log path {uri!r} contains a glob character ({''.join(sorted(_GLOB_CHARS))}); "
             "Spark would expand it as a pattern. Put the log under a path without them."
         )
         raise ConfigError(msg)
-    return "file://" + path
+    return uri
 
 
 def read_ranges(
@@ -190,7 +192,7 @@ def _scan(
         )
     if not files:
         return None, []
-    uris = [_file_uri(p) for p in files]
+    uris = [_file_uri(log, p) for p in files]
     with _driver_side_listing(spark, len(uris)):
         df = spark.read.schema(schema).parquet(*uris)
     return df, conditions

@@ -1,9 +1,9 @@
 """Build the user topology over an embedded log and run its batches; print the results as JSON.
 
-Usage: ``python app.py HOME [SPARK_URL [WORKER_PYTHON]]`` runs ``BATCHES`` in a fresh local
-SparkSession with the project's defaults (no environment variable is needed), through Spark
-Connect (``sc://...``) or on a standalone cluster (``spark://...``, its executors running
-``WORKER_PYTHON``).
+Usage: ``python app.py HOME [SPARK_URL [WORKER_PYTHON [SPARK_LOG_ROOT]]]`` runs
+``BATCHES`` in a fresh local SparkSession with the project's defaults (no environment variable
+is needed), through Spark Connect (``sc://...``) or on a standalone cluster (``spark://...``,
+its executors running ``WORKER_PYTHON``; Spark reading the log at ``SPARK_LOG_ROOT``).
 """
 
 from __future__ import annotations
@@ -103,9 +103,14 @@ def session(url: str | None, worker_python: str | None = None) -> Any:
     return build_spark_session(conf)
 
 
-def run(home: Path, spark: Any = None, remote: str | None = None) -> dict[str, Any]:
-    """Produce each batch's sentences, run it, and collect every output and state."""
-    log = PartitionedLog(home / "log")
+def run(
+    home: Path, spark: Any = None, remote: str | None = None, spark_root: str | None = None
+) -> dict[str, Any]:
+    """Produce each batch's sentences, run it, and collect every output and state.
+
+    ``spark_root``: where the executors see the log, when not at the driver's path.
+    """
+    log = PartitionedLog(home / "log", spark_root=spark_root)
     log.create_topic("sentences", 1)
     topo = build()
     spark = spark or build_spark_session(remote=remote)
@@ -136,4 +141,5 @@ def run(home: Path, spark: Any = None, remote: str | None = None) -> dict[str, A
 if __name__ == "__main__":
     url = sys.argv[2] if len(sys.argv) > 2 else None
     python = sys.argv[3] if len(sys.argv) > 3 else None
-    print(json.dumps(run(Path(sys.argv[1]), spark=session(url, python))))
+    seen_at = sys.argv[4] if len(sys.argv) > 4 else None
+    print(json.dumps(run(Path(sys.argv[1]), spark=session(url, python), spark_root=seen_at)))
