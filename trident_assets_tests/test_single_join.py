@@ -1,7 +1,8 @@
-"""single_join: declaration, the bulk DuckDB join against the pure core, Spark end to end, soak."""
+"""single_join: declaration, the bulk join (DuckDB and PostgreSQL) against the core, Spark, soak."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -12,14 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from trident_assets.backends.duckdb_join import (
-    META_TABLE,
-    apply_join_batch_sql,
-    apply_join_sides,
-    pending_count,
-    read_pending,
-)
+from trident_assets.backends import join_state
+from trident_assets.backends.duckdb_join import META_TABLE
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.join_state import apply_join_sides, pending_count, read_pending
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.join import (
     DuplicateJoinSideError,
@@ -79,9 +76,9 @@ def expired_rows(table: pa.Table) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Any:
-    with DuckDBStore(tmp_path / "state.duckdb") as s:
-        yield s
+def store(open_store: Any) -> Any:
+    """A DuckDB store, then a PostgreSQL store (the pending-halves tests run on both)."""
+    return open_store()
 
 
 # ----------------------------------------------------------------------------- declaration
@@ -208,9 +205,9 @@ def test_across_batches_halves_wait_in_state(store: DuckDBStore) -> None:
     r3 = bulk.run(3, {"age": [(i, i + 20) for i in range(4, -1, -1)]})
     assert r3.joined.to_pylist()[-1] == {"id": 0, "gender": "male", "age": 20}
     assert (r2.pending_after, r3.pending_after) == (5, 0)
-    assert store.conn.execute(
+    assert store.fetch_rows(
         f"SELECT last_txid, pending FROM {META_TABLE} WHERE table_name = 'pending'"
-    ).fetchall() == [(3, 0)]
+    ) == [(3, 0)]
 
 
 def test_expiry_at_the_exact_batch_boundary(store: DuckDBStore) -> None:
@@ -266,13 +263,13 @@ def test_expiry_at_the_exact_event_time_boundary(store: DuckDBStore) -> None:
 def test_duplicate_side_raises_by_default_and_writes_nothing(store: DuckDBStore) -> None:
     bulk = Bulk(store, seed_spec(timeout_batches=10))
     bulk.run(1, {"gender": [(5, "male")]})
-    before = (bulk.pending(), store.conn.execute(f"SELECT * FROM {META_TABLE}").fetchall())
+    before = (bulk.pending(), store.fetch_rows(f"SELECT * FROM {META_TABLE}"))
     with pytest.raises(DuplicateJoinSideError) as err:
         bulk.run(2, {"age": [(1, 10)], "gender": [(5, "female")]})
     assert (err.value.key, err.value.side) == ((5,), "gender")
     assert "join key (5,) received side 'gender' twice" in str(err.value)
     assert "pending since txid 1" in str(err.value)
-    assert (bulk.pending(), store.conn.execute(f"SELECT * FROM {META_TABLE}").fetchall()) == before
+    assert (bulk.pending(), store.fetch_rows(f"SELECT * FROM {META_TABLE}")) == before
     with pytest.raises(DuplicateJoinSideError, match=r"join key \(6,\) received side 'age'"):
         bulk.run(2, {"age": [(6, 1), (6, 2)]})  # twice within one batch
     # once a join completes, the same side may come again: age row 1 completes id 5 and
@@ -363,7 +360,7 @@ def test_bad_input_and_foreign_tables_are_refused(store: DuckDBStore) -> None:
         apply_join_sides(store, spec, "p", 0, sides)
     with pytest.raises(JoinInputError, match="batch_ts must be a finite number"):
         apply_join_sides(store, spec, "p", 1, sides, batch_ts=float("nan"))
-    store.conn.execute("CREATE TABLE other (x INTEGER)")
+    store.execute("CREATE TABLE other (x INTEGER)")
     with pytest.raises(StateLayoutError, match="not the pending layout"):
         apply_join_sides(store, spec, "other", 1, sides)
     assert pending_count(store, "p") == 0
@@ -412,7 +409,7 @@ def _random_rows(rng: random.Random, spec: SingleJoin, nkeys: int) -> dict[str, 
     ],
 )
 def test_bulk_join_matches_the_core_on_random_batches(
-    nsides: int, on_duplicate: str, timeouts: dict[str, Any]
+    nsides: int, on_duplicate: str, timeouts: dict[str, Any], open_store: Any
 ) -> None:
     rng = random.Random(f"{nsides}{on_duplicate}{timeouts}")
     inputs = [(f"s{i}", ["id", f"v{i}"] if i % 2 == 0 else [f"v{i}", "id"]) for i in range(nsides)]
@@ -426,7 +423,7 @@ def test_bulk_join_matches_the_core_on_random_batches(
     types = {"id": pa.int64(), **{f"v{i}": pa.string() for i in range(nsides)}}
     model = Model(spec)
     errors = joins = expired = 0
-    with DuckDBStore(":memory:") as store:
+    with contextlib.nullcontext(open_store()) as store:  # DuckDB, then PostgreSQL
         bulk = Bulk(store, spec, types)
         ts = 0.0
         for txid in range(1, 41):
@@ -611,5 +608,5 @@ def test_bulk_entry_point_takes_a_prebuilt_batch(store: DuckDBStore) -> None:
 
     batch = combine_sides(spec, arrow_sides(spec, {"gender": [(1, "m")], "age": [(1, 3)]}, TYPES))
     assert batch.column_names == ["__side", "__v0", "__ts", "__v1"]
-    res = apply_join_batch_sql(store, spec, "p", 1, batch)
+    res = join_state.apply_join_batch(store, spec, "p", 1, batch)
     assert res.joined.to_pylist() == [{"id": 1, "gender": "m", "age": 3}]

@@ -74,6 +74,8 @@ __all__ = [
     "apply_join_sides",
     "batch_event_time",
     "combine_sides",
+    "create_pending_table",
+    "key_expressions",
     "pending_count",
     "read_pending",
     "value_column",
@@ -245,6 +247,21 @@ def _ensure_pending(store: DuckDBStore, spec: SingleJoin, table: str, view: str)
         f"CAST(NULL AS BIGINT) AS {ARRIVED_TXID}, CAST(NULL AS DOUBLE) AS {ARRIVED_TS} "
         f"FROM {view} LIMIT 0"
     )
+
+
+def key_expressions(spec: SingleJoin) -> list[str]:
+    """Per join field, its value in a combined batch row (SQL over the ``__v<i>`` structs)."""
+    return _key_exprs(spec)
+
+
+def create_pending_table(store: DuckDBStore, spec: SingleJoin, table: str, batch: pa.Table) -> None:
+    """Create ``table`` with the pending layout, typed from the combined ``batch`` (if missing).
+
+    Raises:
+        StateLayoutError: ``table`` exists with another layout.
+    """
+    with store.registered(batch) as view:
+        _ensure_pending(store, spec, table, view)
 
 
 # -- the per-key fold ------------------------------------------------------------------------

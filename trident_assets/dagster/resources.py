@@ -151,7 +151,7 @@ class TridentResource(dg.ConfigurableResource):
         if self.state_dsn:
             msg = (
                 "state_dsn is set on TridentResource, but topology runs keep their state in "
-                "DuckDB for now: the Spark runner's query, static-state, join and per-txid "
+                "DuckDB for now: the Spark runner's state queries, static states and per-txid "
                 "output tables are not ported to PostgreSQL yet (issue 15). Nothing was "
                 "written. Unset state_dsn here (state_database picks the DuckDB file); "
                 "TridentIOManager(state_dsn=...) already keeps your own state assets in "

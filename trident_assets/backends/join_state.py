@@ -1,0 +1,72 @@
+"""The single join's pending state on any store: DuckDB or PostgreSQL, the same semantics.
+
+Dispatches to :mod:`~trident_assets.backends.duckdb_join` (the set-based fold in the DuckDB
+store) or :mod:`~trident_assets.backends.postgres_join` (the same fold applied to the batch's
+keys, with the pending halves kept in PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from trident_assets.backends import duckdb_join, postgres_join
+from trident_assets.backends.duckdb_join import BulkJoinResult, combine_sides
+from trident_assets.core.join import SingleJoin
+from trident_assets.core.protocols import Key
+
+__all__ = ["apply_join_batch", "apply_join_sides", "pending_count", "read_pending"]
+
+
+def _is_pg(store: Any) -> bool:
+    return bool(store.dialect.is_postgres)
+
+
+def apply_join_batch(
+    store: Any,
+    spec: SingleJoin,
+    table: str,
+    txid: int,
+    batch: pa.Table,
+    *,
+    batch_ts: float | None = None,
+) -> BulkJoinResult:
+    """Apply one combined batch to the join's pending table, in one store transaction.
+
+    Arguments, results and errors are those of
+    :func:`~trident_assets.backends.duckdb_join.apply_join_batch_sql`.
+    """
+    if _is_pg(store):
+        return postgres_join.apply_join_batch_pg(store, spec, table, txid, batch, batch_ts=batch_ts)
+    return duckdb_join.apply_join_batch_sql(store, spec, table, txid, batch, batch_ts=batch_ts)
+
+
+def apply_join_sides(
+    store: Any,
+    spec: SingleJoin,
+    table: str,
+    txid: int,
+    rows_by_side: Mapping[str, pa.Table],
+    *,
+    batch_ts: float | None = None,
+) -> BulkJoinResult:
+    """Apply batch ``txid`` given one Arrow table per side."""
+    return apply_join_batch(
+        store, spec, table, txid, combine_sides(spec, rows_by_side), batch_ts=batch_ts
+    )
+
+
+def pending_count(store: Any, table: str) -> int:
+    """The number of pending entries of ``table`` (0 before its first batch)."""
+    if _is_pg(store):
+        return postgres_join.pending_count_pg(store, table)
+    return duckdb_join.pending_count(store, table)
+
+
+def read_pending(store: Any, spec: SingleJoin, table: str) -> dict[Key, dict[str, Any]]:
+    """The pending entries in the core's layout (key -> entry dict), for inspection."""
+    if _is_pg(store):
+        return postgres_join.read_pending_pg(store, spec, table)
+    return duckdb_join.read_pending(store, spec, table)

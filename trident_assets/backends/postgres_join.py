@@ -1,0 +1,238 @@
+"""The single join's pending halves in a PostgreSQL store: the DuckDB fold, on the batch's keys.
+
+The pending table has the layout of :mod:`~trident_assets.backends.duckdb_join` except that
+each side's row is its JSON text (PostgreSQL has no struct columns to ingest Arrow structs
+into). One batch, inside one store transaction:
+
+1. the batch's distinct join keys are staged in PostgreSQL, and the pending entries of those
+   keys plus the entries that expire at this batch are read out (one query, Arrow);
+2. they are loaded into a private in-memory DuckDB store with the join's meta row, and
+   :func:`~trident_assets.backends.duckdb_join.apply_join_batch_sql` applies the batch there
+   (the same statements, so the same semantics and errors);
+3. the entries of the batch's keys and the expired entries are deleted from PostgreSQL and the
+   surviving entries of the batch's keys inserted (bulk), and the meta row is updated.
+
+So the work follows the batch (its keys and the expiring entries), not the pending table; a
+failure rolls the PostgreSQL transaction back and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from trident_assets.backends.duckdb_join import (
+    META_TABLE,
+    BulkJoinResult,
+    apply_join_batch_sql,
+    create_pending_table,
+    key_expressions,
+)
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.core.join import ARRIVED_TS, ARRIVED_TXID, SingleJoin, expiry_cutoff
+from trident_assets.core.protocols import Key
+from trident_assets.errors import StaleTxidError, StateLayoutError
+from trident_assets.names import validate_identifier
+
+__all__ = ["apply_join_batch_pg", "pending_count_pg", "read_pending_pg"]
+
+
+def _q(name: str) -> str:
+    return f'"{validate_identifier(name, "column")}"'
+
+
+def _meta(store: Any, table: str) -> tuple[int | None, float | None]:
+    if not store.has_table(META_TABLE):
+        return None, None
+    rows = store.fetch_rows(
+        f"SELECT last_txid, watermark FROM {META_TABLE} WHERE table_name = ?", [table]
+    )
+    return (None, None) if not rows else (rows[0][0], rows[0][1])
+
+
+def _columns(store: Any, table: str) -> list[str] | None:
+    rows = store.fetch_rows(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+        "AND table_schema = current_schema() ORDER BY ordinal_position",
+        [table],
+    )
+    return [r[0] for r in rows] or None
+
+
+def _expected(spec: SingleJoin) -> list[str]:
+    return [
+        *(f"key_{f}" for f in spec.join_fields or ()),
+        *(f"side_{s}" for s in spec.sides),
+        ARRIVED_TXID,
+        ARRIVED_TS,
+    ]
+
+
+def apply_join_batch_pg(
+    store: Any,
+    spec: SingleJoin,
+    table: str,
+    txid: int,
+    batch: pa.Table,
+    *,
+    batch_ts: float | None = None,
+) -> BulkJoinResult:
+    """Apply one batch of the join to its pending table in PostgreSQL store ``store``.
+
+    Same arguments, results and errors as
+    :func:`~trident_assets.backends.duckdb_join.apply_join_batch_sql`.
+    """
+    validate_identifier(table, "join state table")
+    pending = _q(table)
+    fields = list(spec.join_fields or ())
+    keys = [f"key_{f}" for f in fields]
+    with DuckDBStore(":memory:") as local, store.transaction():
+        last_txid, watermark = _meta(store, table)
+        if last_txid is not None and isinstance(txid, int) and txid <= last_txid:
+            msg = (
+                f"join batch {txid} is not after the last batch applied to {table!r} "
+                f"({last_txid}): it was applied already"
+            )
+            raise StaleTxidError(msg)
+        stored_cols = _columns(store, table)
+        if stored_cols is not None and stored_cols != _expected(spec):
+            msg = (
+                f"table {table!r} has columns {stored_cols}, not the pending layout "
+                f"{_expected(spec)} of this join (sides {list(spec.sides)}, join fields "
+                f"{fields}). Is the name shared with another state or join?"
+            )
+            raise StateLayoutError(msg)
+        with local.registered(batch) as view:
+            exprs = key_expressions(spec)
+            batch_keys = local.fetch_arrow(
+                "SELECT DISTINCT "
+                + ", ".join(f"{e} AS {_q(k)}" for e, k in zip(exprs, keys, strict=True))
+                + f" FROM {view}"
+            )
+        if last_txid is not None:
+            local.execute(
+                f"CREATE TABLE {META_TABLE} (table_name VARCHAR PRIMARY KEY, "
+                "last_txid BIGINT NOT NULL, watermark DOUBLE, pending BIGINT NOT NULL)"
+            )
+            local.execute(
+                f"INSERT INTO {META_TABLE} VALUES (?, ?, ?, 0)", [table, last_txid, watermark]
+            )
+        ts_for_cutoff = batch_ts if batch_ts is not None else 0.0
+        valid = isinstance(txid, int) and not isinstance(txid, bool) and txid >= 1
+        cutoff = expiry_cutoff(spec, txid, ts_for_cutoff) if valid else None
+        expire, params = _expire_condition(cutoff, batch_ts)
+        on_key = " AND ".join(f"p.{_q(k)} IS NOT DISTINCT FROM b.{_q(k)}" for k in keys)
+        loaded = None
+        if stored_cols is not None:
+            with store.staged(batch_keys) as staged:
+                loaded = store.fetch_arrow(
+                    f'SELECT * FROM {pending} p WHERE EXISTS (SELECT 1 FROM "{staged}" b '
+                    f"WHERE {on_key}) OR {expire}",
+                    params,
+                )
+        result = _apply_locally(local, spec, table, txid, batch, batch_ts, loaded)
+        survivors = local.fetch_arrow(
+            "SELECT "
+            + ", ".join(
+                [_q(k) for k in keys]
+                + [
+                    f"CAST(to_json({_q(f'side_{s}')}) AS VARCHAR) AS {_q(f'side_{s}')}"
+                    for s in spec.sides
+                ]
+                + [ARRIVED_TXID, ARRIVED_TS]
+            )
+            + f" FROM {pending}"
+        )
+        with store.staged(survivors) as staged:
+            if stored_cols is None:
+                store.execute(f'CREATE TABLE {pending} AS SELECT * FROM "{staged}" LIMIT 0')
+            else:
+                with store.staged(batch_keys) as batch_staged:
+                    store.execute(
+                        f"DELETE FROM {pending} p WHERE EXISTS (SELECT 1 FROM "
+                        f'"{batch_staged}" b WHERE {on_key}) OR {expire}',
+                        params,
+                    )
+            store.execute(f'INSERT INTO {pending} SELECT * FROM "{staged}"')
+        after = int(store.fetch_rows(f"SELECT count(*) FROM {pending}")[0][0])
+        store.execute(
+            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (table_name VARCHAR PRIMARY KEY, "
+            "last_txid BIGINT NOT NULL, watermark DOUBLE PRECISION, pending BIGINT NOT NULL)"
+        )
+        store.execute(
+            f"INSERT INTO {META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
+            "SET last_txid = excluded.last_txid, watermark = excluded.watermark, "
+            "pending = excluded.pending",
+            [table, txid, result.batch_ts, after],
+        )
+    return BulkJoinResult(result.joined, result.expired, after, result.keys_in, result.batch_ts)
+
+
+def _expire_condition(cutoff: Any, batch_ts: float | None) -> tuple[str, list[Any]]:
+    """The WHERE condition of the entries expiring at this batch, and its parameters."""
+    if cutoff is None:
+        return "FALSE", []
+    parts, params = [], []
+    if cutoff.max_arrived_txid is not None:
+        parts.append(f"{ARRIVED_TXID} <= ?")
+        params.append(cutoff.max_arrived_txid)
+    if batch_ts is not None and cutoff.min_live_ts is not None:
+        parts.append(f"{ARRIVED_TS} < ?")
+        params.append(cutoff.min_live_ts)
+    return ("(" + " OR ".join(parts) + ")" if parts else "FALSE"), params
+
+
+def _apply_locally(
+    local: DuckDBStore,
+    spec: SingleJoin,
+    table: str,
+    txid: int,
+    batch: pa.Table,
+    batch_ts: float | None,
+    loaded: pa.Table | None,
+) -> BulkJoinResult:
+    """Load the relevant entries into ``local`` (sides parsed from JSON) and apply the batch."""
+    if loaded is not None:
+        create_pending_table(local, spec, table, batch)
+        types = dict(
+            local.fetch_rows(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_name = ?",
+                [table],
+            )
+        )
+        cols = [_q(f"key_{f}") for f in spec.join_fields or ()]
+        for side in spec.sides:
+            col = _q(f"side_{side}")
+            cols.append(f"CAST(CAST({col} AS JSON) AS {types[f'side_{side}']}) AS {col}")
+        cols += [ARRIVED_TXID, ARRIVED_TS]
+        with local.registered(loaded) as src:
+            local.execute(f"INSERT INTO {_q(table)} SELECT {', '.join(cols)} FROM {src}")
+    return apply_join_batch_sql(local, spec, table, txid, batch, batch_ts=batch_ts)
+
+
+def pending_count_pg(store: Any, table: str) -> int:
+    """The number of pending entries of ``table`` in a PostgreSQL store (0 before any batch)."""
+    if _columns(store, validate_identifier(table, "join state table")) is None:
+        return 0
+    return int(store.fetch_rows(f"SELECT count(*) FROM {_q(table)}")[0][0])
+
+
+def read_pending_pg(store: Any, spec: SingleJoin, table: str) -> dict[Key, dict[str, Any]]:
+    """The pending entries in the core's layout (key -> entry dict), for inspection."""
+    import json
+
+    if _columns(store, validate_identifier(table, "join state table")) is None:
+        return {}
+    out: dict[Key, dict[str, Any]] = {}
+    for row in store.fetch_arrow(f"SELECT * FROM {_q(table)}").to_pylist():
+        key = tuple(row[f"key_{f}"] for f in spec.join_fields or ())
+        entry: dict[str, Any] = {ARRIVED_TXID: row[ARRIVED_TXID], ARRIVED_TS: row[ARRIVED_TS]}
+        for side, fields in spec.inputs:
+            text = row[f"side_{side}"]
+            if text is not None:
+                value = json.loads(text)
+                entry[side] = [value[f] for f in fields]
+        out[key] = entry
+    return out
