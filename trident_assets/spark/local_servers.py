@@ -5,7 +5,8 @@ process group and is stopped by PID (:meth:`SparkServer.stop`).
 
 Example (a shell)::
 
-    python -m trident_assets.spark.local_servers connect    # prints sc://127.0.0.1:PORT
+    python -m trident_assets.spark.local_servers connect      # prints sc://127.0.0.1:PORT
+    python -m trident_assets.spark.local_servers standalone   # prints spark://127.0.0.1:PORT
 """
 
 from __future__ import annotations
@@ -237,17 +238,30 @@ def own_view(hidden: Path, keep: Path, stage: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m trident_assets.spark.local_servers connect``: run until interrupted."""
+    """``python -m trident_assets.spark.local_servers connect|standalone``: run until interrupted.
+
+    Prints the URL to give ``spark_remote`` (``sc://...``) or ``spark.master``
+    (``spark://...``); logs go to the current directory.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] != ["connect"]:
-        print("usage: python -m trident_assets.spark.local_servers connect", file=sys.stderr)
+    if args[:1] == ["connect"]:
+        server = start_connect_server(Path("spark-connect.log").resolve())
+        print(server.url, flush=True)
+        stop, wait = server.stop, server.process.wait
+    elif args[:1] == ["standalone"]:
+        cluster = start_standalone(Path("spark-standalone").resolve())
+        print(cluster.url, flush=True)
+        stop, wait = cluster.stop, cluster.worker.process.wait
+    else:
+        print(
+            "usage: python -m trident_assets.spark.local_servers connect|standalone",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
-    server = start_connect_server(Path("spark-connect.log").resolve())
-    print(server.url, flush=True)
     try:
-        server.process.wait()
+        wait()
     except KeyboardInterrupt:
-        server.stop()
+        stop()
 
 
 if __name__ == "__main__":
