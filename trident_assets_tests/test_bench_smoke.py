@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench import pipeline
+from bench import pipeline, spark_batch
 from bench.corpus import TOPIC, CorpusSpec, ground_truth, write_corpus
 from bench.run_all import duckdb_baseline, verify
 from trident_assets.log.store import PartitionedLog
@@ -91,3 +91,30 @@ def test_trident_catch_up_run_counts_exactly(corpus, spark, tmp_path: Path) -> N
         corpus.truth.num_rows
     )
     assert verify(corpus.truth, pq.read_table(tmp_path / "c.parquet"))["identical"]
+
+
+def test_spark_batch_job_alone_counts_exactly(corpus, spark, tmp_path: Path) -> None:
+    """The "Spark batch job alone" row: the log's segment files, chunked jobs, no state."""
+    files = spark_batch.batch_files(corpus.log_root, TOPIC, SPEC.sentences, SPEC.partitions, 1)
+    assert len(files) == 2, "corpus batch 1 = one segment per partition"
+    tables = [
+        spark_batch.count_job(
+            spark,
+            spark_batch.batch_files(corpus.log_root, TOPIC, SPEC.sentences, SPEC.partitions, b),
+        ).toArrow()
+        for b in range(SPEC.batches)
+    ]
+    total = pa.concat_tables(tables).group_by("word").aggregate([("count", "sum")])
+    assert verify(corpus.truth, total.rename_columns(["word", "count"]))["identical"]
+    res = spark_batch.run_in_subprocess(
+        corpus.log_root,
+        tmp_path / "alone",
+        sentences=SPEC.sentences,
+        batches=SPEC.batches,
+        partitions=SPEC.partitions,
+        chunk=1,
+        counts=tmp_path / "alone.parquet",
+    )
+    assert (res["jobs"], res["sentences"]) == (2, 602)
+    assert verify(corpus.truth, pq.read_table(tmp_path / "alone.parquet"))["identical"]
+    assert spark_batch.summarize(res, 8)["words"] == 4816

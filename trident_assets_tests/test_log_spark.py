@@ -10,7 +10,14 @@ import pytest
 
 from trident_assets.errors import BatchUnavailableError, ConfigError
 from trident_assets.log import PartitionedLog, Record
-from trident_assets.spark.log_reader import log_spark_schema, read_ranges, read_ranges_tagged
+from trident_assets.spark import log_reader
+from trident_assets.spark.log_reader import (
+    log_spark_schema,
+    read_ranges,
+    read_ranges_tagged,
+    scoped_conf,
+    split_conf,
+)
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -85,6 +92,29 @@ def test_tagged_read_tags_each_range_in_one_scan(spark: Any, log: PartitionedLog
     empty = read_ranges_tagged(spark, log, [(1, "events", 1, 0, -1)], "txid")
     assert empty.count() == 0
     assert empty.schema["txid"].dataType.simpleString() == "bigint"
+
+
+def test_split_per_file_changes_tasks_not_records(
+    spark: Any, log: PartitionedLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Big segments get a task each; tiny ones stay packed; the records are the same."""
+    ranges = [(7, "events", 0, 0, 9), (8, "events", 0, 10, 24), (8, "events", 1, 0, 32)]
+    plain = [r[1:] for r in ranges]
+    assert split_conf(log, plain) == {}, "tiny segments: Spark packs them"
+    assert split_conf(log, plain[:1]) == {}, "one file: nothing to split"
+    monkeypatch.setattr(log_reader, "PER_FILE_TASK_MIN_BYTES", 1)
+    conf = split_conf(log, plain)
+    assert list(conf) == ["spark.sql.files.openCostInBytes"]
+    before = spark.conf.get("spark.sql.files.openCostInBytes")
+    packed = read_ranges_tagged(spark, log, ranges, "txid")
+    expected = sorted(tuple(r) for r in packed.select("offset", "txid").collect())
+    with scoped_conf(spark, conf):
+        split = read_ranges_tagged(spark, log, ranges, "txid")
+        assert split.rdd.getNumPartitions() == 6, "one task per segment file (3 + 3)"
+        got = sorted(tuple(r) for r in split.select("offset", "txid").collect())
+    assert got == expected
+    assert len(got) == 10 + 15 + 33
+    assert spark.conf.get("spark.sql.files.openCostInBytes") == before, "restored"
 
 
 def test_partial_segments_and_empty_ranges(spark: Any, log: PartitionedLog) -> None:

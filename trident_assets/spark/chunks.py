@@ -36,6 +36,9 @@ class Chunk:
     """Builds the chunk's streams that receive no tuples; its value types type query results."""
     future: Future[dict[int, Prepared]]
     t_spark: float
+    """When the chunk's job started in the worker (set by the worker)."""
+    plan_s: float = 0.0
+    """Seconds spent building the chunk's DataFrames on the driver."""
 
 
 def chunk_limit(ordered: list[int], i: int, max_spout_pending: int) -> int:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
@@ -230,9 +230,14 @@ class TopologyRunner:
                             i += 1
                             continue
                         chunk = self._start(pool, batches, emit_s)
-                    prepared = chunk.future.result()
-                    spark_s = (time.perf_counter() - chunk.t_spark) / len(chunk.batches)
+                    # plan the next chunk while this one's job runs: queued behind it in the
+                    # one-worker pool, it starts the moment this job ends, so Spark never idles
+                    # while the driver plans or this chunk commits
                     ahead = self._start_next(pool, chunk, ordered, i + len(chunk.batches))
+                    prepared = chunk.future.result()
+                    spark_s = (chunk.plan_s + time.perf_counter() - chunk.t_spark) / len(
+                        chunk.batches
+                    )
                     for outcome in self._commit_chunk(chunk, prepared, spark_s):
                         yield outcome
                         i += 1
@@ -263,11 +268,23 @@ class TopologyRunner:
         batches: list[tuple[int, dict[str, BatchPlan]]],
         emit_s: float,
     ) -> Chunk:
-        """Build the chunk's DataFrames here, run its Spark jobs in ``pool``."""
-        t_spark = time.perf_counter()
+        """Build the chunk's DataFrames here, run its Spark jobs in ``pool``.
+
+        The chunk's ``t_spark`` is when its job starts in the pool (it may queue behind the
+        previous chunk's), ``plan_s`` what building its DataFrames took here.
+        """
+        t_plan = time.perf_counter()
         base = BatchRun(self, *batches[0])
         work = PipelinedRun(self, batches, base).plan()
-        return Chunk(batches, emit_s, base, pool.submit(work), t_spark)
+        now = time.perf_counter()
+        chunk = Chunk(batches, emit_s, base, Future(), now, now - t_plan)
+
+        def run() -> dict[int, Prepared]:
+            chunk.t_spark = time.perf_counter()
+            return work()
+
+        chunk.future = pool.submit(run)
+        return chunk
 
     def _start_next(
         self, pool: ThreadPoolExecutor, chunk: Chunk, ordered: list[int], j: int
@@ -275,7 +292,8 @@ class TopologyRunner:
         """Plan and start the chunk after ``chunk`` (from ``ordered[j]``) before it commits.
 
         Trident keeps batches in flight while earlier ones commit; the next chunk's plans
-        continue from ``chunk``'s last plans, and its Spark work overlaps these commits.
+        continue from ``chunk``'s last plans (nothing in them waits for ``chunk``'s job or
+        commits), and its Spark work queues right behind ``chunk``'s, overlapping its commits.
         """
         last_txid, last_plans = chunk.batches[-1]
         if j >= len(ordered) or ordered[j] != last_txid + 1:

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from trident_assets.planner import chunk_pipelinable, is_live, live_spouts, pipelinable
 from trident_assets.spark.aggregation import combine_partials
+from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import Prepared
 from trident_assets.spouts.ranges import BatchPlan
@@ -87,6 +88,8 @@ class PipelinedRun(NodeFrames):
         self.empty = empty
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, tuple[Any, Any]] = {}
+        self.conf: dict[str, str] = {}
+        """Spark settings for the chunk's jobs (how the reads split into tasks)."""
 
     def _build(self, node: Node) -> Any:
         from pyspark.sql import Observation
@@ -99,6 +102,8 @@ class PipelinedRun(NodeFrames):
             nonempty = [(txid, plan) for txid, plan in mine if plan.record_count > 0]
             if hasattr(spout, "read_many"):  # one scan for the whole chunk
                 raw = spout.read_many(self.spark, self.runner.log, nonempty, TXID_COLUMN)
+                if len(self.batches) > 1 and hasattr(spout, "split_conf"):
+                    self.conf.update(spout.split_conf(self.runner.log, nonempty))
             else:
                 reads = [
                     spout.read(self.spark, self.runner.log, plan).withColumn(
@@ -181,9 +186,10 @@ class PipelinedRun(NodeFrames):
         dead = {sid: self._dead_letters_job(sid, node) for sid, node in topo.spouts.items()}
 
         def run() -> dict[int, Prepared]:
-            p = {name: job() for name, job in partials.items()}
-            o = {name: job() for name, job in outputs.items()}
-            d = {sid: job() for sid, job in dead.items()}  # after the jobs that observe them
+            with scoped_conf(self.spark, self.conf):
+                p = {name: job() for name, job in partials.items()}
+                o = {name: job() for name, job in outputs.items()}
+                d = {sid: job() for sid, job in dead.items()}  # after the jobs observing them
             return {
                 txid: Prepared(
                     partials={name: t[txid] for name, t in p.items()},

@@ -102,3 +102,14 @@ class LogSpout:
             for r in plan.non_empty()
         ]
         return read_ranges_tagged(spark, log, ranges, column)
+
+    def split_conf(self, log: PartitionedLog, plans: Sequence[tuple[int, BatchPlan]]) -> Any:
+        """Spark settings for :meth:`read_many`'s job (see ``log_reader.split_conf``)."""
+        from trident_assets.spark.log_reader import split_conf
+
+        ranges = [
+            (r.topic, r.partition_number, r.first_offset, r.last_offset)
+            for _txid, plan in plans
+            for r in plan.non_empty()
+        ]
+        return split_conf(log, ranges)
