@@ -24,7 +24,8 @@ Three processes, started by the driver (this command):
 PASS needs: the state equal to the ground truth (every key, exact counts), every malformed
 record in the dead letters, and at the end, against the early checkpoint (txid 10): log files
 and replica files at most ``2 x early + --file-slack``, the state file at most ``2 x early +
-8 MB``, Python RSS at most ``early + --rss-slack-mb`` and JVM RSS at most ``early +
+--state-slack-mb`` (it is a saw-tooth: the versioned log and the WAL grow until compaction and
+DuckDB's checkpoint), Python RSS at most ``early + --rss-slack-mb`` and JVM RSS at most ``early +
 --jvm-slack-mb``. No timing is checked.
 """
 
@@ -345,7 +346,7 @@ def verify(
     bounds = {
         "log_files": 2 * early["log_files"] + args.file_slack,
         "replica_files": 2 * early["replica_files"] + args.file_slack,
-        "state_mb": 2 * early["state_mb"] + 8,
+        "state_mb": 2 * early["state_mb"] + args.state_slack_mb,
         "rss_py_mb": early["rss_py_mb"] + args.rss_slack_mb,
         "rss_jvm_mb": early["rss_jvm_mb"] + args.jvm_slack_mb,
     }
@@ -407,6 +408,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--every", type=int, default=50, help="also sample every N txids")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--file-slack", type=int, default=100, help="files allowed over 2 x early")
+    ap.add_argument(
+        "--state-slack-mb",
+        type=float,
+        default=32.0,
+        help="state file MB allowed over 2 x early (it grows between compactions)",
+    )
     ap.add_argument("--rss-slack-mb", type=float, default=256.0, help="Python RSS growth allowed")
     ap.add_argument("--jvm-slack-mb", type=float, default=1024.0, help="JVM RSS growth allowed")
     ap.add_argument("--timeout", type=float, default=600.0, help="max seconds between events")

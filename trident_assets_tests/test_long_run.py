@@ -50,7 +50,8 @@ def _check(result: dict[str, Any], root: Path, txids: int) -> None:
     # bounded files: the end against the early checkpoint, plus a small constant
     assert end["log_files"] <= 2 * early["log_files"] + 100
     assert end["replica_files"] <= 2 * early["replica_files"] + 60
-    assert end["state_mb"] <= 2 * early["state_mb"] + 8
+    # a saw-tooth: the versioned log grows until compaction (min_rows), the WAL until checkpoint
+    assert end["state_mb"] <= 2 * early["state_mb"] + 32
     # retention really ran: the first records are gone from every partition
     log = PartitionedLog(root / "log")
     assert all(log.earliest_offset(TOPIC, p) > 0 for p in range(log.partitions(TOPIC)))
@@ -66,7 +67,7 @@ def test_short_long_run_exact_and_bounded(tmp_path: Path, monkeypatch: pytest.Mo
     root = tmp_path / "soak"
     result = _soak(
         root, monkeypatch, "--txids", "25", "--rate", "100", "--every", "5", "--retention", "5",
-        "--keep-txids", "8", "--batch-size", "200", "--max-spout-pending", "4",
+        "--keep-txids", "8", "--batch-size", "1000", "--max-spout-pending", "4",
     )  # fmt: skip
     _check(result, root, 25)
 
