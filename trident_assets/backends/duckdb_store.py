@@ -46,8 +46,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import duckdb
 import pyarrow as pa
@@ -281,17 +280,6 @@ class DuckDBStore(SqlStateStore):
                 self._rollback()
             self._conn.close()
             self._conn = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- transactions and commit markers ---------------------------------------------------
 

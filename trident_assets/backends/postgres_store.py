@@ -25,8 +25,7 @@ import re
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
@@ -168,17 +167,6 @@ class PostgresStore(SqlStateStore):
             self._cur.close()
         self._conn.close()
         self._conn = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _cursor(self) -> Any:
         if self._conn is None:

@@ -17,7 +17,8 @@ import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, Self
 
 import pyarrow as pa
 
@@ -93,6 +94,21 @@ class SqlStateStore:
 
     def __init__(self) -> None:
         self._layouts: dict[str, MapLayout] = {}
+
+    def close(self) -> None:
+        """Close the connection (idempotent); an open transaction is rolled back."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # -- primitives ------------------------------------------------------------------------
 
