@@ -377,25 +377,6 @@ class DuckDBStore(SqlStateStore):
         ).fetchall()
         return bool(rows[0][0])
 
-    def map(
-        self,
-        table: str,
-        *,
-        key_columns: Sequence[str] | None = None,
-        key_types: Sequence[str] | None = None,
-        value_type: str | None = None,
-        kind: MapKind | StateType | None = None,
-    ) -> DuckDBBackingMap:
-        """Return a backing map over ``table`` that shares this store's connection."""
-        return DuckDBBackingMap(
-            self,
-            table,
-            key_columns=key_columns,
-            key_types=key_types,
-            value_type=value_type,
-            kind=kind,
-        )
-
     def checkpoint(self) -> None:
         """Run a DuckDB CHECKPOINT (write the WAL into the database file).
 

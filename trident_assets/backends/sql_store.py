@@ -13,6 +13,7 @@ core's map wrappers and commit protocol, and the merge statement): a store only 
 
 from __future__ import annotations
 
+import abc
 import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -75,7 +76,7 @@ class SqlTransaction:
         )
 
 
-class SqlStateStore:
+class SqlStateStore(abc.ABC):
     """The shared half of a SQL state store; subclasses provide the connection primitives.
 
     A store holds one connection and is not thread-safe: use one store per thread or process.
@@ -95,9 +96,9 @@ class SqlStateStore:
     def __init__(self) -> None:
         self._layouts: dict[str, MapLayout] = {}
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Close the connection (idempotent); an open transaction is rolled back."""
-        raise NotImplementedError
 
     def __enter__(self) -> Self:
         return self
@@ -112,29 +113,29 @@ class SqlStateStore:
 
     # -- primitives ------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement with ``?`` parameters; return the rows it changed (-1: unknown)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def fetch_rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one query with ``?`` parameters; return its rows."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def fetch_arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
         """Run one query with ``?`` parameters; return its result as an Arrow table."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def staged(self, table: pa.Table) -> AbstractContextManager[str]:
         """Make ``table`` a relation for the ``with`` block; yield its quoted-ready name."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[SqlTransaction]:
         """Open a transaction (re-entrant: a nested block joins the open one)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def has_table(self, name: str) -> bool:
         """True if a table or view ``name`` exists in the store's schema."""
-        raise NotImplementedError
 
     def forget_layouts(self) -> None:
         """Drop cached catalog rows (after a rollback: a created map may be gone)."""
