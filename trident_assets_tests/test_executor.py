@@ -1,4 +1,5 @@
-"""TopologyRunner end to end on Spark and DuckDB: exact counts, replays, order, crashes, queries."""
+"""TopologyRunner end to end on Spark, on DuckDB and on PostgreSQL state: exact counts, replays,
+order, crashes, queries (every test that opens a store runs on both, through ``open_store``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from trident_assets import (
     ReducerAggregator,
     Sum,
 )
-from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import JsonScheme, StringScheme
@@ -40,6 +40,7 @@ from trident_assets.stream.topology import (
     TridentState,
     TridentTopology,
 )
+from trident_assets_tests.conftest import OpenStore
 
 SENTENCES = [
     "the cow jumped over the moon",
@@ -90,7 +91,7 @@ def _word_count(
     return topo, counts
 
 
-def _counts(store: DuckDBStore, table: str) -> dict[str, Any]:
+def _counts(store: Any, table: str) -> dict[str, Any]:
     return {r["word"]: r["value"] for r in store.scan(table).to_pylist()}
 
 
@@ -107,11 +108,13 @@ def _plan_values(log: PartitionedLog, plan: BatchPlan) -> list[str]:
     return out
 
 
-def _spout_rows(store: DuckDBStore) -> list[tuple[Any, ...]]:
-    return store.conn.execute("SELECT * FROM _trident_spout_ranges ORDER BY ALL").fetchall()
+def _spout_rows(store: Any) -> list[tuple[Any, ...]]:
+    return store.fetch_rows(
+        "SELECT * FROM _trident_spout_ranges ORDER BY topology, spout, txid, partition"
+    )
 
 
-def _snapshot(store: DuckDBStore, topo: TridentTopology, table: str) -> tuple[Any, ...]:
+def _snapshot(store: Any, topo: TridentTopology, table: str) -> tuple[Any, ...]:
     """Everything a failed or refused batch must leave unchanged."""
     return (
         store.scan(table).to_pylist(),
@@ -120,13 +123,10 @@ def _snapshot(store: DuckDBStore, topo: TridentTopology, table: str) -> tuple[An
     )
 
 
-def _out_rows(store: DuckDBStore, table: str, txid: int) -> list[tuple[Any, ...]]:
-    return sorted(
-        tuple(r)
-        for r in store.conn.execute(
-            f'SELECT * EXCLUDE (txid) FROM "{table}" WHERE txid = ?', [txid]
-        ).fetchall()
-    )
+def _out_rows(store: Any, table: str, txid: int) -> list[tuple[Any, ...]]:
+    rows = store.fetch_arrow(f'SELECT * FROM "{table}" WHERE txid = ?', [txid])
+    rows = rows.drop_columns(["txid"])
+    return sorted(zip(*(c.to_pylist() for c in rows.columns), strict=True))
 
 
 class Boom(RuntimeError):
@@ -145,14 +145,14 @@ def _fail_at(point: str) -> Any:
 
 
 def test_word_count_over_batches_is_exact_and_new_values_hold_touched_words(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = _log(tmp_path, {"sentences": 2})
     produced = SENTENCES * 2 + MORE
     _send(log, "sentences", produced)
     topo, counts = _word_count("wc")
     counts.new_values_stream().as_output("changes")
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = TopologyRunner(topo, spark, store, log)
 
     running: Counter[str] = Counter()
@@ -179,7 +179,9 @@ def test_word_count_over_batches_is_exact_and_new_values_hold_touched_words(
 # -- 2. and 3. replay of a committed txid, out-of-order commit ----------------------------------
 
 
-def test_replay_is_a_noop_and_out_of_order_changes_nothing(spark: Any, tmp_path: Path) -> None:
+def test_replay_is_a_noop_and_out_of_order_changes_nothing(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = _log(tmp_path, {"sentences": 2})
     _send(log, "sentences", SENTENCES)
     for kind, state in (
@@ -187,7 +189,7 @@ def test_replay_is_a_noop_and_out_of_order_changes_nothing(spark: Any, tmp_path:
         (SpoutKind.TRANSACTIONAL, StateSpec.transactional("counts")),
     ):
         topo, counts = _word_count(f"wc_{kind.value}", kind=kind, state=state)
-        store = DuckDBStore(tmp_path / f"{kind.value}.duckdb")
+        store = open_store()
         runner = TopologyRunner(topo, spark, store, log)
         first = runner.run_batch(1)
         assert first.applied
@@ -221,12 +223,12 @@ def test_replay_is_a_noop_and_out_of_order_changes_nothing(spark: Any, tmp_path:
 
 
 def test_crash_before_commit_opaque_retry_reads_new_data_exactly_once(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = _log(tmp_path, {"sentences": 2})
     _send(log, "sentences", SENTENCES[:2])
     topo, counts = _word_count("wc_crash_opaque", max_batch_size=None)
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     assert TopologyRunner(topo, spark, store, log).run_batch(1).applied
     _send(log, "sentences", SENTENCES[2:])
     before = _snapshot(store, topo, counts.table)
@@ -251,7 +253,7 @@ def test_crash_before_commit_opaque_retry_reads_new_data_exactly_once(
 
 
 def test_crash_before_commit_transactional_retry_reads_the_same_ranges(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = _log(tmp_path, {"sentences": 2})
     _send(log, "sentences", SENTENCES)
@@ -261,7 +263,7 @@ def test_crash_before_commit_transactional_retry_reads_the_same_ranges(
         state=StateSpec.transactional("counts"),
         max_batch_size=2,
     )
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     first = TopologyRunner(topo, spark, store, log).run_batch(1)
     committed_rows = _spout_rows(store)
     before = _snapshot(store, topo, counts.table)
@@ -300,7 +302,7 @@ def test_crash_before_commit_transactional_retry_reads_the_same_ranges(
 CHILD = """
 import os, signal, sys
 from trident_assets import Count
-from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.state_store import open_state_store
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import StringScheme
@@ -316,7 +318,7 @@ spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(kind=SpoutKi
 (topo.new_stream("sentences", spout).each("sentence", Split(), "word").group_by("word")
     .persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "count"))
 spark = build_spark_session({"spark.local.dir": os.path.join(root, "spark-child")})
-store = DuckDBStore(os.path.join(root, "state.duckdb"))
+store = open_state_store(sys.argv[3])
 log = PartitionedLog(os.path.join(root, "log"))
 
 def fault(point):
@@ -330,13 +332,12 @@ print("NOT KILLED", flush=True)
 
 
 def test_sigkill_between_state_write_and_commit_leaves_old_state(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = _log(tmp_path, {"sentences": 2})
     _send(log, "sentences", SENTENCES[:2])
     topo, counts = _word_count("wc_kill", max_batch_size=None)
-    db = tmp_path / "state.duckdb"
-    store = DuckDBStore(db)
+    store = open_store()
     assert TopologyRunner(topo, spark, store, log).run_batch(1).applied
     before = _snapshot(store, topo, counts.table)
     store.close()
@@ -346,7 +347,7 @@ def test_sigkill_between_state_write_and_commit_leaves_old_state(
     script.write_text(textwrap.dedent(CHILD))
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), "2"],
+        [sys.executable, str(script), str(tmp_path), "2", open_store.location],
         capture_output=True,
         text=True,
         timeout=240,
@@ -357,7 +358,7 @@ def test_sigkill_between_state_write_and_commit_leaves_old_state(
     assert "KILLING at after_state_write" in proc.stdout
     assert "NOT KILLED" not in proc.stdout
 
-    store = DuckDBStore(db)
+    store = open_store()
     assert _snapshot(store, topo, counts.table) == before
     assert store.last_committed("wc_kill") == 1
     outcome = TopologyRunner(topo, spark, store, log).run_batch(2)
@@ -372,7 +373,7 @@ def test_sigkill_between_state_write_and_commit_leaves_old_state(
 
 
 def test_dead_letters_are_kept_with_reason_and_good_records_counted(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = _log(tmp_path, {"events": 2})
     p0 = [b'{"word": "a", "n": 1}', b"not json", b'{"word": "b", "n": 2}', b'{"word": "a"}']
@@ -390,16 +391,16 @@ def test_dead_letters_are_kept_with_reason_and_good_records_counted(
         .group_by("word")
         .persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "count")
     )
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     outcome = TopologyRunner(topo, spark, store, log).run_batch(1)
     assert outcome.applied
     assert outcome.tuples_in == {"events": 8}
     assert outcome.dead_letters == 4
     malformed = "malformed JSON or a member of the wrong type for `word` string, `n` bigint"
-    rows = store.conn.execute(
+    rows = store.fetch_rows(
         'SELECT topology, spout, txid, topic, partition, "offset", reason, value '
         'FROM _trident_dead_letters ORDER BY partition, "offset"'
-    ).fetchall()
+    )
     assert rows == [
         ("dl", "events", 1, "events", 0, 1, "value is not a JSON object", b"not json"),
         ("dl", "events", 1, "events", 1, 0, malformed, b'{"word": "b", "n": "many"}'),
@@ -413,7 +414,9 @@ def test_dead_letters_are_kept_with_reason_and_good_records_counted(
 # -- 7. a global persistent aggregate, empty batch ------------------------------------------------
 
 
-def test_global_persistent_aggregate_and_empty_batch(spark: Any, tmp_path: Path) -> None:
+def test_global_persistent_aggregate_and_empty_batch(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = _log(tmp_path, {"sentences": 2})
     _send(log, "sentences", SENTENCES)
     topo = TridentTopology("total_words")
@@ -423,7 +426,7 @@ def test_global_persistent_aggregate_and_empty_batch(spark: Any, tmp_path: Path)
         .persistent_aggregate(StateSpec.opaque("total"), "word", Count(), "n")
     )
     total.new_values_stream().as_output("changes")
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = TopologyRunner(topo, spark, store, log)
 
     def value() -> Any:
@@ -450,7 +453,9 @@ def test_global_persistent_aggregate_and_empty_batch(spark: Any, tmp_path: Path)
 # -- 8. DRPC-style state query --------------------------------------------------------------------
 
 
-def test_state_query_reads_counts_committed_before_the_batch(spark: Any, tmp_path: Path) -> None:
+def test_state_query_reads_counts_committed_before_the_batch(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = _log(tmp_path, {"sentences": 2, "queries": 1})
     _send(log, "sentences", SENTENCES)
     topo, counts = _word_count("drpc", max_batch_size=None)
@@ -463,7 +468,7 @@ def test_state_query_reads_counts_committed_before_the_batch(spark: Any, tmp_pat
         .aggregate("count", Sum(), "sum")
         .as_output("words")
     )
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = TopologyRunner(topo, spark, store, log)
 
     # txid 1: nothing committed yet and no query: the sum of nothing is 0
@@ -478,8 +483,7 @@ def test_state_query_reads_counts_committed_before_the_batch(spark: Any, tmp_pat
     assert outcome.tuples_in == {"sentences": 2, "queries": 2}
     expected = 2 * after_1["the"] + after_1["cow"] + after_1["apples"]
     assert _out_rows(store, "drpc__out_words", 2) == [(expected,)]
-    types = store.conn.execute('SELECT DISTINCT typeof("sum") FROM drpc__out_words').fetchall()
-    assert types == [("BIGINT",)]
+    assert store.fetch_arrow('SELECT "sum" FROM drpc__out_words').schema.types == [pa.int64()]
 
     # txid 3: a query only; now it sees txid 2's counts
     _send(log, "queries", ["the cheese"])
@@ -518,7 +522,7 @@ class MaxLen(CombinerAggregator[int]):
         return 0
 
 
-def test_reducer_and_python_combiner(spark: Any, tmp_path: Path) -> None:
+def test_reducer_and_python_combiner(spark: Any, tmp_path: Path, open_store: OpenStore) -> None:
     log = _log(tmp_path, {"visits": 2})
     topo = TridentTopology("visits")
     stream = topo.new_stream(
@@ -531,7 +535,7 @@ def test_reducer_and_python_combiner(spark: Any, tmp_path: Path) -> None:
         StateSpec.opaque("longest"), "page", MaxLen(), "maxlen"
     )
     pages.new_values_stream().as_output("page_changes")
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = TopologyRunner(topo, spark, store, log)
 
     def visits(rows: list[tuple[str, str]]) -> None:
@@ -577,12 +581,14 @@ class LocationDB(StateUpdater):
         self.statements = 0
 
     def update_state(self, store: Any, table: str, batch: Any, txid: int | None) -> Any:
-        conn = store.conn
-        conn.execute(
+        store.execute(
             f'CREATE TABLE IF NOT EXISTS "{table}" (userid VARCHAR PRIMARY KEY, location VARCHAR)'
         )
-        with store.registered(batch) as name:
-            conn.execute(f'INSERT OR REPLACE INTO "{table}" SELECT userid, location FROM {name}')
+        with store.staged(batch) as name:  # DuckDB and PostgreSQL alike
+            store.execute(
+                f'INSERT INTO "{table}" SELECT userid, location FROM "{name}" '
+                "ON CONFLICT (userid) DO UPDATE SET location = excluded.location"
+            )
         self.statements += 1
         return None
 
@@ -596,23 +602,22 @@ class QueryLocation(QueryFunction):
     def batch_retrieve(self, state: Any, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         self.calls.append(list(args))
         store, table = state.store, state.table
-        exists = store.conn.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
-        ).fetchall()
-        if exists != [(1,)]:
+        if not store.has_table(table):
             return [None] * len(args)
         keys = pa.table({"userid": [a[0] for a in args]})
-        with store.registered(keys) as name:
+        with store.staged(keys) as name:
             found = dict(
-                store.conn.execute(
-                    f'SELECT k.userid, t.location FROM {name} AS k JOIN "{table}" AS t '
+                store.fetch_rows(
+                    f'SELECT k.userid, t.location FROM "{name}" AS k JOIN "{table}" AS t '
                     "ON k.userid = t.userid"
-                ).fetchall()
+                )
             )
         return [found.get(a[0]) for a in args]
 
 
-def test_partition_persist_and_custom_query_function(spark: Any, tmp_path: Path) -> None:
+def test_partition_persist_and_custom_query_function(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = _log(tmp_path, {"locations": 2, "lookups": 1})
     topo = TridentTopology("loc")
     updater = LocationDB()
@@ -627,7 +632,7 @@ def test_partition_persist_and_custom_query_function(spark: Any, tmp_path: Path)
         .project(["userid", "location"])
         .as_output("found")
     )
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = TopologyRunner(topo, spark, store, log)
 
     def moves(rows: list[tuple[str, str]]) -> None:
@@ -654,7 +659,7 @@ def test_partition_persist_and_custom_query_function(spark: Any, tmp_path: Path)
     ]
     assert len(query.calls) == 2
     assert sorted(query.calls[1]) == [("u1",), ("u2",), ("u4",)]
-    rows = store.conn.execute('SELECT * FROM "loc__locations" ORDER BY userid').fetchall()
+    rows = store.fetch_rows('SELECT * FROM "loc__locations" ORDER BY userid')
     assert rows == [("u1", "Rome"), ("u2", "Oslo"), ("u3", "Lima"), ("u4", "Kyiv")]
     assert runner.run_batch(2).applied is False
     assert updater.statements == 2
@@ -688,7 +693,7 @@ def test_declaration_validation() -> None:
 
 
 def test_runner_compacts_a_state_log_when_superseded_rows_pass_the_policy(
-    tmp_path: Path, spark: Any
+    tmp_path: Path, spark: Any, open_store: OpenStore
 ) -> None:
     from trident_assets.backends.compaction import CompactionPolicy
 
@@ -697,14 +702,12 @@ def test_runner_compacts_a_state_log_when_superseded_rows_pass_the_policy(
     topo, _ = _word_count("compacting", max_batch_size=1)
     policy = CompactionPolicy(ratio=1.0, min_rows=4)
     table = "compacting__counts"
-    with DuckDBStore(tmp_path / "s.duckdb") as store:
+    with open_store() as store:
         runner = TopologyRunner(topo, spark, store, log, compaction=policy)
         rows, compacted = [], []
         for txid in range(1, 5):
             compacted.append(runner.run_batch(txid).compacted)
-            rows.append(
-                store.conn.execute(f"SELECT count(*) FROM _trident_log_{table}").fetchall()[0][0]
-            )
+            rows.append(store.fetch_rows(f"SELECT count(*) FROM _trident_log_{table}")[0][0])
         # txid 2 and 3 rewrite a and b again: 4 rows, 2 superseded >= 1.0 x 2 live -> compact;
         # txid 4 writes a and c: 4 rows, 1 superseded < 3 live -> kept
         assert compacted == [{}, {table: 2}, {table: 2}, {}]
@@ -712,9 +715,7 @@ def test_runner_compacts_a_state_log_when_superseded_rows_pass_the_policy(
         assert _counts(store, table) == {"a": 4, "b": 3, "c": 1}
         assert not runner.run_batch(4).applied
         assert _counts(store, table) == {"a": 4, "b": 3, "c": 1}
-        opaque = store.conn.execute(
-            f"SELECT word, txid, curr, prev FROM {table} ORDER BY word"
-        ).fetchall()
+        opaque = store.fetch_rows(f"SELECT word, txid, curr, prev FROM {table} ORDER BY word")
         assert opaque == [("a", 4, 4, 3), ("b", 3, 3, 2), ("c", 4, 1, None)], (
             "compaction keeps each key's latest [txid, curr, prev]"
         )

@@ -1,4 +1,4 @@
-"""When to compact a map's append-only log (see :meth:`DuckDBStore.compact`).
+"""When to compact a map's append-only log (see :meth:`SqlStateStore.compact`).
 
 Every batch appends one version per key it writes, so a map's log holds its live keys plus
 superseded versions. Compaction rewrites the log to the live keys; it costs one pass over
@@ -10,9 +10,13 @@ cost amortises to about one extra write per key written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from trident_assets.backends.duckdb_store import DuckDBStore, log_table
+from trident_assets.backends.map_layout import log_table
 from trident_assets.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trident_assets.backends.state_store import StateStore
 
 __all__ = ["CompactionPolicy", "maybe_compact"]
 
@@ -42,7 +46,7 @@ class CompactionPolicy:
 
 
 def maybe_compact(
-    store: DuckDBStore, live_keys: dict[str, int], policy: CompactionPolicy
+    store: StateStore, live_keys: dict[str, int], policy: CompactionPolicy
 ) -> dict[str, int]:
     """Compact each map of ``live_keys`` (table -> live key count) that ``policy`` finds due.
 
@@ -52,7 +56,7 @@ def maybe_compact(
     for table, live in live_keys.items():
         if store.layout(table) is None:
             continue
-        rows = int(store.conn.execute(f"SELECT count(*) FROM {log_table(table)}").fetchall()[0][0])
+        rows = int(store.fetch_rows(f"SELECT count(*) FROM {log_table(table)}")[0][0])
         if policy.due(rows, live):
             dropped |= store.compact(table)
     return dropped

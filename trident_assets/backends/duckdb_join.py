@@ -188,15 +188,13 @@ def _ensure_meta(store: DuckDBStore) -> None:
     )
 
 
-def _meta(store: DuckDBStore, table: str) -> tuple[int | None, float | None]:
-    exists = store.conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [META_TABLE]
-    ).fetchall()[0][0]
-    if not exists:
+def join_meta(store: Any, table: str) -> tuple[int | None, float | None]:
+    """The last txid applied to join table ``table`` and its watermark (any store)."""
+    if not store.has_table(META_TABLE):
         return None, None
-    rows = store.conn.execute(
+    rows = store.fetch_rows(
         f"SELECT last_txid, watermark FROM {META_TABLE} WHERE table_name = ?", [table]
-    ).fetchall()
+    )
     return (None, None) if not rows else (rows[0][0], rows[0][1])
 
 
@@ -398,7 +396,7 @@ def batch_event_time(store: DuckDBStore, table: str, batch: pa.Table) -> float |
     The watermark is the largest event time of any batch applied to ``table`` so far, so the
     event-time clock never goes backwards. None when no row ever had an event time.
     """
-    _, watermark = _meta(store, table)
+    _, watermark = join_meta(store, table)
     latest = None
     if TS_COLUMN in batch.column_names and batch.num_rows:
         latest = pc.max(batch.column(TS_COLUMN)).as_py()
@@ -465,7 +463,7 @@ def apply_join_batch_sql(
     min_ts = cutoff.min_live_ts if ts is not None else None
     conn = store.conn
     with store.transaction(), store.registered(batch) as view:
-        last_txid, _ = _meta(store, table)
+        last_txid, _ = join_meta(store, table)
         if last_txid is not None and txid <= last_txid:
             msg = (
                 f"join batch {txid} is not after the last batch applied to {table!r} "

@@ -27,6 +27,7 @@ from trident_assets.backends.duckdb_join import (
     BulkJoinResult,
     apply_join_batch_sql,
     create_pending_table,
+    join_meta,
     key_expressions,
 )
 from trident_assets.backends.duckdb_store import DuckDBStore
@@ -40,15 +41,6 @@ __all__ = ["apply_join_batch_pg", "pending_count_pg", "read_pending_pg"]
 
 def _q(name: str) -> str:
     return f'"{validate_identifier(name, "column")}"'
-
-
-def _meta(store: Any, table: str) -> tuple[int | None, float | None]:
-    if not store.has_table(META_TABLE):
-        return None, None
-    rows = store.fetch_rows(
-        f"SELECT last_txid, watermark FROM {META_TABLE} WHERE table_name = ?", [table]
-    )
-    return (None, None) if not rows else (rows[0][0], rows[0][1])
 
 
 def _columns(store: Any, table: str) -> list[str] | None:
@@ -88,7 +80,7 @@ def apply_join_batch_pg(
     fields = list(spec.join_fields or ())
     keys = [f"key_{f}" for f in fields]
     with DuckDBStore(":memory:") as local, store.transaction():
-        last_txid, watermark = _meta(store, table)
+        last_txid, watermark = join_meta(store, table)
         if last_txid is not None and isinstance(txid, int) and txid <= last_txid:
             msg = (
                 f"join batch {txid} is not after the last batch applied to {table!r} "

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from trident_assets.spouts.ranges import PartitionRange
 
 if TYPE_CHECKING:
-    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.state_store import StateStore
 
 __all__ = ["QUARANTINE", "QuarantineEntry", "add_entries", "entries", "mark_replayed"]
 
@@ -56,8 +58,8 @@ class QuarantineEntry:
         }
 
 
-def _ensure(store: DuckDBStore) -> None:
-    store.conn.execute(
+def _ensure(store: StateStore) -> None:
+    store.execute(
         f"CREATE TABLE IF NOT EXISTS {QUARANTINE} (topology VARCHAR NOT NULL, "
         "txid BIGINT NOT NULL, spout VARCHAR NOT NULL, ranges VARCHAR NOT NULL, "
         "error VARCHAR NOT NULL, quarantined_at TIMESTAMP NOT NULL, replayed_txid BIGINT, "
@@ -66,50 +68,60 @@ def _ensure(store: DuckDBStore) -> None:
 
 
 def add_entries(
-    store: DuckDBStore,
+    store: StateStore,
     topology: str,
     txid: int,
     ranges: dict[str, tuple[PartitionRange, ...]],
     error: str,
 ) -> None:
-    """Record ``txid``'s ranges per spout (inside its commit transaction; one statement)."""
+    """Record ``txid``'s ranges per spout (inside its commit transaction; set-based)."""
     _ensure(store)
-    rows = [
-        [
-            topology,
-            txid,
-            spout,
-            json.dumps(
-                [[r.partition, r.first_offset, r.next_offset, r.deployment_id] for r in found]
-            ),
-            error,
-        ]
-        for spout, found in sorted(ranges.items())
-    ]
-    if rows:
-        store.conn.executemany(
-            f"INSERT OR REPLACE INTO {QUARANTINE} VALUES (?, ?, ?, ?, ?, now(), NULL)", rows
+    spouts = sorted(ranges)
+    if not spouts:
+        return
+    rows = pa.table(
+        {
+            "spout": spouts,
+            "ranges": [
+                json.dumps(
+                    [
+                        [r.partition, r.first_offset, r.next_offset, r.deployment_id]
+                        for r in ranges[spout]
+                    ]
+                )
+                for spout in spouts
+            ],
+        }
+    )
+    now = datetime.now(UTC).replace(tzinfo=None)
+    with store.transaction(), store.staged(rows) as name:
+        store.execute(
+            f"DELETE FROM {QUARANTINE} WHERE topology = ? AND txid = ? "
+            f'AND spout IN (SELECT spout FROM "{name}")',
+            [topology, txid],
+        )
+        store.execute(
+            f"INSERT INTO {QUARANTINE} (topology, txid, spout, ranges, error, quarantined_at, "
+            f'replayed_txid) SELECT ?, ?, spout, ranges, ?, ?, NULL FROM "{name}"',
+            [topology, txid, error, now],
         )
 
 
 def entries(
-    store: DuckDBStore, topology: str | None = None, *, pending_only: bool = False
+    store: StateStore, topology: str | None = None, *, pending_only: bool = False
 ) -> list[QuarantineEntry]:
     """The quarantine's entries (of ``topology`` if given), oldest txid first.
 
     ``pending_only``: only those not replayed yet. A store without the table has none.
     """
-    found = store.conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [QUARANTINE]
-    ).fetchall()
-    if not found[0][0]:
+    if not store.has_table(QUARANTINE):
         return []
-    rows = store.conn.execute(
+    rows = store.fetch_rows(
         f"SELECT topology, txid, spout, ranges, error, quarantined_at, replayed_txid "
-        f"FROM {QUARANTINE} WHERE (topology = ? OR ? IS NULL) "
-        "AND (replayed_txid IS NULL OR NOT ?) ORDER BY topology, txid, spout",
+        f"FROM {QUARANTINE} WHERE (topology = CAST(? AS VARCHAR) OR CAST(? AS VARCHAR) IS NULL) "
+        "AND (replayed_txid IS NULL OR NOT CAST(? AS BOOLEAN)) ORDER BY topology, txid, spout",
         [topology, topology, pending_only],
-    ).fetchall()
+    )
     return [
         QuarantineEntry(
             topo,
@@ -124,9 +136,9 @@ def entries(
     ]
 
 
-def mark_replayed(store: DuckDBStore, topology: str, txid: int, replayed_txid: int) -> None:
+def mark_replayed(store: StateStore, topology: str, txid: int, replayed_txid: int) -> None:
     """Mark quarantined ``txid`` reprocessed by ``replayed_txid`` (inside its transaction)."""
-    store.conn.execute(
+    store.execute(
         f"UPDATE {QUARANTINE} SET replayed_txid = ? WHERE topology = ? AND txid = ?",
         [replayed_txid, topology, txid],
     )

@@ -85,6 +85,12 @@ class Dialect:
             return [f"CREATE INDEX ON {log} ({keys}, {seq})"]
         return []
 
+    def any_value(self, expr: str) -> str:
+        """An aggregate picking one value of ``expr`` in a group (any type)."""
+        if self.is_postgres:  # any_value() is PostgreSQL 16+
+            return f"(array_agg({expr}))[1]"
+        return f"any_value({expr})"
+
     def nextval(self, quoted_seq: str) -> str:
         """One number of sequence ``quoted_seq`` for a whole statement."""
         name = quoted_seq if self.is_postgres else quoted_seq[1:-1]

@@ -14,7 +14,6 @@ from pydantic import ConfigDict, Field, field_validator
 
 from trident_assets.backends.postgres_config import state_location
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
-from trident_assets.errors import ConfigError
 from trident_assets.spark.session import build_spark_session
 
 __all__ = ["CRASH_POINTS", "TridentResource"]
@@ -142,23 +141,14 @@ class TridentResource(dg.ConfigurableResource):
         Closed (and unlocked) afterwards.
 
         Raises:
-            ConfigError: ``state_dsn`` is not a PostgreSQL URI, or is set at all: topology runs
-                do not run on PostgreSQL state yet (checked before any write).
+            ConfigError: ``state_dsn`` is not a PostgreSQL URI, or the server cannot be
+                reached (checked before any write).
         """
         from trident_assets.backends.state_store import open_state_store
 
         location = self.state_location
-        if self.state_dsn:
-            msg = (
-                "state_dsn is set on TridentResource, but topology runs keep their state in "
-                "DuckDB for now: the Spark runner's state queries, static states and per-txid "
-                "output tables are not ported to PostgreSQL yet (issue 15). Nothing was "
-                "written. Unset state_dsn here (state_database picks the DuckDB file); "
-                "TridentIOManager(state_dsn=...) already keeps your own state assets in "
-                "PostgreSQL"
-            )
-            raise ConfigError(msg)
-        self.database.parent.mkdir(parents=True, exist_ok=True)
+        if not self.state_dsn:
+            self.database.parent.mkdir(parents=True, exist_ok=True)
         store = open_state_store(location)
         try:
             yield store

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from trident_assets.backends.map_layout import quote_ident
+
 if TYPE_CHECKING:
-    from trident_assets.backends.duckdb_store import DuckDBStore
     from trident_assets.backends.state_store import StateStore
 
 __all__ = [
@@ -39,41 +40,78 @@ def ensure_dead_letters_table(store: StateStore) -> None:
 
 
 def store_rows(
-    store: DuckDBStore, table: str, txid: int, rows: pa.Table, keep: int = NEW_VALUES_KEPT
+    store: StateStore, table: str, txid: int, rows: pa.Table, keep: int = NEW_VALUES_KEPT
 ) -> None:
     """Replace the rows of ``txid`` in a per-txid table, keeping the last ``keep`` txids.
 
     One statement each; the delete scans what the table keeps, so keep it short where the
-    read replica serves the history.
+    read replica serves the history. A column that was NULL in every row so far takes the
+    type of the first batch with values.
     """
-    conn = store.conn
     with_txid = rows.add_column(0, "txid", pa.array([txid] * rows.num_rows, pa.int64()))
-    with store.registered(with_txid) as name:
-        conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM {name} LIMIT 0')
+    if store.dialect.is_postgres and store.has_table(table):
+        with_txid = _nulls_typed_like(store, table, with_txid)
+    cols = ", ".join(quote_ident(c) for c in with_txid.column_names)
+    with store.staged(with_txid) as name:
+        store.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM "{name}" LIMIT 0')
         _type_null_columns(store, table, name)
-        conn.execute(f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep])
-        conn.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM {name}')
+        store.execute(f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep])
+        store.execute(f'INSERT INTO "{table}" ({cols}) SELECT {cols} FROM "{name}"')
 
 
-def _type_null_columns(store: DuckDBStore, table: str, view: str) -> None:
+def _nulls_typed_like(store: StateStore, table: str, rows: pa.Table) -> pa.Table:
+    """PostgreSQL: ``rows`` with its all-NULL (Arrow ``null``) columns cast to ``table``'s types.
+
+    (A staged ``null`` column would otherwise arrive as ``text``.)
+    """
+    stored = store.fetch_arrow(f'SELECT * FROM "{table}" LIMIT 0').schema
+    for i, field in enumerate(rows.schema):
+        if pa.types.is_null(field.type) and field.name in stored.names:
+            target = stored.field(field.name).type
+            rows = rows.set_column(i, field.name, rows.column(i).cast(target))
+    return rows
+
+
+def _type_null_columns(store: StateStore, table: str, staged: str) -> None:
     """Give a column created untyped (all NULL in its first batch) the type it now has.
 
     A query or output column that was NULL in every row of the batch that created the table
-    has DuckDB type ``NULL``; without this, the first batch with values could not be stored.
+    has DuckDB type ``NULL`` (PostgreSQL: ``text``); without this, the first batch with
+    values could not be stored (or would be stored as text).
     """
-    conn = store.conn
-    stored = conn.execute(
-        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?",
-        [table],
-    ).fetchall()
-    untyped = [col for col, typ in stored if typ.strip('"').upper() == "NULL"]
+    stored = _column_types(store, table)
+    if store.dialect.is_postgres:
+        untyped = [c for c, t in stored.items() if t == "text"]
+    else:
+        untyped = [c for c, t in stored.items() if t.strip('"').upper() == "NULL"]
     if not untyped:
         return
-    incoming = {row[0]: row[1] for row in conn.execute(f"DESCRIBE SELECT * FROM {view}").fetchall()}
+    incoming = _column_types(store, staged)
     for col in untyped:
         typ = incoming.get(col)
-        if typ is not None and typ.strip('"').upper() != "NULL":
-            conn.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{col}" SET DATA TYPE {typ}')
+        if typ is None or typ == stored[col] or typ.strip('"').upper() == "NULL":
+            continue
+        q = quote_ident(col)
+        if store.dialect.is_postgres:
+            if store.fetch_rows(f'SELECT count({q}) FROM "{table}"')[0][0]:
+                continue  # a text column that holds text: not untyped
+            store.execute(f'ALTER TABLE "{table}" ALTER COLUMN {q} TYPE {typ} USING NULL')
+        else:
+            store.execute(f'ALTER TABLE "{table}" ALTER COLUMN {q} SET DATA TYPE {typ}')
+
+
+def _column_types(store: StateStore, relation: str) -> dict[str, str]:
+    """Column name -> SQL type of table or staged relation ``relation``."""
+    if store.dialect.is_postgres:
+        rows = store.fetch_rows(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = CAST(? AS regclass) AND attnum > 0 AND NOT attisdropped "
+            "ORDER BY attnum",
+            [quote_ident(relation)],
+        )
+    else:
+        rows = store.fetch_rows(f'DESCRIBE SELECT * FROM "{relation}"')
+    return {str(r[0]): str(r[1]) for r in rows}
 
 
 def store_dead_letters(

@@ -11,7 +11,8 @@ Order of work for batch ``txid`` (Trident's batch phase, then its commit phase):
    new values, outputs and dead letters, makes the spout ranges final, and marks ``txid``
    committed. A crash anywhere leaves the old state or the new, never a mix.
 
-Data moves between Spark and DuckDB only as Arrow tables (``DataFrame.toArrow()``).
+Data moves between Spark and the state store (DuckDB or PostgreSQL) only as Arrow tables
+(``DataFrame.toArrow()``).
 
 :meth:`TopologyRunner.run_batches` pipelines consecutive txids (Trident's max spout pending):
 steps 2-3 of a chunk of txids run as one Spark job (:mod:`trident_assets.spark.pipelined`),
@@ -43,7 +44,6 @@ from typing import Any
 
 from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
-from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.quarantine import (
     QuarantineEntry,
     add_entries,
@@ -51,6 +51,7 @@ from trident_assets.backends.quarantine import (
     mark_replayed,
 )
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.backends.state_store import StateStore
 from trident_assets.core.commit import commit_batch, decide_commit
 from trident_assets.core.user_code import from_worker_message
 from trident_assets.errors import (
@@ -91,13 +92,13 @@ kill the process there."""
 
 
 class TopologyRunner:
-    """Runs batches of one topology against a Spark session, a log and a DuckDB store."""
+    """Runs batches of one topology against a Spark session, a log and a state store."""
 
     def __init__(
         self,
         topology: TridentTopology,
         spark: Any,
-        store: DuckDBStore,
+        store: StateStore,
         log: Any,
         *,
         fault: Fault | None = None,
@@ -109,7 +110,7 @@ class TopologyRunner:
         """Bind the topology to its runtime resources.
 
         ``compaction``: when to compact a state's versioned log after a batch commits
-        (None: never; :meth:`DuckDBStore.compact` by hand). ``max_spout_pending``: how many
+        (None: never; ``store.compact`` by hand). ``max_spout_pending``: how many
         consecutive txids :meth:`run_batches` may process in one Spark job (1: one by one).
         ``replica``: where each committed txid is published for lock-free readers (the
         TridentIOManager, the CLI); txids committed but not yet published (a crash between

@@ -2,7 +2,8 @@
 
 Two halves around the commit: :func:`join_batch_table` collects the batch's rows of every
 side in one Spark job (before the commit transaction); :func:`apply_join_state` joins them
-with the pending halves in the store (:mod:`trident_assets.backends.duckdb_join`) inside it.
+with the pending halves in the store (:mod:`trident_assets.backends.join_state`: DuckDB or
+PostgreSQL) inside it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import pyarrow as pa
 from trident_assets.backends.duckdb_join import (
     SIDE_COLUMN,
     TS_COLUMN,
-    apply_join_batch_sql,
     batch_event_time,
     value_column,
 )
+from trident_assets.backends.join_state import apply_join_batch
 from trident_assets.core.join import SingleJoin
 from trident_assets.spark.outcomes import StateOutcome
 from trident_assets.stream.single_join import SINGLE_JOIN
@@ -64,7 +65,7 @@ def apply_join_state(run: BatchRun, state: TridentState, batch: pa.Table) -> Sta
     store = run.runner.store
     name = state.spec.name
     ts = batch_event_time(store, state.table, batch)
-    result = apply_join_batch_sql(
+    result = apply_join_batch(
         store, state.node.args[SINGLE_JOIN], state.table, run.txid, batch, batch_ts=ts
     )
     run.new_values[name] = result.joined

@@ -33,7 +33,7 @@ from trident_assets.spark.single_join import apply_join_state
 from trident_assets.stream.single_join import SINGLE_JOIN
 
 if TYPE_CHECKING:
-    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.state_store import StateStore
     from trident_assets.spark.batch_run import BatchRun
     from trident_assets.stream.streams import TridentState
 
@@ -85,9 +85,7 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
         )
         result = apply_state_batch(store, target, batch, txid)
         if state.group:  # the grouped-aggregation asset: this txid's partials per key
-            store_rows(
-                store, state.partials_table, txid, batch.select([*keys, out]), PARTIALS_KEPT
-            )
+            store_rows(store, state.partials_table, txid, batch.select([*keys, out]), PARTIALS_KEPT)
     if result.new_values is not None:
         # the declared fields: group + [output] (a global state's key column is internal)
         run.new_values[spec.name] = result.new_values.select(list(state.node.fields))
@@ -132,12 +130,12 @@ def state_previews(
     return previews
 
 
-def state_size(store: DuckDBStore, table: str) -> int:
+def state_size(store: StateStore, table: str) -> int:
     """How many keys state ``table`` holds (0 before its first batch)."""
     return store.size(table) if store.layout(table) is not None else 0
 
 
-def map_state(store: DuckDBStore, state: TridentState, **layout: Any) -> Any:
+def map_state(store: StateStore, state: TridentState, **layout: Any) -> Any:
     """The state's MapState (opaque, transactional or not) over its store table."""
     backing = store.map(state.table, **layout)
     if state.spec.state_type is StateType.OPAQUE:
@@ -147,13 +145,13 @@ def map_state(store: DuckDBStore, state: TridentState, **layout: Any) -> Any:
     return NonTransactionalMap(backing)
 
 
-def read_state(store: DuckDBStore, state: TridentState) -> Any:
+def read_state(store: StateStore, state: TridentState) -> Any:
     """The state as committed (read outside any batch: ``curr`` of each value)."""
     return map_state(store, state)
 
 
 def apply_reducer_state(
-    store: DuckDBStore, state: TridentState, batch: pa.Table, keys: list[str], txid: int
+    store: StateStore, state: TridentState, batch: pa.Table, keys: list[str], txid: int
 ) -> MergeResult:
     """Fold each key's tuples (``__tuples``) into a reducer state through its MapState."""
     agg = guard(state.node.args["agg"], state.node.label)

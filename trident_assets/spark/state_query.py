@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_store import sql_to_arrow
+from trident_assets.backends.map_layout import sql_to_arrow
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.user_code import retrieve_batch
 from trident_assets.spark.state_apply import read_state
@@ -23,7 +23,7 @@ from trident_assets.stream.graph import PersistedState
 from trident_assets.stream.queries import MapGet, SnapshotGet, TupleCollectionGet
 
 if TYPE_CHECKING:
-    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.state_store import StateStore
     from trident_assets.spark.batch_run import BatchRun
     from trident_assets.stream.streams import TridentState
 
@@ -100,7 +100,7 @@ def null_column(run: BatchRun, state: TridentState) -> Any:
     return F.lit(None) if known is None else F.lit(None).cast(from_arrow_type(known))
 
 
-def read_global(store: DuckDBStore, state: TridentState) -> Any:
+def read_global(store: StateStore, state: TridentState) -> Any:
     """The committed value of a global (ungrouped) state, None before its first batch."""
     if store.layout(state.table) is None:
         return None
@@ -108,7 +108,7 @@ def read_global(store: DuckDBStore, state: TridentState) -> Any:
 
 
 def bulk_lookup(
-    store: DuckDBStore, state: TridentState, keys: pa.Table, inputs: tuple[str, ...], out: str
+    store: StateStore, state: TridentState, keys: pa.Table, inputs: tuple[str, ...], out: str
 ) -> pa.Table:
     """ONE SQL join of the batch's distinct keys against the state table."""
     layout = store.layout(state.table)
@@ -119,10 +119,10 @@ def bulk_lookup(
         for i, c in zip(inputs, layout.key_columns, strict=True)
     )
     select = ", ".join(f'k."{i}"' for i in inputs)
-    with store.registered(keys) as name:
+    with store.staged(keys) as name:
         # the current rows of just these keys (not the whole map view)
-        latest = store.latest_sql(layout, name, inputs)
-        return store.conn.sql(
-            f'SELECT {select}, {value} AS "{out}" FROM {name} AS k '
+        latest = store.latest_sql(layout, f'"{name}"', inputs)
+        return store.fetch_arrow(
+            f'SELECT {select}, {value} AS "{out}" FROM "{name}" AS k '
             f"LEFT JOIN ({latest}) AS t ON {conds}"
-        ).to_arrow_table()
+        )

@@ -271,8 +271,7 @@ def static_query(spark: Any, store: Any, parent: Any, a: dict[str, Any]) -> Any:
         raise ConfigError(msg)
     source.ensure(store, table)
     value_type = (
-        store.conn.sql(f'SELECT "{source.value_column}" FROM "{table}" LIMIT 0')
-        .to_arrow_table()
+        store.fetch_arrow(f'SELECT "{source.value_column}" FROM "{table}" LIMIT 0')
         .schema.field(0)
         .type
     )
@@ -303,12 +302,14 @@ def _static_lookup(
         for i, c in zip(inputs, source.key_columns, strict=True)
     )
     select = ", ".join(f'k."{i}"' for i in inputs)
-    with store.registered(keys) as name:
-        found = store.conn.sql(
-            f'SELECT {select}, any_value(t."{source.value_column}") AS "{out}", '
-            f"count(t.__present) AS __matches FROM {name} AS k "
-            f'LEFT JOIN (SELECT *, 1 AS __present FROM "{table}") AS t ON {on} GROUP BY ALL'
-        ).to_arrow_table()
+    value = store.dialect.any_value(f't."{source.value_column}"')
+    with store.staged(keys) as name:
+        found = store.fetch_arrow(
+            f'SELECT {select}, {value} AS "{out}", '
+            f'count(t.__present) AS __matches FROM "{name}" AS k '
+            f'LEFT JOIN (SELECT *, 1 AS __present FROM "{table}") AS t ON {on} '
+            f"GROUP BY {select}"
+        )
     matches = found.column("__matches").to_pylist()
     if found.num_rows and max(matches) > 1:
         dup = found.slice(matches.index(max(matches)), 1).select(list(inputs)).to_pylist()[0]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_store import quote_ident
+from trident_assets.backends.map_layout import quote_ident
 
 __all__ = ["all_tuples_query", "read_all_tuples"]
 
@@ -35,7 +35,7 @@ def read_all_tuples(store: Any, state: Any, outputs: Sequence[str]) -> pa.Table 
     select = ", ".join(
         f"{quote_ident(c)} AS {quote_ident(o)}" for c, o in zip(columns, outputs, strict=True)
     )
-    return store.conn.sql(f"SELECT {select} FROM {quote_ident(state.table)}").to_arrow_table()
+    return store.fetch_arrow(f"SELECT {select} FROM {quote_ident(state.table)}")
 
 
 def all_tuples_query(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_store import quote_ident
+from trident_assets.backends.map_layout import quote_ident
 from trident_assets.planner import recomputable
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.outcomes import GLOBAL_COLUMN
@@ -77,14 +77,14 @@ def verify_state(
     key_sel = ", ".join(
         f"coalesce(s.{quote_ident(k)}, e.{quote_ident(k)}) AS {quote_ident(k)}" for k in keys
     )
-    with store.registered(stored) as s_name, store.registered(expected) as e_name:
+    with store.staged(stored) as s_name, store.staged(expected) as e_name:
         diff = (
             f"SELECT {key_sel}, s.value AS stored, e.{quote_ident(out)} AS expected "
-            f"FROM {s_name} AS s FULL OUTER JOIN {e_name} AS e ON {on} "
+            f'FROM "{s_name}" AS s FULL OUTER JOIN "{e_name}" AS e ON {on} '
             f"WHERE s.value IS DISTINCT FROM e.{quote_ident(out)}"
         )
-        count = int(store.conn.execute(f"SELECT count(*) FROM ({diff})").fetchall()[0][0])
-        rows = store.conn.sql(f"{diff} LIMIT {int(sample_size)}").to_arrow_table().to_pylist()
+        count = int(store.fetch_rows(f"SELECT count(*) FROM ({diff}) AS d")[0][0])
+        rows = store.fetch_arrow(f"{diff} LIMIT {int(sample_size)}").to_pylist()
     sample = [{k: _plain(v) for k, v in row.items()} for row in rows]
     return StateComparison(stored.num_rows, expected.num_rows, count, sample)
 

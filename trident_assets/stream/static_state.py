@@ -3,7 +3,7 @@
 Trident's ``newStaticState`` (e.g. TridentReach's follower database). A static state is a
 table in the state store, keyed by ``key_columns`` with one ``value_column``:
 
-* :class:`StaticTable`: a table already in the DuckDB store (kept up to date by someone else);
+* :class:`StaticTable`: a table already in the state store (kept up to date by someone else);
   queries see its contents as of the batch.
 * :class:`StaticFile`: a Parquet or CSV file loaded once into the store (on the first batch
   that queries it; drop the table to reload).
@@ -56,15 +56,10 @@ class StaticSource(ABC):
 
     def check_columns(self, store: Any, table: str) -> None:
         """Raise StateLayoutError unless ``table`` has the key and value columns."""
-        rows = store.conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-            "ORDER BY ordinal_position",
-            [table],
-        ).fetchall()
-        have = [r[0] for r in rows]
-        if not have:
+        if not store.has_table(table):
             msg = f"static state table {table!r} does not exist in the store"
             raise StateLayoutError(msg)
+        have = store.fetch_arrow(f'SELECT * FROM "{table}" LIMIT 0').column_names
         for name in (*self.key_columns, self.value_column):
             if name not in have:
                 msg = f"static state table {table!r} has no column {name!r}; it has {have}"
@@ -118,18 +113,29 @@ class StaticFile(StaticSource):
         Raises:
             StateLayoutError: the file does not exist or lacks the columns.
         """
-        exists = store.conn.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
-        ).fetchall()
-        if exists == [(0,)]:
+        if not store.has_table(table):
             if not self.path.is_file():
                 msg = f"static state file {str(self.path)!r} does not exist"
                 raise StateLayoutError(msg)
-            reader = "read_parquet" if self.file_format == "parquet" else "read_csv_auto"
-            store.conn.execute(
-                f'CREATE TABLE "{table}" AS SELECT * FROM {reader}(?)', [str(self.path)]
-            )
+            if store.dialect.is_postgres:  # the server cannot read the driver's files
+                with store.staged(self._read_arrow()) as name:
+                    store.execute(f'CREATE TABLE "{table}" AS SELECT * FROM "{name}"')
+            else:
+                reader = "read_parquet" if self.file_format == "parquet" else "read_csv_auto"
+                store.execute(
+                    f'CREATE TABLE "{table}" AS SELECT * FROM {reader}(?)', [str(self.path)]
+                )
         self.check_columns(store, table)
+
+    def _read_arrow(self) -> Any:
+        """The file as an Arrow table (for a store that cannot read it itself)."""
+        if self.file_format == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(self.path)
+        import pyarrow.csv as pcsv
+
+        return pcsv.read_csv(self.path)
 
 
 class StaticState(TridentState):
