@@ -53,9 +53,15 @@ def test_txid_keys() -> None:
         parse_txid("0000000000")
 
 
-@pytest.fixture
-def world(tmp_path: Path, spark):
-    trident = TridentResource(home=str(tmp_path))
+@pytest.fixture(params=["duckdb"])
+def world(request: pytest.FixtureRequest, tmp_path: Path, spark):
+    """A word-count topology with 20 sentences waiting; state in DuckDB, or in PostgreSQL when
+    parametrized indirectly with ``"postgres"``."""
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("pg_dsn")
+        trident = TridentResource(home=str(tmp_path), state_dsn=dsn)
+    else:
+        trident = TridentResource(home=str(tmp_path))
     log = trident.log()
     log.create_topic("sentences", 2)
     log.create_topic("word_queries", 1)
@@ -222,6 +228,7 @@ def _check_results(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str], b
     }
 
 
+@pytest.mark.parametrize("world", ["duckdb", "postgres"], indirect=True)
 def test_catch_up_run_commits_each_txid_in_order_and_checks_pass(world) -> None:
     topo, trident, _job, instance = world
     from trident_assets.dagster.runs import materialize_batches
@@ -282,17 +289,17 @@ def test_catch_up_run_commits_each_txid_in_order_and_checks_pass(world) -> None:
     )
 
 
+@pytest.mark.parametrize("world", ["duckdb", "postgres"], indirect=True)
 def test_exactly_once_check_catches_a_double_count(world) -> None:
     topo, trident, _job, instance = world
+    from trident_assets.core.values import OpaqueValue
     from trident_assets.dagster.runs import materialize_batches
 
     assert materialize_batches(topo, trident, instance, [1], catch_up=False)[0].success
     with trident.store() as store:  # simulate a bug: the state counts "the" once too many
-        store.conn.execute(
-            "INSERT INTO _trident_log_word_count__word_counts "
-            "SELECT * REPLACE (curr + 1 AS curr, nextval('_trident_seq_word_count__word_counts') "
-            "AS _trident_seq) FROM _trident_log_word_count__word_counts WHERE word = 'the'"
-        )
+        counts = store.map("word_count__word_counts")
+        (the,) = counts.multi_get([("the",)])
+        counts.multi_put([("the",)], [OpaqueValue(the.curr_txid, the.curr + 1, the.prev)])
     (result,) = materialize_batches(topo, trident, instance, [2], catch_up=False)
     assert result.success, "checks are not blocking: the batch commits, the check reports"
     exactly = next(

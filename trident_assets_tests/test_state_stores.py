@@ -225,13 +225,17 @@ def test_a_second_writer_of_the_same_topology_is_refused(pg_dsn: str) -> None:
         second.close()
 
 
-def test_topology_resource_refuses_postgres_state_before_any_write(tmp_path: Any) -> None:
+def test_topology_resource_checks_the_state_dsn_before_any_write(tmp_path: Any) -> None:
     from trident_assets.dagster.resources import TridentResource
 
     bad = TridentResource(home=str(tmp_path / "h"), state_dsn="sqlite:///state.db")
     with pytest.raises(ConfigError, match=r"state_dsn 'sqlite:///state.db' is not a PostgreSQL"):
         bad.store().__enter__()
-    pg = TridentResource(home=str(tmp_path / "h"), state_dsn="postgresql://u@127.0.0.1:1/db")
-    with pytest.raises(ConfigError, match=r"topology runs keep their state in DuckDB for now"):
-        pg.store().__enter__()
+    down = TridentResource(home=str(tmp_path / "h"), state_dsn="postgresql://u@127.0.0.1:1/db")
+    with pytest.raises(
+        ConfigError,
+        match=r"cannot connect to the PostgreSQL state store postgresql://u@127\.0\.0\.1:1/db: "
+        r".*nothing was written",
+    ):
+        down.store().__enter__()
     assert not (tmp_path / "h").exists(), "nothing was written"

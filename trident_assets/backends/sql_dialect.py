@@ -85,11 +85,15 @@ class Dialect:
             return [f"CREATE INDEX ON {log} ({keys}, {seq})"]
         return []
 
-    def any_value(self, expr: str) -> str:
-        """An aggregate picking one value of ``expr`` in a group (any type)."""
+    def any_value(self, expr: str, where: str | None = None) -> str:
+        """An aggregate picking one non-NULL value of ``expr`` in a group (any type).
+
+        ``where``: only from the group's rows where this condition holds.
+        """
         if self.is_postgres:  # any_value() is PostgreSQL 16+
-            return f"(array_agg({expr}))[1]"
-        return f"any_value({expr})"
+            cond = f"{expr} IS NOT NULL" + (f" AND ({where})" if where else "")
+            return f"(array_agg({expr}) FILTER (WHERE {cond}))[1]"
+        return f"any_value({expr})" + (f" FILTER (WHERE {where})" if where else "")
 
     def nextval(self, quoted_seq: str) -> str:
         """One number of sequence ``quoted_seq`` for a whole statement."""

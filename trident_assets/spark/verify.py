@@ -73,15 +73,21 @@ def verify_state(
         stored = expected.select(keys).slice(0, 0).append_column("value", pa.array([], pa.int64()))
     else:
         stored = store.scan(state.table, "value")
-    on = " AND ".join(f"s.{quote_ident(k)} IS NOT DISTINCT FROM e.{quote_ident(k)}" for k in keys)
-    key_sel = ", ".join(
-        f"coalesce(s.{quote_ident(k)}, e.{quote_ident(k)}) AS {quote_ident(k)}" for k in keys
-    )
+    key_list = ", ".join(quote_ident(k) for k in keys)
+    value = quote_ident(out)
+    pick = store.dialect.any_value
     with store.staged(stored) as s_name, store.staged(expected) as e_name:
+        # a full outer join on keys that may be NULL, as a union (PostgreSQL cannot FULL JOIN
+        # on IS NOT DISTINCT FROM): GROUP BY matches NULL keys
+        both = (
+            f'SELECT {key_list}, 0 AS side, value AS v FROM "{s_name}" UNION ALL '
+            f'SELECT {key_list}, 1 AS side, {value} AS v FROM "{e_name}"'
+        )
+        stored_v, expected_v = pick("v", "side = 0"), pick("v", "side = 1")
         diff = (
-            f"SELECT {key_sel}, s.value AS stored, e.{quote_ident(out)} AS expected "
-            f'FROM "{s_name}" AS s FULL OUTER JOIN "{e_name}" AS e ON {on} '
-            f"WHERE s.value IS DISTINCT FROM e.{quote_ident(out)}"
+            f"SELECT {key_list}, stored, expected FROM (SELECT {key_list}, {stored_v} AS stored, "
+            f"{expected_v} AS expected FROM ({both}) AS b GROUP BY {key_list}) AS g "
+            "WHERE stored IS DISTINCT FROM expected"
         )
         count = int(store.fetch_rows(f"SELECT count(*) FROM ({diff}) AS d")[0][0])
         rows = store.fetch_arrow(f"{diff} LIMIT {int(sample_size)}").to_pylist()
