@@ -16,7 +16,7 @@ import pytest
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.backends.postgres_store import PostgresStore
-from trident_assets.core.aggregators import CombinerValueUpdater, Count
+from trident_assets.core.aggregators import CombinerValueUpdater, Count, apply_combiner
 from trident_assets.core.caching import SnapshottableMap
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.protocols import BackingMap
@@ -158,3 +158,38 @@ def test_compound_keys(make_backing: MakeBacking) -> None:
         TransactionalValue(1, 10),
         None,
     ]
+
+
+def test_seed_transactional_man_dog_apple_under_txid_3(make_backing: MakeBacking) -> None:
+    """The seeds' transactional example: txid 3 skips dog (already 3), applies man."""
+    backing = make_backing("seed_tx")
+    backing.multi_put(
+        [("man",), ("dog",), ("apple",)],
+        [TransactionalValue(1, 3), TransactionalValue(3, 4), TransactionalValue(2, 10)],
+    )
+    state = TransactionalMap(backing)
+    state.begin_commit(3)
+    assert apply_combiner(state, Count(), [("man",), ("dog",)], [2, 1]) == [5, 4]
+    state.commit(3)
+    assert backing.multi_get([("man",), ("dog",), ("apple",)]) == [
+        TransactionalValue(3, 5),
+        TransactionalValue(3, 4),
+        TransactionalValue(2, 10),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("txid", "expected"), [(3, OpaqueValue(3, 6, 4)), (2, OpaqueValue(2, 3, 1))]
+)
+def test_seed_opaque_partial_2_under_txid_3_then_2(
+    make_backing: MakeBacking, txid: int, expected: OpaqueValue[int]
+) -> None:
+    """The seeds' opaque example: [2, 4, 1] + 2 under txid 3 is [3, 6, 4]; under txid 2 (a
+    replay) it recomputes from prev: [2, 3, 1]."""
+    backing = make_backing(f"seed_opaque_{txid}")
+    backing.multi_put([("k",)], [OpaqueValue(2, 4, 1)])
+    state = OpaqueMap(backing)
+    state.begin_commit(txid)
+    apply_combiner(state, Count(), [("k",)], [2])
+    state.commit(txid)
+    assert backing.multi_get([("k",)]) == [expected]

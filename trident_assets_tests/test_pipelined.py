@@ -18,6 +18,7 @@ from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.operations import FilterNull, Split
 from trident_assets.stream.queries import MapGet
 from trident_assets.stream.topology import StateSpec, TridentTopology
+from trident_assets_tests.conftest import OpenStore
 from trident_assets_tests.test_executor import (
     Boom,
     _counts,
@@ -57,10 +58,11 @@ def _new_values(store: DuckDBStore, table: str, txid: int) -> list[tuple[Any, ..
     return _out_rows(store, table, txid)
 
 
-def _dead(store: DuckDBStore) -> list[tuple[Any, ...]]:
-    return store.conn.execute(
-        'SELECT txid, spout, "offset", reason FROM _trident_dead_letters ORDER BY ALL'
-    ).fetchall()
+def _dead(store: Any) -> list[tuple[Any, ...]]:
+    return store.fetch_rows(
+        'SELECT txid, spout, "offset", reason FROM _trident_dead_letters '
+        'ORDER BY txid, spout, "offset", reason'
+    )
 
 
 @pytest.mark.parametrize("kind", [SpoutKind.OPAQUE, SpoutKind.TRANSACTIONAL])
@@ -102,12 +104,12 @@ def test_pipelined_chunks_commit_exactly_what_one_by_one_commits(
 
 
 def test_transactional_crash_inside_a_chunk_replays_the_recorded_ranges(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = _log(tmp_path, {"sentences": 1})
     _fill(log)
     topo, counts = _word_count("wc", kind=SpoutKind.TRANSACTIONAL)
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     calls = {"n": 0}
 
     def fault(point: str) -> None:  # fails the second commit of the chunk
@@ -149,12 +151,12 @@ def test_transactional_crash_inside_a_chunk_replays_the_recorded_ranges(
 
 
 def test_opaque_crash_inside_a_chunk_replans_from_the_last_commit(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = _log(tmp_path, {"sentences": 2})
     _fill(log)
     topo, counts = _word_count("wc", kind=SpoutKind.OPAQUE, max_batch_size=6)
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     crashing = TopologyRunner(
         topo, spark, store, log, fault=_fail_at("after_state_write"), max_spout_pending=3
     )

@@ -41,6 +41,7 @@ from trident_assets.stream.operations import (
 from trident_assets.stream.queries import MapGet, QueryFunction, SnapshotGet
 from trident_assets.stream.static_state import StaticFile, StaticTable
 from trident_assets.stream.topology import PersistedState, StateSpec, TridentTopology
+from trident_assets_tests.conftest import OpenStore
 
 EVENTS = JsonScheme({"user": "string", "n": "bigint"})
 PROFILES = JsonScheme({"user": "string", "city": "string"})
@@ -68,11 +69,11 @@ def _profiles(log: PartitionedLog, rows: list[tuple[str, str]]) -> None:
     producer.flush()
 
 
-def _rows(store: DuckDBStore, topo: TridentTopology, output: str, txid: int) -> list[Any]:
-    found = store.conn.execute(
-        f'SELECT * EXCLUDE (txid) FROM "{topo.name}__out_{output}" WHERE txid = ?', [txid]
-    ).fetchall()
-    return sorted(found, key=repr)
+def _rows(store: Any, topo: TridentTopology, output: str, txid: int) -> list[Any]:
+    found = store.fetch_arrow(
+        f'SELECT * FROM "{topo.name}__out_{output}" WHERE txid = ?', [txid]
+    ).drop_columns(["txid"])
+    return sorted(zip(*(c.to_pylist() for c in found.columns), strict=True), key=repr)
 
 
 # -- 1. map, flat_map, partition_aggregate, FirstN ------------------------------------------------
@@ -267,19 +268,21 @@ class CityOf(QueryFunction):
         assert isinstance(state, PersistedState)
         self.calls.append(sorted(args))
         keys = pa.table({"user": [a[0] for a in args], "i": list(range(len(args)))})
-        with state.store.registered(keys) as name:
-            found = state.store.conn.execute(
-                f'SELECT t.city FROM {name} AS k LEFT JOIN "{state.table}" AS t '
-                "ON k.user = t.name ORDER BY k.i"
-            ).fetchall()
+        with state.store.staged(keys) as name:
+            found = state.store.fetch_rows(
+                f'SELECT t.city FROM "{name}" AS k LEFT JOIN "{state.table}" AS t '
+                'ON k."user" = t.name ORDER BY k.i'
+            )
         return [r[0] for r in found]
 
 
-def test_static_states_table_parquet_and_csv(spark: Any, tmp_path: Path) -> None:
+def test_static_states_table_parquet_and_csv(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = _log(tmp_path)
-    store = DuckDBStore(tmp_path / "state.duckdb")
-    store.conn.execute("CREATE TABLE people (name VARCHAR, city VARCHAR, age INTEGER)")
-    store.conn.execute(
+    store = open_store()
+    store.execute("CREATE TABLE people (name VARCHAR, city VARCHAR, age INTEGER)")
+    store.execute(
         "INSERT INTO people VALUES ('ann', 'Oslo', 31), ('bob', 'Rome', 40), ('cy', NULL, 22)"
     )
     pq.write_table(pa.table({"user": ["ann", "cy"], "score": [1.5, 2.5]}), tmp_path / "s.parquet")
@@ -311,10 +314,10 @@ def test_static_states_table_parquet_and_csv(spark: Any, tmp_path: Path) -> None
         ("zed", 2, None, None, None, None),
     ]
     assert query.calls == [[("ann",), ("cy",), ("zed",)]]
-    assert store.conn.execute('SELECT count(*) FROM "static__scores"').fetchall() == [(2,)]
+    assert store.fetch_rows('SELECT count(*) FROM "static__scores"') == [(2,)]
 
     # a static table is read as it is now; a loaded file is not reloaded
-    store.conn.execute("UPDATE people SET age = 32 WHERE name = 'ann'")
+    store.execute("UPDATE people SET age = 32 WHERE name = 'ann'")
     (tmp_path / "s.parquet").unlink()
     _events(log, {0: [("ann", 5)]})
     assert runner.run_batch(2).applied
@@ -326,7 +329,7 @@ def test_static_states_table_parquet_and_csv(spark: Any, tmp_path: Path) -> None
     assert len(query.calls) == 2
 
     # a key held twice is refused before anything commits
-    store.conn.execute("INSERT INTO people VALUES ('ann', 'Bergen', 33)")
+    store.execute("INSERT INTO people VALUES ('ann', 'Bergen', 33)")
     _events(log, {1: [("ann", 6)]})
     with pytest.raises(StateLayoutError, match=r"holds key \{'user': 'ann'\} 2 times"):
         runner.run_batch(4)
