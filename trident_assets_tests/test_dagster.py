@@ -155,10 +155,7 @@ def test_out_of_order_materialization_is_refused(world) -> None:
     observed = {
         e.asset_key.path[-1]: (
             e.partition,
-            {
-                k: v.value
-                for k, v in e.asset_observation_data.asset_observation.metadata.items()
-            },
+            {k: v.value for k, v in e.asset_observation_data.asset_observation.metadata.items()},
         )
         for e in result.get_asset_observation_events()
     }
@@ -167,9 +164,7 @@ def test_out_of_order_materialization_is_refused(world) -> None:
         "sentences_batch": ("0000000002", expected),
         "queries_batch": ("0000000002", expected),
     }
-    errors = [
-        e.message for e in instance.all_logs(result.run_id) if e.level == logging.ERROR
-    ]
+    errors = [e.message for e in instance.all_logs(result.run_id) if e.level == logging.ERROR]
     assert errors == [
         f"txid 2 refused, nothing written for it: {reason} The asset checks of this run are "
         "skipped."
@@ -223,8 +218,7 @@ def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
 
 def _check_results(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str], bool]:
     return {
-        (e.asset_key.path[-1], e.check_name): e.passed
-        for e in result.get_asset_check_evaluations()
+        (e.asset_key.path[-1], e.check_name): e.passed for e in result.get_asset_check_evaluations()
     }
 
 
@@ -250,7 +244,8 @@ def test_catch_up_run_commits_each_txid_in_order_and_checks_pass(world) -> None:
     (result,) = materialize_batches(topo, trident, instance, [1, 2, 3], catch_up=True)
     assert result.success
     spout_events = [
-        e for e in result.get_asset_materialization_events()
+        e
+        for e in result.get_asset_materialization_events()
         if e.asset_key.path[-1] == "sentences_batch"
     ]
     assert [e.partition for e in spout_events] == ["0000000001", "0000000002", "0000000003"]
@@ -265,9 +260,11 @@ def test_catch_up_run_commits_each_txid_in_order_and_checks_pass(world) -> None:
         {"lag": 4, "lag sentences@0": 2, "lag sentences@1": 2},
         {"lag": 0, "lag sentences@0": 0, "lag sentences@1": 0},
     ], "records waiting after each txid, per partition (20 round robin, 8 per batch)"
-    assert instance.get_materialized_partitions(
-        dg.AssetKey(["word_count", "word_counts"])
-    ) == {"0000000001", "0000000002", "0000000003"}
+    assert instance.get_materialized_partitions(dg.AssetKey(["word_count", "word_counts"])) == {
+        "0000000001",
+        "0000000002",
+        "0000000003",
+    }
     assert _check_results(result) == {
         ("sentences_batch", "txids_contiguous"): True,
         ("sentences_batch", "ranges_contiguous"): True,
@@ -346,15 +343,19 @@ def test_dead_letter_check_fails_above_the_threshold(tmp_path: Path, spark) -> N
     topo = build_word_count()
     with dg.instance_for_test() as instance:
         (result,) = materialize_batches(
-            topo, trident, instance, [1], catch_up=False,
+            topo,
+            trident,
+            instance,
+            [1],
+            catch_up=False,
             checks=CheckSettings(dead_letter_threshold=0.25),
         )
     assert result.success
     dead = next(
-        e for e in result.get_asset_check_evaluations()
-        if e.check_name == "dead_letters_below_threshold" and e.asset_key.path[-1] == (
-            "sentences_batch"
-        )
+        e
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "dead_letters_below_threshold"
+        and e.asset_key.path[-1] == ("sentences_batch")
     )
     assert not dead.passed
     assert dead.severity == dg.AssetCheckSeverity.WARN

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ import dagster as dg
 import pytest
 
 from trident_assets import Count
-from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
 from trident_assets.core.aggregators import ReducerAggregator
 from trident_assets.core.retry import ExponentialBackoff
@@ -45,7 +43,7 @@ from trident_assets_tests.userland.poison_app import build
 BATCHES = [["a b", "c d"], ["a poison", "b"], ["a c", "d d"]]
 
 
-def counts(store: DuckDBStore) -> dict[str, int]:
+def counts(store: Any) -> dict[str, int]:
     return {r["word"]: r["value"] for r in store.scan("poisoned__counts").to_pylist()}
 
 
@@ -61,14 +59,13 @@ def feed(log: PartitionedLog, *sentences: str) -> None:
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Iterator[tuple[PartitionedLog, DuckDBStore, Replica]]:
+def setup(tmp_path: Path, open_store: Any) -> tuple[PartitionedLog, Any, Replica]:
+    """The log with BATCHES waiting, a store (DuckDB, then PostgreSQL) and a replica."""
     log = PartitionedLog(tmp_path / "log")
     log.create_topic("sentences", 1)
     for batch in BATCHES:
         feed(log, *batch)
-    store = DuckDBStore(tmp_path / "state.duckdb")
-    yield log, store, Replica(tmp_path / "replica")
-    store.close()
+    return log, open_store(), Replica(tmp_path / "replica")
 
 
 @pytest.mark.parametrize("kind", [SpoutKind.TRANSACTIONAL, SpoutKind.OPAQUE])

@@ -475,11 +475,13 @@ class Boom(RuntimeError):
     pass
 
 
-def _table_rows(store: DuckDBStore, table: str) -> list[tuple[Any, ...]]:
-    return sorted(store.conn.execute(f'SELECT * FROM "{table}"').fetchall(), key=repr)
+def _table_rows(store: Any, table: str) -> list[tuple[Any, ...]]:
+    return sorted(store.fetch_rows(f'SELECT * FROM "{table}"'), key=repr)
 
 
-def test_gender_age_end_to_end_with_crash_and_replay(spark: Any, tmp_path: Path) -> None:
+def test_gender_age_end_to_end_with_crash_and_replay(
+    spark: Any, tmp_path: Path, open_store: Any
+) -> None:
     log = PartitionedLog(tmp_path / "log")
     produce_seed(log)
     topo = build_gender_age(timeout_batches=1, num_buckets=2)  # txid a expires at a + 2
@@ -489,7 +491,7 @@ def test_gender_age_end_to_end_with_crash_and_replay(spark: Any, tmp_path: Path)
         if point and where == point[0]:
             raise Boom(where)
 
-    with DuckDBStore(tmp_path / "state.duckdb") as store:
+    with open_store() as store:
         runner = TopologyRunner(topo, spark, store, log, fault=fault)
         first = runner.run_batch(1)  # genders 0..4 and ages 9..5: nothing matches
         assert first.outputs == {"people": 0, "join_expired": 0}
@@ -513,9 +515,9 @@ def test_gender_age_end_to_end_with_crash_and_replay(spark: Any, tmp_path: Path)
         second = runner.run_batch(2)
         assert second.applied
         assert second.outputs == {"people": 10, "join_expired": 0}
-        people = store.conn.execute(
+        people = store.fetch_rows(
             "SELECT id, gender, age FROM gender_age__out_people WHERE txid = 2 ORDER BY id"
-        ).fetchall()
+        )
         genders, ages = seed_rows()
         age_of = {r["id"]: r["age"] for r in ages}
         assert people == [(r["id"], r["gender"], age_of[r["id"]]) for r in genders]
@@ -531,18 +533,18 @@ def test_gender_age_end_to_end_with_crash_and_replay(spark: Any, tmp_path: Path)
         producer.send(b'{"id": 42, "gender": "female"}')
         producer.flush()
         assert runner.run_batch(3).states["join"].size == 1
-        expired = store.conn.execute(
+        expired = store.fetch_rows(
             "SELECT txid, id, side, arrived_txid, reason, values_json "
             "FROM gender_age__out_join_expired"
-        ).fetchall()
+        )
         assert expired == []
         assert runner.run_batch(4).outputs == {"people": 0, "join_expired": 0}
         outcome = runner.run_batch(5)
         assert outcome.outputs == {"people": 0, "join_expired": 1}
-        assert store.conn.execute(
+        assert store.fetch_rows(
             "SELECT txid, id, side, arrived_txid, reason, values_json "
             "FROM gender_age__out_join_expired"
-        ).fetchall() == [(5, 42, "gender", 3, "timeout_batches", '{"id":42,"gender":"female"}')]
+        ) == [(5, 42, "gender", 3, "timeout_batches", '{"id":42,"gender":"female"}')]
 
 
 # ------------------------------------------------------------------------------------ soak
