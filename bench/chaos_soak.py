@@ -1,7 +1,12 @@
 """Chaos soak for exactly-once: SIGKILL the batch process at random points, replay, compare.
 
 Run: ``python -m bench.chaos_soak [--batches 50] [--kills 15] [--seed 7]
-[--kind opaque|transactional|both] [--vocabulary N --zipf S] [--root DIR] [--json PATH]``.
+[--kind opaque|transactional|both] [--vocabulary N --zipf S] [--store duckdb|postgres]
+[--state-dsn DSN] [--root DIR] [--json PATH]``.
+
+``--store postgres`` keeps the state in PostgreSQL instead of the DuckDB file: a server is
+started for the run (``initdb``/``pg_ctl`` on 127.0.0.1, fsync on) and stopped at the end;
+``--state-dsn`` uses an existing database instead.
 
 ``--vocabulary N`` replaces the default 32-word corpus with ``N`` words ``w1 .. wN`` drawn from a
 Zipf law (``P(rank r) ~ r^-S``, ``--zipf S``, default 1.0); with ``N >= 100000``, a
@@ -12,7 +17,7 @@ Three kinds of process, all started by the driver (this command):
 
 * a **producer** appending sentences (a few of them invalid UTF-8, so StringScheme sends them
   to dead letters) and a few word queries to the embedded log, concurrently with the batches;
-* a **batch worker**: one Spark session and one DuckDB store reused for many batches. For each
+* a **batch worker**: one Spark session and one state store reused for many batches. For each
   word-count topology (``wc_opaque`` with an opaque spout, ``wc_transactional`` with a
   transactional spout; both keep an opaque state in the same DuckDB file) it runs
   :meth:`TopologyRunner.run_batch` for ``last_committed + 1`` when the driver asks. At every
@@ -168,13 +173,14 @@ def producer_argv(root: Path, args: argparse.Namespace) -> list[str]:
 # -- the batch worker -------------------------------------------------------------------------
 
 
-def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
+def run_worker(root: Path, kinds: list[str], batch_size: int, location: str) -> None:
     """Serve ``run <topology>`` / ``stop`` commands from stdin, reporting events on stdout.
+
+    The state store is at ``location`` (a DuckDB file or a PostgreSQL DSN).
 
     At each fault point the worker reports ``point`` and waits for a ``go`` line; any other
     line (or EOF) makes it exit. The driver kills it with SIGKILL while it waits or runs.
     """
-    from trident_assets.backends.duckdb_store import DuckDBStore
     from trident_assets.backends.replica import Replica
     from trident_assets.examples.word_count import build_word_count
     from trident_assets.log.store import PartitionedLog
@@ -187,7 +193,7 @@ def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
     spark = build_spark_session(
         {"spark.local.dir": str(root / "spark"), "spark.sql.warehouse.dir": str(root / "wh")}
     )
-    store = DuckDBStore(root / "state.duckdb", lock_timeout_s=60)
+    store = _open_store(location)
     log = PartitionedLog(root / "log")
     current: dict[str, Any] = {}
 
@@ -257,6 +263,17 @@ def run_worker(root: Path, kinds: list[str], batch_size: int) -> None:
         _send(out, ev="end", **current)
     store.close()
     spark.stop()
+
+
+def _open_store(location: str) -> Any:
+    """The state store at ``location``: a PostgreSQL DSN, or a DuckDB file (waiting for its
+    lock up to 60 s: a killed worker's file lock goes with its process)."""
+    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.state_store import open_state_store
+
+    if location.startswith("postgresql://"):
+        return open_state_store(location)
+    return DuckDBStore(location, lock_timeout_s=60)
 
 
 def _plans(plans: dict[str, Any]) -> dict[str, list[list[Any]]]:
@@ -344,17 +361,20 @@ class Worker:
         batch_size: int,
         index: int,
         argv: Sequence[str] | None = None,
+        location: str | None = None,
     ) -> None:
         """Start the worker; its stderr goes to ``<root>/worker-<index>.log``.
 
         ``argv``: another command to run instead of ``bench.chaos_soak worker`` (any process
-        speaking JSON lines on stdout, e.g. ``bench.long_run``'s run process).
+        speaking JSON lines on stdout, e.g. ``bench.long_run``'s run process). ``location``:
+        the state store (default: ``<root>/state.duckdb``).
         """
         self.stderr = (root / f"worker-{index}.log").open("w")
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         if argv is None:
             argv = [sys.executable, "-m", "bench.chaos_soak", "worker", str(root),
-                    "--kinds", ",".join(kinds), "--batch-size", str(batch_size)]  # fmt: skip
+                    "--kinds", ",".join(kinds), "--batch-size", str(batch_size),
+                    "--state-dsn", location or str(root / "state.duckdb")]  # fmt: skip
         self.proc = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
             start_new_session=True, env=env, cwd=Path(__file__).resolve().parent.parent,
@@ -416,12 +436,13 @@ class Worker:
 class Driver:
     """Runs the soak: producer, workers, kills, drain, comparison."""
 
-    def __init__(self, args: argparse.Namespace, root: Path) -> None:
-        """Prepare the log under ``root``."""
+    def __init__(self, args: argparse.Namespace, root: Path, location: str) -> None:
+        """Prepare the log under ``root``; the state store is at ``location``."""
         from trident_assets.log.store import PartitionedLog
 
         self.args = args
         self.root = root
+        self.location = location
         self.kinds = list(KINDS) if args.kind == "both" else [args.kind]
         self.rng = random.Random(args.seed)
         self.figures = {topology_name(k): KindFigures(topology_name(k)) for k in self.kinds}
@@ -444,7 +465,9 @@ class Driver:
 
     def _start_worker(self) -> Worker:
         self.n_workers += 1
-        worker = Worker(self.root, self.kinds, self.args.batch_size, self.n_workers)
+        worker = Worker(
+            self.root, self.kinds, self.args.batch_size, self.n_workers, location=self.location
+        )
         try:
             while (event := worker.event()) is None or event["ev"] != "ready":
                 pass
@@ -646,10 +669,14 @@ class Driver:
     # -- the comparison
 
     def compare(self, name: str) -> Comparison:
-        """Compare ``name``'s state and dead letters with the whole log, set-based in DuckDB."""
+        """Compare ``name``'s state and dead letters with the whole log, set-based in DuckDB.
+
+        The state and the dead letters are read from the store (DuckDB or PostgreSQL) as
+        Arrow; the comparison runs in an in-memory DuckDB.
+        """
+        import duckdb
         import pyarrow as pa
 
-        from trident_assets.backends.duckdb_store import DuckDBStore
         from trident_assets.backends.replica import Replica
         from trident_assets.log.store import PartitionedLog
 
@@ -661,9 +688,16 @@ class Driver:
             latest[f"{TOPIC}@{p}"] = end
             tables.append(log.read(TOPIC, p, 0, end - 1).select(["partition", "offset", "value"]))
         records = pa.concat_tables(tables)
-        with DuckDBStore(self.root / "state.duckdb", lock_timeout_s=60) as store:
-            conn = store.conn
+        with _open_store(self.location) as store:
             state = store.scan(f"{name}__word_counts", "n")
+            dead_letters = store.fetch_arrow(
+                'SELECT partition, "offset" FROM _trident_dead_letters '
+                "WHERE topology = ? AND spout = ?",
+                [name, TOPIC],
+            )
+            last = store.last_committed(name)
+        with duckdb.connect() as conn:
+            conn.register("chaos_dead_letters", dead_letters)
             conn.register("chaos_records", records)
             conn.register("chaos_state", state)
             try:
@@ -684,14 +718,11 @@ class Driver:
                 [dead] = conn.sql(
                     'WITH bad AS (SELECT partition, "offset" FROM chaos_records '
                     "WHERE try(decode(value)) IS NULL), "
-                    'dl AS (SELECT partition, "offset" FROM _trident_dead_letters '
-                    "WHERE topology = ? AND spout = ?) SELECT "
+                    'dl AS (SELECT partition, "offset" FROM chaos_dead_letters) SELECT '
                     "(SELECT count(*) FROM bad), (SELECT count(*) FROM dl), "
                     "(SELECT count(*) FROM (SELECT DISTINCT * FROM dl)), "
-                    "(SELECT count(*) FROM (SELECT * FROM dl EXCEPT SELECT * FROM bad))",
-                    params=[name, TOPIC],
+                    "(SELECT count(*) FROM (SELECT * FROM dl EXCEPT SELECT * FROM bad))"
                 ).fetchall()
-                last = store.last_committed(name)
                 replica = Replica(self.root / "replica")
                 conn.register(
                     "chaos_replica",
@@ -702,6 +733,7 @@ class Driver:
                     "ON s.word = r.word WHERE s.n IS DISTINCT FROM r.n"
                 ).fetchall()
             finally:
+                conn.unregister("chaos_dead_letters")
                 conn.unregister("chaos_records")
                 conn.unregister("chaos_state")
                 conn.unregister("chaos_replica")
@@ -737,7 +769,7 @@ def _print(result: dict[str, Any]) -> None:
         f"chaos soak (seed {result['seed']}): {result['kills']} kills survived, "
         f"{result['workers_started']} batch workers started (median start "
         f"{result['worker_start_s_median']:.1f}s), chaos phase {result['chaos_s']}s, "
-        f"total {result['total_s']}s"
+        f"total {result['total_s']}s; state in {result['store']}"
     )
     print(
         f"  producer: {produced['good']} sentences + {produced['bad']} malformed records "
@@ -797,6 +829,14 @@ def main(argv: list[str] | None = None) -> int:
         default=4,
         help="txids the worker runs per request, pipelined (1: one at a time)",
     )
+    parser.add_argument(
+        "--store",
+        choices=("duckdb", "postgres"),
+        default="duckdb",
+        help="where the state lives: <root>/state.duckdb, or a PostgreSQL server started "
+        "for the run",
+    )
+    parser.add_argument("--state-dsn", help="keep the state in this PostgreSQL database")
     parser.add_argument("--root", type=Path, help="working directory (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--verbose", action="store_true", help="print every kill")
@@ -820,14 +860,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.role == "worker":
-        run_worker(Path(args.root_dir), args.kinds.split(","), args.batch_size)
+        run_worker(Path(args.root_dir), args.kinds.split(","), args.batch_size, args.state_dsn)
         return 0
     root = args.root or Path(tempfile.mkdtemp(prefix="chaos-soak-"))
     if root.exists() and any(root.iterdir()):
         parser.error(f"--root {root} must be empty or missing")
     root.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up on SIGTERM
-    result = Driver(args, root).run()
+    with contextlib.ExitStack() as stack:
+        location = args.state_dsn or str(root / "state.duckdb")
+        if args.store == "postgres" and not args.state_dsn:
+            from trident_assets.backends.postgres_server import local_postgres
+
+            location = stack.enter_context(local_postgres(durable=True)).dsn
+        result = Driver(args, root, location).run()
+    result["store"] = "postgres" if location.startswith("postgresql://") else "duckdb"
     _print(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))

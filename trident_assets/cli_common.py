@@ -16,16 +16,13 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from trident_assets.errors import ConfigError, StoreLockedError, TridentError
-
-if TYPE_CHECKING:
-    from trident_assets.backends.duckdb_store import DuckDBStore
 
 __all__ = [
     "DEFAULT_HOME",
@@ -37,6 +34,7 @@ __all__ = [
     "cli_errors",
     "emit",
     "open_state",
+    "refuse_dsn",
     "require_home",
     "state_path",
 ]
@@ -54,8 +52,12 @@ HomeOption = Annotated[
     ),
 ]
 DatabaseOption = Annotated[
-    Path | None,
-    typer.Option("--database", help="DuckDB state file (default: <home>/state.duckdb)."),
+    str | None,
+    typer.Option(
+        "--database",
+        help="The state store: a DuckDB file (default: <home>/state.duckdb) or a "
+        "postgresql:// DSN (TridentResource's state_dsn).",
+    ),
 ]
 WaitOption = Annotated[
     float,
@@ -124,17 +126,35 @@ def require_home(home: Path, needs: str | None = None) -> Path:
     return home
 
 
-def state_path(home: Path, database: Path | None) -> Path:
+def refuse_dsn(database: str | None) -> None:
+    """Refuse a PostgreSQL ``--database`` for a command on state files (backup, restore).
+
+    Raises:
+        ConfigError: ``database`` is a PostgreSQL DSN; the message names pg_dump.
+    """
+    from trident_assets.backends.postgres_config import is_postgres_dsn
+
+    if database is not None and is_postgres_dsn(database):
+        msg = (
+            "this command works on a DuckDB state file; --database is a PostgreSQL DSN: "
+            "back PostgreSQL state up with pg_dump and restore it with pg_restore"
+        )
+        raise ConfigError(msg)
+
+
+def state_path(home: Path, database: str | None) -> Path:
     """The state file of a command: ``--database`` or ``<home>/state.duckdb``, which must exist.
 
     Raises:
-        ConfigError: the file (or the home) does not exist.
+        ConfigError: the file (or the home) does not exist, or ``--database`` is a PostgreSQL
+            DSN (file commands: back a PostgreSQL store up with ``pg_dump``).
     """
     if database is not None:
-        if not database.is_file():
+        refuse_dsn(database)
+        if not Path(database).is_file():
             msg = f"state file {database} does not exist (--database)"
             raise ConfigError(msg)
-        return database
+        return Path(database)
     path = require_home(home) / "state.duckdb"
     if not path.is_file():
         msg = (
@@ -149,16 +169,24 @@ _PID = re.compile(r"\(PID (\d+)\)")
 _DUCKDB_FILE = re.compile(r'file "([^"]+)"')
 
 
-def open_state(home: Path, database: Path | None, wait_s: float) -> DuckDBStore:
-    """Open the state file read-only (DuckDB allows several readers, but not beside a writer).
+def open_state(home: Path, database: str | None, wait_s: float) -> Any:
+    """Open the state store read-only (the DuckDB file, or a ``postgresql://`` ``--database``).
+
+    DuckDB allows several readers, but not beside a writer; PostgreSQL readers never wait.
 
     Raises:
         StoreLockedError: a writer holds the file (after ``wait_s`` seconds of retries); the
             message names the file, the holder's PID and ``--wait``.
         StateLayoutError: the file is not a DuckDB database or not a trident state store.
+        ConfigError: the PostgreSQL server cannot be reached.
     """
     from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.postgres_config import is_postgres_dsn
 
+    if database is not None and is_postgres_dsn(database):
+        from trident_assets.backends.postgres_store import PostgresStore
+
+        return PostgresStore(database, read_only=True)
     path = state_path(home, database)
     try:
         return DuckDBStore(path, read_only=True, lock_timeout_s=wait_s)

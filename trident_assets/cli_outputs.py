@@ -27,7 +27,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
 
 if TYPE_CHECKING:
-    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.state_store import StateStore
 
 __all__ = ["dead_letters", "outputs"]
 
@@ -36,15 +36,15 @@ DEAD_LETTERS_TABLE = "_trident_dead_letters"
 _OUTPUT_INFIX = "__out_"
 
 
-def _tables(store: DuckDBStore) -> set[str]:
-    rows = store.conn.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
-        "AND database_name = current_database()"
-    ).fetchall()
+def _tables(store: StateStore) -> set[str]:
+    rows = store.fetch_rows(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+        "AND table_catalog = current_database() AND table_type = 'BASE TABLE'"
+    )
     return {r[0] for r in rows}
 
 
-def _check_topology(store: DuckDBStore, topology: str) -> None:
+def _check_topology(store: StateStore, topology: str) -> None:
     validate_identifier(topology, "topology")
     known = topologies(store)
     if topology not in known:
@@ -53,7 +53,7 @@ def _check_topology(store: DuckDBStore, topology: str) -> None:
         raise ConfigError(msg)
 
 
-def _output_table(store: DuckDBStore, topology: str, output: str) -> str:
+def _output_table(store: StateStore, topology: str, output: str) -> str:
     _check_topology(store, topology)
     validate_identifier(output, "output")
     prefix = f"{topology}{_OUTPUT_INFIX}"
@@ -86,7 +86,7 @@ def outputs(
         try:
             table = _output_table(store, topology, output)
             name = f'"{table}"'  # validated identifiers only
-            low, high = store.conn.execute(f"SELECT min(txid), max(txid) FROM {name}").fetchall()[0]
+            low, high = store.fetch_rows(f"SELECT min(txid), max(txid) FROM {name}")[0]
             last = store.last_committed(topology)
             if txid is not None and (last is None or txid > last):
                 msg = f"txid {txid} of topology {topology!r} is not committed: the last is {last}"
@@ -98,9 +98,9 @@ def outputs(
                 )
                 raise ConfigError(msg)
             where, params = ("WHERE txid = ?", [txid]) if txid is not None else ("", [])
-            result = store.conn.sql(
-                f"SELECT * FROM {name} {where} ORDER BY ALL", params=params or None
-            ).to_arrow_table()
+            width = store.fetch_arrow(f"SELECT * FROM {name} LIMIT 0").num_columns
+            order = ", ".join(str(i) for i in range(1, width + 1))
+            result = store.fetch_arrow(f"SELECT * FROM {name} {where} ORDER BY {order}", params)
         finally:
             store.close()
     at = f"txid {txid}" if txid is not None else f"txids {low}..{high}"
@@ -128,15 +128,15 @@ def dead_letters(
             total = 0
             if DEAD_LETTERS_TABLE in _tables(store):
                 where, params = ("WHERE topology = ?", [topology]) if topology else ("", [])
-                total = store.conn.execute(
+                total = store.fetch_rows(
                     f"SELECT count(*) FROM {DEAD_LETTERS_TABLE} {where}", params
-                ).fetchall()[0][0]
-                result = store.conn.sql(
+                )[0][0]
+                result = store.fetch_arrow(
                     f'SELECT topology, txid, spout, topic, partition, "offset", reason '
                     f"FROM {DEAD_LETTERS_TABLE} {where} "
                     f'ORDER BY txid DESC, topic, partition, "offset" DESC LIMIT ?',
-                    params=[*params, n],
-                ).to_arrow_table()
+                    [*params, n],
+                )
                 rows = result.to_pylist()
             if topology is not None and total == 0:
                 _check_topology(store, topology)  # no dead letters: is it a topology at all?

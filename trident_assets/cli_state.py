@@ -25,6 +25,7 @@ from trident_assets.cli_common import (
     cli_errors,
     emit,
     open_state,
+    refuse_dsn,
     require_home,
     state_path,
 )
@@ -32,7 +33,8 @@ from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLay
 from trident_assets.names import validate_identifier
 
 if TYPE_CHECKING:
-    from trident_assets.backends.duckdb_store import DuckDBStore, MapLayout
+    from trident_assets.backends.map_layout import MapLayout
+    from trident_assets.backends.state_store import StateStore
 
 __all__ = ["StateRef", "find_state", "state_app", "topologies"]
 
@@ -57,7 +59,7 @@ class StateRef:
     layout: MapLayout
 
 
-def topologies(store: DuckDBStore) -> dict[str, dict[str, StateRef]]:
+def topologies(store: StateStore) -> dict[str, dict[str, StateRef]]:
     """Return the topologies of a store (commit scopes and map owners) and their states.
 
     A map table is ``<topology>__<state>``; the longest committed topology name that prefixes
@@ -78,7 +80,7 @@ def topologies(store: DuckDBStore) -> dict[str, dict[str, StateRef]]:
     return found
 
 
-def find_state(store: DuckDBStore, topology: str, state: str) -> StateRef:
+def find_state(store: StateStore, topology: str, state: str) -> StateRef:
     """Return ``topology``'s ``state``.
 
     Raises:
@@ -100,7 +102,7 @@ def find_state(store: DuckDBStore, topology: str, state: str) -> StateRef:
     return states[state]
 
 
-def _check_txid(store: DuckDBStore, ref: StateRef, txid: int | None) -> None:
+def _check_txid(store: StateStore, ref: StateRef, txid: int | None) -> None:
     """Refuse an as-of read the store cannot answer exactly, in the user's names."""
     if txid is None:
         return
@@ -291,8 +293,9 @@ def state_restore(
     from trident_assets.backends.backup import restore_state
 
     with cli_errors():
-        target = database if database is not None else require_home(home) / "state.duckdb"
-        own = database is None or database.resolve() == (home / "state.duckdb").resolve()
+        refuse_dsn(database)
+        target = Path(database) if database is not None else require_home(home) / "state.duckdb"
+        own = database is None or target.resolve() == (home / "state.duckdb").resolve()
         replica = home / "replica" if own and home.is_dir() else None
         info = restore_state(src, target, force=force, replica=replica, lock_timeout_s=wait)
     typer.echo(f"restored {src} to {target}: {info.size} bytes; {_at(info.scopes)}")

@@ -24,7 +24,7 @@ from trident_assets.cli_common import (
 from trident_assets.spouts.ranges import partition_sort_key
 
 if TYPE_CHECKING:
-    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.state_store import StateStore
 
 __all__ = ["status"]
 
@@ -33,18 +33,18 @@ RANGES = "_trident_spout_ranges"
 """The spout ranges table (:mod:`trident_assets.backends.duckdb_spout_meta`)."""
 
 
-def _positions(store: DuckDBStore) -> dict[str, dict[str, int]]:
+def _positions(store: StateStore) -> dict[str, dict[str, int]]:
     """Per topology, per partition: the next offset after its last committed batch."""
-    found = store.conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [RANGES]
-    ).fetchall()
-    if not found[0][0]:
+    if not store.has_table(RANGES):
         return {}
-    rows = store.conn.execute(
-        f"SELECT topology, partition, next_offset FROM {RANGES} WHERE committed "
-        "QUALIFY row_number() OVER (PARTITION BY topology, spout, partition ORDER BY txid DESC) "
-        "= 1"
-    ).fetchall()
+    rows = store.fetch_rows(
+        store.dialect.latest(
+            "topology, partition, next_offset",
+            f"{RANGES} WHERE committed",
+            "topology, spout, partition",
+            "txid",
+        )
+    )
     positions: dict[str, dict[str, int]] = {}
     for topology, partition, next_offset in rows:
         positions.setdefault(topology, {})[partition] = int(next_offset)
@@ -79,7 +79,7 @@ def _error(home: Path, topology: str, last: int | None) -> str | None:
     return f"txid {failure['txid']} at {failure['at']} ({state}): {failure['error']}"
 
 
-def status_rows(home: Path, store: DuckDBStore) -> list[dict[str, Any]]:
+def status_rows(home: Path, store: StateStore) -> list[dict[str, Any]]:
     """One row per topology of the store (see :data:`COLUMNS`)."""
     from trident_assets.backends.quarantine import entries
 

@@ -406,17 +406,24 @@ def test_full_disk_fails_the_batch_and_leaves_the_state_as_before(
 
 @pytest.mark.timeout(1800)  # a loaded machine; nothing here asserts a duration
 @pytest.mark.parametrize(
-    ("batches", "kills"),
-    [pytest.param(3, 2, id="ci"), pytest.param(12, 5, id="long", marks=pytest.mark.slow)],
+    ("batches", "kills", "store"),
+    [
+        pytest.param(3, 2, "duckdb", id="ci"),
+        pytest.param(3, 2, "postgres", id="ci-postgres"),
+        pytest.param(12, 5, "duckdb", id="long", marks=pytest.mark.slow),
+        pytest.param(12, 5, "postgres", id="long-postgres", marks=pytest.mark.slow),
+    ],
 )
 def test_short_chaos_soak_both_spout_kinds_exactly_once(
-    tmp_path: Path, batches: int, kills: int
+    tmp_path: Path, batches: int, kills: int, store: str
 ) -> None:
+    """The soak on DuckDB, and on PostgreSQL (a server the soak starts and stops)."""
     out = tmp_path / "soak.json"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.chaos_soak", "--batches", str(batches), "--kills", str(kills),
-         "--kind", "both", "--seed", "11", "--root", str(tmp_path / "soak"), "--json", str(out)],
+         "--kind", "both", "--seed", "11", "--root", str(tmp_path / "soak"), "--json", str(out),
+         "--store", store],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
         start_new_session=True,
     )  # fmt: skip
@@ -433,6 +440,7 @@ def test_short_chaos_soak_both_spout_kinds_exactly_once(
     assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["ok"] is True
+    assert result["store"] == store
     assert result["kills"] == kills  # every planned SIGKILL happened, each one a new worker
     assert result["workers_started"] >= kills + 1
     assert sum(sum(f["kills"].values()) for f in result["figures"]) == kills

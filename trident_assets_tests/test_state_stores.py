@@ -8,6 +8,7 @@ the refusal of a second writer of the same topology.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -239,3 +240,77 @@ def test_topology_resource_checks_the_state_dsn_before_any_write(tmp_path: Any) 
     ):
         down.store().__enter__()
     assert not (tmp_path / "h").exists(), "nothing was written"
+
+
+def test_the_cli_reads_postgres_state_as_a_child_process(
+    spark: Any, tmp_path: Path, pg_dsn: str
+) -> None:
+    """A topology run on PostgreSQL state; the ``trident`` commands read it with
+    ``--database <dsn>`` from a clean environment; file-only commands refuse the DSN."""
+    import json
+    import subprocess
+    import sys
+
+    from trident_assets.log.store import PartitionedLog
+    from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.spouts.config import SpoutKind
+    from trident_assets_tests.test_executor import _word_count
+
+    home = tmp_path / "home"
+    log = PartitionedLog(home / "log")
+    log.create_topic("sentences", 1)
+    producer = log.producer("sentences")
+    for value in (b"a b a", b"\xff\xfe", b"b c"):
+        producer.send(value)
+    producer.flush()
+    topo, counts = _word_count("wc_pg", kind=SpoutKind.TRANSACTIONAL, max_batch_size=None)
+    counts.new_values_stream().as_output("changes")
+    with PostgresStore(pg_dsn) as store:
+        assert TopologyRunner(topo, spark, store, log).run_batch(1).applied
+
+    def trident(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(Path(sys.executable).parent / "trident"), *args, "--database", pg_dsn],
+            cwd=tmp_path,
+            env={"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def rows(*args: str) -> list[dict[str, Any]]:
+        done = trident(*args, "--format", "json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert rows("state", "list") == [
+        {
+            "topology": "wc_pg",
+            "state": "counts",
+            "kind": "opaque",
+            "key_columns": "word",
+            "value_type": "BIGINT",
+            "keys": 3,
+            "last_txid": 1,
+        }
+    ]
+    scanned = {r["word"]: r["value"] for r in rows("state", "scan", "wc_pg", "counts")}
+    assert scanned == {"a": 2, "b": 2, "c": 1}
+    changes = rows("outputs", "wc_pg", "changes")
+    assert [(r["txid"], r["word"], r["count"]) for r in changes] == [
+        (1, "a", 2), (1, "b", 2), (1, "c", 1),
+    ]  # fmt: skip
+    dead = rows("dead-letters", "wc_pg")
+    assert [(r["txid"], r["offset"], r["reason"]) for r in dead] == [
+        (1, 1, "value is not valid UTF-8")
+    ]
+    status = rows("status", "--home", str(home))
+    assert [(r["topology"], r["last_txid"], r["lag"]) for r in status] == [("wc_pg", 1, 0)]
+
+    refused = trident("state", "backup", str(tmp_path / "copy.duckdb"))
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "error: this command works on a DuckDB state file; --database is a PostgreSQL DSN: "
+        "back PostgreSQL state up with pg_dump and restore it with pg_restore"
+    )
