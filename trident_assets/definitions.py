@@ -2,7 +2,9 @@
 
 Environment: ``TRIDENT_HOME`` (log and state directory, default ``.trident``),
 ``TRIDENT_MAX_BATCH_SIZE`` (records per word-count batch, default 50000),
-``TRIDENT_MAX_CATCH_UP`` (txids one sensor-launched run may process, default 10).
+``TRIDENT_MAX_CATCH_UP`` (txids one sensor-launched run may process, default 10),
+``TRIDENT_STATE_DSN`` (a ``postgresql://`` DSN: the state in PostgreSQL instead of
+``$TRIDENT_HOME/state.duckdb``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ topologies = [word_count, build_gender_age(), build_location_db()]
 
 defs = trident_definitions(
     topologies,
-    TridentResource(home=os.environ.get("TRIDENT_HOME", ".trident")),
+    TridentResource(
+        home=os.environ.get("TRIDENT_HOME", ".trident"),
+        state_dsn=os.environ.get("TRIDENT_STATE_DSN") or None,
+    ),
     max_catch_up=int(os.environ.get("TRIDENT_MAX_CATCH_UP", "10")),
     assets=downstream_assets(word_count.name),
 )

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 
 from trident_assets import ConfigError
-from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.examples.location_db import (
     LocationUpdater,
     QueryLocation,
@@ -54,11 +53,10 @@ def _instrument(topo: Any) -> tuple[CountingUpdater, CountingQuery]:
     return updater, query
 
 
-def _out(store: DuckDBStore, table: str, txid: int) -> list[tuple[Any, ...]]:
-    rows = store.conn.execute(
-        f'SELECT * EXCLUDE (txid) FROM "{table}" WHERE txid = ?', [txid]
-    ).fetchall()
-    return sorted(rows, key=repr)
+def _out(store: Any, table: str, txid: int) -> list[tuple[Any, ...]]:
+    rows = store.fetch_arrow(f'SELECT * FROM "{table}" WHERE txid = ?', [txid])
+    rows = rows.drop_columns(["txid"])
+    return sorted(zip(*(c.to_pylist() for c in rows.columns), strict=True), key=repr)
 
 
 def _send(log: PartitionedLog, topic: str, rows: list[dict[str, Any]]) -> None:
@@ -69,15 +67,16 @@ def _send(log: PartitionedLog, topic: str, rows: list[dict[str, Any]]) -> None:
 
 
 def test_location_db_updates_in_bulk_and_queries_committed_locations(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: Any
 ) -> None:
+    """The example on DuckDB and on PostgreSQL state (its SQL is what both accept)."""
     log = PartitionedLog(tmp_path / "log")
     produce_seed(log)  # moves 1 Paris, 2 Oslo, 1 Rome, 3 Lima, 4 Kyiv; lookups 1, 2, 5
     ensure_topics(log)  # idempotent
     assert log.topics() == ["location_queries", "locations"]
     topo = build_location_db(max_batch_size=None)
     updater, query = _instrument(topo)
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = TopologyRunner(topo, spark, store, log)
     table = topo.states["locations"].table
 
@@ -89,8 +88,8 @@ def test_location_db_updates_in_bulk_and_queries_committed_locations(
     assert query.calls == [[(1,), (2,), (5,)]]
     assert updater.batches == 1
     # user 1 moved twice in the batch: Paris then Rome (same log partition, in order)
-    state = store.conn.execute(f'SELECT userid, location, txid FROM "{table}" ORDER BY 1')
-    assert state.fetchall() == [(1, "Rome", 1), (2, "Oslo", 1), (3, "Lima", 1), (4, "Kyiv", 1)]
+    state = store.fetch_rows(f'SELECT userid, location, txid FROM "{table}" ORDER BY 1')
+    assert state == [(1, "Rome", 1), (2, "Oslo", 1), (3, "Lima", 1), (4, "Kyiv", 1)]
     assert _out(store, "location_db__out_location_changes", 1) == [
         (1, "Rome"),
         (2, "Oslo"),
@@ -114,8 +113,8 @@ def test_location_db_updates_in_bulk_and_queries_committed_locations(
     ]
     assert query.calls[1] == [(1,), (2,), (5,), (9,)]  # distinct ids, one call
     assert _out(store, "location_db__out_location_changes", 2) == [(2, "Bergen"), (5, "Quito")]
-    state = store.conn.execute(f'SELECT userid, location, txid FROM "{table}" ORDER BY 1')
-    assert state.fetchall() == [
+    state = store.fetch_rows(f'SELECT userid, location, txid FROM "{table}" ORDER BY 1')
+    assert state == [
         (1, "Rome", 1),
         (2, "Bergen", 2),
         (3, "Lima", 1),
@@ -131,13 +130,13 @@ def test_location_db_updates_in_bulk_and_queries_committed_locations(
     # an empty batch commits and changes nothing
     empty = runner.run_batch(3)
     assert empty.outputs == {"location_changes": 0, "user_locations": 0}
-    assert store.conn.execute(f'SELECT count(*) FROM "{table}"').fetchall() == [(5,)]
+    assert store.fetch_rows(f'SELECT count(*) FROM "{table}"') == [(5,)]
     assert store.last_committed("location_db") == 3
     store.close()
 
 
-def test_query_location_is_one_ordered_lookup(tmp_path: Path) -> None:
-    store = DuckDBStore(tmp_path / "state.duckdb")
+def test_query_location_is_one_ordered_lookup(open_store: Any) -> None:
+    store = open_store()
     query = QueryLocation()
     state = PersistedState(store, "loc")
     assert query.batch_retrieve(state, [(1,), (2,)]) == [None, None]  # no table yet

@@ -44,9 +44,12 @@ def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
 
 
 def io_manager_for(trident: TridentResource) -> TridentIOManager:
-    """The TridentIOManager reading and writing the same home and state file as ``trident``."""
+    """The TridentIOManager reading and writing the same home and state store as ``trident``."""
     return TridentIOManager(
-        home=trident.home, state_database=trident.state_database, keep_txids=trident.keep_txids
+        home=trident.home,
+        state_database=trident.state_database,
+        state_dsn=trident.state_dsn,
+        keep_txids=trident.keep_txids,
     )
 
 

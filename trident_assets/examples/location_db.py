@@ -48,38 +48,38 @@ NEW_LOCATIONS = pa.schema([("userid", pa.int64()), ("location", pa.string())])
 """The new values stream: one row per user whose location a batch set."""
 
 
-def _table_exists(store: Any, table: str) -> bool:
-    found = store.conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
-    ).fetchall()
-    return found == [(1,)]
-
-
 class LocationUpdater(StateUpdater):
-    """Writes a batch of (userid, location) with one ``INSERT OR REPLACE ... RETURNING``.
+    """Writes a batch of (userid, location) with one ``INSERT ... ON CONFLICT ... RETURNING``.
 
     Runs inside the batch's commit transaction, so a replayed committed txid never writes.
     A user moving twice in one batch ends at the later move (log order within a partition;
-    across partitions the batch has no order, as in Trident).
+    across partitions the batch has no order, as in Trident). The SQL is what DuckDB and
+    PostgreSQL both accept, through the store's portable methods (``execute``, ``staged``,
+    ``fetch_arrow``), so the example runs on either state store.
     """
 
     def update_state(self, store: Any, table: str, batch: Any, txid: int | None) -> Any:
         """Apply the batch; return the rows it set (userid, location)."""
-        store.conn.execute(
+        store.execute(
             f'CREATE TABLE IF NOT EXISTS "{table}" '
             "(userid BIGINT PRIMARY KEY, location VARCHAR, txid BIGINT)"
         )
         if batch.num_rows == 0:
             return NEW_LOCATIONS.empty_table()
         ordered = batch.append_column("__ord", pa.array(range(batch.num_rows), pa.int64()))
-        with store.registered(ordered) as name:
-            new = store.conn.sql(
-                f'INSERT OR REPLACE INTO "{table}" SELECT userid, location, ? FROM {name} '
-                "WHERE userid IS NOT NULL "
-                "QUALIFY row_number() OVER (PARTITION BY userid ORDER BY __ord DESC) = 1 "
+        with store.staged(ordered) as name:
+            last_moves = (
+                "SELECT userid, location FROM (SELECT userid, location, row_number() OVER "
+                f'(PARTITION BY userid ORDER BY __ord DESC) AS rn FROM "{name}" '
+                "WHERE userid IS NOT NULL) AS m WHERE rn = 1"
+            )
+            new = store.fetch_arrow(
+                f'INSERT INTO "{table}" (userid, location, txid) SELECT userid, location, '
+                f"CAST(? AS BIGINT) FROM ({last_moves}) AS l ON CONFLICT (userid) DO UPDATE "
+                "SET location = excluded.location, txid = excluded.txid "
                 "RETURNING userid, location",
-                params=[txid],
-            ).to_arrow_table()
+                [txid],
+            )
         return new.cast(NEW_LOCATIONS)
 
 
@@ -91,7 +91,7 @@ class QueryLocation(QueryFunction):
         if not isinstance(state, PersistedState):
             msg = f"QueryLocation reads a partition_persist state (PersistedState), got {state!r}"
             raise ConfigError(msg)
-        if not _table_exists(state.store, state.table):  # nothing committed yet
+        if not state.store.has_table(state.table):  # nothing committed yet
             return [None] * len(args)
         keys = pa.table(
             {
@@ -99,11 +99,11 @@ class QueryLocation(QueryFunction):
                 "__ord": pa.array(range(len(args)), pa.int64()),
             }
         )
-        with state.store.registered(keys) as name:
-            found = state.store.conn.sql(
-                f'SELECT t.location FROM {name} AS k LEFT JOIN "{state.table}" AS t '
+        with state.store.staged(keys) as name:
+            found = state.store.fetch_arrow(
+                f'SELECT t.location FROM "{name}" AS k LEFT JOIN "{state.table}" AS t '
                 "ON k.userid = t.userid ORDER BY k.__ord"
-            ).to_arrow_table()
+            )
         return found.column("location").to_pylist()
 
 
