@@ -83,15 +83,23 @@ def find_topology(name: str, module_name: str) -> TridentTopology:
     return found[name]
 
 
-def _run(home: Path, topology: str, module: str, work: Any) -> Any:
-    """Open ``topology``'s runner over HOME (Spark, the store, the replica) and call ``work``."""
+def _run(home: Path, topology: str, module: str, work: Any, database: str | None = None) -> Any:
+    """Open ``topology``'s runner over HOME (Spark, the store, the replica) and call ``work``.
+
+    ``database``: the state store (a DuckDB file or a ``postgresql://`` DSN; default
+    ``<home>/state.duckdb``).
+    """
+    from trident_assets.backends.postgres_config import is_postgres_dsn
     from trident_assets.dagster.resources import TridentResource
     from trident_assets.spark.executor import TopologyRunner
 
     require_home(home)
     os.environ.setdefault("TRIDENT_HOME", str(home))
     topo = find_topology(topology, module)
-    trident = TridentResource(home=str(home))
+    if database is not None and is_postgres_dsn(database):
+        trident = TridentResource(home=str(home), state_dsn=database)
+    else:
+        trident = TridentResource(home=str(home), state_database=database)
     with engine_logs_to(home / LOG_FILE, verbose=False), trident.store() as store:
         runner: TopologyRunner = TopologyRunner(
             topo, trident.spark(), store, trident.log(), replica=trident.replica()
@@ -158,10 +166,11 @@ def add(
     ] = "set aside by operator",
     home: HomeOption = DEFAULT_HOME,
     module: ModuleOption = DEFAULT_MODULE,
+    database: DatabaseOption = None,
 ) -> None:
     """Set TXID aside: commit it with no state change, its ranges kept in the quarantine."""
     with cli_errors():
-        [outcome] = _run(home, topology, module, lambda r: [r.quarantine(txid, reason)])
+        [outcome] = _run(home, topology, module, lambda r: [r.quarantine(txid, reason)], database)
     typer.echo(
         f"txid {outcome.txid} of {topology} quarantined: {outcome.quarantined} records set aside; "
         f"`trident quarantine replay {topology}` processes them once the cause is fixed"
@@ -176,6 +185,7 @@ def replay(
     ] = None,
     home: HomeOption = DEFAULT_HOME,
     module: ModuleOption = DEFAULT_MODULE,
+    database: DatabaseOption = None,
 ) -> None:
     """Process quarantined records, each quarantined txid as the topology's next txid."""
 
@@ -184,7 +194,7 @@ def replay(
         return [runner.replay_quarantined(t) for t in targets or [None]]  # None: says so
 
     with cli_errors():
-        done = _run(home, topology, module, work)
+        done = _run(home, topology, module, work, database)
     for outcome in done:
         typer.echo(
             f"quarantined txid {outcome.reprocessed_txid} of {topology} processed as txid "

@@ -305,6 +305,7 @@ def test_the_cli_reads_postgres_state_as_a_child_process(
     assert [(r["txid"], r["offset"], r["reason"]) for r in dead] == [
         (1, 1, "value is not valid UTF-8")
     ]
+    assert rows("quarantine", "list") == []
     status = rows("status", "--home", str(home))
     assert [(r["topology"], r["last_txid"], r["lag"]) for r in status] == [("wc_pg", 1, 0)]
 
