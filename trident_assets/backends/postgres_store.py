@@ -41,6 +41,9 @@ __all__ = ["PostgresStore", "PostgresTransaction", "is_postgres_dsn", "redact_ds
 
 WORK_MEM = "64MB"
 """The session's ``work_mem``: a batch's grouping and joins stay in memory (default 4MB spills)."""
+SESSION_SETTINGS = {"work_mem": WORK_MEM, "jit": "off"}
+"""Set on every store connection. ``jit=off``: a batch's statement is costed high enough to
+JIT-compile, which took about 300 ms per merge (more than the merge's own work at 100k keys)."""
 _DML_RE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 _INIT_LOCK = 7_291_604_115
 """The advisory lock serializing the creation of the base tables by concurrent stores."""
@@ -131,7 +134,8 @@ class PostgresStore(SqlStateStore):
         self._cur: Any = self._conn.cursor()
         self._tx: PostgresTransaction | None = None
         self._claimed: set[str] = set()
-        self.execute(f"SET work_mem = '{WORK_MEM}'")
+        for name, value in SESSION_SETTINGS.items():
+            self.execute("SELECT set_config(?, ?, false)", [name, value])
         if read_only:
             self.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
             if not self.has_table("_trident_maps") or not self.has_table("_trident_commits"):
