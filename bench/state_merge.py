@@ -261,7 +261,7 @@ def explain_merge(store: Any, n: int, size: int, txid: int) -> dict[str, Any]:
     t1 = time.perf_counter()
     layout = store.layout("state")
     with store.transaction():
-        with store.staged(ordered) as view:
+        with store.staged(ordered, analyze=not distinct) as view:
             t2 = time.perf_counter()
             sql = _merge_sql(store, layout, view, "n", "sum", False, distinct_keys=distinct)
             plan = store.fetch_rows(f"EXPLAIN (ANALYZE, BUFFERS, WAL, TIMING OFF) {sql}", [txid])

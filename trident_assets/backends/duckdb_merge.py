@@ -365,7 +365,8 @@ def apply_partials(
     distinct = False
     if store.dialect.is_postgres and narrow.num_rows:
         narrow, distinct = _in_key_order(narrow, keys, key_types)
-    with store.transaction(), store.staged(narrow) as view:
+    # A batch of distinct keys has one plan (a lookup per staged row): no statistics needed.
+    with store.transaction(), store.staged(narrow, analyze=not distinct) as view:
         layout = stored or store.ensure_map(wanted)
         sql = _merge_sql(
             store, layout, view, value_column, combine, return_new_values, distinct_keys=distinct
