@@ -183,14 +183,15 @@ class PostgresStore(SqlStateStore):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement with ``?`` parameters; return the rows it changed (-1: unknown).
 
-        The driver reports no row count for a prepared (parameterized) statement, so a DML
-        statement with parameters is counted through ``WITH ... RETURNING 1``.
+        The driver's ``execute`` reports no row count for a parameterized statement; a DML
+        statement with parameters runs through ``executemany`` with its one parameter set
+        (the driver's update path, which does; counting through ``WITH ... RETURNING 1``
+        cost about 15% of a 100k-row merge).
         """
         cur = self._cursor()
         if params and _DML_RE.match(sql) and " RETURNING " not in sql.upper():
-            sql = f"WITH _trident_dml AS ({sql} RETURNING 1) SELECT count(*) FROM _trident_dml"
-            cur.execute(self.dialect.placeholders(sql), parameters=list(params))
-            return int(cur.fetchall()[0][0])
+            cur.executemany(self.dialect.placeholders(sql), [list(params)])
+            return int(cur.rowcount)
         cur.execute(self.dialect.placeholders(sql), parameters=list(params) if params else None)
         return int(cur.rowcount)
 
