@@ -120,6 +120,24 @@ def make_batch(rng: random.Random, n: int, size: int, run: int) -> pa.Table:
     return pa.table({"k0": pa.array(keys, pa.int64()), "n": pa.array([1] * len(keys), pa.int64())})
 
 
+def timed_batch(store: Any, batch: pa.Table, txid: int) -> float:
+    """Apply ``batch`` to the opaque sum state ``state`` under ``txid``; return the seconds."""
+    start = time.perf_counter()
+    result = apply_partials(
+        store,
+        "state",
+        batch,
+        key_columns=["k0"],
+        value_column="n",
+        combine="sum",
+        state_type=StateType.OPAQUE,
+        txid=txid,
+    )
+    elapsed = time.perf_counter() - start
+    assert result.keys_updated == batch.num_rows, result
+    return elapsed
+
+
 def time_fast(db: Path, n: int, size: int, runs: int, config: dict[str, str]) -> dict[str, Any]:
     """Time ``runs`` batches; then one explicit checkpoint and one compaction, separately."""
     rng = random.Random(n)
@@ -127,20 +145,7 @@ def time_fast(db: Path, n: int, size: int, runs: int, config: dict[str, str]) ->
         fill_s = prefill(store, "state", n)
         times = []
         for run in range(runs):
-            batch = make_batch(rng, n, size, run)
-            start = time.perf_counter()
-            result = apply_partials(
-                store,
-                "state",
-                batch,
-                key_columns=["k0"],
-                value_column="n",
-                combine="sum",
-                state_type=StateType.OPAQUE,
-                txid=2 + run,
-            )
-            times.append(time.perf_counter() - start)
-            assert result.keys_updated == size, result
+            times.append(timed_batch(store, make_batch(rng, n, size, run), 2 + run))
         start = time.perf_counter()
         store.checkpoint()
         checkpoint_s = time.perf_counter() - start
@@ -221,19 +226,7 @@ def time_stores(stores: list[Any], n: int, size: int, runs: int) -> list[dict[st
     for run in range(runs):
         batch = make_batch(rng, n, size, run)
         for i, store in enumerate(stores):
-            start = time.perf_counter()
-            result = apply_partials(
-                store,
-                "state",
-                batch,
-                key_columns=["k0"],
-                value_column="n",
-                combine="sum",
-                state_type=StateType.OPAQUE,
-                txid=2 + run,
-            )
-            times[i].append(time.perf_counter() - start)
-            assert result.keys_updated == size, result
+            times[i].append(timed_batch(store, batch, 2 + run))
     for store in stores:
         assert store.size("state") == n + runs * (size - size // 2)
     return [

@@ -235,42 +235,36 @@ def test_batch_in_any_order_with_compound_and_dictionary_keys(store: DuckDBStore
     """Distinct keys in any order (PostgreSQL sorts them, skips GROUP BY); a repeated
     compound key is combined, whichever of its columns repeats."""
     city = pa.array(["y", "x", "x", "y"]).dictionary_encode()
-    b = pa.table({"city": city, "day": [2, 2, 1, 1], "n": [1, 2, 3, 4]})
-    r = apply_partials(
-        store,
-        "c",
-        b,
-        key_columns=["city", "day"],
-        value_column="n",
-        combine="sum",
-        state_type=TRANS,
-        txid=1,
-        return_new_values=True,
-    )
-    assert (r.keys_in, r.keys_updated, r.keys_skipped) == (4, 4, 0)
-    assert rows(store, "c") == [
-        ("x", 1, 1, 3, None),
-        ("x", 2, 1, 2, None),
-        ("y", 1, 1, 4, None),
-        ("y", 2, 1, 1, None),
+    repeated = {"city": ["x", "y", "x", "x"], "day": [2, 2, 2, 1], "n": [10, 20, 30, 5]}
+    batches = [
+        (pa.table({"city": city, "day": [2, 2, 1, 1], "n": [1, 2, 3, 4]}), "sum"),
+        (pa.table(repeated), "max"),
     ]
-    b = pa.table({"city": ["x", "y", "x", "x"], "day": [2, 2, 2, 1], "n": [10, 20, 30, 40]})
-    r = apply_partials(
-        store,
-        "c",
-        b,
-        key_columns=["city", "day"],
-        value_column="n",
-        combine="max",
-        state_type=TRANS,
-        txid=2,
-        return_new_values=True,
-    )
-    assert (r.keys_in, r.keys_updated, r.keys_skipped) == (3, 3, 0)
-    assert sorted(r.new_values.to_pylist(), key=lambda d: (d["city"], d["day"])) == [
-        {"city": "x", "day": 1, "n": 40},
+    results = [
+        apply_partials(
+            store,
+            "c",
+            b,
+            key_columns=["city", "day"],
+            value_column="n",
+            combine=combine,
+            state_type=TRANS,
+            txid=txid,
+            return_new_values=True,
+        )
+        for txid, (b, combine) in enumerate(batches, start=1)
+    ]
+    assert [(r.keys_in, r.keys_updated, r.keys_skipped) for r in results] == [(4, 4, 0), (3, 3, 0)]
+    assert sorted(results[1].new_values.to_pylist(), key=lambda d: (d["city"], d["day"])) == [
+        {"city": "x", "day": 1, "n": 5},
         {"city": "x", "day": 2, "n": 30},
         {"city": "y", "day": 2, "n": 20},
+    ]
+    assert rows(store, "c") == [
+        ("x", 1, 2, 5, None),
+        ("x", 2, 2, 30, None),
+        ("y", 1, 1, 4, None),
+        ("y", 2, 2, 20, None),
     ]
 
 
