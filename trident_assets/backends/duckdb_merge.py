@@ -8,9 +8,11 @@ combiner does through ``OpaqueMap`` / ``TransactionalMap`` / ``NonTransactionalM
 (``core/maps.py``) and ``OpaqueValue.update``/``get`` (``core/values.py``), but as a single
 ``INSERT INTO <log> SELECT ... FROM (batch GROUP BY keys) LEFT JOIN (current rows of the batch
 keys)`` whose CASE expressions carry the txid logic: each key written gets a new version
-appended to the map's log table (see ``duckdb_store``), so no row is updated in place. With
-N the batch txid and p the batch's partial for a key (duplicates in the batch are combined
-first):
+appended to the map's log table (see ``duckdb_store``), so no row is updated in place. On
+PostgreSQL the batch is staged sorted by key, a batch of distinct keys skips the ``GROUP
+BY``, and each key's current row is one ``(keys, seq)`` index probe (``LEFT JOIN LATERAL``),
+so a batch's cost follows the batch, not the state (``docs/postgres.md``). With N the batch
+txid and p the batch's partial for a key (duplicates in the batch are combined first):
 
 * opaque: absent -> ``(N, p, NULL)``; stored txid NULL or < N -> ``(N, combine(curr, p), curr)``;
   == N (a replay) -> ``(N, combine(prev, p), prev)``; > N -> the statement fails ("behind") and
