@@ -16,9 +16,12 @@ Results go to ``bench/results/state_merge.{json,md}``.
 
 ``--stores duckdb,postgres`` instead compares the two state stores in one run: for each state
 size, a DuckDB file and a PostgreSQL database (a server started for the run on 127.0.0.1 with
-Debian's binaries, fsync on, default settings) are prefilled alike, then the same batches are
-applied to both with :func:`apply_partials` (opaque, sum); the medians and their ratio go to
-``bench/results/state_merge_stores.{json,md}``.
+Debian's binaries, fsync and synchronous_commit on, the settings of :data:`PG_SETTINGS`, or
+PostgreSQL's defaults with ``--pg-defaults``) are prefilled alike and checkpointed, then the
+same batches are applied to both with :func:`apply_partials` (opaque, sum); the medians and
+their ratio go to ``bench/results/state_merge_stores.{json,md}``. ``--explain`` also prints,
+per state size, where one more PostgreSQL batch spends its time: staging (bulk ingest +
+ANALYZE), the merge statement (``EXPLAIN (ANALYZE, BUFFERS, WAL)``) and the commit.
 """
 
 from __future__ import annotations
@@ -43,6 +46,19 @@ from trident_assets.core.aggregators import CombinerAggregator
 from trident_assets.core.values import StateType
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+PG_SETTINGS = {
+    "shared_buffers": "2GB",
+    "max_wal_size": "8GB",
+    "checkpoint_timeout": "15min",
+    "wal_compression": "lz4",
+}
+"""The benchmark server's settings (a deployment would set them too; see README, *State in
+PostgreSQL*): ``shared_buffers`` holds a 10M-key state's log and index (the default 128MB
+made every batch read and evict them); a larger ``max_wal_size`` and ``checkpoint_timeout``
+checkpoint by time rather than every few batches (each page's first write after a checkpoint
+logs a full-page image), and ``wal_compression`` shrinks those images. fsync and
+synchronous_commit stay on."""
 
 
 class PySum(CombinerAggregator[int]):
@@ -104,6 +120,24 @@ def make_batch(rng: random.Random, n: int, size: int, run: int) -> pa.Table:
     return pa.table({"k0": pa.array(keys, pa.int64()), "n": pa.array([1] * len(keys), pa.int64())})
 
 
+def timed_batch(store: Any, batch: pa.Table, txid: int) -> float:
+    """Apply ``batch`` to the opaque sum state ``state`` under ``txid``; return the seconds."""
+    start = time.perf_counter()
+    result = apply_partials(
+        store,
+        "state",
+        batch,
+        key_columns=["k0"],
+        value_column="n",
+        combine="sum",
+        state_type=StateType.OPAQUE,
+        txid=txid,
+    )
+    elapsed = time.perf_counter() - start
+    assert result.keys_updated == batch.num_rows, result
+    return elapsed
+
+
 def time_fast(db: Path, n: int, size: int, runs: int, config: dict[str, str]) -> dict[str, Any]:
     """Time ``runs`` batches; then one explicit checkpoint and one compaction, separately."""
     rng = random.Random(n)
@@ -111,20 +145,7 @@ def time_fast(db: Path, n: int, size: int, runs: int, config: dict[str, str]) ->
         fill_s = prefill(store, "state", n)
         times = []
         for run in range(runs):
-            batch = make_batch(rng, n, size, run)
-            start = time.perf_counter()
-            result = apply_partials(
-                store,
-                "state",
-                batch,
-                key_columns=["k0"],
-                value_column="n",
-                combine="sum",
-                state_type=StateType.OPAQUE,
-                txid=2 + run,
-            )
-            times.append(time.perf_counter() - start)
-            assert result.keys_updated == size, result
+            times.append(timed_batch(store, make_batch(rng, n, size, run), 2 + run))
         start = time.perf_counter()
         store.checkpoint()
         checkpoint_s = time.perf_counter() - start
@@ -185,39 +206,80 @@ def prefill_postgres(store: Any, table: str, n: int) -> float:
         [n],
     )
     store.execute(f"VACUUM ANALYZE {log}")
+    store.execute("CHECKPOINT")
     return time.perf_counter() - start
 
 
-def time_store(store: Any, n: int, size: int, runs: int) -> dict[str, Any]:
-    """Time ``runs`` batches (the same as for every store: same seed) on a prefilled store."""
+def time_stores(stores: list[Any], n: int, size: int, runs: int) -> list[dict[str, Any]]:
+    """Prefill each store alike, then time ``runs`` batches, alternating between the stores.
+
+    Batch ``r`` is the same for every store (same seed); the stores take turns batch by batch
+    so that both see the same machine load (this machine is shared), and each ratio compares
+    neighbouring batches.
+    """
+    fills = []
+    for store in stores:
+        is_pg = store.dialect.is_postgres
+        fills.append(prefill_postgres(store, "state", n) if is_pg else prefill(store, "state", n))
     rng = random.Random(n)
-    is_pg = store.dialect.is_postgres
-    fill_s = prefill_postgres(store, "state", n) if is_pg else prefill(store, "state", n)
-    times = []
+    times: list[list[float]] = [[] for _ in stores]
     for run in range(runs):
         batch = make_batch(rng, n, size, run)
-        start = time.perf_counter()
-        result = apply_partials(
-            store,
-            "state",
-            batch,
-            key_columns=["k0"],
-            value_column="n",
-            combine="sum",
-            state_type=StateType.OPAQUE,
-            txid=2 + run,
-        )
-        times.append(time.perf_counter() - start)
-        assert result.keys_updated == size, result
-    assert store.size("state") == n + runs * (size - size // 2)
+        for i, store in enumerate(stores):
+            times[i].append(timed_batch(store, batch, 2 + run))
+    for store in stores:
+        assert store.size("state") == n + runs * (size - size // 2)
+    return [
+        {
+            "prefill_s": round(fill_s, 2),
+            "runs_ms": [round(t * 1000, 1) for t in ts],
+            "median_ms": round(statistics.median(ts) * 1000, 1),
+        }
+        for fill_s, ts in zip(fills, times, strict=True)
+    ]
+
+
+def explain_merge(store: Any, n: int, size: int, txid: int) -> dict[str, Any]:
+    """One more PostgreSQL batch, step by step: sorting, staging, the statement, the commit.
+
+    The steps are those of :func:`apply_partials` (its private helpers, so the statement is
+    the one it runs); the statement runs under ``EXPLAIN (ANALYZE, BUFFERS, WAL, TIMING
+    OFF)``, which writes the batch as usual.
+    """
+    from trident_assets.backends.duckdb_merge import _in_key_order, _merge_sql
+
+    batch = make_batch(random.Random(-n), n, size, txid)
+    t0 = time.perf_counter()
+    ordered, distinct = _in_key_order(batch, ["k0"], ["BIGINT"])
+    t1 = time.perf_counter()
+    layout = store.layout("state")
+    with store.transaction():
+        with store.staged(ordered, analyze=not distinct) as view:
+            t2 = time.perf_counter()
+            sql = _merge_sql(store, layout, view, "n", "sum", False, distinct_keys=distinct)
+            plan = store.fetch_rows(f"EXPLAIN (ANALYZE, BUFFERS, WAL, TIMING OFF) {sql}", [txid])
+            t3 = time.perf_counter()
+        t4 = time.perf_counter()
+    t5 = time.perf_counter()
     return {
-        "prefill_s": round(fill_s, 2),
-        "runs_ms": [round(t * 1000, 1) for t in times],
-        "median_ms": round(statistics.median(times) * 1000, 1),
+        "sort_ms": round((t1 - t0) * 1000, 1),
+        "stage_ms": round((t2 - t1) * 1000, 1),
+        "statement_ms": round((t3 - t2) * 1000, 1),
+        "drop_stage_ms": round((t4 - t3) * 1000, 1),
+        "commit_ms": round((t5 - t4) * 1000, 1),
+        "plan": [str(r[0]) for r in plan],
     }
 
 
-def compare_stores(sizes: list[int], batch: int, runs: int, out: Path) -> dict[str, Any]:
+def compare_stores(
+    sizes: list[int],
+    batch: int,
+    runs: int,
+    out: Path,
+    *,
+    pg_settings: dict[str, str] | None = None,
+    explain: bool = False,
+) -> dict[str, Any]:
     """DuckDB and PostgreSQL side by side: the same batches into the same states."""
     import adbc_driver_postgresql.dbapi as pgdbapi
 
@@ -225,18 +287,25 @@ def compare_stores(sizes: list[int], batch: int, runs: int, out: Path) -> dict[s
     from trident_assets.backends.postgres_store import PostgresStore
 
     rows = []
+    load_before = os.getloadavg()
     with (
         tempfile.TemporaryDirectory(prefix="trident-bench-") as tmp,
-        local_postgres(durable=True) as server,
+        local_postgres(durable=True, settings=pg_settings) as server,
     ):
         for n in sizes:
-            with DuckDBStore(Path(tmp) / f"s{n}.duckdb") as duck:
-                d = time_store(duck, n, batch, runs)
             name = f"bench_{n}"
             with pgdbapi.connect(server.dsn, autocommit=True) as conn, conn.cursor() as cur:
                 cur.execute(f"CREATE DATABASE {name}")
-            with PostgresStore(server.dsn.rsplit("/", 1)[0] + f"/{name}") as pg:
-                p = time_store(pg, n, batch, runs)
+            with (
+                DuckDBStore(Path(tmp) / f"s{n}.duckdb") as duck,
+                PostgresStore(server.dsn.rsplit("/", 1)[0] + f"/{name}") as pg,
+            ):
+                d, p = time_stores([duck, pg], n, batch, runs)
+                if explain:
+                    p["explain"] = explain_merge(pg, n, batch, 2 + runs)
+                    steps = {k: v for k, v in p["explain"].items() if k != "plan"}
+                    print(f"state {n:,}: one more PostgreSQL batch: {steps}", flush=True)
+                    print("\n".join(p["explain"]["plan"]), flush=True)
             with pgdbapi.connect(server.dsn, autocommit=True) as conn, conn.cursor() as cur:
                 cur.execute(f"DROP DATABASE {name}")
             row = {
@@ -245,15 +314,23 @@ def compare_stores(sizes: list[int], batch: int, runs: int, out: Path) -> dict[s
                 "duckdb_ms": d["median_ms"],
                 "postgres_ms": p["median_ms"],
                 "ratio": round(p["median_ms"] / d["median_ms"], 2),
+                "paired_ratio": round(
+                    statistics.median(
+                        pt / dt for pt, dt in zip(p["runs_ms"], d["runs_ms"], strict=True)
+                    ),
+                    2,
+                ),
                 "duckdb_runs_ms": d["runs_ms"],
                 "postgres_runs_ms": p["runs_ms"],
                 "duckdb_prefill_s": d["prefill_s"],
                 "postgres_prefill_s": p["prefill_s"],
             }
+            if explain:
+                row["postgres_explain"] = p["explain"]
             rows.append(row)
             print(
                 f"state {n:>11,}: DuckDB {d['median_ms']:8.1f} ms/batch, PostgreSQL "
-                f"{p['median_ms']:8.1f} ms/batch ({row['ratio']}x)",
+                f"{p['median_ms']:8.1f} ms/batch ({row['ratio']}x; paired {row['paired_ratio']}x)",
                 flush=True,
             )
     growth = round(rows[-1]["postgres_ms"] / rows[0]["postgres_ms"], 2) if len(rows) > 1 else None
@@ -262,7 +339,15 @@ def compare_stores(sizes: list[int], batch: int, runs: int, out: Path) -> dict[s
         "what": "apply_partials(opaque, sum): one batch, half existing (random) and half new "
         "keys, the same batches into a DuckDB file and a PostgreSQL database",
         "runs": runs,
-        "machine": {**machine(), "postgres": "server started for the run, fsync on, defaults"},
+        "machine": {
+            **machine(),
+            "postgres": "server started for the run, fsync and synchronous_commit on, "
+            + (
+                ", ".join(f"{k}={v}" for k, v in pg_settings.items()) if pg_settings else "defaults"
+            ),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        },
         "rows": rows,
         "postgres_ratio_largest_to_smallest_state": growth,
         "target": "PostgreSQL within 5x of DuckDB per batch; its cost follows the batch",
@@ -280,18 +365,21 @@ def render_stores(report: dict[str, Any]) -> str:
     lines = [
         "# State merge: DuckDB and PostgreSQL state stores",
         "",
-        f"{report['what']}; median of {report['runs']} runs, each a new txid.",
+        f"{report['what']}; median of {report['runs']} runs, each a new txid, the two stores "
+        "taking turns batch by batch.",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['os']}; "
-        f"PostgreSQL: {m['postgres']}.",
+        f"PostgreSQL: {m['postgres']}. Load average (1, 5, 15 min) before: "
+        f"{m['load_average_before']}, after: {m['load_average_after']}.",
         "",
-        "| state keys | batch keys | DuckDB ms / batch | PostgreSQL ms / batch | ratio |",
-        "|---:|---:|---:|---:|---:|",
+        "| state keys | batch keys | DuckDB ms / batch | PostgreSQL ms / batch | ratio "
+        "| median ratio of paired batches |",
+        "|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["rows"]:
         lines.append(
             f"| {r['state_keys']:,} | {r['batch_keys']:,} | {r['duckdb_ms']:.1f} | "
-            f"{r['postgres_ms']:.1f} | {r['ratio']}x |"
+            f"{r['postgres_ms']:.1f} | {r['ratio']}x | {r['paired_ratio']}x |"
         )
     lines += [
         "",
@@ -314,10 +402,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default="duckdb",
         help="duckdb (the DuckDB study) or duckdb,postgres (both stores side by side)",
     )
+    parser.add_argument(
+        "--pg-defaults",
+        action="store_true",
+        help="run the PostgreSQL server with its default settings, not PG_SETTINGS",
+    )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="also profile one more PostgreSQL batch per state size (steps and plan)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if "postgres" in args.stores.split(","):
-        return compare_stores(sizes, args.batch, args.runs, args.out)
+        settings = None if args.pg_defaults else PG_SETTINGS
+        return compare_stores(
+            sizes, args.batch, args.runs, args.out, pg_settings=settings, explain=args.explain
+        )
     rows = []
     with tempfile.TemporaryDirectory(prefix="trident-bench-") as tmp:
         for n in sizes:

@@ -231,6 +231,50 @@ def test_compound_keys_and_extra_columns(store: DuckDBStore) -> None:
     assert store.layout("c").value_type == "DOUBLE"
 
 
+def test_batch_in_any_order_with_compound_and_dictionary_keys(store: DuckDBStore) -> None:
+    """Distinct keys in any order (PostgreSQL sorts them, skips GROUP BY); a repeated
+    compound key is combined, whichever of its columns repeats."""
+    city = pa.array(["y", "x", "x", "y"]).dictionary_encode()
+    repeated = {"city": ["x", "y", "x", "x"], "day": [2, 2, 2, 1], "n": [10, 20, 30, 5]}
+    batches = [
+        (pa.table({"city": city, "day": [2, 2, 1, 1], "n": [1, 2, 3, 4]}), "sum"),
+        (pa.table(repeated), "max"),
+    ]
+    results = [
+        apply_partials(
+            store,
+            "c",
+            b,
+            key_columns=["city", "day"],
+            value_column="n",
+            combine=combine,
+            state_type=TRANS,
+            txid=txid,
+            return_new_values=True,
+        )
+        for txid, (b, combine) in enumerate(batches, start=1)
+    ]
+    assert [(r.keys_in, r.keys_updated, r.keys_skipped) for r in results] == [(4, 4, 0), (3, 3, 0)]
+    assert sorted(results[1].new_values.to_pylist(), key=lambda d: (d["city"], d["day"])) == [
+        {"city": "x", "day": 1, "n": 5},
+        {"city": "x", "day": 2, "n": 30},
+        {"city": "y", "day": 2, "n": 20},
+    ]
+    assert rows(store, "c") == [
+        ("x", 1, 2, 5, None),
+        ("x", 2, 2, 30, None),
+        ("y", 1, 1, 4, None),
+        ("y", 2, 2, 20, None),
+    ]
+
+
+def test_float_keys_equal_in_sql_are_one_key(store: DuckDBStore) -> None:
+    """0.0 and -0.0 differ bytewise but are one key in SQL: the batch combines them."""
+    r = apply(store, [(0.0, 1), (-0.0, 2), (1.5, 4)], OPAQUE, 1)
+    assert (r.keys_in, r.keys_updated) == (2, 2)
+    assert [row[1:] for row in rows(store)] == [(1, 3, None), (1, 4, None)]
+
+
 def test_decimal_and_string_values(store: DuckDBStore) -> None:
     b = pa.table(
         {"w": ["a", "a"], "n": pa.array([Decimal("1.25"), Decimal("2.50")], pa.decimal128(10, 2))}

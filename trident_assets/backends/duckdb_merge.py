@@ -8,9 +8,11 @@ combiner does through ``OpaqueMap`` / ``TransactionalMap`` / ``NonTransactionalM
 (``core/maps.py``) and ``OpaqueValue.update``/``get`` (``core/values.py``), but as a single
 ``INSERT INTO <log> SELECT ... FROM (batch GROUP BY keys) LEFT JOIN (current rows of the batch
 keys)`` whose CASE expressions carry the txid logic: each key written gets a new version
-appended to the map's log table (see ``duckdb_store``), so no row is updated in place. With
-N the batch txid and p the batch's partial for a key (duplicates in the batch are combined
-first):
+appended to the map's log table (see ``duckdb_store``), so no row is updated in place. On
+PostgreSQL the batch is staged sorted by key, a batch of distinct keys skips the ``GROUP
+BY``, and each key's current row is one ``(keys, seq)`` index probe (``LEFT JOIN LATERAL``),
+so a batch's cost follows the batch, not the state (``docs/postgres.md``). With N the batch
+txid and p the batch's partial for a key (duplicates in the batch are combined first):
 
 * opaque: absent -> ``(N, p, NULL)``; stored txid NULL or < N -> ``(N, combine(curr, p), curr)``;
   == N (a replay) -> ``(N, combine(prev, p), prev)``; > N -> the statement fails ("behind") and
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trident_assets.backends.map_layout import (
     SEQ_COLUMN,
@@ -210,11 +213,15 @@ def _merge_sql(
     value_column: str,
     combine: Combine,
     returning: bool,
+    *,
+    distinct_keys: bool = False,
 ) -> str:
     """Return the batch's ONE statement: ``INSERT INTO <log> SELECT ... RETURNING``.
 
-    The batch's combined partials, left-joined to the batch keys' current rows, are appended
-    as each key's new version.
+    The batch's combined partials, joined to the batch keys' current rows, are appended as
+    each key's new version. ``distinct_keys``: the staged batch holds each key once, so its
+    rows are the partials as they are (no ``GROUP BY``). PostgreSQL looks each batch key's
+    current row up by index (``LEFT JOIN LATERAL``); DuckDB hash-joins the log.
     """
     d = store.dialect
     vtype = d.column_type(layout.value_type)
@@ -224,21 +231,24 @@ def _merge_sql(
         f"CAST({k} AS {d.column_type(kt)}) AS {k}"
         for k, kt in zip(key_q, layout.key_types, strict=True)
     )
-    agg = {"sum": "SUM", "min": "MIN", "max": "MAX"}[combine]
     txid_expr = "NULL" if layout.kind == "plain" else "CAST(? AS BIGINT)"
+    value = quote_ident(value_column)
+    if distinct_keys:
+        partial, group = value, ""
+    else:
+        agg = {"sum": "SUM", "min": "MIN", "max": "MAX"}[combine]
+        partial, group = f"{agg}({value})", f" GROUP BY {keys}"
     source = (
-        f"SELECT {key_select}, {txid_expr} AS txid, "
-        f"CAST({agg}({quote_ident(value_column)}) AS {vtype}) AS p "
-        f"FROM {quote_ident(view)} GROUP BY {keys}"
+        f"SELECT {key_select}, {txid_expr} AS txid, CAST({partial} AS {vtype}) AS p "
+        f"FROM {quote_ident(view)}{group}"
     )
-    on = " AND ".join(f"b.{k} = s.{k}" for k in key_q)
     new = "b.p"
     where = ""
     # An absent key reads as s.* NULL: it rolls forward (opaque) / applies (transactional)
     # with combine(NULL, p) = p and prev NULL, exactly as the INSERT branch of an upsert.
     if layout.kind == "opaque":
         rolls = "s.txid IS NULL OR b.txid IS NULL OR s.txid < b.txid"
-        key_text = " || ', ' || ".join(f"CAST(s.{k} AS VARCHAR)" for k in key_q)
+        key_text = " || ', ' || ".join(f"CAST(b.{k} AS VARCHAR)" for k in key_q)
         behind = d.raise_error(
             f"'Current batch (' || b.txid || ') {_BEHIND_SQL} (' || s.txid || "
             f"') at key (' || {key_text} || ') of map {layout.table}'",
@@ -256,16 +266,22 @@ def _merge_sql(
         where = " WHERE b.txid IS NULL OR s.txid IS DISTINCT FROM b.txid"
     else:
         values = f"NULL, {_combine_sql(combine, 's.curr', new)}, CAST(NULL AS {vtype})"
+    log = log_table(layout.table)
+    if d.is_postgres:
+        current = d.latest_join(log, key_q, "b", SEQ_COLUMN)
+        # Appending in key order keeps the (keys, seq) index pages a batch touches together:
+        # a staged batch of distinct keys is already in key order (see apply_partials).
+        order = "" if distinct_keys else f" ORDER BY {', '.join(f'b.{k}' for k in key_q)}"
+    else:
+        on = " AND ".join(f"b.{k} = s.{k}" for k in key_q)
+        current = f"LEFT JOIN ({store.latest_sql(layout, quote_ident(view))}) s ON {on}"
+        order = ""
     seq = d.nextval(seq_name(layout.table))
     tail = f" RETURNING {keys}, curr" if returning else ""
-    # PostgreSQL appends to the log's (keys, seq) index: inserting in key order keeps the
-    # index pages a batch touches together.
-    order = f" ORDER BY {', '.join(f'b.{k}' for k in key_q)}" if d.is_postgres else ""
     return (
-        f"INSERT INTO {log_table(layout.table)} ({keys}, {SEQ_COLUMN}, txid, curr, prev) "
+        f"INSERT INTO {log} ({keys}, {SEQ_COLUMN}, txid, curr, prev) "
         f"SELECT {', '.join(f'b.{k}' for k in key_q)}, {seq}, {values} FROM ({source}) b "
-        f"LEFT JOIN ({store.latest_sql(layout, quote_ident(view))}) s ON {on}{where}"
-        f"{order}{tail}"
+        f"{current}{where}{order}{tail}"
     )
 
 
@@ -348,9 +364,15 @@ def apply_partials(
     kind = wanted.kind
     params = [] if kind == "plain" else [txid]
     narrow = batch.select([*keys, value_column])
-    with store.transaction(), store.staged(narrow) as view:
+    distinct = False
+    if store.dialect.is_postgres and narrow.num_rows:
+        narrow, distinct = _in_key_order(narrow, keys, key_types)
+    # A batch of distinct keys has one plan (a lookup per staged row): no statistics needed.
+    with store.transaction(), store.staged(narrow, analyze=not distinct) as view:
         layout = stored or store.ensure_map(wanted)
-        sql = _merge_sql(store, layout, view, value_column, combine, return_new_values)
+        sql = _merge_sql(
+            store, layout, view, value_column, combine, return_new_values, distinct_keys=distinct
+        )
         try:
             if return_new_values:
                 returned = store.fetch_arrow(sql, params)
@@ -367,14 +389,41 @@ def apply_partials(
                 raise StateLayoutError(msg) from exc
             raise
         keys_in = updated
-        if kind == "transactional":
+        if kind == "transactional" and not distinct:
             keys_in = narrow.group_by(keys).aggregate([]).num_rows if narrow.num_rows else 0
+        elif kind == "transactional":
+            keys_in = narrow.num_rows
         new_values = None
         if return_new_values:
             if updated < keys_in:
                 returned = _read_back(store, layout, view)
             new_values = returned.rename_columns([*keys, value_column])
     return MergeResult(keys_in, updated, keys_in - updated, new_values)
+
+
+def _in_key_order(batch: pa.Table, keys: list[str], key_types: list[str]) -> tuple[pa.Table, bool]:
+    """Return ``batch`` sorted by its keys, and True if no key appears twice in it.
+
+    PostgreSQL stages a batch in key order, so its index lookups and appends follow the
+    ``(keys, seq)`` index; a batch of distinct keys (partials already combined per key, the
+    usual case) needs no ``GROUP BY``. Floating-point keys always get one: SQL groups 0.0
+    with -0.0, a bytewise comparison does not.
+    """
+    fields = [
+        pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
+        for f in batch.schema
+    ]
+    decoded = batch.cast(pa.schema(fields)) if fields != list(batch.schema) else batch
+    ordered = decoded.sort_by([(k, "ascending") for k in keys])
+    if "DOUBLE" in key_types:
+        return ordered, False
+    n = ordered.num_rows
+    same: Any = None
+    for k in keys:
+        col = ordered.column(k)
+        eq = pc.equal(col.slice(1), col.slice(0, n - 1))
+        same = eq if same is None else pc.and_(same, eq)
+    return ordered, n < 2 or not pc.any(same).as_py()
 
 
 def _read_back(store: SqlStateStore, layout: MapLayout, view: str) -> pa.Table:

@@ -357,8 +357,11 @@ class DuckDBStore(SqlStateStore):
         """Run one query with ``?`` parameters; return its result as an Arrow table."""
         return self.conn.sql(sql, params=list(params) if params else None).to_arrow_table()
 
-    def staged(self, table: pa.Table) -> AbstractContextManager[str]:
-        """Register ``table`` on the connection for the ``with`` block (see :meth:`registered`)."""
+    def staged(self, table: pa.Table, *, analyze: bool = True) -> AbstractContextManager[str]:
+        """Register ``table`` on the connection for the ``with`` block (see :meth:`registered`).
+
+        ``analyze`` is for PostgreSQL; DuckDB reads the Arrow table as it is.
+        """
         return self.registered(table)
 
     def has_table(self, name: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from glob import glob
 from pathlib import Path
@@ -31,6 +32,7 @@ from trident_assets.errors import ConfigError, TridentError
 __all__ = ["LocalPostgres", "find_pg_bin", "local_postgres"]
 
 START_TIMEOUT_S = 60.0
+_SETTING_RE = re.compile(r"^[A-Za-z0-9_.]+$")
 
 
 def find_pg_bin() -> Path:
@@ -106,11 +108,19 @@ def _current_user() -> str:
     return getpass.getuser()
 
 
-def start_postgres(root: Path, *, run_as: str = "nobody", durable: bool = False) -> LocalPostgres:
+def start_postgres(
+    root: Path,
+    *,
+    run_as: str = "nobody",
+    durable: bool = False,
+    settings: Mapping[str, str] | None = None,
+) -> LocalPostgres:
     """``initdb`` ``root/data`` and start a server on a free 127.0.0.1 port; return it.
 
     Trust authentication on loopback only; the Unix socket lives in ``root/sock``. Unless
     ``durable`` (benchmarks), ``fsync=off``: a test server's data is thrown away.
+    ``settings``: more server parameters (``{"shared_buffers": "2GB"}``), names and values
+    of letters, digits, ``_`` and ``.`` only.
 
     Raises:
         ConfigError: no server binaries.
@@ -142,6 +152,11 @@ def start_postgres(root: Path, *, run_as: str = "nobody", durable: bool = False)
     opts = f"-p {server.port} -k {sock} -c listen_addresses=127.0.0.1"
     if not durable:
         opts += " -c fsync=off"
+    for name, value in (settings or {}).items():
+        if not (_SETTING_RE.match(name) and _SETTING_RE.match(value)):
+            msg = f"invalid server setting {name}={value!r}"
+            raise ConfigError(msg)
+        opts += f" -c {name}={value}"
     start = subprocess.run(
         server._cmd("pg_ctl", "-D", str(data), "-l", str(log), "-o", opts, "-w", "start"),
         capture_output=True,
@@ -160,7 +175,11 @@ def start_postgres(root: Path, *, run_as: str = "nobody", durable: bool = False)
 
 @contextlib.contextmanager
 def local_postgres(
-    root: Path | None = None, *, run_as: str = "nobody", durable: bool = False
+    root: Path | None = None,
+    *,
+    run_as: str = "nobody",
+    durable: bool = False,
+    settings: Mapping[str, str] | None = None,
 ) -> Iterator[LocalPostgres]:
     """A server for the ``with`` block (see :func:`start_postgres`); stopped on exit.
 
@@ -172,7 +191,7 @@ def local_postgres(
     if made:
         os.chmod(where, 0o755)
     try:
-        server = start_postgres(where, run_as=run_as, durable=durable)
+        server = start_postgres(where, run_as=run_as, durable=durable, settings=settings)
         try:
             yield server
         finally:

@@ -79,6 +79,19 @@ class Dialect:
             f"WHERE {on} ORDER BY l.{seq} DESC LIMIT 1) s"
         )
 
+    def latest_join(self, log: str, key_q: list[str], outer: str, seq: str) -> str:
+        """PostgreSQL: ``LEFT JOIN LATERAL`` the newest row of ``log`` for each row of ``outer``.
+
+        One ``(keys, seq)`` index probe per row of ``outer`` (an alias whose columns ``key_q``
+        hold distinct keys); the joined relation is ``s`` with ``txid``, ``curr`` and ``prev``
+        (all NULL for a key not stored yet).
+        """
+        on = " AND ".join(f"l.{k} = {outer}.{k}" for k in key_q)
+        return (
+            f"LEFT JOIN LATERAL (SELECT l.txid, l.curr, l.prev FROM {log} l WHERE {on} "
+            f"ORDER BY l.{seq} DESC LIMIT 1) s ON TRUE"
+        )
+
     def log_indexes(self, log: str, keys: str, seq: str) -> list[str]:
         """The indexes of a map's log table: PostgreSQL finds a key's versions by index."""
         if self.is_postgres:

@@ -126,8 +126,12 @@ class SqlStateStore(abc.ABC):
         """Run one query with ``?`` parameters; return its result as an Arrow table."""
 
     @abc.abstractmethod
-    def staged(self, table: pa.Table) -> AbstractContextManager[str]:
-        """Make ``table`` a relation for the ``with`` block; yield its quoted-ready name."""
+    def staged(self, table: pa.Table, *, analyze: bool = True) -> AbstractContextManager[str]:
+        """Make ``table`` a relation for the ``with`` block; yield its quoted-ready name.
+
+        ``analyze``: gather the planner's statistics on it (PostgreSQL; a statement whose plan
+        does not depend on them skips that cost).
+        """
 
     @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[SqlTransaction]:
