@@ -5,8 +5,8 @@ and the server turns ALL of it into local rows in its driver heap, then copies t
 into tasks: a 5M-row table (100 MB of Arrow) exhausts a 2 GB server heap
 (``OutOfMemoryError``), whatever the client-side chunking settings
 (``spark.sql.session.localRelation*``). :func:`to_spark` sends a big table in slices instead,
-each materialized on the executors (``localCheckpoint``: Spark-managed storage that spills to
-disk) before the next is sent, and returns their union; the server never holds more than one
+each materialized on the executors' disks (``localCheckpoint``, ``DISK_ONLY``) before the
+next is sent, and returns their union; the server never holds more than one
 slice as local rows. Classic sessions send any size in one piece (PySpark writes the Arrow
 data to a file the JVM reads), unless a limit is configured.
 """
@@ -47,9 +47,10 @@ def to_spark(spark: Any, table: pa.Table, *, max_rows: int | None = None) -> Any
     """``table`` as a Spark DataFrame with the same columns, types and rows (order not kept).
 
     ``max_rows`` (default :func:`max_rows_for`; 0: one piece): a table with more rows is sent
-    in slices of at most ``max_rows``, each checkpointed on the executors before the next is
-    sent. An empty table keeps its schema (Spark Connect cannot infer one from no rows).
+    in slices of at most ``max_rows``, each checkpointed on the executors' disks before the
+    next is sent. An empty table keeps its schema (Spark Connect cannot infer one from no rows).
     """
+    from pyspark import StorageLevel
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if table.num_rows == 0:
@@ -57,8 +58,9 @@ def to_spark(spark: Any, table: pa.Table, *, max_rows: int | None = None) -> Any
     limit = max_rows_for(spark) if max_rows is None else max_rows
     if limit <= 0 or table.num_rows <= limit:
         return spark.createDataFrame(table)
+    on_disk = StorageLevel.DISK_ONLY  # the heap stays free for the joins that read them
     parts = [
-        spark.createDataFrame(table.slice(start, limit)).localCheckpoint(eager=True)
+        spark.createDataFrame(table.slice(start, limit)).localCheckpoint(True, on_disk)
         for start in range(0, table.num_rows, limit)
     ]
     return reduce(lambda a, b: a.unionByName(b), parts)
