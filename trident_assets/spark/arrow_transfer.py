@@ -2,9 +2,9 @@
 
 Under Spark Connect, ``createDataFrame(arrow_table)`` uploads the table (in artifact chunks)
 and the server turns ALL of it into local rows in its driver heap, then copies them again
-into tasks: a 5M-row table (100 MB of Arrow) exhausts a 2 GB server heap
-(``OutOfMemoryError``), whatever the client-side chunking settings
-(``spark.sql.session.localRelation*``). :func:`to_spark` sends a big table in slices instead,
+into tasks: a 5M-row table (100 MB of Arrow) exhausted a 2 GB server heap
+(``OutOfMemoryError``; the client's own chunked upload, ``spark.sql.session.localRelation*``,
+does not change that). :func:`to_spark` sends a big table in slices instead,
 each materialized on the executors' disks (``localCheckpoint``, ``DISK_ONLY``) before the
 next is sent, and returns their union; the server never holds more than one
 slice as local rows. Classic sessions send any size in one piece (PySpark writes the Arrow
