@@ -8,8 +8,8 @@ log; the network is shared, so executors reach the Kafka broker on 127.0.0.1.
 
 One child process per mode (a clean environment, as a user's script) runs
 ``userland/cluster_app.py``: the word count with user functions, the gender/age single
-join and the Kafka-fed word count, with every driver-side table sent to Spark in slices of
-3 rows. Its results must equal values computed here in plain Python.
+join and the Kafka-fed word count (under Connect with every driver-side table sent to Spark
+in slices of 3 rows). Its results must equal values computed here in plain Python.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ sys.meta_path.insert(0, _OnlyShipped)
 '''
 
 TRANSFER_ROWS = 3
-"""Driver-side tables go to Spark in slices of this many rows (several slices per table)."""
+"""Under Connect, driver-side tables go to Spark in slices of this many rows (several slices
+per table); the standalone run keeps a classic session's default (one piece)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class Cluster:
     """Whether the executors cannot see ``home`` (a mount namespace of their own)."""
     worker_python: str | None
     """The interpreter the app asks executors to run (master URLs only)."""
+    transfer_rows: int | None
+    """Rows per slice of a driver-side table (None: the session's default)."""
 
 
 def _worker_python(directory: Path) -> str:
@@ -124,7 +127,7 @@ def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         directory / "connect.log", worker_python=_worker_python(directory)
     )
     try:
-        yield Cluster(server.url, directory / "home", hidden=False, worker_python=None)
+        yield Cluster(server.url, directory / "home", False, None, TRANSFER_ROWS)
     finally:
         server.stop()
     _stopped(server)
@@ -142,9 +145,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         directory / "cluster", env=_clean_env(directory), worker_prefix=prefix
     )
     try:
-        yield Cluster(
-            cluster.url, home, hidden=bool(prefix), worker_python=_worker_python(directory)
-        )
+        yield Cluster(cluster.url, home, bool(prefix), _worker_python(directory), None)
     finally:
         cluster.stop()
     _stopped(cluster.master, cluster.worker)
@@ -158,7 +159,9 @@ def _run_app(cluster: Cluster, broker: MockKafkaBroker, tmp_path: Path) -> dict[
     for topic in topics:
         broker.create_topic(topic)
     args = [str(cluster.home), cluster.url, "--kafka", broker.bootstrap_servers]
-    args += ["--topics", ",".join(topics), "--transfer-rows", str(TRANSFER_ROWS)]
+    args += ["--topics", ",".join(topics)]
+    if cluster.transfer_rows:
+        args += ["--transfer-rows", str(cluster.transfer_rows)]
     if cluster.worker_python:
         args += ["--worker-python", cluster.worker_python]
     app = copy_app(tmp_path)
