@@ -1,10 +1,15 @@
-"""trident_assets and the user's module reach Spark's workers by themselves.
+"""User topologies on a standalone cluster and through Spark Connect, by configuration alone.
 
-Locally the workers run the driver's interpreter. Against a Spark Connect server whose
-workers have NOT installed trident_assets (their interpreter hides the venv's copy), the
-package travels as an artifact and the user's module by value: the user topology gives
-exactly the results of local mode. The client runs as a child process with a clean
-environment, as a user's script would.
+Each server starts once for the module (stopped by PID afterwards). Its workers have NOT
+installed trident_assets (their interpreter hides the venv's copy): the package travels as a
+py-file (master URL) or an artifact (Connect), the user's modules by value. The standalone
+worker runs in a mount namespace of its own where the driver's home is hidden but for the
+log; the network is shared, so executors reach the Kafka broker on 127.0.0.1.
+
+One child process per mode (a clean environment, as a user's script) runs
+``userland/cluster_app.py``: the word count with user functions, the gender/age single
+join and the Kafka-fed word count (under Connect with every driver-side table sent to Spark
+in slices of 3 rows). Its results must equal values computed here in plain Python.
 """
 
 from __future__ import annotations
@@ -12,13 +17,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from trident_assets.examples.gender_age import seed_rows
 from trident_assets.spark.code_shipping import package_zip, user_modules
-from trident_assets.spark.local_servers import own_view, start_connect_server, start_standalone
+from trident_assets.spark.local_servers import (
+    SparkServer,
+    own_view,
+    start_connect_server,
+    start_standalone,
+)
+from trident_assets_tests.kafka_broker import MockKafkaBroker
 from trident_assets_tests.test_user_code import (
     USERLAND,
     _clean_env,
@@ -49,42 +65,32 @@ class _OnlyShipped:
 sys.meta_path.insert(0, _OnlyShipped)
 '''
 
-PROBE = """
-import sys
-import pyarrow as pa
-from pyspark.sql import SparkSession
-
-def probe(batches):
-    import importlib.util, os
-    for _ in batches:
-        try:
-            found = importlib.util.find_spec("trident_assets") is not None
-        except ModuleNotFoundError:
-            found = False
-        sees = os.path.exists(os.path.join(HOME, "marker"))
-        yield pa.RecordBatch.from_pydict({"found": [found], "sees": [sees]})
-
-HOME = sys.argv[3] if len(sys.argv) > 3 else "/"
-
-url = sys.argv[1]
-if url.startswith("sc://"):
-    spark = SparkSession.builder.remote(url).getOrCreate()
-else:
-    import os
-    os.environ["PYSPARK_PYTHON"] = sys.argv[2]
-    spark = (SparkSession.builder.master(url).config("spark.executor.memory", "1g")
-             .config("spark.pyspark.python", sys.argv[2]).getOrCreate())
-row = spark.range(1).mapInArrow(probe, "found boolean, sees boolean").collect()[0]
-print(f"{row.found} {row.sees}")
-"""
+TRANSFER_ROWS = 3
+"""Under Connect, driver-side tables go to Spark in slices of this many rows (several slices
+per table); the standalone run keeps a classic session's default (one piece)."""
 
 
-def _worker_python(tmp_path: Path) -> str:
+@dataclass(frozen=True)
+class Cluster:
+    """A running cluster (or Connect server) and what its executors are given."""
+
+    url: str
+    home: Path
+    """The driver's home for the app; under ``own_view`` hidden from executors but its log."""
+    hidden: bool
+    """Whether the executors cannot see ``home`` (a mount namespace of their own)."""
+    worker_python: str | None
+    """The interpreter the app asks executors to run (master URLs only)."""
+    transfer_rows: int | None
+    """Rows per slice of a driver-side table (None: the session's default)."""
+
+
+def _worker_python(directory: Path) -> str:
     """An interpreter like a cluster node's: pyspark, pyarrow, pandas, but no trident_assets."""
-    block = tmp_path / "block"
+    block = directory / "block"
     block.mkdir()
     (block / "sitecustomize.py").write_text(BLOCKER)
-    wrapper = tmp_path / "worker-python"
+    wrapper = directory / "worker-python"
     wrapper.write_text(
         f'#!/bin/sh\nexport PYTHONPATH="{block}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
         f'exec "{sys.executable}" "$@"\n'
@@ -93,69 +99,139 @@ def _worker_python(tmp_path: Path) -> str:
     return str(wrapper)
 
 
-def test_user_topology_on_spark_connect_with_workers_lacking_the_package(
-    tmp_path: Path,
-) -> None:
-    server = start_connect_server(tmp_path / "connect.log", worker_python=_worker_python(tmp_path))
-    try:
-        got = _probe_then_run(tmp_path, server.url)
-    finally:
-        server.stop()
-    assert server.process.poll() is not None
-    assert got == expected(BATCHES)
-
-
-def test_user_topology_on_a_standalone_cluster_with_workers_lacking_the_package(
-    tmp_path: Path,
-) -> None:
-    """A master URL: the package travels as a py-file (spark.submit.pyFiles), the user's
-    module by value; the executors run in the worker's directory with an interpreter that
-    has not installed trident_assets."""
-    home, stage = tmp_path / "home", tmp_path / "stage"
-    (home / "log").mkdir(parents=True)
-    stage.mkdir()
-    (home / "marker").touch()
-    # the executors see the log at its path (a shared filesystem) and nothing else of the home
-    prefix = own_view(home, home / "log", stage) if _can_unshare() else []
-    cluster = start_standalone(tmp_path / "cluster", env=_clean_env(tmp_path), worker_prefix=prefix)
-    try:
-        python = _worker_python(tmp_path)
-        if prefix:
-            got = _probe_then_run(tmp_path, cluster.url, python, home=home)
-        else:
-            got = _probe_then_run(tmp_path, cluster.url, python)
-    finally:
-        cluster.stop()
-    assert cluster.master.process.poll() is not None
-    assert cluster.worker.process.poll() is not None
-    assert got == expected(BATCHES)
-    if not prefix:
-        pytest.skip("ran with the driver's filesystem view: `unshare -m` is not allowed here")
-
-
 def _can_unshare() -> bool:
     done = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
     return done.returncode == 0
 
 
-def _probe_then_run(
-    tmp_path: Path, url: str, *args: str, home: Path | None = None
-) -> dict[str, Any]:
-    """Check the workers cannot import trident_assets by themselves, then run the user app.
+def _stopped(*servers: SparkServer) -> None:
+    """Assert every server process has exited (the test must leave no JVM behind)."""
+    for server in servers:
+        assert server.process.poll() is not None, f"{server.url} still runs"
 
-    ``home``: also check the executors cannot see this directory of the driver's.
-    """
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[MockKafkaBroker]:
+    """One Kafka-protocol broker (a child process on 127.0.0.1) for the module."""
+    b = MockKafkaBroker()
+    yield b
+    b.stop()
+    assert b.proc.poll() is not None
+
+
+@pytest.fixture(scope="module")
+def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A Spark Connect server whose Python workers lack trident_assets, once per module."""
+    directory = tmp_path_factory.mktemp("connect")
+    server = start_connect_server(
+        directory / "connect.log", worker_python=_worker_python(directory)
+    )
+    try:
+        yield Cluster(server.url, directory / "home", False, None, TRANSFER_ROWS)
+    finally:
+        server.stop()
+    _stopped(server)
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A standalone master + worker, once per module; executors see only the home's log."""
+    directory = tmp_path_factory.mktemp("standalone")
+    home, stage = directory / "home", directory / "stage"
+    (home / "log").mkdir(parents=True)
+    stage.mkdir()
+    prefix = own_view(home, home / "log", stage) if _can_unshare() else []
+    cluster = start_standalone(
+        directory / "cluster", env=_clean_env(directory), worker_prefix=prefix
+    )
+    try:
+        yield Cluster(cluster.url, home, bool(prefix), _worker_python(directory), None)
+    finally:
+        cluster.stop()
+    _stopped(cluster.master, cluster.worker)
+
+
+def _run_app(cluster: Cluster, broker: MockKafkaBroker, tmp_path: Path) -> dict[str, Any]:
+    """``cluster_app.py`` against ``cluster`` in a clean child process; its JSON results."""
+    cluster.home.mkdir(exist_ok=True)
+    (cluster.home / "marker").touch()
+    topics = [f"t_{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    for topic in topics:
+        broker.create_topic(topic)
+    args = [str(cluster.home), cluster.url, "--kafka", broker.bootstrap_servers]
+    args += ["--topics", ",".join(topics)]
+    if cluster.transfer_rows:
+        args += ["--transfer-rows", str(cluster.transfer_rows)]
+    if cluster.worker_python:
+        args += ["--worker-python", cluster.worker_python]
     app = copy_app(tmp_path)
-    (app / "probe.py").write_text(PROBE)
-    python = args[:1]
-    found, sees = run_child(
-        app / "probe.py", url, *python, str(home or "/"), tmp_path=tmp_path
-    ).split()
-    assert found == "False", "the workers must not see trident_assets unless it is shipped"
-    if home is not None:
-        assert sees == "False", "the executors must not see the driver's home at its path"
-    where = str(home or tmp_path / "home")
-    return json.loads(run_child(app / "app.py", where, url, *args, tmp_path=tmp_path))
+    return json.loads(run_child(app / "cluster_app.py", *args, tmp_path=tmp_path))
+
+
+def _expected_join() -> dict[str, Any]:
+    """The gender/age join in plain Python: 5 tuples per side and batch, no expiry."""
+    genders, ages = seed_rows()
+    pending: dict[int, dict[str, Any]] = {}
+    people: dict[str, list[list[Any]]] = {}
+    for txid, start in enumerate(range(0, 10, 5), start=1):
+        joined = []
+        for half in genders[start : start + 5] + ages[start : start + 5]:
+            other = pending.pop(half["id"], None)
+            if other is None:
+                pending[half["id"]] = half
+            else:
+                both = {**other, **half}
+                joined.append([both["id"], both["gender"], both["age"]])
+        people[str(txid)] = sorted(joined)
+    return {"people": people, "expired": 0, "pending": len(pending)}
+
+
+def _expected_kafka() -> dict[str, Any]:
+    """The Kafka word count: counts of every sentence; the query sees the first batch's."""
+    sys.path.insert(0, str(USERLAND))
+    try:
+        import cluster_app  # type: ignore[import-not-found]
+
+        first, later, query = (
+            cluster_app.KAFKA_FIRST,
+            cluster_app.KAFKA_LATER,
+            cluster_app.KAFKA_QUERY,
+        )
+    finally:
+        sys.path.remove(str(USERLAND))
+        for name in ("cluster_app", "app", "word_functions"):
+            sys.modules.pop(name, None)
+    before = Counter(w for s in first for w in s.split())
+    after = Counter(w for s in first + later for w in s.split())
+    answer = sum(before[w] for w in query.split())
+    return {"counts": dict(after), "answers": [[1, 0], [2, answer]], "batches": 2}
+
+
+def _check(got: dict[str, Any], cluster: Cluster) -> None:
+    assert got["probe"]["found"] is False, "workers must not see trident_assets unless shipped"
+    if cluster.hidden:
+        assert got["probe"]["sees"] is False, "executors must not see the driver's home"
+    want = expected(BATCHES)
+    assert got["word_count"]["outputs"] == want["outputs"]
+    assert got["word_count"]["states"] == want["states"]
+    assert got["join"] == _expected_join()
+    assert got["kafka"] == _expected_kafka()
+
+
+def test_topologies_through_spark_connect(
+    connect: Cluster, broker: MockKafkaBroker, tmp_path: Path
+) -> None:
+    _check(_run_app(connect, broker, tmp_path), connect)
+
+
+def test_topologies_on_a_standalone_cluster(
+    standalone: Cluster, broker: MockKafkaBroker, tmp_path: Path
+) -> None:
+    """A master URL: executors run an interpreter without trident_assets, in the worker's
+    directory, seeing the driver's home only for its log; they read Kafka on 127.0.0.1."""
+    _check(_run_app(standalone, broker, tmp_path), standalone)
+    if not standalone.hidden:
+        pytest.skip("ran with the driver's filesystem view: `unshare -m` is not allowed here")
 
 
 def test_user_modules_are_the_users_own(monkeypatch: pytest.MonkeyPatch) -> None:

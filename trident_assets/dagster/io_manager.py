@@ -117,8 +117,10 @@ def _convert(table: pa.Table, wanted: Any) -> Any:
     if module.startswith("pyspark.sql"):
         from pyspark.sql import SparkSession
 
+        from trident_assets.spark.arrow_transfer import to_spark
+
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        return spark.createDataFrame(table)
+        return to_spark(spark, table)  # sliced under Spark Connect (large states)
     if module.startswith("polars"):
         import polars as pl
 

@@ -23,6 +23,7 @@ from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard
 from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
 from trident_assets.spark.aggregation import combine_partials, reduce_groups
+from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.batch_tables import store_dead_letters, store_rows
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import BatchOutcome, Prepared, dead_letter_rows, head_rows
@@ -101,9 +102,9 @@ class BatchRun(NodeFrames):
             return good
         if node.kind == "new_values":
             state: TridentState = a["state"]
-            return self.spark.createDataFrame(self.new_values[state.spec.name])
+            return to_spark(self.spark, self.new_values[state.spec.name])
         if node.kind == SINGLE_JOIN_EXPIRED:
-            return self.spark.createDataFrame(self.expired[a["state"].spec.name])
+            return to_spark(self.spark, self.expired[a["state"].spec.name])
         if node.kind in NODE_KINDS:
             return build(node, [self.frame(p) for p in node.parents])
         parent = self.frame(node.parents[0])

@@ -16,6 +16,7 @@ import pyarrow as pa
 from trident_assets.backends.map_layout import sql_to_arrow
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.user_code import retrieve_batch
+from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.state_apply import read_state
 from trident_assets.spark.stream_ops import static_query
 from trident_assets.spark.tuple_collection import all_tuples_query
@@ -79,7 +80,7 @@ def query_frame(run: BatchRun, parent: Any, a: dict[str, Any]) -> Any:
         found = keys.append_column(out, column)
     if found.num_rows == 0:
         return parent.withColumn(out, null_column(run, state))
-    lookup = run.spark.createDataFrame(found)
+    lookup = to_spark(run.spark, found)
     return parent.join(F.broadcast(lookup), on=list(a["inputs"]), how="left")
 
 

@@ -21,6 +21,7 @@ from trident_assets.core.aggregators import CombinerAggregator
 from trident_assets.core.user_code import guard, retrieve_batch, with_step
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.spark.aggregation import is_sql_combiner, sql_expr
+from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.chained import chained_frame
 from trident_assets.spark.comparison import comparison_frame
 from trident_assets.spark.partitioning import repartition_frame
@@ -290,7 +291,7 @@ def static_query(spark: Any, store: Any, parent: Any, a: dict[str, Any]) -> Any:
         found = found.set_column(
             found.schema.get_field_index(out), out, found.column(out).cast(value_type)
         )
-    return parent.join(F.broadcast(spark.createDataFrame(found)), on=inputs, how="left")
+    return parent.join(F.broadcast(to_spark(spark, found)), on=inputs, how="left")
 
 
 def _static_lookup(

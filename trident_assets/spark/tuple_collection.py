@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
+from trident_assets.spark.arrow_transfer import to_spark
 
 __all__ = ["all_tuples_query", "read_all_tuples"]
 
@@ -67,7 +68,7 @@ def all_tuples_query(
             for t, o in zip(types, outputs, strict=True)
         ]
         return parent.where(F.lit(False)).select(*parent.columns, *typed)
-    tuples = spark.createDataFrame(found) if found.num_rows else None
+    tuples = to_spark(spark, found) if found.num_rows else None
     if tuples is None:
         schema = found.schema
         typed = [F.lit(None).cast(from_arrow_type(schema.field(o).type)).alias(o) for o in outputs]

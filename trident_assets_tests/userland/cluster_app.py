@@ -1,0 +1,154 @@
+"""Three user topologies in one Spark application; prints their results as one JSON object.
+
+Usage: ``python cluster_app.py HOME SPARK_URL --kafka HOST:PORT --topics SENTENCES,QUERIES
+[--worker-python PY] [--transfer-rows N]``, SPARK_URL ``sc://...`` (Spark Connect),
+``spark://...`` (a standalone master, executors running ``PY``) or ``local``. In one session:
+
+- ``probe``: whether the workers import trident_assets by themselves (before it is shipped)
+  and whether they see ``HOME/marker``;
+- ``word_count``: app.py's topology with every kind of user function (embedded log in
+  ``HOME/log``);
+- ``join``: Storm's gender/age single join over the same log (the seed's ids 0..9);
+- ``kafka``: the Kafka-fed word count with its query stream, over two Kafka topics this
+  script fills: :data:`KAFKA_FIRST` (one batch), then :data:`KAFKA_LATER` with the query
+  ``the moon`` (one more batch).
+
+``--transfer-rows N`` sends every driver-side table to Spark in slices of N rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import app as word_count_app  # the user's other script, next to this one
+
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.examples.gender_age import build_gender_age, produce_seed
+from trident_assets.examples.word_count import SENTENCES, build_word_count
+from trident_assets.log.store import PartitionedLog
+from trident_assets.spark.arrow_transfer import MAX_ROWS_CONF
+from trident_assets.spark.executor import TopologyRunner
+
+KAFKA_FIRST = [f"{SENTENCES[i % len(SENTENCES)]} n{i % 7}" for i in range(24)]
+KAFKA_LATER = [f"{SENTENCES[i % len(SENTENCES)]} n{i % 7}" for i in range(24, 30)]
+KAFKA_QUERY = "the moon"
+KAFKA_BATCH = 50
+"""Records per Kafka batch: each stage fits in one batch."""
+
+
+def probe(spark: Any, home: Path) -> dict[str, bool]:
+    """Can the workers import trident_assets by themselves; do they see ``home/marker``?"""
+    import pyarrow as pa
+
+    marker = str(home / "marker")
+
+    def look(batches: Any) -> Any:
+        import importlib.util
+
+        for _ in batches:
+            try:
+                found = importlib.util.find_spec("trident_assets") is not None
+            except ModuleNotFoundError:
+                found = False
+            sees = os.path.exists(marker)
+            yield pa.RecordBatch.from_pydict({"found": [found], "sees": [sees]})
+
+    row = spark.range(1).mapInArrow(look, "found boolean, sees boolean").collect()[0]
+    return {"found": row.found, "sees": row.sees}
+
+
+def _run_all(runner: TopologyRunner) -> int:
+    """Run batches until the spouts have nothing left; return the last txid."""
+    txid = runner.last_committed() or 0
+    while runner.backlog():
+        txid += 1
+        runner.run_batch(txid)
+    return txid
+
+
+def gender_age(spark: Any, home: Path) -> dict[str, Any]:
+    """The single join over the seed: joined rows per txid, expired and pending halves."""
+    log = PartitionedLog(home / "log")
+    produce_seed(log)
+    with DuckDBStore(home / "join.duckdb") as store:
+        last = _run_all(TopologyRunner(build_gender_age(), spark, store, log))
+        sql = store.conn.execute
+        people = {
+            txid: [
+                list(r)
+                for r in sql(
+                    "SELECT id, gender, age FROM gender_age__out_people WHERE txid = ? ORDER BY id",
+                    [txid],
+                ).fetchall()
+            ]
+            for txid in range(1, last + 1)
+        }
+        expired = sql("SELECT count(*) FROM gender_age__out_join_expired").fetchone()
+        pending = sql("SELECT count(*) FROM gender_age__join").fetchone()
+    return {"people": people, "expired": expired[0], "pending": pending[0]}
+
+
+def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    """Send ``values`` round-robin over the topic's partitions (value i to i % n)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    partitions = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), partition=i % partitions)
+    if producer.flush(30):
+        raise RuntimeError(f"could not deliver to {topic}")
+
+
+def kafka_word_count(spark: Any, home: Path, bootstrap: str, topics: list[str]) -> dict[str, Any]:
+    """The Kafka-fed word count: final counts, query answers, batches run."""
+    sentences, queries = topics
+    topo = build_word_count(
+        "kafka_wc",
+        topic=sentences,
+        query_topic=queries,
+        max_batch_size=KAFKA_BATCH,
+        source="kafka",
+        bootstrap_servers=bootstrap,
+    )  # tasks: Spark's default parallelism, also under Spark Connect
+    with DuckDBStore(home / "kafka.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, None)
+        _produce(bootstrap, sentences, KAFKA_FIRST)
+        _run_all(runner)
+        _produce(bootstrap, sentences, KAFKA_LATER)
+        _produce(bootstrap, queries, [KAFKA_QUERY])
+        last = _run_all(runner)
+        counts = {r["word"]: r["value"] for r in store.scan("kafka_wc__word_counts").to_pylist()}
+        answers = store.conn.execute(
+            'SELECT txid, "sum" FROM kafka_wc__out_words ORDER BY txid'
+        ).fetchall()
+    for node in topo.spouts.values():
+        node.args["spout"].close()
+    return {"counts": counts, "answers": [list(a) for a in answers], "batches": last}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("home", type=Path)
+    parser.add_argument("url")
+    parser.add_argument("--kafka", required=True)
+    parser.add_argument("--topics", required=True)
+    parser.add_argument("--worker-python")
+    parser.add_argument("--transfer-rows", type=int)
+    args = parser.parse_args()
+    spark = word_count_app.session(None if args.url == "local" else args.url, args.worker_python)
+    if args.transfer_rows:
+        spark.conf.set(MAX_ROWS_CONF, str(args.transfer_rows))
+    result = {"probe": probe(spark, args.home)}
+    result["word_count"] = word_count_app.run(args.home, spark=spark)
+    result["join"] = gender_age(spark, args.home)
+    result["kafka"] = kafka_word_count(spark, args.home, args.kafka, args.topics.split(","))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
