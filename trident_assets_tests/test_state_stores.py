@@ -315,3 +315,23 @@ def test_the_cli_reads_postgres_state_as_a_child_process(
         "error: this command works on a DuckDB state file; --database is a PostgreSQL DSN: "
         "back PostgreSQL state up with pg_dump and restore it with pg_restore"
     )
+
+
+def test_per_txid_rows_keep_a_field_named_txid_and_type_a_null_column(open_store: Any) -> None:
+    """``store_rows`` on both stores: a user field ``txid`` is kept as ``txid_1``; a column
+    NULL in every row of the first batch takes the type of a later batch; old txids go."""
+    from trident_assets.spark.batch_tables import store_rows
+
+    store = open_store()
+    first = pa.table({"word": ["a"], "txid": [7], "n": pa.array([None], pa.null())})
+    with store.transaction():
+        store_rows(store, "t__out_x", 1, first, keep=2)
+    second = pa.table({"word": ["b"], "txid": [8], "n": pa.array([5], pa.int64())})
+    with store.transaction():
+        store_rows(store, "t__out_x", 2, second, keep=2)
+    with store.transaction():
+        store_rows(store, "t__out_x", 3, second.slice(0, 0), keep=2)
+    got = store.fetch_arrow('SELECT * FROM "t__out_x" ORDER BY txid')
+    assert got.column_names == ["txid", "word", "txid_1", "n"]
+    assert got.schema.field("n").type == pa.int64()
+    assert got.to_pylist() == [{"txid": 2, "word": "b", "txid_1": 8, "n": 5}]

@@ -46,8 +46,10 @@ def store_rows(
 
     One statement each; the delete scans what the table keeps, so keep it short where the
     read replica serves the history. A column that was NULL in every row so far takes the
-    type of the first batch with values.
+    type of the first batch with values. A field of the rows named ``txid`` is stored as
+    ``txid_1`` (the table's ``txid`` is the batch's).
     """
+    rows = rows.rename_columns(_free_names(rows.column_names, {"txid"}))
     with_txid = rows.add_column(0, "txid", pa.array([txid] * rows.num_rows, pa.int64()))
     if store.dialect.is_postgres and store.has_table(table):
         with_txid = _nulls_typed_like(store, table, with_txid)
@@ -57,6 +59,20 @@ def store_rows(
         _type_null_columns(store, table, name)
         store.execute(f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep])
         store.execute(f'INSERT INTO "{table}" ({cols}) SELECT {cols} FROM "{name}"')
+
+
+def _free_names(names: list[str], taken: set[str]) -> list[str]:
+    """``names`` with each one already in ``taken`` (or repeated) suffixed ``_1``, ``_2``..."""
+    used = set(taken)
+    out = []
+    for name in names:
+        new, k = name, 0
+        while new in used or (new != name and new in names):
+            k += 1
+            new = f"{name}_{k}"
+        used.add(new)
+        out.append(new)
+    return out
 
 
 def _nulls_typed_like(store: StateStore, table: str, rows: pa.Table) -> pa.Table:
