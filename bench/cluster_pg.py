@@ -89,18 +89,11 @@ def _child(root: Path, mode: str, location: str, args: argparse.Namespace, maste
 
 
 def _exact(truth: Any, counts_path: Path) -> bool:
-    import duckdb
     import pyarrow.parquet as pq
 
-    counts = pq.read_table(counts_path)
-    with duckdb.connect() as conn:
-        conn.register("truth", truth)
-        conn.register("counts", counts)
-        [(diff,)] = conn.sql(
-            "SELECT count(*) FROM truth t FULL OUTER JOIN counts c ON t.word = c.word "
-            'WHERE t."count" IS DISTINCT FROM c."count"'
-        ).fetchall()
-    return int(diff) == 0
+    from bench.run_all import verify
+
+    return bool(verify(truth, pq.read_table(counts_path))["identical"])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:

@@ -7,11 +7,11 @@ The same class serves DuckDB and PostgreSQL: it encodes keys and values into Arr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trident_assets.backends.closing import ClosesOnExit
 from trident_assets.backends.map_layout import (
     SEQ_COLUMN,
     VALUE_COLUMNS,
@@ -44,7 +44,7 @@ _ORD = "_trident_ord"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-class SqlBackingMap:
+class SqlBackingMap(ClosesOnExit):
     """A backing map (``multi_get`` / ``multi_put``) over one map table of a SQL state store.
 
     Keys are tuples; each part goes in one key column. Values are ``OpaqueValue``,
@@ -101,17 +101,6 @@ class SqlBackingMap:
         """Close the store if this map opened it."""
         if self._owns_store:
             self.store.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def layout(self) -> MapLayout | None:

@@ -18,12 +18,12 @@ import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from trident_assets.backends.backing_map import SqlBackingMap
+from trident_assets.backends.closing import ClosesOnExit
 from trident_assets.backends.map_layout import (
     CATALOG_TABLE,
     COMMITS_TABLE,
@@ -76,7 +76,7 @@ class SqlTransaction:
         )
 
 
-class SqlStateStore(abc.ABC):
+class SqlStateStore(ClosesOnExit):
     """The shared half of a SQL state store; subclasses provide the connection primitives.
 
     A store holds one connection and is not thread-safe: use one store per thread or process.
@@ -99,17 +99,6 @@ class SqlStateStore(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Close the connection (idempotent); an open transaction is rolled back."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- primitives ------------------------------------------------------------------------
 

@@ -1,0 +1,28 @@
+"""A context manager that closes its object on exit (stores and backing maps)."""
+
+from __future__ import annotations
+
+import abc
+from types import TracebackType
+from typing import Self
+
+__all__ = ["ClosesOnExit"]
+
+
+class ClosesOnExit(abc.ABC):
+    """``with obj:`` returns ``obj`` and calls :meth:`close` on exit, even after an error."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what the object holds (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
