@@ -7,8 +7,6 @@ writes too). Errors are one ``error: ...`` line on stderr with exit code 1; usag
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Annotated
 
 import typer
@@ -62,21 +60,49 @@ def demo(
 def ui(
     home: HomeOption = DEFAULT_HOME,
     port: Annotated[int, typer.Option(help="Port of the web UI.", min=1, max=65535)] = 3000,
+    spark_remote: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TRIDENT_SPARK_REMOTE",
+            help="Spark Connect URL (sc://host:port) the runs use instead of a warm server "
+            "started here.",
+        ),
+    ] = None,
+    warm_spark: Annotated[
+        bool,
+        typer.Option(
+            "--warm-spark/--local-spark",
+            help="Start a Spark Connect server the runs share (default), or let each run "
+            "start local Spark in its own process.",
+        ),
+    ] = True,
 ) -> None:
     """Start `dagster dev` on 127.0.0.1 over HOME (after `trident demo`: its runs and data).
 
     DAGSTER_HOME is HOME/dagster (absolute) with the shipped dagster.yaml (telemetry off,
-    one run at a time per topology); TRIDENT_HOME is HOME.
+    one run at a time per topology); TRIDENT_HOME is HOME. Runs use a warm Spark: a Spark
+    Connect server started first (log HOME/spark-connect.log) and stopped with the UI.
+    Ctrl-C (or SIGTERM) stops both.
     """
-    from trident_assets.ui import ui_command, ui_environment
+    from trident_assets.ui import serve_ui
 
+    if spark_remote is not None and not spark_remote.startswith("sc://"):
+        typer.echo(
+            f"error: --spark-remote must be a Spark Connect URL sc://host:port, got "
+            f"{spark_remote!r}",
+            err=True,
+        )
+        raise typer.Exit(2)
     with cli_errors():
         require_home(home)
-        command = ui_command(home, port)
-        env = ui_environment(home)
-    typer.echo(f"DAGSTER_HOME={env['DAGSTER_HOME']} {' '.join(command)}", err=True)
-    sys.stdout.flush()
-    os.execve(command[0], command, env)  # dagster dev replaces this process (same PID)
+        code = serve_ui(
+            home,
+            port,
+            spark_remote=spark_remote,
+            warm_spark=warm_spark,
+            echo=lambda line: typer.echo(line, err=True),
+        )
+    raise typer.Exit(code)
 
 
 def main() -> None:

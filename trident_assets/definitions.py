@@ -4,7 +4,8 @@ Environment: ``TRIDENT_HOME`` (log and state directory, default ``.trident``),
 ``TRIDENT_MAX_BATCH_SIZE`` (records per word-count batch, default 50000),
 ``TRIDENT_MAX_CATCH_UP`` (txids one sensor-launched run may process, default 10),
 ``TRIDENT_STATE_DSN`` (a ``postgresql://`` DSN: the state in PostgreSQL instead of
-``$TRIDENT_HOME/state.duckdb``).
+``$TRIDENT_HOME/state.duckdb``), ``TRIDENT_SPARK_REMOTE`` (a Spark Connect URL the runs use,
+as ``trident ui`` sets it for its warm Spark; unset: local Spark in each run's process).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ defs = trident_definitions(
     TridentResource(
         home=os.environ.get("TRIDENT_HOME", ".trident"),
         state_dsn=os.environ.get("TRIDENT_STATE_DSN") or None,
+        spark_remote=os.environ.get("TRIDENT_SPARK_REMOTE") or None,
     ),
     max_catch_up=int(os.environ.get("TRIDENT_MAX_CATCH_UP", "10")),
     assets=downstream_assets(word_count.name),

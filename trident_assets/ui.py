@@ -3,24 +3,37 @@
 ``trident ui`` (and ``make ui``) start ``dagster dev`` on 127.0.0.1 over a home: an absolute
 ``DAGSTER_HOME`` of ``<home>/dagster`` holding the repository's ``dagster.yaml`` (telemetry
 and nux off, one run at a time per topology), ``TRIDENT_HOME`` set to the home, and the
-shipped code location ``trident_assets.definitions``.
+shipped code location ``trident_assets.definitions``. By default it also starts a warm Spark
+(a Spark Connect server) that every run ``dagster dev`` launches connects to
+(``TRIDENT_SPARK_REMOTE``), instead of each run starting a JVM of its own:
+:func:`serve_ui`.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 __all__ = [
+    "SPARK_REMOTE_ENV",
     "WORKSPACE_YAML",
     "dagster_home",
     "paste_command",
+    "serve_ui",
     "shipped_dagster_yaml",
     "ui_command",
     "ui_environment",
 ]
+
+SPARK_REMOTE_ENV = "TRIDENT_SPARK_REMOTE"
+"""The Spark Connect URL the shipped code location's runs use (local Spark per run if unset)."""
 
 WORKSPACE_YAML = """\
 # Written by trident_assets: the shipped code location (as the repository's workspace.yaml).
@@ -67,13 +80,21 @@ def dagster_home(home: Path) -> Path:
     return path
 
 
-def ui_environment(home: Path) -> dict[str, str]:
-    """The environment of ``dagster dev`` over ``home``: absolute DAGSTER_HOME and TRIDENT_HOME."""
-    return {
+def ui_environment(home: Path, spark_remote: str | None = None) -> dict[str, str]:
+    """The environment of ``dagster dev`` over ``home``: absolute DAGSTER_HOME and TRIDENT_HOME.
+
+    ``spark_remote``: the Spark Connect URL its runs use (``TRIDENT_SPARK_REMOTE``); without
+    it, an inherited ``TRIDENT_SPARK_REMOTE`` is dropped and each run starts local Spark.
+    """
+    env = {
         **os.environ,
         "DAGSTER_HOME": str(dagster_home(home)),
         "TRIDENT_HOME": str(Path(home).resolve()),
     }
+    env.pop(SPARK_REMOTE_ENV, None)
+    if spark_remote:
+        env[SPARK_REMOTE_ENV] = spark_remote
+    return env
 
 
 def ui_command(home: Path, port: int) -> list[str]:
@@ -96,3 +117,94 @@ def paste_command(home: Path, default_home: Path) -> str:
     if Path(home).resolve() != default_home.resolve():
         args += ["--home", str(Path(home).resolve())]
     return shlex.join(args)
+
+
+def serve_ui(
+    home: Path,
+    port: int,
+    *,
+    spark_remote: str | None = None,
+    warm_spark: bool = True,
+    echo: Callable[[str], None] = print,
+) -> int:
+    """Run ``dagster dev`` over ``home`` until it exits or this process is told to stop.
+
+    Spark for the runs ``dagster dev`` launches: ``spark_remote`` (a Spark Connect URL) if
+    given; else, with ``warm_spark``, a Spark Connect server (``local[2]``, log
+    ``<home>/spark-connect.log``) started here first and shared by every run, so a run does not
+    start a JVM of its own; else local Spark in each run's process.
+
+    SIGINT or SIGTERM to this process stops ``dagster dev`` (its own process group, sent
+    the same signal), then the Spark Connect server, by PID. Both children also get SIGTERM
+    from the kernel if this process dies without stopping them (SIGKILL). Returns
+    ``dagster dev``'s exit status.
+
+    Raises:
+        TridentError: the Spark Connect server did not start (see its log).
+    """
+    from trident_assets.spark.local_servers import die_with_parent, start_connect_server
+
+    stop_requested: list[int] = []
+
+    def _request_stop(signum: int, _frame: FrameType | None) -> None:
+        stop_requested.append(signum)
+        if dev is not None and dev.poll() is None:
+            os.killpg(dev.pid, signum)
+
+    dev: subprocess.Popen[bytes] | None = None
+    previous = {s: signal.signal(s, _request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    server = None
+    try:
+        if spark_remote is None and warm_spark:
+            log_path = Path(home).resolve() / "spark-connect.log"
+            server = start_connect_server(log_path, with_parent=True)
+            spark_remote = server.url
+            echo(
+                f"Spark Connect {server.url} (pid {server.process.pid}, log {log_path}): "
+                "every run launched by dagster dev uses it"
+            )
+        command = ui_command(home, port)
+        env = ui_environment(home, spark_remote)
+        shown = f" {SPARK_REMOTE_ENV}={spark_remote}" if spark_remote else ""
+        echo(f"DAGSTER_HOME={env['DAGSTER_HOME']}{shown} {' '.join(command)}")
+        if stop_requested:
+            return 0
+        dev = subprocess.Popen(
+            command, env=env, start_new_session=True, preexec_fn=die_with_parent
+        )
+        echo(f"dagster dev: pid {dev.pid}")
+        while True:
+            try:
+                return dev.wait()
+            except InterruptedError:  # pragma: no cover - PEP 475 retries wait() itself
+                continue
+    finally:
+        if dev is not None:
+            _stop_group(dev)
+        if server is not None:
+            server.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stop_group(dev: subprocess.Popen[bytes]) -> None:
+    """Stop ``dagster dev`` and wait until nothing of its process group runs (SIGKILL at 60 s).
+
+    ``dagster dev`` exits before its webserver, daemon and code servers have; they are in its
+    group.
+    """
+    if dev.poll() is None:
+        os.killpg(dev.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        dev.poll()
+        try:
+            os.killpg(dev.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(dev.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    dev.wait(30)

@@ -7,13 +7,10 @@ Entry points also run as child processes with a clean environment (``.venv/bin/t
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -491,48 +488,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def test_ui_starts_dagster_dev_on_localhost_over_the_home(home: Path, tmp_path: Path) -> None:
-    port = _free_port()
-    log = tmp_path / "ui.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(TRIDENT), "ui", "--home", str(home), "--port", str(port)],
-            cwd=tmp_path,
-            env=_clean_env(tmp_path),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 180
-        info = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5) as r:
-                    info = json.loads(r.read())
-                break
-            except OSError:
-                time.sleep(1)
-        assert info is not None, log.read_text()
-        assert "dagster_webserver_version" in info
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # dagster dev replaced trident: same PID, own group
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-    dagster_home = home.resolve() / "dagster"
-    assert log.read_text().splitlines()[0] == (
-        f"DAGSTER_HOME={dagster_home} {TRIDENT.parent / 'dagster'} dev --host 127.0.0.1 "
-        f"--port {port} -w {dagster_home / 'workspace.yaml'}"
-    )
-    config = (dagster_home / "dagster.yaml").read_text()
-    assert "telemetry:\n  enabled: false" in config
-    assert "key: trident/topology" in config
-    assert "telemetry" not in log.read_text().lower().replace("telemetry:", "")
 
 
 # -- the demo --------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ def topology_assets(
         txids = _txids(context)
         attempt = int(context.run.tags.get("trident/attempt", "0"))
         selected = set(context.selected_asset_keys)
+        context.log.info(f"Spark: {trident.spark_target}")
         spark = pyspark.spark_session
         outcomes: list[BatchOutcome] = []
         with trident.store() as store:

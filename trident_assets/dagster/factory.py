@@ -12,7 +12,7 @@ from trident_assets.dagster.checks import CheckSettings
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.io_manager import TridentIOManager
 from trident_assets.dagster.resources import TridentResource
-from trident_assets.dagster.sensors import IDLE_INTERVAL_S, coordinator_sensor, has_had_data
+from trident_assets.dagster.sensors import coordinator_sensor
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, use_worker_python
 from trident_assets.stream.topology import TridentTopology
 
@@ -66,9 +66,9 @@ def trident_definitions(
     """Definitions for ``topologies``: their assets, checks and coordinator sensors.
 
     Runs use the in-process executor: one SparkSession (one JVM) per run process instead of
-    one per step, and one process holding the DuckDB file's lock. A topology whose log topics
-    never had a record when the definitions load gets a quieter sensor (every 30 s, see
-    :func:`~trident_assets.dagster.sensors.has_had_data`).
+    one per step, and one process holding the DuckDB file's lock. Runs use
+    ``trident.spark_remote`` (a warm Spark Connect server) when set. Every coordinator sensor
+    ticks every 5 s.
 
     Args:
         topologies: the declared topologies.
@@ -89,7 +89,6 @@ def trident_definitions(
                 max_attempts=max_attempts,
                 max_catch_up=max_catch_up,
                 on_poison=on_poison,
-                interval_s=5 if has_had_data(t, trident) else IDLE_INTERVAL_S,
             )
             for t in topologies
         ],

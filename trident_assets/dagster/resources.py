@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from trident_assets.backends.postgres_config import state_location
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
-from trident_assets.spark.session import build_spark_session
+from trident_assets.spark.session import DEFAULT_SPARK_CONF, build_spark_session
 
 __all__ = ["CRASH_POINTS", "TridentResource"]
 
@@ -117,6 +117,14 @@ class TridentResource(dg.ConfigurableResource):
         from trident_assets.log.store import PartitionedLog
 
         return PartitionedLog(self.log_root, spark_root=self.log_spark_root)
+
+    @property
+    def spark_target(self) -> str:
+        """Where runs run Spark jobs: ``Spark Connect sc://...`` or the local/cluster master."""
+        if self.spark_remote:
+            return f"Spark Connect {self.spark_remote}"
+        master = self.spark_conf.get("spark.master", DEFAULT_SPARK_CONF["spark.master"])
+        return f"Spark master {master} (a driver in this run's process)"
 
     def spark(self) -> Any:
         """The process's SparkSession (created once, reused by later runs in the process)."""

@@ -9,9 +9,8 @@ UI's Materialize button or a backfill: :func:`~.in_flight.in_flight_run`). The l
 committed txid is the highest materialized over all the topology's assets, so a run that
 selected only some of them still counts.
 
-A topology whose log sources never had a record when the definitions loaded (e.g. an example
-nobody fed) is checked every :data:`IDLE_INTERVAL_S` (30 s) instead of every 5 s: fewer ticks and
-daemon log lines, and it still starts within 30 s of its first records.
+Every coordinator ticks every 5 s (the daemon's shortest loop), also for a topology whose log
+was empty when the definitions loaded: its first records start a run within one tick.
 """
 
 import time
@@ -30,10 +29,7 @@ from trident_assets.planner import quarantine_refusal
 from trident_assets.spouts.ranges import partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["IDLE_INTERVAL_S", "coordinator_sensor", "decide_next", "has_had_data"]
-
-IDLE_INTERVAL_S = 30
-"""Seconds between ticks of a coordinator whose sources had no record at load time."""
+__all__ = ["coordinator_sensor", "decide_next"]
 
 TXID_TAG = "trident/txid"
 """Run tag: the first txid a run processes (attempts of a txid are counted by it)."""
@@ -194,26 +190,6 @@ def _pending_batches(
         if waiting:
             batches = max(batches, 1 if not size else -(-waiting // size))
     return batches
-
-
-def has_had_data(topology: TridentTopology, trident: TridentResource) -> bool:
-    """True unless every spout of ``topology`` reads embedded-log topics that never had a record.
-
-    Reads only the log's offset files; a spout of another source (Kafka) counts as having
-    data (its broker is not contacted while definitions load).
-    """
-    from trident_assets.spouts.log_spout import LogSpout
-
-    log = None
-    for node in topology.spouts.values():
-        spout = node.args["spout"]
-        if not isinstance(spout, LogSpout):
-            return True
-        log = log or trident.log()
-        source = spout.source(log)
-        if any(source.latest(p) > 0 for p in source.partitions()):
-            return True
-    return False
 
 
 def coordinator_sensor(

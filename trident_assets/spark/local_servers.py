@@ -27,6 +27,7 @@ from trident_assets.errors import TridentError
 __all__ = [
     "SparkServer",
     "StandaloneCluster",
+    "die_with_parent",
     "free_port",
     "own_view",
     "spark_home",
@@ -77,8 +78,29 @@ class SparkServer:
             self._log = None
 
 
+def die_with_parent() -> None:
+    """In a child before exec: the kernel sends it SIGTERM when its parent dies (Linux).
+
+    For servers a supervisor starts in their own process group: they stop with it even when
+    it is killed with SIGKILL and cannot stop them itself. A no-op where ``prctl`` is missing.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _start(
-    cmd: Sequence[str], port: int, url: str, log_path: Path, env: Mapping[str, str]
+    cmd: Sequence[str],
+    port: int,
+    url: str,
+    log_path: Path,
+    env: Mapping[str, str],
+    *,
+    with_parent: bool = False,
 ) -> SparkServer:
     log = log_path.open("wb")
     started = time.perf_counter()
@@ -89,6 +111,7 @@ def _start(
         env=dict(env),
         cwd=log_path.parent,  # workers start here: nothing of the caller's directory leaks in
         start_new_session=True,
+        preexec_fn=die_with_parent if with_parent else None,
     )
     server = SparkServer(proc, url, log_path, 0.0, log)
     while time.perf_counter() - started < START_TIMEOUT_S:
@@ -113,10 +136,12 @@ def start_connect_server(
     worker_python: str | None = None,
     conf: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
+    with_parent: bool = False,
 ) -> SparkServer:
     """Start a Spark Connect server on 127.0.0.1 and wait until it listens.
 
     ``worker_python``: the interpreter of its Python workers (default: this one).
+    ``with_parent``: the server gets SIGTERM when this process dies (:func:`die_with_parent`).
 
     Raises:
         TridentError: the server exited or did not listen within two minutes.
@@ -151,7 +176,9 @@ def start_connect_server(
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": python,
     }
-    return _start(cmd, port, f"sc://127.0.0.1:{port}", log_path, full_env)
+    return _start(
+        cmd, port, f"sc://127.0.0.1:{port}", log_path, full_env, with_parent=with_parent
+    )
 
 
 @dataclass

@@ -1,0 +1,206 @@
+"""`trident ui` as a user runs it: `dagster dev` plus a warm Spark Connect server for its runs.
+
+A child process with a clean environment: the coordinator sensor's run commits a txid on the
+warm server (its log says so), the counts are exact, and stopping `trident ui` stops
+`dagster dev` and the server by PID. A server whose supervisor is SIGKILLed stops too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.replica import Replica
+from trident_assets.cli import app
+from trident_assets.examples.word_count import SENTENCES
+from trident_assets.log.store import PartitionedLog
+from trident_assets.ui import SPARK_REMOTE_ENV, ui_environment
+
+TRIDENT = Path(sys.executable).parent / "trident"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(what: str, probe: Callable[[], Any], timeout_s: float, log: Path) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            got = probe()
+        except OSError:
+            got = None
+        if got:
+            return got
+        time.sleep(1)
+    pytest.fail(f"{what} not ready within {timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    log = PartitionedLog(home / "log")
+    log.create_topic("sentences", 2)
+    log.create_topic("word_queries", 1)
+    producer = log.producer("sentences", partitioner="round_robin")
+    for sentence in SENTENCES:
+        producer.send(sentence.encode())
+    producer.flush()
+    port = _free_port()
+    out_path = tmp_path / "ui.log"
+    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    with out_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(TRIDENT), "ui", "--home", str(home), "--port", str(port)],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait(
+            "the webserver",
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5),
+            240,
+            out_path,
+        )
+        _wait("txid 1", lambda: Replica(home / "replica").latest("word_count") == 1, 300, out_path)
+        lines = out_path.read_text().splitlines()
+        found = re.fullmatch(
+            r"Spark Connect (sc://127\.0\.0\.1:\d+) \(pid (\d+), log (.+)\): every run launched "
+            r"by dagster dev uses it",
+            lines[0],
+        )
+        assert found, lines[:3]
+        url, server_pid, server_log = found.group(1), int(found.group(2)), Path(found.group(3))
+        dagster_home = home.resolve() / "dagster"
+        assert lines[1] == (
+            f"DAGSTER_HOME={dagster_home} {SPARK_REMOTE_ENV}={url} {TRIDENT.parent / 'dagster'} "
+            f"dev --host 127.0.0.1 --port {port} -w {dagster_home / 'workspace.yaml'}"
+        )
+        dev_pid = int(lines[2].removeprefix("dagster dev: pid "))
+        assert server_log == home.resolve() / "spark-connect.log"
+        assert server_log.exists()
+        config = (dagster_home / "dagster.yaml").read_text()
+        assert "telemetry:\n  enabled: false" in config
+        assert "key: trident/topology" in config
+        assert "sensors:\n  use_threads: true" in config
+        _wait("the run to finish", lambda: _finished_runs(dagster_home), 120, out_path)
+        (messages,) = _finished_runs(dagster_home)
+        assert f"Spark: Spark Connect {url}" in messages
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, out_path.read_text()[-4000:]
+    assert _gone(server_pid), "the Spark Connect server outlived `trident ui`"
+    assert _gone(dev_pid), "dagster dev outlived `trident ui`"
+    assert _group_gone(dev_pid), "a process of dagster dev's group outlived `trident ui`"
+    assert "telemetry" not in out_path.read_text().lower().replace("telemetry:", "")
+    words = Counter(w for s in SENTENCES for w in s.split())
+    with DuckDBStore(home / "state.duckdb") as store:
+        assert store.last_committed("word_count") == 1
+        rows = store.scan("word_count__word_counts").to_pylist()
+    assert {r["word"]: r["value"] for r in rows} == dict(words)
+
+
+def _finished_runs(dagster_home: Path) -> list[list[str]]:
+    """The log messages of each finished run of the word count (empty while one is running)."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        records = instance.get_run_records(
+            filters=dg.RunsFilter(tags={"trident/topology": "word_count"})
+        )
+        if not records or any(not r.dagster_run.is_finished for r in records):
+            return []
+        return [[e.message for e in instance.all_logs(r.dagster_run.run_id)] for r in records]
+
+
+def test_connect_server_stops_when_its_supervisor_is_killed(tmp_path: Path) -> None:
+    """`trident ui` SIGKILLed cannot stop its server: the kernel sends the server SIGTERM."""
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from trident_assets.spark.local_servers import start_connect_server\n"
+        "server = start_connect_server(Path(sys.argv[1]), with_parent=True)\n"
+        "print(server.process.pid, flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "connect.log")],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert supervisor.stdout is not None
+        server_pid = int(supervisor.stdout.readline())
+        assert not _gone(server_pid)
+        assert os.getpgid(server_pid) == server_pid, "the server has a process group of its own"
+    finally:
+        os.killpg(supervisor.pid, signal.SIGKILL)
+        supervisor.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while not _gone(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not _gone(server_pid):
+        os.killpg(server_pid, signal.SIGKILL)
+        pytest.fail("the Spark Connect server outlived its supervisor's SIGKILL")
+
+
+def test_ui_refuses_a_spark_remote_that_is_not_a_connect_url(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    result = CliRunner().invoke(
+        app, ["ui", "--home", str(tmp_path / "home"), "--spark-remote", "spark://h:7077"]
+    )
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --spark-remote must be a Spark Connect URL sc://host:port, got 'spark://h:7077'\n"
+    )
+
+
+def test_ui_environment_sets_or_drops_the_spark_remote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SPARK_REMOTE_ENV, "sc://stale:1")
+    assert SPARK_REMOTE_ENV not in ui_environment(tmp_path)
+    env = ui_environment(tmp_path, "sc://127.0.0.1:15002")
+    assert env[SPARK_REMOTE_ENV] == "sc://127.0.0.1:15002"
+    assert env["TRIDENT_HOME"] == str(tmp_path.resolve())
