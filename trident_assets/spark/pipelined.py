@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from functools import reduce
+from functools import partial, reduce
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +36,8 @@ import pyarrow.compute as pc
 
 from trident_assets.planner import chunk_pipelinable, is_live, live_spouts, pipelinable
 from trident_assets.spark.aggregation import combine_partials
+from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials, count_split
+from trident_assets.spark.kernel_plan import arrow_kernel, arrow_kernels_on
 from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import Prepared
@@ -88,32 +90,45 @@ class PipelinedRun(NodeFrames):
         self.empty = empty
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, tuple[Any, Any]] = {}
+        self.raws: dict[str, Any] = {}
+        self.counted_dead: dict[str, list[int]] = {}
+        """Spouts whose records an Arrow kernel decodes: the dead letters it counted."""
         self.conf: dict[str, str] = {}
         """Spark settings for the chunk's jobs (how the reads split into tasks)."""
 
-    def _build(self, node: Node) -> Any:
-        from pyspark.sql import Observation
+    def _raw(self, node: Node) -> Any:
+        """The spout's raw records of the whole chunk, tagged with their txids (built once)."""
         from pyspark.sql import functions as F
 
-        a = node.args
+        sid, spout = node.args["spout_id"], node.args["spout"]
+        if sid in self.raws:
+            return self.raws[sid]
+        mine = [(txid, plans[sid]) for txid, plans in self.batches]
+        nonempty = [(txid, plan) for txid, plan in mine if plan.record_count > 0]
+        if hasattr(spout, "read_many"):  # one scan for the whole chunk
+            raw = spout.read_many(self.spark, self.runner.log, nonempty, TXID_COLUMN)
+            if len(self.batches) > 1 and hasattr(spout, "split_conf"):
+                self.conf.update(spout.split_conf(self.runner.log, nonempty))
+        else:
+            reads = [
+                spout.read(self.spark, self.runner.log, plan).withColumn(
+                    TXID_COLUMN, F.lit(txid).cast("bigint")
+                )
+                for txid, plan in nonempty
+            ]
+            raw = reduce(lambda x, y: x.unionByName(y), reads)
+        self.raws[sid] = raw
+        return raw
+
+    def _build(self, node: Node) -> Any:
+        from pyspark.sql import Observation
+
         if node.kind == "spout":
-            sid, spout = a["spout_id"], a["spout"]
-            mine = [(txid, plans[sid]) for txid, plans in self.batches]
-            nonempty = [(txid, plan) for txid, plan in mine if plan.record_count > 0]
-            if hasattr(spout, "read_many"):  # one scan for the whole chunk
-                raw = spout.read_many(self.spark, self.runner.log, nonempty, TXID_COLUMN)
-                if len(self.batches) > 1 and hasattr(spout, "split_conf"):
-                    self.conf.update(spout.split_conf(self.runner.log, nonempty))
-            else:
-                reads = [
-                    spout.read(self.spark, self.runner.log, plan).withColumn(
-                        TXID_COLUMN, F.lit(txid).cast("bigint")
-                    )
-                    for txid, plan in nonempty
-                ]
-                raw = reduce(lambda x, y: x.unionByName(y), reads)
+            sid, spout = node.args["spout_id"], node.args["spout"]
             observation = Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}")
-            good, dead = spout.scheme.decode(raw, keep=(TXID_COLUMN,), observation=observation)
+            good, dead = spout.scheme.decode(
+                self._raw(node), keep=(TXID_COLUMN,), observation=observation
+            )
             self.dead[sid] = (dead, observation)
             return good
         built = self.row_wise(node, self.frame(node.parents[0]), keep=(TXID_COLUMN,))
@@ -130,6 +145,9 @@ class PipelinedRun(NodeFrames):
             table = self.empty.state_input(state)
             return lambda: dict.fromkeys(self.txids, table)
         group, out, agg = list(a["group"]), a["output"], a["agg"]
+        kernel = arrow_kernel(state, TXID_COLUMN) if arrow_kernels_on(self.spark) else None
+        if kernel is not None:
+            return self._kernel_job(state, *kernel)
         df = combine_partials(self.frame(parent), [*group, TXID_COLUMN], a["inputs"][0], agg, out)
         out_type = empty_arrow(df).schema.field(out).type
         self.empty.value_types[state.spec.name] = out_type  # types empty query results
@@ -150,6 +168,26 @@ class PipelinedRun(NodeFrames):
 
         return run
 
+    def _kernel_job(
+        self, state: TridentState, spec: CountSplit, spout: Node
+    ) -> Callable[[], dict[int, pa.Table]]:
+        """The state's partials by the Arrow kernel (:mod:`.arrow_partials`)."""
+        from pyspark.sql import functions as F
+
+        sid = spout.args["spout_id"]
+        counted = self.counted_dead.setdefault(sid, [])
+        raw = self._raw(spout).select(F.col("value"), F.col(TXID_COLUMN))
+        df = raw.mapInArrow(partial(count_split, spec), spec.schema())
+        self.empty.value_types[state.spec.name] = pa.int64()
+        txids = self.txids
+
+        def run() -> dict[int, pa.Table]:
+            summed, dead = combine_task_partials(spec, df.toArrow())
+            counted.append(dead)
+            return split_by_txid(summed, txids)
+
+        return run
+
     def _output_job(self, stream_node: Node) -> Callable[[], dict[int, pa.Table]]:
         if not is_live(stream_node, self.live):
             table = self.empty.collect(stream_node)
@@ -163,12 +201,15 @@ class PipelinedRun(NodeFrames):
             table = empty_arrow(self.empty.dead[sid])
             return lambda: dict.fromkeys(self.txids, table)
         observed = sid in self.dead  # its tuples feed a state or output: a job observes them
+        counted = self.counted_dead.get(sid)  # an Arrow kernel decoded all of them
         self.frame(node)
         dead, observation = self.dead[sid]
         none = empty_arrow(dead)
 
         def run() -> dict[int, pa.Table]:
-            if observed and observation.get["dead"] == 0:
+            if counted and sum(counted) == 0:
+                return split_by_txid(none, self.txids)
+            if observed and not counted and observation.get["dead"] == 0:
                 return split_by_txid(none, self.txids)
             return split_by_txid(dead.toArrow(), self.txids)
 

@@ -1,0 +1,68 @@
+"""Which states a pipelined chunk computes with an Arrow kernel instead of Spark's row pipeline.
+
+Spark conf ``trident.partials.arrowKernel`` (default ``true``) turns the kernels off with
+``false``, e.g. to compare both plans.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.core.aggregators import Count
+from trident_assets.spark.arrow_partials import CountSplit
+from trident_assets.spark.schemes import StringScheme
+from trident_assets.stream.operations import Split
+
+if TYPE_CHECKING:
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import TridentState
+
+__all__ = ["ARROW_KERNEL_CONF", "arrow_kernel", "arrow_kernels_on"]
+
+ARROW_KERNEL_CONF = "trident.partials.arrowKernel"
+"""Spark conf key: ``false`` computes every state's partials with Spark's own operators."""
+
+
+def arrow_kernels_on(spark: Any) -> bool:
+    """True unless the session's ``trident.partials.arrowKernel`` is ``false``."""
+    try:
+        value = spark.conf.get(ARROW_KERNEL_CONF, "true")
+    except Exception:  # a remote session may refuse to read an unknown key: use the default
+        return True
+    return str(value).strip().lower() != "false"
+
+
+def arrow_kernel(state: TridentState, txid_column: str) -> tuple[CountSplit, Node] | None:
+    """The kernel for ``state`` and its spout node, or None when Spark's operators must run.
+
+    Eligible: ``persistent_aggregate(Count)`` grouped by the Split's output field (and maybe
+    the text field) of ``each(text, Split) `` directly over a log spout whose scheme is
+    exactly :class:`StringScheme` without metadata, emitting ``text``.
+    """
+    a = state.node.args
+    if type(a["agg"]) is not Count or not a["group"]:
+        return None
+    (each,) = state.node.parents
+    if each.kind != "each" or type(each.args["function"]) is not Split:
+        return None
+    (spout,) = each.parents
+    if spout.kind != "spout" or not hasattr(spout.args["spout"], "read_many"):
+        return None
+    scheme = spout.args["spout"].scheme
+    if type(scheme) is not StringScheme or scheme.with_metadata:
+        return None
+    inputs, outputs = list(each.args["inputs"]), list(each.args["outputs"])
+    if inputs != [scheme.field] or len(outputs) != 1 or outputs[0] == scheme.field:
+        return None
+    group = tuple(a["group"])
+    if not set(group) <= {scheme.field, outputs[0]} or len(set(group)) != len(group):
+        return None
+    spec = CountSplit(
+        text=scheme.field,
+        piece=outputs[0],
+        sep=each.args["function"].sep,
+        group=group,
+        txid=txid_column,
+        output=a["output"],
+    )
+    return spec, spout

@@ -1,0 +1,193 @@
+"""The Arrow split-and-count kernel: the same state, new values and dead letters as Spark's plan."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from trident_assets import Count, Sum
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.spark.arrow_partials import (
+    DEAD_COLUMN,
+    CountSplit,
+    combine_task_partials,
+    count_split,
+)
+from trident_assets.spark.batch_run import BatchRun
+from trident_assets.spark.executor import TopologyRunner
+from trident_assets.spark.kernel_plan import ARROW_KERNEL_CONF, arrow_kernel
+from trident_assets.spark.pipelined import TXID_COLUMN, PipelinedRun
+from trident_assets.spark.schemes import JsonScheme, StringScheme
+from trident_assets.spouts.config import SpoutConfig
+from trident_assets.spouts.log_spout import LogSpout
+from trident_assets.stream.operations import FilterNull, Split
+from trident_assets.stream.topology import StateSpec, TridentTopology
+from trident_assets_tests.test_executor import _log, _send
+
+VALUES: list[bytes] = [
+    b"the cow  the",  # a doubled separator: an empty piece, dropped
+    b" lead and trail ",
+    b"",
+    "\u00e9t\u00e9 \u00fcber caf\u00e9".encode(),
+    b"tab\tis not a separator",
+    b"\xff\xfe bad",  # not UTF-8
+    b"\xc0\xaf overlong",  # an overlong encoding of '/'
+    b"\xed\xa0\x80 surrogate",  # a UTF-16 surrogate encoded in UTF-8
+    b"cow",
+    b"the--moon--",
+    b"x",
+    b"y y",
+]
+"""Four records per batch: 3 batches, three of them malformed (not valid UTF-8)."""
+
+BAD = {5, 6, 7}
+
+
+def _topology(name: str, sep: str = " ", group: tuple[str, ...] = ("word",)) -> TridentTopology:
+    topo = TridentTopology(name)
+    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(max_batch_size=4))
+    stream = topo.new_stream("sentences", spout).each("sentence", Split(sep), "word")
+    stream.group_by(list(group)).persistent_aggregate(
+        StateSpec.opaque("counts"), "word", Count(), "value"
+    )  # no new-values stream: it reads the state, so its chunk would run batch by batch
+    return topo
+
+
+def _expected(sep: str, group: tuple[str, ...]) -> Counter[tuple[str, ...]]:
+    counts: Counter[tuple[str, ...]] = Counter()
+    for i, raw in enumerate(VALUES):
+        if i in BAD:
+            continue
+        text = raw.decode()
+        for word in text.split(sep):
+            if word:
+                row = {"sentence": text, "word": word}
+                counts[tuple(row[g] for g in group)] += 1
+    return counts
+
+
+def _run(spark: Any, tmp_path: Path, name: str, kernel: bool, sep: str, group: tuple[str, ...]):
+    log = _log(tmp_path / name, {"sentences": 1})
+    _send(log, "sentences", VALUES)
+    store = DuckDBStore(tmp_path / f"{name}.duckdb")
+    spark.conf.set(ARROW_KERNEL_CONF, "true" if kernel else "false")
+    try:
+        runner = TopologyRunner(_topology(name, sep, group), spark, store, log, max_spout_pending=3)
+        outcomes = list(runner.run_batches([1, 2, 3]))
+    finally:
+        spark.conf.unset(ARROW_KERNEL_CONF)
+    assert [o.txid for o in outcomes] == [1, 2, 3]
+    state = {
+        tuple(r[g] for g in group): r["value"] for r in store.scan(f"{name}__counts").to_pylist()
+    }
+    partials = [
+        store.fetch_rows(f'SELECT * FROM "{name}__counts" WHERE txid = ? ORDER BY ALL', [t])
+        for t in (1, 2, 3)
+    ]
+    dead = store.fetch_rows(
+        'SELECT txid, "offset", reason FROM _trident_dead_letters ORDER BY txid, "offset"'
+    )
+    store.close()
+    return state, partials, dead
+
+
+@pytest.mark.parametrize(
+    ("sep", "group"), [(" ", ("word",)), ("--", ("sentence", "word"))], ids=["space", "dashes"]
+)
+def test_kernel_commits_what_sparks_plan_commits(
+    spark: Any, tmp_path: Path, sep: str, group: tuple[str, ...]
+) -> None:
+    with_kernel = _run(spark, tmp_path, "k", True, sep, group)
+    without = _run(spark, tmp_path, "s", False, sep, group)
+    assert with_kernel == without
+    state, _versions, dead = with_kernel
+    assert state == dict(_expected(sep, group))
+    assert dead == [
+        (2, 5, "value is not valid UTF-8"),
+        (2, 6, "value is not valid UTF-8"),
+        (2, 7, "value is not valid UTF-8"),
+    ]
+
+
+def test_a_chunk_of_the_word_count_runs_the_kernel_and_counts_its_dead_letters(
+    spark: Any, tmp_path: Path
+) -> None:
+    log = _log(tmp_path, {"sentences": 2})
+    _send(log, "sentences", VALUES)
+    with DuckDBStore(tmp_path / "s.duckdb") as store:
+        runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
+        batches, pipelined = runner._emit(1, 3)
+        assert pipelined
+        assert len(batches) == 3
+        run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
+        prepared = run.plan()()
+    assert run.counted_dead == {"sentences": [3]}
+    spark.conf.set(ARROW_KERNEL_CONF, "false")
+    try:
+        with DuckDBStore(tmp_path / "off.duckdb") as store:
+            runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
+            batches, _ = runner._emit(1, 3)
+            off = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
+            off.plan()()
+    finally:
+        spark.conf.unset(ARROW_KERNEL_CONF)
+    assert off.counted_dead == {}, "trident.partials.arrowKernel=false: Spark's plan"
+    partials = {t: p.partials["counts"] for t, p in prepared.items()}
+    assert all(t.column_names == ["word", "value"] for t in partials.values())
+    got = Counter(dict.fromkeys([], 0))
+    for table in partials.values():
+        got.update(dict(zip(*(c.to_pylist() for c in table.columns), strict=True)))
+    assert got == Counter({k[0]: v for k, v in _expected(" ", ("word",)).items()})
+    assert sum(p.dead["sentences"].num_rows for p in prepared.values()) == 3
+
+
+def test_only_the_split_and_count_shape_is_eligible() -> None:
+    spec = arrow_kernel(_topology("wc").states["counts"], TXID_COLUMN)
+    assert spec is not None
+    assert spec[0] == CountSplit("sentence", "word", " ", ("word",), TXID_COLUMN, "value")
+
+    def state_of(build: Any) -> Any:
+        topo = TridentTopology("t")
+        build(topo)
+        return topo.states["counts"]
+
+    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig())
+    json_spout = LogSpout("sentences", JsonScheme({"sentence": "string"}), SpoutConfig())
+    shapes = {
+        "sum": lambda t: t.new_stream("s", spout).each("sentence", Split(), "word")
+        .group_by("word").persistent_aggregate(StateSpec.opaque("counts"), "word", Sum(), "v"),
+        "filter between": lambda t: t.new_stream("s", spout).each("sentence", Split(), "word")
+        .each(("word",), FilterNull()).group_by("word")
+        .persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "v"),
+        "json scheme": lambda t: t.new_stream("s", json_spout).each("sentence", Split(), "word")
+        .group_by("word").persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "v"),
+        "global": lambda t: t.new_stream("s", spout).each("sentence", Split(), "word")
+        .persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "v"),
+    }  # fmt: skip
+    assert {
+        name: arrow_kernel(state_of(b), TXID_COLUMN) for name, b in shapes.items()
+    } == dict.fromkeys(shapes)
+
+
+def test_kernel_batches_combine_into_counts_and_dead_letters() -> None:
+    spec = CountSplit("s", "w", " ", ("w",), "t", "n")
+    batch = pa.record_batch(
+        {
+            "value": pa.array([b"a b a", None, b"\xff", b"b"], pa.binary()),
+            "t": pa.array([1, 1, 2, 2], pa.int64()),
+        }
+    )
+    out = pa.Table.from_batches(list(count_split(spec, iter([batch, batch]))))
+    assert out.column_names == ["w", "t", "n", DEAD_COLUMN]
+    assert out.to_pylist()[-1] == {"w": None, "t": None, "n": None, DEAD_COLUMN: 4}
+    counts, dead = combine_task_partials(spec, pa.concat_tables([out, out]))
+    assert dead == 8
+    assert sorted(counts.to_pylist(), key=lambda r: (r["t"], r["w"])) == [
+        {"w": "a", "t": 1, "n": 8},
+        {"w": "b", "t": 1, "n": 4},
+        {"w": "b", "t": 2, "n": 4},
+    ]
