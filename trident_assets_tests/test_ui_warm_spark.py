@@ -79,7 +79,12 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
     producer.flush()
     port = _free_port()
     out_path = tmp_path / "ui.log"
-    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env = {  # batches of 2 sentences: txids 1..3 in one catch-up run, one pipelined chunk
+        "HOME": str(tmp_path),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "TRIDENT_MAX_BATCH_SIZE": "2",
+    }
     with out_path.open("wb") as out:
         proc = subprocess.Popen(
             [str(TRIDENT), "ui", "--home", str(home), "--port", str(port)],
@@ -96,7 +101,7 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
             240,
             out_path,
         )
-        _wait("txid 1", lambda: Replica(home / "replica").latest("word_count") == 1, 300, out_path)
+        _wait("txid 1", lambda: Replica(home / "replica").latest("word_count"), 300, out_path)
         lines = out_path.read_text().splitlines()
         found = re.fullmatch(
             r"Spark Connect (sc://127\.0\.0\.1:\d+) \(pid (\d+), log (.+)\): every run launched "
@@ -118,8 +123,11 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
         assert "key: trident/topology" in config
         assert "sensors:\n  use_threads: true" in config
         _wait("the run to finish", lambda: _finished_runs(dagster_home), 120, out_path)
-        (messages,) = _finished_runs(dagster_home)
+        (messages,) = _finished_runs(dagster_home)  # one catch-up run, several txids
         assert f"Spark: Spark Connect {url}" in messages
+        last = Replica(home / "replica").latest("word_count")
+        assert last is not None
+        assert last >= 2, "a chunk of several txids (the pipelined path) ran"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -134,13 +142,13 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
     assert "telemetry" not in out_path.read_text().lower().replace("telemetry:", "")
     words = Counter(w for s in SENTENCES for w in s.split())
     with DuckDBStore(home / "state.duckdb") as store:
-        assert store.last_committed("word_count") == 1
+        assert store.last_committed("word_count") == last
         rows = store.scan("word_count__word_counts").to_pylist()
     assert {r["word"]: r["value"] for r in rows} == dict(words)
 
 
 def _finished_runs(dagster_home: Path) -> list[list[str]]:
-    """The log messages of each finished run of the word count (empty while one is running)."""
+    """The log messages of each finished run of the word count (none while one is running)."""
     import dagster as dg
 
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
