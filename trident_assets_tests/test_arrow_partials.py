@@ -70,13 +70,22 @@ def _expected(sep: str, group: tuple[str, ...]) -> Counter[tuple[str, ...]]:
     return counts
 
 
-def _run(spark: Any, tmp_path: Path, name: str, kernel: bool, sep: str, group: tuple[str, ...]):
+def _run(
+    spark: Any,
+    tmp_path: Path,
+    name: str,
+    kernel: bool,
+    sep: str,
+    group: tuple[str, ...],
+    pending: int,
+):
     log = _log(tmp_path / name, {"sentences": 1})
     _send(log, "sentences", VALUES)
     store = DuckDBStore(tmp_path / f"{name}.duckdb")
     spark.conf.set(ARROW_KERNEL_CONF, "true" if kernel else "false")
     try:
-        runner = TopologyRunner(_topology(name, sep, group), spark, store, log, max_spout_pending=3)
+        topo = _topology(name, sep, group)
+        runner = TopologyRunner(topo, spark, store, log, max_spout_pending=pending)
         outcomes = list(runner.run_batches([1, 2, 3]))
     finally:
         spark.conf.unset(ARROW_KERNEL_CONF)
@@ -95,14 +104,15 @@ def _run(spark: Any, tmp_path: Path, name: str, kernel: bool, sep: str, group: t
     return state, partials, dead
 
 
+@pytest.mark.parametrize("pending", [1, 3], ids=["batch-by-batch", "pipelined"])
 @pytest.mark.parametrize(
     ("sep", "group"), [(" ", ("word",)), ("--", ("sentence", "word"))], ids=["space", "dashes"]
 )
 def test_kernel_commits_what_sparks_plan_commits(
-    spark: Any, tmp_path: Path, sep: str, group: tuple[str, ...]
+    spark: Any, tmp_path: Path, sep: str, group: tuple[str, ...], pending: int
 ) -> None:
-    with_kernel = _run(spark, tmp_path, "k", True, sep, group)
-    without = _run(spark, tmp_path, "s", False, sep, group)
+    with_kernel = _run(spark, tmp_path, "k", True, sep, group, pending)
+    without = _run(spark, tmp_path, "s", False, sep, group, pending)
     assert with_kernel == without
     state, _versions, dead = with_kernel
     assert state == dict(_expected(sep, group))
@@ -191,3 +201,21 @@ def test_kernel_batches_combine_into_counts_and_dead_letters() -> None:
         {"w": "b", "t": 1, "n": 4},
         {"w": "b", "t": 2, "n": 4},
     ]
+
+
+def test_one_batch_runs_the_kernel_and_skips_the_dead_letter_job_when_none(
+    spark: Any, tmp_path: Path
+) -> None:
+    log = _log(tmp_path, {"sentences": 1})
+    _send(log, "sentences", [b"a b", b"b"])
+    with DuckDBStore(tmp_path / "s.duckdb") as store:
+        runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=1)
+        (batch,) = runner._emit(1, 1)[0]
+        run = BatchRun(runner, *batch)
+        prepared = run.prepare()
+    assert run.counted_dead == {"sentences": 0}
+    assert prepared.partials["counts"].to_pylist() in (
+        [{"word": "a", "value": 1}, {"word": "b", "value": 2}],
+        [{"word": "b", "value": 2}, {"word": "a", "value": 1}],
+    )
+    assert prepared.dead["sentences"].num_rows == 0

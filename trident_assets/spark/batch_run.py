@@ -23,10 +23,13 @@ from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard
 from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
 from trident_assets.spark.aggregation import combine_partials, reduce_groups
+from trident_assets.spark.arrow_partials import combine_task_partials
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.batch_tables import store_dead_letters, store_rows
+from trident_assets.spark.kernel_plan import arrow_kernel, arrow_kernels_on, kernel_frame
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import BatchOutcome, Prepared, dead_letter_rows, head_rows
+from trident_assets.spark.pipelined import TXID_COLUMN
 from trident_assets.spark.single_join import join_batch_table
 from trident_assets.spark.state_apply import apply_state, state_previews
 from trident_assets.spark.state_query import query_frame
@@ -60,6 +63,9 @@ class BatchRun(NodeFrames):
         """The spouts that read at least one record this batch."""
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, Any] = {}
+        self.raws: dict[str, Any] = {}
+        self.counted_dead: dict[str, int] = {}
+        """Spouts whose records an Arrow kernel decoded: the dead letters it counted."""
         self.new_values: dict[str, pa.Table] = {}
         self.expired: dict[str, pa.Table] = {}
         """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
@@ -95,9 +101,7 @@ class BatchRun(NodeFrames):
     def _build(self, node: Node) -> Any:
         a = node.args
         if node.kind == "spout":
-            spout = a["spout"]
-            raw = spout.read(self.spark, self.runner.log, self.plans[a["spout_id"]])
-            good, dead = spout.scheme.decode(raw)
+            good, dead = a["spout"].scheme.decode(self._raw(node))
             self.dead[a["spout_id"]] = dead
             return good
         if node.kind == "new_values":
@@ -121,6 +125,28 @@ class BatchRun(NodeFrames):
         msg = f"cannot run node kind {node.kind!r}"
         raise AssertionError(msg)
 
+    def _raw(self, node: Node) -> Any:
+        """The spout's raw records of this batch (built once)."""
+        sid = node.args["spout_id"]
+        if sid not in self.raws:
+            self.raws[sid] = node.args["spout"].read(self.spark, self.runner.log, self.plans[sid])
+        return self.raws[sid]
+
+    def _kernel_partials(self, state: TridentState) -> pa.Table | None:
+        """``state``'s partials by the Arrow kernel (:mod:`.arrow_partials`), if it applies."""
+        from pyspark.sql import functions as F
+
+        kernel = arrow_kernel(state, TXID_COLUMN) if arrow_kernels_on(self.spark) else None
+        if kernel is None:
+            return None
+        spec, spout = kernel
+        sid = spout.args["spout_id"]
+        raw = self._raw(spout).withColumn(TXID_COLUMN, F.lit(self.txid).cast("bigint"))
+        table, dead = combine_task_partials(spec, kernel_frame(raw, spec).toArrow())
+        self.counted_dead[sid] = dead
+        self.value_types[state.spec.name] = pa.int64()
+        return table.drop_columns([TXID_COLUMN])
+
     def prepare(self) -> Prepared:
         """Run Spark for everything that does not depend on this batch's new state."""
         topo = self.runner.topology
@@ -135,8 +161,10 @@ class BatchRun(NodeFrames):
         }
         for spout_id in topo.spouts:
             self.frame(topo.spouts[spout_id])
-        dead = {
-            sid: empty_arrow(df) if self.plans[sid].record_count == 0 else df.toArrow()
+        dead = {  # no Spark job where nothing was read or a kernel counted no dead letter
+            sid: empty_arrow(df)
+            if self.plans[sid].record_count == 0 or self.counted_dead.get(sid) == 0
+            else df.toArrow()
             for sid, df in self.dead.items()
         }
         tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
@@ -168,6 +196,9 @@ class BatchRun(NodeFrames):
                 else parent.agg(F.collect_list(cols).alias("__tuples"))
             )
             return grouped.toArrow()
+        kernel = self._kernel_partials(state)
+        if kernel is not None:
+            return kernel
         agg = guard(agg, state.node.label)
         table = combine_partials(parent, group, a["inputs"][0], agg, out).toArrow()
         self.value_types[state.spec.name] = table.schema.field(out).type

@@ -6,10 +6,11 @@ Spark conf ``trident.partials.arrowKernel`` (default ``true``) turns the kernels
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.core.aggregators import Count
-from trident_assets.spark.arrow_partials import CountSplit
+from trident_assets.spark.arrow_partials import CountSplit, count_split
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.stream.operations import Split
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["ARROW_KERNEL_CONF", "arrow_kernel", "arrow_kernels_on"]
+__all__ = ["ARROW_KERNEL_CONF", "arrow_kernel", "arrow_kernels_on", "kernel_frame"]
 
 ARROW_KERNEL_CONF = "trident.partials.arrowKernel"
 """Spark conf key: ``false`` computes every state's partials with Spark's own operators."""
@@ -66,3 +67,16 @@ def arrow_kernel(state: TridentState, txid_column: str) -> tuple[CountSplit, Nod
         output=a["output"],
     )
     return spec, spout
+
+
+def kernel_frame(raw: Any, spec: CountSplit) -> Any:
+    """The kernel's DataFrame over ``raw`` records (their ``value`` and ``spec.txid`` columns).
+
+    One ``mapInArrow`` pass, no shuffle: each task yields its partial counts and its
+    dead-letter count (combine them with
+    :func:`~trident_assets.spark.arrow_partials.combine_task_partials`).
+    """
+    from pyspark.sql import functions as F
+
+    columns = raw.select(F.col("value"), F.col(spec.txid))
+    return columns.mapInArrow(partial(count_split, spec), spec.schema())

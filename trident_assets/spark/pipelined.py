@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from functools import partial, reduce
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,8 +36,8 @@ import pyarrow.compute as pc
 
 from trident_assets.planner import chunk_pipelinable, is_live, live_spouts, pipelinable
 from trident_assets.spark.aggregation import combine_partials
-from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials, count_split
-from trident_assets.spark.kernel_plan import arrow_kernel, arrow_kernels_on
+from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials
+from trident_assets.spark.kernel_plan import arrow_kernel, arrow_kernels_on, kernel_frame
 from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import Prepared
@@ -172,12 +172,9 @@ class PipelinedRun(NodeFrames):
         self, state: TridentState, spec: CountSplit, spout: Node
     ) -> Callable[[], dict[int, pa.Table]]:
         """The state's partials by the Arrow kernel (:mod:`.arrow_partials`)."""
-        from pyspark.sql import functions as F
-
         sid = spout.args["spout_id"]
         counted = self.counted_dead.setdefault(sid, [])
-        raw = self._raw(spout).select(F.col("value"), F.col(TXID_COLUMN))
-        df = raw.mapInArrow(partial(count_split, spec), spec.schema())
+        df = kernel_frame(self._raw(spout), spec)
         self.empty.value_types[state.spec.name] = pa.int64()
         txids = self.txids
 
