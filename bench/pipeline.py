@@ -49,10 +49,19 @@ def _instance(path: Path) -> Any:
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(path)))
 
 
-def _trident(home: Path, state_db: Path, spark_remote: str | None, shuffle: int | None) -> Any:
+def _trident(
+    home: Path,
+    state_db: Path,
+    spark_remote: str | None,
+    shuffle: int | None,
+    arrow_kernel: bool = True,
+) -> Any:
     from trident_assets.dagster.resources import TridentResource
+    from trident_assets.spark.kernel_plan import ARROW_KERNEL_CONF
 
     conf = {} if shuffle is None or spark_remote else {"spark.sql.shuffle.partitions": str(shuffle)}
+    if not arrow_kernel:
+        conf[ARROW_KERNEL_CONF] = "false"
     return TridentResource(
         home=str(home), state_database=str(state_db), spark_remote=spark_remote, spark_conf=conf
     )
@@ -170,7 +179,11 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     """One measurement in this process: catch-up, per-run or a single txid (fresh mode)."""
     work = Path(args.work)
     trident = _trident(
-        Path(args.corpus), work / "state.duckdb", args.spark_remote, args.shuffle_partitions
+        Path(args.corpus),
+        work / "state.duckdb",
+        args.spark_remote,
+        args.shuffle_partitions,
+        arrow_kernel=not args.no_arrow_kernel,
     )
     topo = build_topology(args.topology, args.sentences)
     instance = _instance(work / "dagster")
@@ -198,6 +211,7 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
         if args.spark_remote
         else spark.conf.get("spark.master"),
         "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+        "arrow_kernel": not args.no_arrow_kernel,
         "spark_startup_s": round(startup_s, 3),
         "wall_s": round(wall_s, 4),
         "run_walls_s": [round(w, 4) for w in walls],
@@ -264,6 +278,7 @@ def run_in_subprocess(
     shuffle_partitions: int | None = None,
     topology: str = "example",
     timeout_s: float = 3600,
+    arrow_kernel: bool = True,
 ) -> dict[str, Any]:
     """Run :func:`run_mode` in a new Python process; its JSON result."""
     work.mkdir(parents=True, exist_ok=True)
@@ -285,6 +300,8 @@ def run_in_subprocess(
         cmd += ["--spark-remote", spark_remote]
     if shuffle_partitions:
         cmd += ["--shuffle-partitions", str(shuffle_partitions)]
+    if not arrow_kernel:
+        cmd += ["--no-arrow-kernel"]
     return run_json_child(cmd, out, f"bench.pipeline {mode}", timeout_s)
 
 
@@ -397,6 +414,11 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--shuffle-partitions", type=int, default=None)
     run.add_argument(
         "--exactly-once-check", action="store_true", help="also run the exactly_once asset check"
+    )
+    run.add_argument(
+        "--no-arrow-kernel",
+        action="store_true",
+        help="Spark's own operators for the partials (trident.partials.arrowKernel=false)",
     )
     run.add_argument("--out", required=True, help="result JSON")
     args = parser.parse_args(argv)

@@ -357,6 +357,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "catchup",
         "per-run",
         "count-only",
+        "spark-ops",
         "fresh",
         "spark-ss",
         "spark-batch",
@@ -424,7 +425,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             tiny_corpus = write_corpus(tiny, work / "tiny")
 
         def ours(
-            name: str, mode: str, root: Path, s: CorpusSpec, check: bool, topology: str = "example"
+            name: str,
+            mode: str,
+            root: Path,
+            s: CorpusSpec,
+            check: bool,
+            topology: str = "example",
+            arrow_kernel: bool = True,
         ) -> dict[str, Any]:
             counts = work / f"{name}-counts.parquet" if check else None
             raw = pipeline.run_in_subprocess(
@@ -436,6 +443,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 counts=counts,
                 shuffle_partitions=args.shuffle_partitions,
                 topology=topology,
+                arrow_kernel=arrow_kernel,
             )
             res = pipeline.summarize(raw, s.words_per_batch)
             if counts is not None:
@@ -457,6 +465,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for key, mode, topology, skip, label in (
             ("catchup", "catchup", "example", args.skip_catchup, "catch-up: 1 Dagster run"),
             (
+                "catchup_spark_ops",
+                "catchup",
+                "example",
+                args.skip_catchup or args.skip_spark_ops,
+                "catch-up: 1 Dagster run; Spark's operators (Arrow kernel off)",
+            ),
+            (
                 "per_run",
                 "per_run",
                 "example",
@@ -473,7 +488,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ):
             if skip:
                 continue
-            res = ours(key, mode, work / "corpus", spec, True, topology)
+            kernel = key != "catchup_spark_ops"
+            res = ours(key, mode, work / "corpus", spec, True, topology, kernel)
             row = {
                 "system": "trident_assets"
                 if topology == "example"
@@ -486,7 +502,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             }
             results[key] = res
             if tiny_corpus is not None:
-                t = ours(f"{key}_tiny", mode, work / "tiny", tiny, False, topology)
+                t = ours(f"{key}_tiny", mode, work / "tiny", tiny, False, topology, kernel)
                 results[f"{key}_tiny"] = t
                 inside = t.get("in_run_batch_s")
                 row["tiny_batch_s"] = inside["median"] if inside else t["per_batch_s"]
