@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError
+from trident_assets.log.names import TOPIC_PATTERN
 from trident_assets.log.verify import check_segment_files
 
 if TYPE_CHECKING:
@@ -109,10 +109,13 @@ def read_ranges(
         ConfigError: If a topic, partition or range is malformed, or the log root contains
             a glob character.
     """
-    df, conditions = _scan(spark, log, ranges)
+    from pyspark.sql import functions as F
+
+    df, indices = _scan(spark, log, ranges)
     if df is None:
         return spark.createDataFrame([], log_spark_schema())
-    return df.where(reduce(lambda a, b: a | b, [c for _, c in conditions]))
+    spans = " OR ".join(_range_sql(*ranges[i]) for i in indices)
+    return df.where(F.expr(spans))
 
 
 def read_ranges_tagged(
@@ -131,16 +134,16 @@ def read_ranges_tagged(
     """
     from pyspark.sql import functions as F
 
-    df, conditions = _scan(spark, log, [r[1:] for r in ranges])
+    df, indices = _scan(spark, log, [r[1:] for r in ranges])
     if df is None:
         empty = spark.createDataFrame([], log_spark_schema())
         return empty.withColumn(column, F.lit(None).cast("bigint"))
     groups: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-    for index, _ in conditions:
+    for index in indices:
         tag, topic, partition, first, last = ranges[index]
         groups.setdefault((topic, int(partition)), []).append((int(first), int(last), int(tag)))
-    keep = None
-    tag_expr = None
+    keep: list[str] = []
+    tags: list[str] = []
     for (topic, partition), items in groups.items():
         items.sort()
         spans: list[list[int]] = []
@@ -149,20 +152,29 @@ def read_ranges_tagged(
                 spans[-1][1] = last
             else:
                 spans.append([first, last])
-        offset = F.col("offset")
-        inside = reduce(lambda a, b: a | b, [offset.between(a, b) for a, b in spans])
-        where = (F.col("topic") == F.lit(topic)) & (F.col("partition") == F.lit(partition))
-        chain = None
-        for _first, last, tag in items:
-            value = F.lit(tag).cast("bigint")
-            chain = (
-                F.when(offset <= last, value)
-                if chain is None
-                else chain.when(offset <= last, value)
-            )
-        keep = (where & inside) if keep is None else keep | (where & inside)
-        tag_expr = F.when(where, chain) if tag_expr is None else tag_expr.when(where, chain)
-    return df.where(keep).withColumn(column, tag_expr)
+        where = _partition_sql(topic, partition)
+        inside = " OR ".join(f"`offset` BETWEEN {a} AND {b}" for a, b in spans)
+        chain = " ".join(
+            f"WHEN `offset` <= {last} THEN CAST({tag} AS BIGINT)" for _, last, tag in items
+        )
+        keep.append(f"({where} AND ({inside}))")
+        tags.append(f"WHEN {where} THEN CASE {chain} END")
+    # one expression each (two driver round trips instead of a few per range)
+    tag_expr = F.expr(f"CASE {' '.join(tags)} END")
+    return df.where(F.expr(" OR ".join(keep))).withColumn(column, tag_expr)
+
+
+def _partition_sql(topic: str, partition: int) -> str:
+    """Spark SQL: the records of ``topic``'s ``partition`` (the topic is a validated name)."""
+    if not TOPIC_PATTERN.fullmatch(topic):  # checked by the log already: never quote others
+        msg = f"invalid topic name {topic!r}"
+        raise ConfigError(msg)
+    return f"(`topic` = '{topic}' AND `partition` = {int(partition)})"
+
+
+def _range_sql(topic: str, partition: int, first: int, last: int) -> str:
+    """Spark SQL: the records of one range, offsets inclusive."""
+    return f"({_partition_sql(topic, partition)} AND `offset` BETWEEN {int(first)} AND {int(last)})"
 
 
 def split_conf(log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]]) -> dict[str, str]:
@@ -214,16 +226,14 @@ def scoped_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
 
 def _scan(
     spark: Any, log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]]
-) -> tuple[DataFrame | None, list[tuple[int, Any]]]:
-    """The DataFrame over the files holding ``ranges`` and, per non-empty range, its filter.
+) -> tuple[DataFrame | None, list[int]]:
+    """The DataFrame over the files holding ``ranges`` and the indices of the non-empty ranges.
 
-    None when every range is empty. Each condition is paired with its index in ``ranges``.
+    None when every range is empty.
     """
-    from pyspark.sql import functions as F
-
     schema = log_spark_schema()
     files: dict[str, None] = {}
-    conditions: list[tuple[int, Any]] = []
+    indices: list[int] = []
     for index, item in enumerate(ranges):
         if not isinstance(item, tuple | list) or len(item) != 4:
             msg = f"a range must be (topic, partition, first, last), got {item!r}"
@@ -234,20 +244,13 @@ def _scan(
             continue
         check_segment_files(topic, int(partition), paths)  # footers only, once per file
         files.update(dict.fromkeys(paths))
-        conditions.append(
-            (
-                index,
-                (F.col("topic") == F.lit(topic))
-                & (F.col("partition") == F.lit(int(partition)))
-                & F.col("offset").between(int(first), int(last)),
-            )
-        )
+        indices.append(index)
     if not files:
         return None, []
     uris = [_file_uri(log, p) for p in files]
     with _driver_side_listing(spark, len(uris)):
         df = spark.read.schema(schema).parquet(*uris)
-    return df, conditions
+    return df, indices
 
 
 @contextmanager
