@@ -25,10 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -308,58 +305,18 @@ def run_in_subprocess(
 # -- fresh process per run, Spark through a Spark Connect server --------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_connect_server(log_path: Path, shuffle_partitions: int = 2) -> tuple[Any, str, float]:
-    """Start a local[2] Spark Connect server; (process, sc:// URL, seconds until it answered).
-
-    Raises:
-        RuntimeError: the server did not come up within 120 s.
-    """
-    import pyspark
-
-    spark_home = Path(pyspark.__file__).parent
-    port = _free_port()
-    cmd = [
-        str(spark_home / "bin" / "spark-submit"),
-        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--master", "local[2]",
-        "--driver-memory", "2g",
-        "--conf", f"spark.connect.grpc.binding.port={port}",
-        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-        "--conf", "spark.ui.enabled=false",
-        "--conf", f"spark.sql.shuffle.partitions={shuffle_partitions}",
-        "--conf", "spark.sql.execution.arrow.pyspark.enabled=true",
-        "--conf", "spark.sql.session.timeZone=UTC",
-        "--conf", "spark.sql.adaptive.enabled=true",
-        "--conf", f"spark.pyspark.python={sys.executable}",
-        "spark-internal",
-    ]  # fmt: skip
-    env = {**os.environ, "SPARK_HOME": str(spark_home)}
-    start = time.perf_counter()
-    log = log_path.open("wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    while time.perf_counter() - start < 120:
-        if proc.poll() is not None:
-            raise RuntimeError(f"Spark Connect server exited ({proc.returncode}); see {log_path}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, f"sc://127.0.0.1:{port}", time.perf_counter() - start
-        time.sleep(0.5)
-    proc.terminate()
-    raise RuntimeError(f"Spark Connect server did not listen on {port} within 120 s")
-
-
 def run_fresh(
     corpus_root: Path, work: Path, *, sentences: int, batches: int, words_per_batch: int
 ) -> dict[str, Any]:
     """One Dagster run per txid, each in a new process, against one Spark Connect server."""
     work.mkdir(parents=True, exist_ok=True)
-    proc, url, up_s = start_connect_server(work / "connect-server.log")
+    from trident_assets.spark.local_servers import start_connect_server
+
+    server = start_connect_server(
+        work / "connect-server.log",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.sql.adaptive.enabled": "true"},
+    )
+    url, up_s = server.url, server.started_s
     try:
         walls: list[float] = []
         results: list[dict[str, Any]] = []
@@ -378,11 +335,7 @@ def run_fresh(
             )
             walls.append(time.perf_counter() - start)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()
     totals = [r["batches"][str(i + 1)]["total"] for i, r in enumerate(results)]
     return {
         "mode": "fresh",

@@ -219,3 +219,35 @@ def test_one_batch_runs_the_kernel_and_skips_the_dead_letter_job_when_none(
         [{"word": "b", "value": 2}, {"word": "a", "value": 1}],
     )
     assert prepared.dead["sentences"].num_rows == 0
+
+
+@pytest.mark.parametrize("pending", [1, 3], ids=["batch-by-batch", "pipelined"])
+def test_executors_without_pyarrow_fall_back_to_sparks_operators(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pending: int
+) -> None:
+    """A cluster whose Python lacks pyarrow still runs the word count, on Spark's operators."""
+    import trident_assets.spark.batch_run as batch_run
+    import trident_assets.spark.pipelined as pipelined
+
+    def no_pyarrow(raw: Any, spec: CountSplit) -> Any:
+        def fail(batches: Any) -> Any:
+            raise ModuleNotFoundError("No module named 'pyarrow'")
+            yield  # a generator, as mapInArrow expects
+
+        return raw.select("value", spec.txid).mapInArrow(fail, spec.schema())
+
+    monkeypatch.setattr(pipelined, "kernel_frame", no_pyarrow)
+    monkeypatch.setattr(batch_run, "kernel_frame", no_pyarrow)
+    log = _log(tmp_path, {"sentences": 1})
+    _send(log, "sentences", VALUES)
+    try:
+        with DuckDBStore(tmp_path / "s.duckdb") as store:
+            runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=pending)
+            assert [o.txid for o in runner.run_batches([1, 2, 3])] == [1, 2, 3]
+            assert spark.conf.get(ARROW_KERNEL_CONF) == "false", "off for the session"
+            state = {r["word"]: r["value"] for r in store.scan("wc__counts").to_pylist()}
+            dead = store.fetch_rows('SELECT "offset" FROM _trident_dead_letters ORDER BY 1')
+    finally:
+        spark.conf.unset(ARROW_KERNEL_CONF)
+    assert state == {k[0]: v for k, v in _expected(" ", ("word",)).items()}
+    assert dead == [(5,), (6,), (7,)]

@@ -26,7 +26,12 @@ from trident_assets.spark.aggregation import combine_partials, reduce_groups
 from trident_assets.spark.arrow_partials import combine_task_partials
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.batch_tables import store_dead_letters, store_rows
-from trident_assets.spark.kernel_plan import arrow_kernel, arrow_kernels_on, kernel_frame
+from trident_assets.spark.kernel_plan import (
+    arrow_kernel,
+    arrow_kernels_on,
+    kernel_frame,
+    kernel_unavailable,
+)
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import BatchOutcome, Prepared, dead_letter_rows, head_rows
 from trident_assets.spark.pipelined import TXID_COLUMN
@@ -142,7 +147,13 @@ class BatchRun(NodeFrames):
         spec, spout = kernel
         sid = spout.args["spout_id"]
         raw = self._raw(spout).withColumn(TXID_COLUMN, F.lit(self.txid).cast("bigint"))
-        table, dead = combine_task_partials(spec, kernel_frame(raw, spec).toArrow())
+        try:
+            tasks = kernel_frame(raw, spec).toArrow()
+        except Exception as exc:
+            if not kernel_unavailable(self.spark, exc):
+                raise
+            return None  # Spark's operators compute them
+        table, dead = combine_task_partials(spec, tasks)
         self.counted_dead[sid] = dead
         self.value_types[state.spec.name] = pa.int64()
         return table.drop_columns([TXID_COLUMN])

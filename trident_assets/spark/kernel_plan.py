@@ -6,6 +6,8 @@ Spark conf ``trident.partials.arrowKernel`` (default ``true``) turns the kernels
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,15 @@ if TYPE_CHECKING:
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["ARROW_KERNEL_CONF", "arrow_kernel", "arrow_kernels_on", "kernel_frame"]
+__all__ = [
+    "ARROW_KERNEL_CONF",
+    "arrow_kernel",
+    "arrow_kernels_on",
+    "kernel_frame",
+    "kernel_unavailable",
+]
+
+_log = logging.getLogger(__name__)
 
 ARROW_KERNEL_CONF = "trident.partials.arrowKernel"
 """Spark conf key: ``false`` computes every state's partials with Spark's own operators."""
@@ -80,3 +90,24 @@ def kernel_frame(raw: Any, spec: CountSplit) -> Any:
 
     columns = raw.select(F.col("value"), F.col(spec.txid))
     return columns.mapInArrow(partial(count_split, spec), spec.schema())
+
+
+def kernel_unavailable(spark: Any, exc: BaseException) -> bool:
+    """True when ``exc`` says the executors' Python cannot import the kernel (e.g. no pyarrow).
+
+    Then the kernels are turned off for the rest of the session (``trident.partials.
+    arrowKernel=false``, with a warning), and the caller computes the partials with Spark's
+    own operators instead: built-in states keep working on executors without pyarrow.
+    """
+    text = str(exc)
+    if "ModuleNotFoundError" not in text and "ImportError" not in text:
+        return False
+    _log.warning(
+        "The Arrow kernel cannot run on the executors' Python (%s); computing partials with "
+        "Spark's operators from now on. Install pyarrow for the executors' interpreter "
+        "(spark.pyspark.python) to use it.",
+        text.strip().splitlines()[-1] if text.strip() else type(exc).__name__,
+    )
+    with contextlib.suppress(Exception):
+        spark.conf.set(ARROW_KERNEL_CONF, "false")
+    return True

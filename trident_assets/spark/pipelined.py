@@ -37,7 +37,12 @@ import pyarrow.compute as pc
 from trident_assets.planner import chunk_pipelinable, is_live, live_spouts, pipelinable
 from trident_assets.spark.aggregation import combine_partials
 from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials
-from trident_assets.spark.kernel_plan import arrow_kernel, arrow_kernels_on, kernel_frame
+from trident_assets.spark.kernel_plan import (
+    arrow_kernel,
+    arrow_kernels_on,
+    kernel_frame,
+    kernel_unavailable,
+)
 from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import Prepared
@@ -139,15 +144,20 @@ class PipelinedRun(NodeFrames):
 
     def _partials_job(self, state: TridentState) -> Callable[[], dict[int, pa.Table]]:
         """Build the state's partials DataFrame now; the returned call runs its Spark job."""
-        a = state.node.args
         parent = state.node.parents[0]
         if not is_live(parent, self.live):
             table = self.empty.state_input(state)
             return lambda: dict.fromkeys(self.txids, table)
-        group, out, agg = list(a["group"]), a["output"], a["agg"]
         kernel = arrow_kernel(state, TXID_COLUMN) if arrow_kernels_on(self.spark) else None
         if kernel is not None:
             return self._kernel_job(state, *kernel)
+        return self._operators_job(state)
+
+    def _operators_job(self, state: TridentState) -> Callable[[], dict[int, pa.Table]]:
+        """The state's partials by Spark's operators: grouped by ``(txid, key)``."""
+        a = state.node.args
+        parent = state.node.parents[0]
+        group, out, agg = list(a["group"]), a["output"], a["agg"]
         df = combine_partials(self.frame(parent), [*group, TXID_COLUMN], a["inputs"][0], agg, out)
         out_type = empty_arrow(df).schema.field(out).type
         self.empty.value_types[state.spec.name] = out_type  # types empty query results
@@ -179,7 +189,13 @@ class PipelinedRun(NodeFrames):
         txids = self.txids
 
         def run() -> dict[int, pa.Table]:
-            summed, dead = combine_task_partials(spec, df.toArrow())
+            try:
+                table = df.toArrow()
+            except Exception as exc:
+                if not kernel_unavailable(self.spark, exc):
+                    raise
+                return self._operators_job(state)()  # its dead letters: a job of their own
+            summed, dead = combine_task_partials(spec, table)
             counted.append(dead)
             return split_by_txid(summed, txids)
 
