@@ -19,7 +19,12 @@ from trident_assets.spark.arrow_partials import (
 )
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.executor import TopologyRunner
-from trident_assets.spark.kernel_plan import ARROW_KERNEL_CONF, arrow_kernel
+from trident_assets.spark.kernel_plan import (
+    ARROW_KERNEL_CONF,
+    DEFAULT_MIN_RECORDS,
+    MIN_RECORDS_CONF,
+    arrow_kernel,
+)
 from trident_assets.spark.pipelined import TXID_COLUMN, PipelinedRun
 from trident_assets.spark.schemes import JsonScheme, StringScheme
 from trident_assets.spouts.config import SpoutConfig
@@ -45,6 +50,14 @@ VALUES: list[bytes] = [
 """Four records per batch: 3 batches, three of them malformed (not valid UTF-8)."""
 
 BAD = {5, 6, 7}
+
+
+@pytest.fixture(autouse=True)
+def _kernel_for_small_batches(spark: Any) -> Any:
+    """These batches are tiny: run the kernel on them anyway (no size threshold)."""
+    spark.conf.set(MIN_RECORDS_CONF, "0")
+    yield
+    spark.conf.unset(MIN_RECORDS_CONF)
 
 
 def _topology(name: str, sep: str = " ", group: tuple[str, ...] = ("word",)) -> TridentTopology:
@@ -251,3 +264,26 @@ def test_executors_without_pyarrow_fall_back_to_sparks_operators(
         spark.conf.unset(ARROW_KERNEL_CONF)
     assert state == {k[0]: v for k, v in _expected(" ", ("word",)).items()}
     assert dead == [(5,), (6,), (7,)]
+
+
+def test_small_batches_use_sparks_operators(spark: Any, tmp_path: Path) -> None:
+    """Below ``minRecords`` the kernel's Python workers would cost more than it saves."""
+    spark.conf.unset(MIN_RECORDS_CONF)
+    assert len(VALUES) < DEFAULT_MIN_RECORDS
+    log = _log(tmp_path, {"sentences": 1})
+    _send(log, "sentences", VALUES)
+    with DuckDBStore(tmp_path / "s.duckdb") as store:
+        runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
+        batches, _ = runner._emit(1, 3)
+        run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
+        run.plan()()
+        one = BatchRun(runner, *batches[0])
+        one.prepare()
+    assert (run.counted_dead, one.counted_dead) == ({}, {})
+    spark.conf.set(MIN_RECORDS_CONF, str(len(VALUES)))  # the chunk's 12 records: enough
+    with DuckDBStore(tmp_path / "t.duckdb") as store:
+        runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
+        batches, _ = runner._emit(1, 3)
+        run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
+        run.plan()()
+    assert run.counted_dead == {"sentences": [3]}

@@ -216,6 +216,10 @@ def _check(got: dict[str, Any], cluster: Cluster) -> None:
     assert got["word_count"]["states"] == want["states"]
     assert got["join"] == _expected_join()
     assert got["kafka"] == _expected_kafka()
+    kernel = got["kernel"]
+    assert kernel["counts"] == kernel["log_counts"]
+    assert kernel["txids"] >= 3, "at least one chunk of several txids"
+    assert kernel["kernel_still_on"] == "true", "the workers ran the kernel (no fallback)"
 
 
 def test_topologies_through_spark_connect(

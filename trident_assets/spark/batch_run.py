@@ -141,11 +141,13 @@ class BatchRun(NodeFrames):
         """``state``'s partials by the Arrow kernel (:mod:`.arrow_partials`), if it applies."""
         from pyspark.sql import functions as F
 
-        kernel = arrow_kernel(state, TXID_COLUMN) if arrow_kernels_on(self.spark) else None
+        kernel = arrow_kernel(state, TXID_COLUMN)
         if kernel is None:
             return None
         spec, spout = kernel
         sid = spout.args["spout_id"]
+        if not arrow_kernels_on(self.spark, self.plans[sid].record_count):
+            return None
         raw = self._raw(spout).withColumn(TXID_COLUMN, F.lit(self.txid).cast("bigint"))
         try:
             tasks = kernel_frame(raw, spec).toArrow()

@@ -1,7 +1,8 @@
 """Which states a pipelined chunk computes with an Arrow kernel instead of Spark's row pipeline.
 
 Spark conf ``trident.partials.arrowKernel`` (default ``true``) turns the kernels off with
-``false``, e.g. to compare both plans.
+``false``, e.g. to compare both plans; batches (or chunks) of fewer than
+``trident.partials.arrowKernel.minRecords`` records (default 50,000) use Spark's operators.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARROW_KERNEL_CONF",
+    "DEFAULT_MIN_RECORDS",
+    "MIN_RECORDS_CONF",
     "arrow_kernel",
     "arrow_kernels_on",
     "kernel_frame",
@@ -33,14 +36,26 @@ _log = logging.getLogger(__name__)
 ARROW_KERNEL_CONF = "trident.partials.arrowKernel"
 """Spark conf key: ``false`` computes every state's partials with Spark's own operators."""
 
+MIN_RECORDS_CONF = "trident.partials.arrowKernel.minRecords"
+"""Spark conf key: the fewest records a batch (or chunk) needs for the kernel."""
 
-def arrow_kernels_on(spark: Any) -> bool:
-    """True unless the session's ``trident.partials.arrowKernel`` is ``false``."""
+DEFAULT_MIN_RECORDS = 50_000
+
+
+def arrow_kernels_on(spark: Any, records: int) -> bool:
+    """True unless the kernels are off or the batch is small.
+
+    Off: the session's ``trident.partials.arrowKernel`` is ``false``. Small: fewer than
+    ``trident.partials.arrowKernel.minRecords`` records (default
+    :data:`DEFAULT_MIN_RECORDS`): starting the executors' Python workers costs more than
+    the kernel saves on a few records, and Spark's operators need no Python at all.
+    """
     try:
         value = spark.conf.get(ARROW_KERNEL_CONF, "true")
-    except Exception:  # a remote session may refuse to read an unknown key: use the default
-        return True
-    return str(value).strip().lower() != "false"
+        least = spark.conf.get(MIN_RECORDS_CONF, str(DEFAULT_MIN_RECORDS))
+    except Exception:  # a remote session may refuse to read an unknown key: use the defaults
+        value, least = "true", str(DEFAULT_MIN_RECORDS)
+    return str(value).strip().lower() != "false" and records >= int(least)
 
 
 def arrow_kernel(state: TridentState, txid_column: str) -> tuple[CountSplit, Node] | None:

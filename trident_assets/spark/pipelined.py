@@ -148,8 +148,8 @@ class PipelinedRun(NodeFrames):
         if not is_live(parent, self.live):
             table = self.empty.state_input(state)
             return lambda: dict.fromkeys(self.txids, table)
-        kernel = arrow_kernel(state, TXID_COLUMN) if arrow_kernels_on(self.spark) else None
-        if kernel is not None:
+        kernel = arrow_kernel(state, TXID_COLUMN)
+        if kernel is not None and arrow_kernels_on(self.spark, self._records(kernel[1])):
             return self._kernel_job(state, *kernel)
         return self._operators_job(state)
 
@@ -177,6 +177,11 @@ class PipelinedRun(NodeFrames):
             return result
 
         return run
+
+    def _records(self, spout: Node) -> int:
+        """How many records ``spout`` reads in the chunk."""
+        sid = spout.args["spout_id"]
+        return sum(plans[sid].record_count for _, plans in self.batches)
 
     def _kernel_job(
         self, state: TridentState, spec: CountSplit, spout: Node

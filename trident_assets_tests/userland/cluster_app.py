@@ -11,7 +11,10 @@ Usage: ``python cluster_app.py HOME SPARK_URL --kafka HOST:PORT --topics SENTENC
 - ``join``: Storm's gender/age single join over the same log (the seed's ids 0..9);
 - ``kafka``: the Kafka-fed word count with its query stream, over two Kafka topics this
   script fills: :data:`KAFKA_FIRST` (one batch), then :data:`KAFKA_LATER` with the query
-  ``the moon`` (one more batch).
+  ``the moon`` (one more batch);
+- ``kernel``: a built-in word count (StringScheme, Split, Count) over the same sentences in
+  chunks of 3 txids, its partials computed by the Arrow kernel on the workers (no size
+  threshold), with the counts read straight from the log to compare.
 
 ``--transfer-rows N`` sends every driver-side table to Spark in slices of N rows.
 """
@@ -32,6 +35,7 @@ from trident_assets.examples.word_count import SENTENCES, build_word_count
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.arrow_transfer import MAX_ROWS_CONF
 from trident_assets.spark.executor import TopologyRunner
+from trident_assets.spark.kernel_plan import ARROW_KERNEL_CONF, MIN_RECORDS_CONF
 
 KAFKA_FIRST = [f"{SENTENCES[i % len(SENTENCES)]} n{i % 7}" for i in range(24)]
 KAFKA_LATER = [f"{SENTENCES[i % len(SENTENCES)]} n{i % 7}" for i in range(24, 30)]
@@ -131,6 +135,47 @@ def kafka_word_count(spark: Any, home: Path, bootstrap: str, topics: list[str]) 
     return {"counts": counts, "answers": [list(a) for a in answers], "batches": last}
 
 
+def kernel_word_count(spark: Any, home: Path) -> dict[str, Any]:
+    """The built-in word count by the Arrow kernel; the log's own counts; the kernel's flag."""
+    from collections import Counter
+
+    from trident_assets import Count
+    from trident_assets.spark.schemes import StringScheme
+    from trident_assets.spouts.config import SpoutConfig
+    from trident_assets.spouts.log_spout import LogSpout
+    from trident_assets.stream.operations import Split
+    from trident_assets.stream.topology import StateSpec, TridentTopology
+
+    log = PartitionedLog(home / "log")
+    topo = TridentTopology("kernel_wc")
+    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(max_batch_size=2))
+    topo.new_stream("sentences", spout).each("sentence", Split(), "word").group_by(
+        "word"
+    ).persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "value")
+    spark.conf.set(MIN_RECORDS_CONF, "0")
+    with DuckDBStore(home / "kernel.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log, max_spout_pending=3)
+        txids = 0
+        while runner.backlog():
+            txids = len(list(runner.run_batches(range(txids + 1, txids + 4)))) + txids
+        counts = {r["word"]: r["value"] for r in store.scan("kernel_wc__counts").to_pylist()}
+    words: Counter[str] = Counter()
+    for partition in range(log.partitions("sentences")):
+        last = log.latest_offset("sentences", partition) - 1
+        for value in log.read("sentences", partition, 0, last).column("value").to_pylist():
+            try:
+                text = value.decode()
+            except UnicodeDecodeError:  # a dead letter
+                continue
+            words.update(w for w in text.split(" ") if w)
+    return {
+        "counts": counts,
+        "log_counts": dict(words),
+        "txids": txids,
+        "kernel_still_on": spark.conf.get(ARROW_KERNEL_CONF, "true"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("home", type=Path)
@@ -147,6 +192,7 @@ def main() -> None:
     result["word_count"] = word_count_app.run(args.home, spark=spark)
     result["join"] = gender_age(spark, args.home)
     result["kafka"] = kafka_word_count(spark, args.home, args.kafka, args.topics.split(","))
+    result["kernel"] = kernel_word_count(spark, args.home)
     print(json.dumps(result))
 
 
