@@ -68,7 +68,7 @@ query ($partition: String!) {
 """
 OUTER_ROWS = """
 rows => rows
-  .filter(row => !row.parentElement.closest("td"))
+  .filter(row => row.isConnected && row.parentElement && !row.parentElement.closest("td"))
   .map(row => Array.from(row.cells).map(cell => cell.innerText.trim()))
 """
 """Cell texts of the page's table rows, without rows of tables nested in a cell (a preview)."""
@@ -103,8 +103,23 @@ def _metadata(materialization: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rows(page: Any) -> dict[str, list[str]]:
-    """The page's table rows by first cell (metadata keys), nested tables left out."""
-    return {cells[0]: cells[1:] for cells in page.eval_on_selector_all("tr", OUTER_ROWS) if cells}
+    """The page's table rows by first cell (metadata keys), nested tables left out.
+
+    The UI re-renders as it polls: a row detached while the rows are read is skipped, and a
+    read that fails because the table was replaced is repeated (up to 3 times).
+    """
+    from playwright.sync_api import Error
+
+    for attempt in range(3):
+        try:
+            rows = page.eval_on_selector_all("tr", OUTER_ROWS)
+        except Error:
+            if attempt == 2:
+                raise
+            time.sleep(1)
+            continue
+        return {cells[0]: cells[1:] for cells in rows if cells}
+    raise AssertionError("unreachable")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
