@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
 import statistics
@@ -32,7 +31,7 @@ from typing import Any
 
 from trident_assets.backends.replica import Replica
 from trident_assets.log.store import PartitionedLog
-from trident_assets.ui import ui_environment
+from trident_assets.ui import stop_process_group, ui_environment
 
 TOPOLOGY = "word_count"
 
@@ -131,12 +130,7 @@ def measure(
                     f"{k} {v:.1f}" for k, v in split.items()), flush=True)  # fmt: skip
             time.sleep(gap_s)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc, timeout_s=120)
         out.close()
     ordered = sorted(latencies)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]

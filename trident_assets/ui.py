@@ -28,6 +28,7 @@ __all__ = [
     "paste_command",
     "serve_ui",
     "shipped_dagster_yaml",
+    "stop_process_group",
     "ui_command",
     "ui_environment",
 ]
@@ -180,31 +181,34 @@ def serve_ui(
                 continue
     finally:
         if dev is not None:
-            _stop_group(dev)
+            stop_process_group(dev)
         if server is not None:
             server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
-def _stop_group(dev: subprocess.Popen[bytes]) -> None:
-    """Stop ``dagster dev`` and wait until nothing of its process group runs (SIGKILL at 60 s).
+def stop_process_group(
+    proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 60.0
+) -> None:
+    """Stop ``proc`` (leader of its own process group) and wait until nothing of the group runs.
 
-    ``dagster dev`` exits before its webserver, daemon and code servers have; they are in its
-    group.
+    ``sig`` goes to the group unless the leader has exited already; whatever still runs after
+    ``timeout_s`` gets SIGKILL. ``dagster dev`` exits before its webserver, daemon and code
+    servers have: they are in its group.
     """
-    if dev.poll() is None:
-        os.killpg(dev.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        dev.poll()
+        proc.poll()
         try:
-            os.killpg(dev.pid, 0)
+            os.killpg(proc.pid, 0)
         except ProcessLookupError:
             return
         time.sleep(0.2)
     try:
-        os.killpg(dev.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    dev.wait(30)
+    proc.wait(30)

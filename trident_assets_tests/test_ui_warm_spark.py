@@ -28,7 +28,7 @@ from trident_assets.backends.replica import Replica
 from trident_assets.cli import app
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
-from trident_assets.ui import SPARK_REMOTE_ENV, ui_environment
+from trident_assets.ui import SPARK_REMOTE_ENV, stop_process_group, ui_environment
 
 TRIDENT = Path(sys.executable).parent / "trident"
 
@@ -52,17 +52,10 @@ def _wait(what: str, probe: Callable[[], Any], timeout_s: float, log: Path) -> A
     pytest.fail(f"{what} not ready within {timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
 
 
-def _gone(pid: int) -> bool:
+def _gone(pid: int, *, group: bool = False) -> bool:
+    """True when no process ``pid`` (``group``: no process of group ``pid``) runs."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
+        (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return True
     return False
@@ -129,16 +122,11 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
         assert last is not None
         assert last >= 2, "a chunk of several txids (the pipelined path) ran"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        stop_process_group(proc, timeout_s=120)
     assert proc.returncode == 0, out_path.read_text()[-4000:]
     assert _gone(server_pid), "the Spark Connect server outlived `trident ui`"
     assert _gone(dev_pid), "dagster dev outlived `trident ui`"
-    assert _group_gone(dev_pid), "a process of dagster dev's group outlived `trident ui`"
+    assert _gone(dev_pid, group=True), "a process of dagster dev's group outlived `trident ui`"
     assert "telemetry" not in out_path.read_text().lower().replace("telemetry:", "")
     words = Counter(w for s in SENTENCES for w in s.split())
     with DuckDBStore(home / "state.duckdb") as store:
