@@ -174,11 +174,7 @@ def serve_ui(
             command, env=env, start_new_session=True, preexec_fn=die_with_parent
         )
         echo(f"dagster dev: pid {dev.pid}")
-        while True:
-            try:
-                return dev.wait()
-            except InterruptedError:  # pragma: no cover - PEP 475 retries wait() itself
-                continue
+        return dev.wait()  # a signal's handler runs meanwhile; wait() resumes (PEP 475)
     finally:
         if dev is not None:
             stop_process_group(dev)
