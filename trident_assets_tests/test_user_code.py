@@ -344,3 +344,74 @@ def test_the_suite_does_not_hide_the_interpreter() -> None:
     conftest = (Path(__file__).parent / "conftest.py").read_text()
     assert "PYSPARK_PYTHON" not in conftest
     assert os.environ.get("PYSPARK_PYTHON") in (None, sys.executable)
+
+
+# -- wrong return shapes from user functions ------------------------------------------------------
+
+
+def _shape_topology(kind: str) -> TridentTopology:
+    from trident_assets.stream.operations import PyFlatMap
+
+    topo = TridentTopology(f"shape_{kind}")
+    s = topo.new_stream("sentences", LogSpout("sentences", StringScheme("sentence")))
+    if kind == "str":
+        s.each("sentence", PyFunction(lambda x: x, {"ch": "string"}), "ch").as_output("o")
+    elif kind == "bytes":
+        s.flat_map(PyFlatMap(lambda x: x.encode(), {"b": "bigint"})).as_output("o")
+    elif kind == "not_iterable":
+        s.each("sentence", PyFunction(lambda x: 5, {"n": "bigint"}), "n").as_output("o")
+    else:
+        pairs = PyFunction(lambda x: [(x, x)], {"w": "string"})
+        s.each("sentence", pairs, "w").as_output("o")
+    return topo
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        (
+            "str",
+            "each(sentence) -> sentence, ch [PyFunction]: "
+            "trident_assets_tests.test_user_code._shape_topology.<locals>.<lambda> "
+            "failed on input tuple ('hello',): "
+            "returned a str 'hello' where an iterable of output tuples is expected; return a "
+            "list of tuples, e.g. [(value,)]",
+        ),
+        (
+            "bytes",
+            "flat_map -> b [PyFlatMap]: "
+            "trident_assets_tests.test_user_code._shape_topology.<locals>.<lambda> "
+            "failed on input tuple ('hello',): "
+            "returned a bytes b'hello' where an iterable of output tuples is expected; return "
+            "a list of tuples, e.g. [(value,)]",
+        ),
+        (
+            "not_iterable",
+            "each(sentence) -> sentence, n [PyFunction]: "
+            "trident_assets_tests.test_user_code._shape_topology.<locals>.<lambda> "
+            "failed on input tuple ('hello',): "
+            "returned a int 5, which is not iterable, where an iterable of output tuples is "
+            "expected; return a list of tuples, e.g. [(value,)]",
+        ),
+        (
+            "arity",
+            "each(sentence) -> sentence, w [PyFunction]: "
+            "trident_assets_tests.test_user_code._shape_topology.<locals>.<lambda> "
+            "failed on input tuple ('hello',): "
+            "expected 1 output values, got 2: ('hello', 'hello')",
+        ),
+    ],
+)
+def test_wrong_return_shapes_fail_the_batch_naming_step_and_tuple(
+    spark: Any, tmp_path: Path, kind: str, message: str
+) -> None:
+    log = PartitionedLog(tmp_path / "log")
+    log.create_topic("sentences", 1)
+    _sentences(log, "hello")
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    runner = TopologyRunner(_shape_topology(kind), spark, store, log)
+    with pytest.raises(UserCodeError) as failed:
+        runner.run_batch(1)
+    assert str(failed.value) == message
+    assert runner.last_committed() is None
+    store.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from trident_assets.errors import UserCodeError
@@ -77,9 +77,40 @@ def call(
         raise failure(step, named or fn, what, values, exc) from exc
 
 
+_NOT_TUPLES = (str, bytes, bytearray, memoryview, Mapping)
+"""Iterables that are never a sequence of output tuples (iterating them gives characters,
+byte values or keys)."""
+
+
 def call_many(step: str, fn: Callable[..., Any], values: tuple[Any, ...]) -> list[Any]:
-    """``list(fn(*values))``: a function that yields fails while it is iterated, named too."""
-    return call(step, lambda *args: list(fn(*args)), values, named=fn)
+    """``list(fn(*values))``: a function that yields fails while it is iterated, named too.
+
+    Raises:
+        UserCodeError: ``fn`` raised, or returned what is not an iterable of output tuples:
+            a ``str``, ``bytes``, ``bytearray``, ``memoryview`` or mapping (whose iteration
+            would emit one tuple per character, byte or key), or a non-iterable value.
+    """
+    result = call(step, fn, values, named=fn)
+    if isinstance(result, _NOT_TUPLES):
+        why = (
+            f"returned a {type(result).__name__} {_short(result)} where an iterable of output "
+            "tuples is expected; return a list of tuples, e.g. [(value,)]"
+        )
+        raise failure(step, fn, "input tuple", values, why)
+    if not isinstance(result, Iterable):
+        why = (
+            f"returned a {type(result).__name__} {_short(result)}, which is not iterable, where "
+            "an iterable of output tuples is expected; return a list of tuples, e.g. [(value,)]"
+        )
+        raise failure(step, fn, "input tuple", values, why)
+    if isinstance(result, list):
+        return result
+    try:  # a generator runs user code while it is iterated
+        return list(result)
+    except UserCodeError:
+        raise
+    except Exception as exc:
+        raise failure(step, fn, "input tuple", values, exc) from exc
 
 
 def call_batch(step: str, fn: Callable[..., Any], rows: Any, *args: Any) -> Any:
