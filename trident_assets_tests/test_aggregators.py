@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import pytest
-
 from trident_assets import (
-    AggregationError,
     CombinerValueUpdater,
     Count,
     Max,
@@ -32,8 +29,7 @@ def test_count_and_sum() -> None:
     assert Sum().init((4,)) == 4
     assert Sum().combine(1, 2.5) == 3.5
     assert Sum().combine(Decimal("1.1"), Decimal("2.2")) == Decimal("3.3")
-    with pytest.raises(AggregationError, match="Sum got a null value"):
-        Sum().init((None,))
+    assert Sum().init((None,)) == 0  # a null adds nothing, whatever else the batch holds
     assert (Count.sql_combine, Sum.sql_combine, Min.sql_combine, Max.sql_combine) == (
         "sum",
         "sum",
@@ -87,3 +83,20 @@ def test_global_reducer() -> None:
     snap.begin_commit(1)
     assert apply_reducer_global(snap, Collect(), [("a",), ("b",)]) == ["a", "b"]
     snap.commit(1)
+
+
+def test_sum_skips_nulls_the_same_alone_or_mixed() -> None:
+    sum_ = Sum()
+
+    def batch(values: list) -> object:
+        total = sum_.zero()
+        for v in values:
+            total = sum_.combine(total, sum_.init((v,)))
+        return total
+
+    assert batch([5, None]) == 5
+    assert batch([None]) == 0
+    assert batch([None, None]) == 0
+    assert batch([None, 2.5]) == 2.5
+    assert CombinerValueUpdater(sum_, batch([None]))(7) == 7
+    assert CombinerValueUpdater(sum_, batch([None]))(None) == 0

@@ -411,6 +411,34 @@ def test_dead_letters_are_kept_with_reason_and_good_records_counted(
     store.close()
 
 
+def test_sum_treats_a_null_the_same_alone_or_mixed_in_a_batch(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
+    log = _log(tmp_path, {"events": 1})
+    topo = TridentTopology("nulls")
+    scheme = JsonScheme({"word": "string", "n": "bigint"}, optional=("n",))
+    stream = topo.new_stream("events", LogSpout("events", scheme))
+    sums = stream.group_by("word").persistent_aggregate(StateSpec.opaque("sums"), "n", Sum(), "sum")
+    total = stream.persistent_aggregate(StateSpec.opaque("total"), "n", Sum(), "sum")
+    store = open_store()
+    runner = TopologyRunner(topo, spark, store, log)
+    # txid 1: a null mixed with a value; txid 2: a null alone; txid 3: only nulls
+    batches = [
+        [b'{"word": "a", "n": 5}', b'{"word": "a", "n": null}'],
+        [b'{"word": "b", "n": null}'],
+        [b'{"word": "a"}', b'{"word": "b", "n": null}'],
+    ]
+    for txid, values in enumerate(batches, start=1):
+        _send(log, "events", values)
+        outcome = runner.run_batch(txid)
+        assert outcome.applied
+        assert outcome.dead_letters == 0
+    assert runner.last_committed() == 3
+    assert _counts(store, sums.table) == {"a": 5, "b": 0}
+    assert [r["value"] for r in store.scan(total.table).to_pylist()] == [5]
+    store.close()
+
+
 # -- 7. a global persistent aggregate, empty batch ------------------------------------------------
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from trident_assets.core.protocols import Key, MapState, Snapshottable
-from trident_assets.errors import AggregationError
 
 __all__ = [
     "CombinerAggregator",
@@ -91,20 +90,18 @@ class Count(CombinerAggregator[int]):
 
 
 class Sum(CombinerAggregator[Any]):
-    """Sums the first input field (ints stay ints; floats and Decimals promote as in Python)."""
+    """Sums the first input field (ints stay ints; floats and Decimals promote as in Python).
+
+    A null value adds nothing: it is skipped, whatever else the batch holds, so a key whose
+    values in a batch are all null gets a partial of ``0`` (the sum of no values) and
+    ``{5, null}`` sums to 5, on Spark (``coalesce(sum(v), 0)``) and in Python alike.
+    """
 
     sql_combine = "sum"
 
     def init(self, values: tuple[Any, ...]) -> Any:
-        """The tuple's value.
-
-        Raises:
-            AggregationError: the value is None.
-        """
-        if values[0] is None:
-            msg = "Sum got a null value; filter nulls first (e.g. stream.filter(FilterNull()))"
-            raise AggregationError(msg)
-        return values[0]
+        """The tuple's value, or ``0`` for a null value (skipped)."""
+        return 0 if values[0] is None else values[0]
 
     def combine(self, a: Any, b: Any) -> Any:
         """Add partial sums."""

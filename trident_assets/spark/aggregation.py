@@ -29,8 +29,8 @@ def sql_expr(agg: CombinerAggregator[Any], column: str) -> Any:
 
     if isinstance(agg, Count):
         return F.count(F.lit(1))
-    if isinstance(agg, Sum):
-        return F.sum(F.col(column))
+    if isinstance(agg, Sum):  # nulls are skipped; a group of only nulls sums to 0 (Sum.init)
+        return F.coalesce(F.sum(F.col(column)), F.lit(0))
     if isinstance(agg, Min):
         return F.min(F.col(column))
     return F.max(F.col(column))
