@@ -92,7 +92,11 @@ def _utf8(column: str) -> tuple[Any, Any]:
 
 
 class RawScheme(Scheme):
-    """The value bytes as one binary field."""
+    """The value bytes as one binary field.
+
+    Accepts every record; only a null value (which the log never stores) is a dead letter,
+    ``value is null``.
+    """
 
     def __init__(self, field: str = "bytes", *, with_metadata: bool = False) -> None:
         """Emit the raw value as ``field``."""
@@ -108,7 +112,11 @@ class RawScheme(Scheme):
 
 
 class StringScheme(Scheme):
-    """The value as one UTF-8 string field (Storm's StringScheme, default field ``str``)."""
+    """The value as one UTF-8 string field (Storm's StringScheme, default field ``str``).
+
+    Accepts any value that is valid UTF-8, the empty value included, unchanged (no trimming,
+    no normalisation). Dead letters: ``value is null``, ``value is not valid UTF-8``.
+    """
 
     def __init__(self, field: str = "str", *, with_metadata: bool = False) -> None:
         """Emit the decoded value as ``field``."""
@@ -122,7 +130,11 @@ class StringScheme(Scheme):
 
 
 class KeyValueScheme(Scheme):
-    """Key and value as two UTF-8 string fields (a null key stays null)."""
+    """Key and value as two UTF-8 string fields (a null key stays null).
+
+    Accepts a record whose value is valid UTF-8 and whose key is null or valid UTF-8. Dead
+    letters: ``value is null``, ``value is not valid UTF-8``, ``key is not valid UTF-8``.
+    """
 
     def __init__(
         self, key_field: str = "key", value_field: str = "value", *, with_metadata: bool = False
