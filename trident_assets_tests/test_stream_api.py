@@ -32,7 +32,7 @@ from trident_assets.stream.static_state import StaticTable
 from trident_assets.stream.topology import StateSpec, StateUpdater, TridentTopology
 
 EVENTS = JsonScheme({"user": "string", "n": "bigint"})
-DEVICES = JsonScheme({"device_id": "bigint", "count": "bigint"})
+DEVICES = JsonScheme({"device_id": "bigint", "count": "bigint"}, optional=("count",))
 TICKS = JsonScheme({"tick": "bigint"})
 
 
