@@ -89,7 +89,7 @@ class StoreLockedError(TridentError):
 
 
 class AggregationError(TridentError):
-    """An aggregator was given input it cannot aggregate (e.g. Sum of a null value)."""
+    """An aggregator was given input it cannot aggregate (e.g. a null partial sum in a merge)."""
 
 
 class QuarantineError(TridentError):
