@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from trident_assets import Count
 from trident_assets.backends.state_store import open_state_store
 from trident_assets.errors import (
     ConfigError,
@@ -33,10 +34,9 @@ from trident_assets.spark.log_reader import read_ranges
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.log_spout import LogSpout
-from trident_assets.stream.operations import Split
-from trident_assets import Count
-from trident_assets.stream.topology import TridentTopology
 from trident_assets.stream.graph import StateSpec
+from trident_assets.stream.operations import Split
+from trident_assets.stream.topology import TridentTopology
 
 FLIPS = 200
 SEG = f"{0:020d}-{9:020d}.parquet"
@@ -70,7 +70,8 @@ def test_new_topics_have_an_id_and_checksums(tmp_path: Path) -> None:
     assert log.topic_id("words") == meta["topic_id"]
     assert log.checksums_required("words") is True
     crc = seg.with_name(SEG + ".crc32").read_text()
-    assert crc.startswith("crc32:") and len(crc) == 15
+    assert crc.startswith("crc32:")
+    assert len(crc) == 15
     assert log.read("words", 0, 0, 9).column("value").to_pylist()[9] == b"word-9"
 
 
@@ -205,9 +206,7 @@ def test_a_log_spout_refuses_an_invalid_topic_name() -> None:
         LogSpout(["ok", "a/b"], StringScheme("s"))
 
 
-def test_a_batch_over_a_missing_topic_fails_and_writes_nothing(
-    spark: Any, tmp_path: Path
-) -> None:
+def test_a_batch_over_a_missing_topic_fails_and_writes_nothing(spark: Any, tmp_path: Path) -> None:
     log = PartitionedLog(tmp_path / "log")
     topo = TridentTopology("wc_missing")
     spout = LogSpout("nosuch", StringScheme("sentence"), SpoutConfig(kind=SpoutKind.OPAQUE))
@@ -231,7 +230,7 @@ def test_a_batch_over_a_missing_topic_fails_and_writes_nothing(
 
 
 def test_a_writer_gives_up_on_a_stuck_lock_holder(tmp_path: Path) -> None:
-    log, seg = _topic(tmp_path / "log")
+    _, seg = _topic(tmp_path / "log")
     lock = seg.parent / ".lock"
     held = threading.Event()
     release = threading.Event()

@@ -51,8 +51,8 @@ from trident_assets.errors import (
     ConfigError,
     CorruptLogMetadataError,
     CorruptSegmentError,
-    LogLockTimeoutError,
     DiskFullError,
+    LogLockTimeoutError,
     is_disk_full,
 )
 from trident_assets.log.corruption import (
@@ -501,10 +501,12 @@ class PartitionedLog:
         try:
             meta = json.loads(text)
             if not isinstance(meta, dict):
-                raise ValueError("not a JSON object")
+                problem = "not a JSON object"
+                raise ValueError(problem)
             count = meta["partitions"]
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ValueError(f"'partitions' is {count!r}")
+                problem = f"'partitions' is {count!r}"
+                raise ValueError(problem)
         except (ValueError, KeyError) as exc:
             msg = (
                 f"topic {topic!r}: its metadata file {str(path)!r} is unreadable ({exc}); "
@@ -674,11 +676,12 @@ class PartitionedLog:
         try:
             value = json.loads(text)["log_start"]
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"'log_start' is {value!r}")
+                problem = f"'log_start' is {value!r}"
+                raise ValueError(problem)
         except (ValueError, KeyError, TypeError) as exc:
             msg = (
                 f"the retention start file {str(path)!r} is unreadable ({exc}); restore it "
-                "from a copy of the log, or write {\"log_start\": N} with the partition's "
+                'from a copy of the log, or write {"log_start": N} with the partition\'s '
                 "first readable offset"
             )
             raise CorruptLogMetadataError(msg) from None
