@@ -21,6 +21,7 @@ import pytest
 from trident_assets import Count
 from trident_assets.backends.state_store import open_state_store
 from trident_assets.errors import (
+    BatchUnavailableError,
     ConfigError,
     CorruptLogMetadataError,
     CorruptSegmentError,
@@ -33,7 +34,9 @@ from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.log_reader import read_ranges
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
+from trident_assets.spouts.coordinator import BatchCoordinator, TopicRecreatedWarning
 from trident_assets.spouts.log_spout import LogSpout
+from trident_assets.spouts.metastore import MemorySpoutMetaStore
 from trident_assets.stream.graph import StateSpec
 from trident_assets.stream.operations import Split
 from trident_assets.stream.topology import TridentTopology
@@ -265,3 +268,91 @@ def test_a_writer_gives_up_on_a_stuck_lock_holder(tmp_path: Path) -> None:
     assert lock.read_text() == f"{os.getpid()}\n"
     with pytest.raises(ConfigError, match="lock_timeout_s must be a positive number"):
         PartitionedLog(tmp_path / "log", lock_timeout_s=0)
+
+
+@pytest.fixture(params=["memory", "duckdb"])
+def spout_meta(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Spout metadata in memory and in a DuckDB state store."""
+    if request.param == "memory":
+        yield MemorySpoutMetaStore()
+        return
+    from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
+    from trident_assets.backends.duckdb_store import DuckDBStore
+
+    store = DuckDBStore(tmp_path / "meta.duckdb")
+    try:
+        yield DuckDBSpoutMetaStore(store)
+    finally:
+        store.close()
+
+
+def _recreate(log: PartitionedLog, records: int) -> str:
+    log.delete_topic("words")
+    log.create_topic("words", 1)
+    log.append("words", 0, [Record(b"zebra") for _ in range(records)])
+    topic_id = log.topic_id("words")
+    assert topic_id is not None
+    return topic_id
+
+
+def _coordinator(log: PartitionedLog, kind: SpoutKind, meta: Any) -> BatchCoordinator:
+    spout = LogSpout("words", StringScheme("s"))
+    return BatchCoordinator("wc", "words", spout.source(log), SpoutConfig(kind=kind), meta)
+
+
+def test_a_transactional_replay_on_a_recreated_topic_is_refused(
+    tmp_path: Path, spout_meta: Any
+) -> None:
+    log, _ = _topic(tmp_path / "log")
+    old = log.topic_id("words")
+    coord = _coordinator(log, SpoutKind.TRANSACTIONAL, spout_meta)
+    first = coord.emit(1)
+    assert [(r.first_offset, r.next_offset, r.topic_id) for r in first.ranges] == [(0, 10, old)]
+    coord.commit(first)
+    log.append("words", 0, [Record(b"more")] * 2)
+    second = coord.emit(2)
+    assert [(r.first_offset, r.next_offset) for r in second.ranges] == [(10, 12)]
+    new = _recreate(log, 12)
+    with pytest.raises(BatchUnavailableError) as info:
+        coord.emit(2)  # the replay of txid 2 would read the new topic's offsets 10..11
+    assert str(info.value) == (
+        "cannot replay txid 2 of spout 'words': it read words@0 offsets 10..11 of topic "
+        f"'words' with ID {old}, but the topic was deleted and re-created (ID now {new}). A "
+        "batch is never replayed with another topic's records; redeploy the topology with a "
+        "fresh state."
+    )
+    coord.commit(second)
+    with pytest.raises(BatchUnavailableError) as info:
+        coord.emit(3)
+    assert str(info.value) == (
+        "cannot plan txid 3: topic 'words' was deleted and re-created after spout 'words' read "
+        f"words@0 offsets up to 11 (topic ID then {old}, now {new}). A transactional spout "
+        "never continues on another topic's offsets; redeploy the topology with a fresh state "
+        "to read the new topic."
+    )
+
+
+def test_an_opaque_spout_resets_explicitly_on_a_recreated_topic(
+    tmp_path: Path, spout_meta: Any
+) -> None:
+    log, _ = _topic(tmp_path / "log")
+    old = log.topic_id("words")
+    coord = _coordinator(log, SpoutKind.OPAQUE, spout_meta)
+    first = coord.emit(1)
+    coord.commit(first)
+    assert first.recreated == ()
+    new = _recreate(log, 14)
+    with pytest.warns(TopicRecreatedWarning) as caught:
+        second = coord.emit(2)
+    assert str(caught[0].message) == (
+        "txid 2: topic 'words' was deleted and re-created after spout 'words' read words@0 "
+        f"offsets up to 9 (topic ID then {old}, now {new}); resuming words@0 at the new "
+        "topic's earliest offset 0"
+    )
+    assert second.recreated == ("words@0",)
+    assert [(r.first_offset, r.next_offset, r.topic_id) for r in second.ranges] == [(0, 14, new)]
+    coord.commit(second)
+    log.append("words", 0, [Record(b"x")])
+    third = coord.emit(3)
+    assert third.recreated == ()
+    assert [(r.first_offset, r.next_offset) for r in third.ranges] == [(14, 15)]

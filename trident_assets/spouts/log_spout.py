@@ -40,6 +40,10 @@ class LogSource:
         """
         return [f"{t}@{p}" for t in self.topics for p in range(self.log.partitions(t))]
 
+    def topic_id(self, partition: str) -> str | None:
+        """The ID of the partition's topic incarnation (None for a topic without one)."""
+        return self.log.topic_id(_split(partition)[0])
+
     def earliest(self, partition: str) -> int:
         """First readable offset."""
         return self.log.earliest_offset(*_split(partition))
