@@ -356,3 +356,38 @@ def test_an_opaque_spout_resets_explicitly_on_a_recreated_topic(
     third = coord.emit(3)
     assert third.recreated == ()
     assert [(r.first_offset, r.next_offset) for r in third.ranges] == [(14, 15)]
+
+
+def test_an_opaque_topology_counts_a_recreated_topic_from_its_start(
+    spark: Any, tmp_path: Path
+) -> None:
+    log = PartitionedLog(tmp_path / "log")
+    log.create_topic("sentences", 1)
+    log.append("sentences", 0, [Record(b"the cow"), Record(b"the moon")])
+    topo = TridentTopology("wc_recreated")
+    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(kind=SpoutKind.OPAQUE))
+    counts = (
+        topo.new_stream("sentences", spout)
+        .each("sentence", Split(), "word")
+        .group_by("word")
+        .persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "count")
+    )
+    store = open_state_store(str(tmp_path / "state.duckdb"))
+    try:
+        runner = TopologyRunner(topo, spark, store, log)
+        assert runner.run_batch(1).applied
+        log.delete_topic("sentences")
+        log.create_topic("sentences", 1)
+        log.append("sentences", 0, [Record(b"zebra zebra")] * 3)
+        with pytest.warns(TopicRecreatedWarning, match="resuming sentences@0 at the new topic"):
+            outcome = runner.run_batch(2)
+        assert outcome.applied
+        rows = store.scan(counts.table).to_pylist()
+        assert {r["word"]: r["value"] for r in rows} == {
+            "the": 2,
+            "cow": 1,
+            "moon": 1,
+            "zebra": 6,
+        }
+    finally:
+        store.close()
