@@ -12,7 +12,10 @@ import fcntl
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ from trident_assets.stream.graph import StateSpec
 from trident_assets.stream.operations import Split
 from trident_assets.stream.topology import TridentTopology
 
+TRIDENT = Path(sys.executable).parent / "trident"
 FLIPS = 200
 SEG = f"{0:020d}-{9:020d}.parquet"
 
@@ -57,6 +61,10 @@ def _flips(seg: Path) -> list[tuple[int, int]]:
     rng = random.Random(20261125)
     size = seg.stat().st_size
     return [(rng.randrange(size), rng.randrange(8)) for _ in range(FLIPS)]
+
+
+def _crc(data: bytes) -> str:
+    return f"{zlib.crc32(data):08x}"
 
 
 def _flip(data: bytes, at: int, bit: int) -> bytes:
@@ -391,3 +399,37 @@ def test_an_opaque_topology_counts_a_recreated_topic_from_its_start(
         }
     finally:
         store.close()
+
+
+def _trident(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    return subprocess.run(
+        [str(TRIDENT), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_log_verify_reports_a_checksum_mismatch_and_bad_metadata(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _, seg = _topic(home / "log")
+    good = seg.read_bytes()
+    seg.write_bytes(_flip(good, 40, 5))
+    done = _trident(["log", "verify", "words", "--home", str(home), "--format", "csv"], tmp_path)
+    assert done.returncode == 1
+    (line,) = done.stdout.splitlines()[1:]
+    assert line.startswith(f'words,0,1,0,10,CORRUPT,"{SEG} (offsets 0..9): checksum mismatch: ')
+    assert line.endswith(".crc32 says " + _crc(good) + ' (the file changed after it was written)"')
+    seg.write_bytes(good)
+    meta = home / "log" / "words" / "topic.json"
+    meta.write_text(meta.read_text()[:15])
+    done = _trident(["log", "verify", "words", "--home", str(home)], tmp_path)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.startswith(
+        f"error: topic 'words': its metadata file {str(meta)!r} is unreadable ("
+    )
+    assert "Traceback" not in done.stderr
