@@ -7,6 +7,10 @@ Layout on disk (everything below ``root``)::
     <root>/<topic>/<partition:05d>/.lock            partition-level flock (every writer)
     <root>/<topic>/<partition:05d>/log_start.json   {"log_start": offset} (retention)
     <root>/<topic>/<partition:05d>/<first:020d>-<last:020d>.parquet   one segment per append
+    <root>/<topic>/<partition:05d>/<first:020d>-<last:020d>.parquet.crc32   its checksum
+
+``topic.json`` also holds the topic's ``topic_id`` (a uuid given at creation: a topic deleted
+and re-created under the same name gets a new one) and ``"checksum": "crc32"``.
 
 Every segment is an immutable Parquet file holding the inclusive offset range in its name,
 with the columns of :data:`LOG_SCHEMA`. Offsets in a partition are contiguous from 0: segment
@@ -15,8 +19,13 @@ with the columns of :data:`LOG_SCHEMA`. Offsets in a partition are contiguous fr
 Publishing is atomic and crash-safe. A writer takes an exclusive ``fcntl.flock`` on the
 partition's ``.lock``, removes temp files left by writers that died holding the lock, computes
 the next offset from the last segment name (and the retention start), writes the segment to a
-``.tmp-*`` file in the same directory, fsyncs it, renames it to its final name and fsyncs the
-directory. Readers only ever look at names matching the final pattern, so a writer killed at
+``.tmp-*`` file in the same directory, fsyncs it, publishes its checksum file (the CRC-32 of
+every byte, written to a temp file and renamed), renames the segment to its final name and
+fsyncs the directory. Every read verifies the checksum (see
+:mod:`trident_assets.log.corruption`); topics created before checksums (no ``"checksum"`` in
+``topic.json``) read their segments that have none unverified.
+
+Readers only ever look at names matching the final pattern, so a writer killed at
 any point leaves either no trace visible to readers or a whole segment. Two writers in
 different processes (or threads, or :class:`PartitionedLog` instances) serialise on the lock,
 so they neither lose nor duplicate offsets.
