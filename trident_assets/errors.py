@@ -12,11 +12,13 @@ __all__ = [
     "AggregationError",
     "BatchUnavailableError",
     "ConfigError",
+    "CorruptLogMetadataError",
     "CorruptSegmentError",
     "CorruptStateError",
     "DiskFullError",
     "FieldNotFoundError",
     "HistoryUnavailableError",
+    "LogLockTimeoutError",
     "OutOfOrderCommitError",
     "QuarantineError",
     "StaleTxidError",
@@ -75,6 +77,17 @@ class CorruptSegmentError(TridentError):
     The message names the topic, partition, offset range and file, and what to do
     (``trident log verify TOPIC`` lists every damaged segment).
     """
+
+
+class CorruptLogMetadataError(CorruptSegmentError):
+    """A log metadata file (``topic.json``, ``log_start.json``) is missing or unreadable.
+
+    The message names the file and what to do.
+    """
+
+
+class LogLockTimeoutError(TridentError):
+    """A log writer waited longer than its lock timeout for a partition or topic lock."""
 
 
 class CorruptStateError(StateLayoutError):

@@ -166,7 +166,7 @@ def test_append_empty_returns_empty_range_and_writes_nothing(log: PartitionedLog
     assert log.append("t", 0, []) == (1, 0)
     assert log.append("t", 0, pa.table({"value": pa.array([], pa.binary())})) == (1, 0)
     assert log.latest_offset("t", 0) == 1
-    assert len(os.listdir(log.root / "t" / "00000")) == 2  # one segment + .lock
+    assert len(os.listdir(log.root / "t" / "00000")) == 3  # one segment, its .crc32, .lock
 
 
 @pytest.mark.parametrize(

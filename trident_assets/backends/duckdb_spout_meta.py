@@ -32,19 +32,21 @@ class DuckDBSpoutMetaStore:
             "deployment_id VARCHAR NOT NULL, committed BOOLEAN NOT NULL, "
             "PRIMARY KEY (topology, spout, txid, partition))"
         )
+        # the topic incarnation (log topic ID) each range was read from; NULL for older rows
+        store.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS topic_id VARCHAR")
 
     def ranges(
         self, topology: str, spout: str, txid: int
     ) -> tuple[list[PartitionRange], bool] | None:
         """Return the recorded ranges of ``txid`` and whether they are committed."""
         rows = self.store.fetch_rows(
-            f"SELECT partition, first_offset, next_offset, deployment_id, committed FROM {TABLE} "
-            "WHERE topology = ? AND spout = ? AND txid = ? ORDER BY partition",
+            "SELECT partition, first_offset, next_offset, deployment_id, topic_id, committed "
+            f"FROM {TABLE} WHERE topology = ? AND spout = ? AND txid = ? ORDER BY partition",
             [topology, spout, txid],
         )
         if not rows:
             return None
-        return [PartitionRange(p, f, n, d) for p, f, n, d, _ in rows], bool(rows[0][4])
+        return [PartitionRange(p, f, n, d, t) for p, f, n, d, t, _ in rows], bool(rows[0][5])
 
     def record(
         self,
@@ -62,6 +64,7 @@ class DuckDBSpoutMetaStore:
                 "first_offset": pa.array([r.first_offset for r in ranges], pa.int64()),
                 "next_offset": pa.array([r.next_offset for r in ranges], pa.int64()),
                 "deployment_id": [r.deployment_id for r in ranges],
+                "topic_id": pa.array([r.topic_id for r in ranges], pa.string()),
             }
         )
         with store.transaction():
@@ -72,8 +75,10 @@ class DuckDBSpoutMetaStore:
             if ranges:
                 with store.staged(batch) as name:
                     store.execute(
-                        f"INSERT INTO {TABLE} SELECT ?, ?, ?, partition, first_offset, "
-                        f'next_offset, deployment_id, ? FROM "{name}"',
+                        f"INSERT INTO {TABLE} (topology, spout, txid, partition, first_offset, "
+                        "next_offset, deployment_id, committed, topic_id) SELECT ?, ?, ?, "
+                        "partition, first_offset, next_offset, deployment_id, ?, topic_id "
+                        f'FROM "{name}"',
                         [topology, spout, txid, committed],
                     )
 
@@ -83,7 +88,7 @@ class DuckDBSpoutMetaStore:
         """For each partition, its range in the greatest recorded txid below ``txid``."""
         rows = self.store.fetch_rows(
             self.store.dialect.latest(
-                "partition, first_offset, next_offset, deployment_id",
+                "partition, first_offset, next_offset, deployment_id, topic_id",
                 f"{TABLE} WHERE topology = ? AND spout = ? AND txid < ? "
                 "AND (committed OR NOT CAST(? AS BOOLEAN))",
                 "partition",
@@ -91,7 +96,7 @@ class DuckDBSpoutMetaStore:
             ),
             [topology, spout, txid, committed_only],
         )
-        return {p: PartitionRange(p, f, n, d) for p, f, n, d in rows}
+        return {p: PartitionRange(p, f, n, d, t) for p, f, n, d, t in rows}
 
     def last_committed_txid(self, topology: str, spout: str) -> int | None:
         """Return the greatest committed txid."""

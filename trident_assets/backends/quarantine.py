@@ -85,7 +85,7 @@ def add_entries(
             "ranges": [
                 json.dumps(
                     [
-                        [r.partition, r.first_offset, r.next_offset, r.deployment_id]
+                        [r.partition, r.first_offset, r.next_offset, r.deployment_id, r.topic_id]
                         for r in ranges[spout]
                     ]
                 )

@@ -9,6 +9,7 @@ statistics span exactly ``first .. last``. Every problem is raised as a
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Protocol
 
@@ -17,7 +18,26 @@ import pyarrow.parquet as pq
 
 from trident_assets.errors import CorruptSegmentError
 
-__all__ = ["SegmentLike", "corrupt_segment_error", "footer_problem", "gap_error", "read_failure"]
+__all__ = [
+    "CHECKSUM_SUFFIX",
+    "SegmentLike",
+    "checksum_path",
+    "checksum_problem",
+    "corrupt_segment_error",
+    "crc32_text",
+    "footer_problem",
+    "gap_error",
+    "read_failure",
+    "read_verified",
+]
+
+CHECKSUM_SUFFIX = ".crc32"
+"""Suffix of a segment's checksum file: ``<segment name>.crc32`` holds ``crc32:<8 hex>``.
+
+The checksum is a CRC-32 (``zlib.crc32``, the IEEE polynomial) of every byte of the segment
+file, header, data pages and footer. Any CRC-32 detects every single-bit flip and every burst
+of up to 32 bits; ``zlib`` is in the standard library and runs at memory speed.
+"""
 
 
 class SegmentLike(Protocol):
@@ -135,3 +155,58 @@ def footer_problem(seg: SegmentLike) -> str | None:
     if lows and (min(lows) != seg.first or max(highs) != seg.last):
         return f"holds offsets {min(lows)}..{max(highs)}, its name says {seg.first}..{seg.last}"
     return None
+
+
+def checksum_path(path: Path) -> Path:
+    """The checksum file of the segment file ``path``."""
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def crc32_text(data: bytes | memoryview) -> str:
+    """The content of a checksum file for a segment holding ``data``."""
+    return f"crc32:{zlib.crc32(data):08x}\n"
+
+
+def checksum_problem(path: Path, data: bytes, required: bool) -> str | None:
+    """Compare ``data`` (all bytes of segment file ``path``) with its checksum file.
+
+    Args:
+        path: The segment file.
+        data: Its bytes, as just read.
+        required: The topic was created with checksums (``"checksum": "crc32"`` in
+            ``topic.json``), so a missing checksum file is a problem. Segments of topics
+            created before checksums existed have none and are read unverified.
+
+    Returns:
+        What is wrong, or None if the checksum matches (or is absent and not required).
+    """
+    side = checksum_path(path)
+    try:
+        text = side.read_text(encoding="ascii", errors="replace").strip()
+    except FileNotFoundError:
+        if required:
+            return f"its checksum file {str(side)!r} is missing"
+        return None
+    if not text.startswith("crc32:") or len(text) != 14:
+        return f"its checksum file {str(side)!r} is unreadable ({text[:40]!r})"
+    actual = f"{zlib.crc32(data):08x}"
+    if text[6:] != actual:
+        return (
+            f"checksum mismatch: the file's CRC-32 is {actual}, {side.name} says {text[6:]} "
+            "(the file changed after it was written)"
+        )
+    return None
+
+
+def read_verified(topic: str, partition: int, seg: SegmentLike, required: bool) -> bytes:
+    """Read all bytes of ``seg`` and verify them against its checksum file.
+
+    Raises:
+        CorruptSegmentError: the checksum does not match, or is missing when required.
+        FileNotFoundError: the segment file is gone (retention; the caller decides).
+    """
+    data = seg.path.read_bytes()
+    problem = checksum_problem(seg.path, data, required)
+    if problem is not None:
+        raise corrupt_segment_error(topic, partition, seg, problem)
+    return data

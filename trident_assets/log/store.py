@@ -7,6 +7,10 @@ Layout on disk (everything below ``root``)::
     <root>/<topic>/<partition:05d>/.lock            partition-level flock (every writer)
     <root>/<topic>/<partition:05d>/log_start.json   {"log_start": offset} (retention)
     <root>/<topic>/<partition:05d>/<first:020d>-<last:020d>.parquet   one segment per append
+    <root>/<topic>/<partition:05d>/<first:020d>-<last:020d>.parquet.crc32   its checksum
+
+``topic.json`` also holds the topic's ``topic_id`` (a uuid given at creation: a topic deleted
+and re-created under the same name gets a new one) and ``"checksum": "crc32"``.
 
 Every segment is an immutable Parquet file holding the inclusive offset range in its name,
 with the columns of :data:`LOG_SCHEMA`. Offsets in a partition are contiguous from 0: segment
@@ -15,8 +19,13 @@ with the columns of :data:`LOG_SCHEMA`. Offsets in a partition are contiguous fr
 Publishing is atomic and crash-safe. A writer takes an exclusive ``fcntl.flock`` on the
 partition's ``.lock``, removes temp files left by writers that died holding the lock, computes
 the next offset from the last segment name (and the retention start), writes the segment to a
-``.tmp-*`` file in the same directory, fsyncs it, renames it to its final name and fsyncs the
-directory. Readers only ever look at names matching the final pattern, so a writer killed at
+``.tmp-*`` file in the same directory, fsyncs it, publishes its checksum file (the CRC-32 of
+every byte, written to a temp file and renamed), renames the segment to its final name and
+fsyncs the directory. Every read verifies the checksum (see
+:mod:`trident_assets.log.corruption`); topics created before checksums (no ``"checksum"`` in
+``topic.json``) read their segments that have none unverified.
+
+Readers only ever look at names matching the final pattern, so a writer killed at
 any point leaves either no trace visible to readers or a whole segment. Two writers in
 different processes (or threads, or :class:`PartitionedLog` instances) serialise on the lock,
 so they neither lose nor duplicate offsets.
@@ -49,11 +58,20 @@ import pyarrow.parquet as pq
 from trident_assets.errors import (
     BatchUnavailableError,
     ConfigError,
+    CorruptLogMetadataError,
     CorruptSegmentError,
     DiskFullError,
+    LogLockTimeoutError,
     is_disk_full,
 )
-from trident_assets.log.corruption import corrupt_segment_error, gap_error, read_failure
+from trident_assets.log.corruption import (
+    checksum_path,
+    corrupt_segment_error,
+    crc32_text,
+    gap_error,
+    read_failure,
+    read_verified,
+)
 from trident_assets.log.names import (
     validate_partition,
     validate_partition_count,
@@ -198,15 +216,55 @@ def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     _fsync_path(path.parent, directory=True)
 
 
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+"""How long a writer waits for a partition or topic lock before failing (seconds)."""
+
+
+def _lock_holder(fd: int) -> str:
+    """The PID the current holder wrote into the lock file, as text for a message."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
+    except OSError:
+        text = ""
+    return f"process {text}" if text.isdigit() else "an unknown process"
+
+
 @contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
+def _flock(path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive flock on ``path``, waiting at most ``timeout_s`` seconds for it.
+
+    The holder writes its PID into the lock file after acquiring it (a flock has no owner),
+    so a writer that times out can name the process holding it.
+
+    Raises:
+        LogLockTimeoutError: the lock was not free within ``timeout_s``; the message names the
+            lock file and the holder's PID when known.
+    """
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except FileNotFoundError:
         msg = f"directory {str(path.parent)!r} is missing (topic deleted?)"
         raise UnknownTopicError(msg) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + timeout_s
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    msg = (
+                        f"timed out after {timeout_s:g} s waiting for the log lock "
+                        f"{str(path)!r}, held by {_lock_holder(fd)}; if that process is stuck, "
+                        "stop it (the lock is released when it exits), or raise lock_timeout_s"
+                    )
+                    raise LogLockTimeoutError(msg) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
@@ -367,7 +425,13 @@ class PartitionedLog:
         root: The log directory (created if missing).
     """
 
-    def __init__(self, root: str | Path, *, spark_root: str | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        spark_root: str | None = None,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> None:
         """The log in directory ``root`` (created if missing).
 
         ``spark_root``: where Spark (the driver's JVM and the executors) finds this directory
@@ -375,9 +439,22 @@ class PartitionedLog:
         ``hdfs://nn/trident/log``), or another path. Default: ``root`` itself (local mode, or a
         filesystem shared by every node at that path).
 
+        ``lock_timeout_s``: how long a writer (append, retention, add_partitions) waits for
+        a partition's lock before raising
+        :class:`~trident_assets.errors.LogLockTimeoutError`.
+
         Raises:
-            ConfigError: ``spark_root`` is neither an absolute path nor a URL.
+            ConfigError: ``spark_root`` is neither an absolute path nor a URL, or
+                ``lock_timeout_s`` is not a positive number.
         """
+        if (
+            isinstance(lock_timeout_s, bool)
+            or not isinstance(lock_timeout_s, (int, float))
+            or not lock_timeout_s > 0
+        ):
+            msg = f"lock_timeout_s must be a positive number of seconds, got {lock_timeout_s!r}"
+            raise ConfigError(msg)
+        self.lock_timeout_s = float(lock_timeout_s)
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
         if spark_root is not None and (
@@ -410,13 +487,56 @@ class PartitionedLog:
         return self.root / topic / f"{partition:05d}"
 
     def _read_meta(self, topic: str) -> dict[str, Any]:
-        path = self._topic_dir(topic) / "topic.json"
+        tdir = self._topic_dir(topic)
+        path = tdir / "topic.json"
         try:
             with open(path, encoding="utf-8") as fh:
-                return dict(json.load(fh))
+                text = fh.read()
         except FileNotFoundError:
-            msg = f"topic {topic!r} does not exist in log {str(self.root)!r}; create it first"
+            if tdir.is_dir():
+                msg = (
+                    f"topic {topic!r}: its metadata file {str(path)!r} is missing although the "
+                    "topic directory exists; restore the file from a copy of the log (or "
+                    f"delete the directory and recreate the topic: `trident log create-topic "
+                    f"{topic} PARTITIONS`)"
+                )
+                raise CorruptLogMetadataError(msg) from None
+            msg = (
+                f"topic {topic!r} does not exist in log {str(self.root)!r}; create it first "
+                f"(`trident log create-topic {topic} PARTITIONS` or "
+                "PartitionedLog.create_topic)"
+            )
             raise UnknownTopicError(msg) from None
+        try:
+            meta = json.loads(text)
+            if not isinstance(meta, dict):
+                problem = "not a JSON object"
+                raise ValueError(problem)
+            count = meta["partitions"]
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                problem = f"'partitions' is {count!r}"
+                raise ValueError(problem)
+        except (ValueError, KeyError) as exc:
+            msg = (
+                f"topic {topic!r}: its metadata file {str(path)!r} is unreadable ({exc}); "
+                "restore it from a copy of the log"
+            )
+            raise CorruptLogMetadataError(msg) from None
+        return meta
+
+    def topic_id(self, topic: str) -> str | None:
+        """The ID given to ``topic`` at creation (a uuid hex), or None for an older topic."""
+        value = self._read_meta(topic).get("topic_id")
+        return value if isinstance(value, str) else None
+
+    def checksums_required(self, topic: str) -> bool:
+        """True when every segment of ``topic`` must have a checksum file.
+
+        Topics created since checksums exist say ``"checksum": "crc32"`` in ``topic.json``;
+        for older topics, segments with a checksum file are verified and those without are
+        read unverified.
+        """
+        return self._read_meta(topic).get("checksum") == "crc32"
 
     def create_topic(self, name: str, partitions: int) -> None:
         """Create topic ``name`` with ``partitions`` empty partitions, atomically.
@@ -448,6 +568,8 @@ class PartitionedLog:
                 "name": name,
                 "partitions": partitions,
                 "created_ms": _now_ms(),
+                "topic_id": uuid.uuid4().hex,
+                "checksum": "crc32",
             }
             _write_json_atomic(staging / "topic.json", meta)
             try:
@@ -477,7 +599,7 @@ class PartitionedLog:
         total = validate_partition_count(total)
         tdir = self._topic_dir(name)
         self._read_meta(name)
-        with _flock(tdir / ".lock"):
+        with _flock(tdir / ".lock", self.lock_timeout_s):
             meta = self._read_meta(name)
             current = int(meta["partitions"])
             if total <= current:
@@ -554,11 +676,25 @@ class PartitionedLog:
 
     @staticmethod
     def _read_log_start(pdir: Path) -> int:
+        path = pdir / "log_start.json"
         try:
-            with open(pdir / "log_start.json", encoding="utf-8") as fh:
-                return int(json.load(fh)["log_start"])
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
         except FileNotFoundError:
             return 0
+        try:
+            value = json.loads(text)["log_start"]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                problem = f"'log_start' is {value!r}"
+                raise ValueError(problem)
+        except (ValueError, KeyError, TypeError) as exc:
+            msg = (
+                f"the retention start file {str(path)!r} is unreadable ({exc}); restore it "
+                'from a copy of the log, or write {"log_start": N} with the partition\'s '
+                "first readable offset"
+            )
+            raise CorruptLogMetadataError(msg) from None
+        return value
 
     @staticmethod
     def _latest(segs: list[Segment], log_start: int) -> int:
@@ -689,7 +825,7 @@ class PartitionedLog:
         if n == 0:
             latest = self.latest_offset(topic, partition)
             return latest, latest - 1
-        with _flock(pdir / ".lock"):
+        with _flock(pdir / ".lock", self.lock_timeout_s):
             for entry in os.scandir(pdir):
                 if entry.name.startswith(_TMP_PREFIX):
                     # Left by a writer that died holding the lock: never published.
@@ -726,6 +862,13 @@ class PartitionedLog:
                     "send them again"
                 )
                 raise DiskFullError(msg) from exc
+            # the checksum file is published first: a visible segment always has one
+            side_tmp = pdir / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.crc32"
+            with open(side_tmp, "w", encoding="ascii") as fh:
+                fh.write(crc32_text(tmp.read_bytes()))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(side_tmp, checksum_path(final))
             if _before_publish is not None:
                 _before_publish(tmp)
             os.rename(tmp, final)
@@ -769,7 +912,7 @@ class PartitionedLog:
         """
         pdir = self._pdir(topic, partition)
         offset = _check_offset(offset, "offset")
-        with _flock(pdir / ".lock"):
+        with _flock(pdir / ".lock", self.lock_timeout_s):
             start = self._read_log_start(pdir)
             segs = self._list_segments(pdir)
             latest = self._latest(segs, start)
@@ -786,6 +929,8 @@ class PartitionedLog:
                 if s.last < offset:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(s.path)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(checksum_path(s.path))
             _fsync_path(pdir, directory=True)
             return offset
 
@@ -826,11 +971,13 @@ class PartitionedLog:
         pdir = self._pdir(topic, partition)
         timestamp_ms = _check_offset(timestamp_ms, "timestamp_ms")
         start = self._read_log_start(pdir)
+        required = self.checksums_required(topic)
         for seg in self._list_segments(pdir):
             if seg.last < start:
                 continue
             try:
-                pf = pq.ParquetFile(seg.path)
+                data = read_verified(topic, partition, seg, required)
+                pf = pq.ParquetFile(pa.BufferReader(data))
             except FileNotFoundError:
                 continue  # removed by retention meanwhile: all its offsets are below the start
             except (pa.ArrowException, OSError) as exc:
@@ -892,9 +1039,10 @@ class PartitionedLog:
         if segs is None:
             return LOG_SCHEMA.empty_table()
         pieces = []
+        required = self.checksums_required(topic)
         try:
             for seg in segs:
-                pieces.append(self._read_segment(topic, partition, seg, first, last))
+                pieces.append(self._read_segment(topic, partition, seg, first, last, required))
         except FileNotFoundError:
             pdir = self._partition_dir(topic, partition)
             earliest = self._read_log_start(pdir)
@@ -919,18 +1067,24 @@ class PartitionedLog:
         return table
 
     @staticmethod
-    def _read_segment(topic: str, partition: int, seg: Segment, first: int, last: int) -> pa.Table:
+    def _read_segment(
+        topic: str, partition: int, seg: Segment, first: int, last: int, required: bool = True
+    ) -> pa.Table:
         """Read offsets ``first .. last`` of ``seg``; every failure names the segment.
 
+        The whole file is read once and its CRC-32 checked against its checksum file
+        (missing allowed only when not ``required``) before Parquet decodes it.
+
         Raises:
-            CorruptSegmentError: the file is not readable Parquet, or its rows or offsets
-                disagree with its name.
+            CorruptSegmentError: the checksum does not match (or is missing when required),
+                the file is not readable Parquet, or its rows or offsets disagree with its name.
             FileNotFoundError: the file is gone (retention; the caller decides).
         """
         lo = max(first, seg.first) - seg.first  # row index within the segment
         hi = min(last, seg.last) - seg.first
+        data = read_verified(topic, partition, seg, required)
         try:
-            with pq.ParquetFile(seg.path) as pf:
+            with pq.ParquetFile(pa.BufferReader(data)) as pf:
                 meta = pf.metadata
                 size = seg.last - seg.first + 1
                 if meta.num_rows != size:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from trident_assets.log.corruption import corrupt_segment_error, footer_problem
+from trident_assets.log.corruption import checksum_problem, corrupt_segment_error, footer_problem
 from trident_assets.log.store import SEGMENT_PATTERN, PartitionedLog, Segment
 
 __all__ = ["PartitionReport", "check_segment_files", "verify_log", "verify_partition"]
@@ -62,6 +62,7 @@ def verify_partition(log: PartitionedLog, topic: str, partition: int) -> Partiti
         ConfigError: the partition is out of range.
     """
     pdir = log._pdir(topic, partition)
+    required = log.checksums_required(topic)
     start = log._read_log_start(pdir)
     segs = log._list_segments(pdir)
     problems: list[str] = []
@@ -88,7 +89,8 @@ def verify_partition(log: PartitionedLog, topic: str, partition: int) -> Partiti
                 f"(offsets {seg.first}..{expected - 1} twice)"
             )
         try:
-            problem = footer_problem(seg)
+            problem = checksum_problem(seg.path, seg.path.read_bytes(), required)
+            problem = problem or footer_problem(seg)
         except FileNotFoundError:
             problem = None if seg.last < log._read_log_start(pdir) else "file vanished"
         if problem is not None:
@@ -109,10 +111,16 @@ def verify_log(log: PartitionedLog, topic: str | None = None) -> list[PartitionR
     return [verify_partition(log, name, p) for name in names for p in range(log.partitions(name))]
 
 
-def check_segment_files(topic: str, partition: int, paths: Sequence[str]) -> None:
-    """Check the footers of segment files before another reader (Spark) opens them.
+def check_segment_files(
+    topic: str, partition: int, paths: Sequence[str], required: bool = True
+) -> None:
+    """Check segment files before another reader (Spark) opens them.
 
-    Each file is checked once per (path, size, modification time); only its footer is read.
+    Every call reads each file whole and checks its CRC-32 against its checksum file (bit rot
+    changes neither size nor modification time, so this is never cached); a missing checksum
+    file is a problem when ``required`` (see
+    :meth:`~trident_assets.log.store.PartitionedLog.checksums_required`). The footer check
+    runs once per (path, size, modification time).
 
     Raises:
         CorruptSegmentError: a file is unreadable or disagrees with its name; the message
@@ -128,11 +136,12 @@ def check_segment_files(topic: str, partition: int, paths: Sequence[str]) -> Non
         except FileNotFoundError:
             continue  # retention removed it meanwhile: Spark's read reports it
         key = (str(p), st.st_size, st.st_mtime_ns)
-        if key in _CHECKED:
-            continue
         seg = Segment(int(match.group(1)), int(match.group(2)), p)
         try:
-            problem = footer_problem(seg)
+            problem = checksum_problem(p, p.read_bytes(), required)
+            if problem is None and key in _CHECKED:
+                continue
+            problem = problem or footer_problem(seg)
         except FileNotFoundError:
             continue
         if problem is not None:

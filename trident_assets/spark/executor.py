@@ -457,7 +457,7 @@ class TopologyRunner:
             kind = node.args["spout"].config.kind
             previous = self.meta.latest_before(self.scope, sid, new, True)
             position = [
-                PartitionRange(p, r.next_offset, r.next_offset, r.deployment_id)
+                PartitionRange(p, r.next_offset, r.next_offset, r.deployment_id, r.topic_id)
                 for p, r in previous.items()
             ]
             recorded[sid] = BatchPlan.of(self.scope, sid, new, kind, position, replay=False)

@@ -242,7 +242,8 @@ def _scan(
         paths = log.segment_files(topic, partition, first, last)  # validates everything
         if not paths:
             continue
-        check_segment_files(topic, int(partition), paths)  # footers only, once per file
+        # checksum of every byte on every read, footer once per file
+        check_segment_files(topic, int(partition), paths, log.checksums_required(topic))
         files.update(dict.fromkeys(paths))
         indices.append(index)
     if not files:

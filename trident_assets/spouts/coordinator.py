@@ -7,10 +7,18 @@
   become final when the batch commits (recorded in the state's transaction). Once a txid
   is committed its ranges are final, so a later replay reads exactly them.
 * Non-transactional: reads from where the last attempt ended; no replay guarantee.
+
+Topic incarnations: a source that names the incarnation of a partition's topic (the log's
+``topic_id``) has it recorded with every range. A replay whose topic was deleted and re-created
+since is refused (:class:`~trident_assets.errors.BatchUnavailableError`), whatever the kind. A
+new transactional batch after a re-creation is refused too; an opaque or non-transactional
+one resets explicitly: it warns (:class:`TopicRecreatedWarning`), reads the partition from the
+new topic's earliest offset and lists it in :attr:`BatchPlan.recreated`.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from trident_assets.errors import BatchUnavailableError, OutOfOrderCommitError
@@ -20,7 +28,16 @@ from trident_assets.spouts.planner import fair_split, start_offset
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 from trident_assets.spouts.source import PartitionedSource
 
-__all__ = ["BatchCoordinator"]
+__all__ = ["BatchCoordinator", "TopicRecreatedWarning"]
+
+
+class TopicRecreatedWarning(UserWarning):
+    """An opaque spout's topic was deleted and re-created; it resumed at the new earliest offset."""
+
+
+def _topic_id(source: PartitionedSource, partition: str) -> str | None:
+    get = getattr(source, "topic_id", None)
+    return None if get is None else get(partition)
 
 
 class BatchCoordinator:
@@ -107,17 +124,24 @@ class BatchCoordinator:
     def _plan_new(self, txid: int, previous: dict[str, PartitionRange]) -> BatchPlan:
         starts: dict[str, int] = {}
         available: dict[str, int] = {}
+        ids: dict[str, str | None] = {}
+        recreated: list[str] = []
         skipped = 0
         for partition in self.source.partitions():
             prev = previous.get(partition)
-            start = start_offset(self.source, partition, prev, self.config)
-            if prev is not None and prev.deployment_id == self.config.deployment_id:
-                skipped += max(0, start - prev.next_offset)
+            ids[partition] = current = _topic_id(self.source, partition)
+            if prev is not None and prev.topic_id is not None and prev.topic_id != current:
+                start = self._recreated(txid, prev, current)
+                recreated.append(partition)
+            else:
+                start = start_offset(self.source, partition, prev, self.config)
+                if prev is not None and prev.deployment_id == self.config.deployment_id:
+                    skipped += max(0, start - prev.next_offset)
             starts[partition] = start
             available[partition] = self.source.latest(partition) - start
         take = fair_split(available, self.config.max_batch_size)
         ranges = [
-            PartitionRange(p, starts[p], starts[p] + take[p], self.config.deployment_id)
+            PartitionRange(p, starts[p], starts[p] + take[p], self.config.deployment_id, ids[p])
             for p in starts
         ]
         return BatchPlan.of(
@@ -128,7 +152,31 @@ class BatchCoordinator:
             ranges,
             replay=False,
             skipped_by_retention=skipped,
+            recreated=recreated,
         )
+
+    def _recreated(self, txid: int, prev: PartitionRange, current: str | None) -> int:
+        """Refuse (transactional) or reset to the new earliest offset with a warning."""
+        what = (
+            f"topic {prev.topic!r} was deleted and re-created after spout {self.spout!r} "
+            f"read {prev.partition} offsets up to {prev.next_offset - 1} "
+            f"(topic ID then {prev.topic_id}, now {current})"
+        )
+        if self.config.kind is SpoutKind.TRANSACTIONAL:
+            msg = (
+                f"cannot plan txid {txid}: {what}. A transactional spout never continues on "
+                "another topic's offsets; redeploy the topology with a fresh state to read the "
+                "new topic."
+            )
+            raise BatchUnavailableError(msg)
+        start = self.source.earliest(prev.partition)
+        warnings.warn(
+            f"txid {txid}: {what}; resuming {prev.partition} at the new topic's earliest "
+            f"offset {start}",
+            TopicRecreatedWarning,
+            stacklevel=3,
+        )
+        return start
 
     def check_readable(self, txid: int, ranges: Sequence[PartitionRange]) -> None:
         """Raise :class:`BatchUnavailableError` unless the source still holds every range."""
@@ -136,6 +184,17 @@ class BatchCoordinator:
         for r in ranges:
             if r.count == 0:
                 continue
+            if r.topic_id is not None and r.partition in existing:
+                current = _topic_id(self.source, r.partition)
+                if current != r.topic_id:
+                    msg = (
+                        f"cannot replay txid {txid} of spout {self.spout!r}: it read "
+                        f"{r.partition} offsets {r.first_offset}..{r.last_offset} of topic "
+                        f"{r.topic!r} with ID {r.topic_id}, but the topic was deleted and "
+                        f"re-created (ID now {current}). A batch is never replayed with another "
+                        "topic's records; redeploy the topology with a fresh state."
+                    )
+                    raise BatchUnavailableError(msg)
             if r.partition not in existing:
                 msg = (
                     f"cannot replay txid {txid} of spout {self.spout!r}: partition {r.partition} "

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError
+from trident_assets.log.names import validate_topic
 from trident_assets.spouts.config import SpoutConfig
 from trident_assets.spouts.ranges import BatchPlan
 
@@ -30,11 +31,18 @@ class LogSource:
         self.topics = list(topics)
 
     def partitions(self) -> list[str]:
-        """Every partition of the topics that exist now (a deleted topic's partitions vanish)."""
-        existing = set(self.log.topics())
-        return [
-            f"{t}@{p}" for t in self.topics if t in existing for p in range(self.log.partitions(t))
-        ]
+        """Every partition of the topics.
+
+        Raises:
+            UnknownTopicError: a topic does not exist (the message names it and how to
+                create it): a batch over a missing topic fails instead of reading nothing.
+            CorruptLogMetadataError: a topic's ``topic.json`` is missing or unreadable.
+        """
+        return [f"{t}@{p}" for t in self.topics for p in range(self.log.partitions(t))]
+
+    def topic_id(self, partition: str) -> str | None:
+        """The ID of the partition's topic incarnation (None for a topic without one)."""
+        return self.log.topic_id(_split(partition)[0])
 
     def earliest(self, partition: str) -> int:
         """First readable offset."""
@@ -66,6 +74,8 @@ class LogSpout:
         if not self.topics:
             msg = "LogSpout needs at least one topic"
             raise ConfigError(msg)
+        for topic in self.topics:
+            validate_topic(topic)
         self.scheme = scheme
         self.config = config or SpoutConfig()
 

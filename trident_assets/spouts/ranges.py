@@ -29,6 +29,9 @@ class PartitionRange:
     first_offset: int
     next_offset: int
     deployment_id: str
+    topic_id: str | None = None
+    """The incarnation of the partition's topic the offsets belong to (the log's topic ID),
+    or None when the source has no topic IDs (or the range was recorded before they existed)."""
 
     @property
     def count(self) -> int:
@@ -64,6 +67,9 @@ class BatchPlan:
     """True when the ranges were fixed by an earlier attempt (transactional or committed)."""
     skipped_by_retention: int = 0
     """Records that retention deleted before this spout could read them (opaque only)."""
+    recreated: tuple[str, ...] = ()
+    """Partitions whose topic was deleted and re-created since the previous batch; this plan
+    reads them from the new topic's earliest offset (opaque and non-transactional only)."""
 
     @classmethod
     def of(
@@ -76,10 +82,20 @@ class BatchPlan:
         *,
         replay: bool,
         skipped_by_retention: int = 0,
+        recreated: Sequence[str] = (),
     ) -> BatchPlan:
         """Build a plan with ranges sorted by partition."""
         ordered = tuple(sorted(ranges, key=lambda r: partition_sort_key(r.partition)))
-        return cls(topology, spout, txid, kind, ordered, replay, skipped_by_retention)
+        return cls(
+            topology,
+            spout,
+            txid,
+            kind,
+            ordered,
+            replay,
+            skipped_by_retention,
+            tuple(sorted(recreated, key=partition_sort_key)),
+        )
 
     @property
     def record_count(self) -> int:
