@@ -3,7 +3,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test demo ui lint bench
+.PHONY: setup test soak demo ui lint bench
 
 # TRIDENT_WITH_BROWSER=1 (CI) also needs Debian's chromium: a stamp of its own, so a machine
 # set up without it (e.g. by `make demo`) still gets it.
@@ -17,9 +17,17 @@ $(VENV)/.browser: $(VENV)/.installed
 	TRIDENT_WITH_BROWSER=1 bash scripts/setup.sh
 	touch $@
 
+# The suite in PYTEST_WORKERS pytest-xdist workers (0: one process), a whole file per worker
+# (the tests of one file share its module fixtures).
+PYTEST_WORKERS ?= 2
+
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest
+	$(BIN)/pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
+
+# The long soaks `make test` leaves out (marked slow; `make test` runs their short versions).
+soak: setup
+	$(BIN)/pytest -m slow
 
 demo: setup
 	$(BIN)/trident demo

@@ -7,6 +7,11 @@ process, a clean environment); the demo's story test and the UI test over its ho
 127.0.0.1 port, as ``nobody`` when running as root), stopped at the end; ``pg_dsn`` a fresh
 database on it per test; ``open_store`` opens stores of each kind (``duckdb``, ``postgres``)
 at one location, for tests parametrized over both stores.
+
+``make test`` runs the suite in two pytest-xdist workers with ``--dist loadfile``: a file's
+tests run in one worker, so a module-scoped fixture (``dagster dev``, a Spark cluster) starts
+once; session fixtures (``spark``, ``postgres_server``, ``demo_run``) start once per worker
+that needs them.
 """
 
 from __future__ import annotations

@@ -1,23 +1,30 @@
-"""README.md's code examples are executed here, so an example that stops working fails the suite.
+"""The code examples of README.md and docs/*.md are executed here, so an example that stops
+working fails the suite; and every relative link in them must point to a file that exists.
 
-The convention (new examples are picked up automatically):
+The convention (new examples and new docs/*.md files are picked up automatically):
 
-- Every fenced ``python`` block runs. Blocks run in README order within their section, sharing
-  one namespace per section; a section starts at a ``#`` or ``##`` heading (``###``
-  subsections belong to the enclosing ``##`` section). Sections are independent of each other,
-  so every example imports what it uses.
+- Every fenced ``python`` block runs. Blocks run in document order within their section,
+  sharing one namespace per section; a section starts at a ``#`` or ``##`` heading (``###``
+  subsections belong to the enclosing ``##`` section) and belongs to one file. Sections are
+  independent of each other, so every example imports what it uses.
 - A section runs with a fresh ``tmp_path`` as the working directory and ``TRIDENT_HOME`` set
   to ``<tmp_path>/.trident``. The test session's SparkSession exists before a section runs, so
   ``build_spark_session()`` in an example returns it (one SparkSession per process).
 - ``127.0.0.1:9092`` in a python block is replaced by the address of librdkafka's mock
   cluster (``kafka_broker.MockKafkaBroker``), started only when some block names that address.
 - A block runs unless the line right before its opening fence is
-  ``<!-- readme-test: skip (why it cannot run here) -->``. The reason is required; each skipped
-  block is reported as a skipped test carrying its line and reason. Keep such skips rare.
+  ``<!-- readme-test: skip (why it cannot run here) -->``: the way out for snippets that cannot
+  run as written (a fragment of a larger program, a config excerpt). The reason is required;
+  each skipped block is reported as a skipped test carrying its file, line and reason. Keep
+  such skips rare.
+- ``<!-- readme-test: output -->`` right before a non-python block (usually ``text``) makes it
+  the exact expected standard output of the python block before it, in the same section.
 - After a section, the DuckDB stores and Kafka spouts left in its namespace (and the spouts of
   its topologies) are closed, even if a block failed.
 - ``SECTION_CHECKS`` run after a section's blocks where an example only declares something:
   the Kafka section's word-count topology runs a batch against the mock broker.
+- Every relative link ``[text](path)`` outside code blocks must point to a file or directory
+  that exists (anchors are not checked); the failure lists every missing target.
 - Every ``trident ...`` command in a ``bash`` block must parse: ``trident <subcommand> --help``
   exits 0 for each subcommand named, and the command line parses against the CLI (arguments,
   option names and values) without running. A synopsis line (``[--opt N]``) may only name
@@ -26,19 +33,23 @@ The convention (new examples are picked up automatically):
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = [README, *sorted((REPO / "docs").glob("*.md"))]
 KAFKA_PLACEHOLDER = "127.0.0.1:9092"
 PYTHON_LANGS = frozenset({"python", "py", "python3"})
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "console"})
@@ -47,13 +58,15 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
 _MARKER = re.compile(r"^\s*<!--\s*readme-test:(.*?)-->\s*$")
 _SKIP = re.compile(r"^\s*skip\s*(?:\((.*)\))?\s*$")
+_OUTPUT = re.compile(r"^\s*output\s*$")
+_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _OPERATORS = frozenset({"|", "||", "&&", ";", "&"})
 
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced code block of the README."""
+    """One fenced code block of a Markdown document."""
 
     lang: str
     code: str
@@ -62,6 +75,10 @@ class Block:
     section: str
     skip: str | None = None
     """The reason given by a ``readme-test: skip (...)`` marker, or None: the block runs."""
+    doc: str = "README.md"
+    """The document's path relative to the repository."""
+    output: str | None = None
+    """The exact standard output expected (a ``readme-test: output`` block after it), or None."""
 
 
 @dataclass
@@ -80,13 +97,18 @@ def parse_markdown(text: str, name: str = "README.md") -> Parsed:
     lang = ""
     start = 0
     body: list[str] = []
-    pending: tuple[int, str] | None = None  # (line, reason) of a skip marker awaiting its block
+    # (line, "skip", reason) or (line, "output", "") of a marker awaiting its block
+    pending: tuple[int, str, str] | None = None
     for no, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if fence is not None:
             if set(stripped) == {fence[0]} and len(stripped) >= len(fence):
-                skip = pending[1] if pending is not None else None
-                out.blocks.append(Block(lang, "\n".join(body) + "\n", start, section, skip))
+                code = "\n".join(body) + "\n"
+                if pending is not None and pending[1] == "output":
+                    _attach_output(out, name, pending[0], section, code)
+                else:
+                    skip = pending[2] if pending is not None else None
+                    out.blocks.append(Block(lang, code, start, section, skip, name))
                 fence, pending = None, None
             else:
                 body.append(line)
@@ -94,16 +116,23 @@ def parse_markdown(text: str, name: str = "README.md") -> Parsed:
         opened = _FENCE.match(line)
         if opened:
             fence, lang, start, body = opened.group(1), opened.group(2).lower(), no + 1, []
-            if pending is not None and lang not in PYTHON_LANGS:
+            if pending is not None and pending[1] == "skip" and lang not in PYTHON_LANGS:
                 out.errors.append(
                     f"{name}:{pending[0]}: readme-test marker before a {lang or 'plain'} block; "
                     "only python blocks can be skipped"
                 )
                 pending = None
+            elif pending is not None and pending[1] == "output" and lang in PYTHON_LANGS:
+                out.errors.append(
+                    f"{name}:{pending[0]}: readme-test output marker before a python block; "
+                    "it marks the text block that follows a python block"
+                )
+                pending = None
             continue
         if pending is not None and stripped:
+            kind = "a python" if pending[1] == "skip" else "an output"
             out.errors.append(
-                f"{name}:{pending[0]}: readme-test marker not right before a python block"
+                f"{name}:{pending[0]}: readme-test marker not right before {kind} block"
             )
             pending = None
         heading = _HEADING.match(line)
@@ -113,20 +142,67 @@ def parse_markdown(text: str, name: str = "README.md") -> Parsed:
         if marker:
             skip = _SKIP.match(marker.group(1))
             reason = (skip.group(1) or "").strip() if skip else ""
-            if not skip:
+            if _OUTPUT.match(marker.group(1)):
+                pending = (no, "output", "")
+            elif not skip:
                 out.errors.append(
                     f"{name}:{no}: unknown readme-test directive {marker.group(1).strip()!r}; "
-                    "the only one is 'skip (reason)'"
+                    "the directives are 'skip (reason)' and 'output'"
                 )
             elif not reason:
                 out.errors.append(f"{name}:{no}: readme-test skip without a reason")
             else:
-                pending = (no, reason)
+                pending = (no, "skip", reason)
     if fence is not None:
         out.errors.append(f"{name}:{start - 1}: code fence {fence} is never closed")
     if pending is not None:
         out.errors.append(f"{name}:{pending[0]}: readme-test marker not right before a block")
     return out
+
+
+def _attach_output(out: Parsed, name: str, line: int, section: str, code: str) -> None:
+    """Make ``code`` the expected output of the last python block, if it is in ``section``."""
+    for i in range(len(out.blocks) - 1, -1, -1):
+        block = out.blocks[i]
+        if block.lang in PYTHON_LANGS:
+            if block.section == section and block.skip is None and block.output is None:
+                out.blocks[i] = replace(block, output=code)
+                return
+            break
+    out.errors.append(
+        f"{name}:{line}: readme-test output marker with no running python block before it "
+        "in its section"
+    )
+
+
+def relative_links(text: str) -> Iterator[tuple[int, str]]:
+    """``(line, target)`` of every relative link outside code blocks and inline code."""
+    fence: str | None = None
+    for no, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if fence is not None:
+            if set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+                fence = None
+            continue
+        opened = _FENCE.match(line)
+        if opened:
+            fence = opened.group(1)
+            continue
+        for match in _LINK.finditer(re.sub(r"`[^`]*`", "", line)):
+            target = match.group(1)
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+                continue  # a URL (http:, mailto:) or an anchor in the same document
+            yield no, target.split("#", 1)[0]
+
+
+def missing_links(path: Path, text: str) -> list[str]:
+    """The relative links of ``path``'s ``text`` whose target does not exist, one line each."""
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    return [
+        f"{where}:{no}: {target} (no such file: {(path.parent / target).resolve()})"
+        for no, target in relative_links(text)
+        if not (path.parent / target).exists()
+    ]
 
 
 def shell_commands(code: str) -> Iterator[list[str]]:
@@ -159,11 +235,9 @@ def trident_commands(blocks: list[Block]) -> list[tuple[int, list[str]]]:
     return found
 
 
-PARSED = parse_markdown(README.read_text(encoding="utf-8"))
-PYTHON_BLOCKS = [b for b in PARSED.blocks if b.lang in PYTHON_LANGS]
-SECTIONS: dict[str, list[Block]] = {}
-for _block in PYTHON_BLOCKS:
-    SECTIONS.setdefault(_block.section, []).append(_block)
+def _section_key(block: Block) -> str:
+    """A section's name across documents: ``<file>: <heading>``."""
+    return f"{block.doc}: {block.section}"
 
 
 def _slug(text: str) -> str:
@@ -179,15 +253,26 @@ def _cases(sections: dict[str, list[Block]]) -> list[Any]:
     ]
     cases += [
         pytest.param(
-            b.section,
-            id=f"skipped-README.md:{b.line}",
-            marks=pytest.mark.skip(reason=f"README.md:{b.line} ({b.section}): {b.skip}"),
+            _section_key(b),
+            id=f"skipped-{b.doc}:{b.line}",
+            marks=pytest.mark.skip(reason=f"{b.doc}:{b.line} ({b.section}): {b.skip}"),
         )
         for blocks in sections.values()
         for b in blocks
         if b.skip is not None
     ]
     return cases
+
+
+PARSED = Parsed()
+for _doc in DOCS:
+    _parsed = parse_markdown(_doc.read_text(encoding="utf-8"), str(_doc.relative_to(REPO)))
+    PARSED.blocks += _parsed.blocks
+    PARSED.errors += _parsed.errors
+PYTHON_BLOCKS = [b for b in PARSED.blocks if b.lang in PYTHON_LANGS]
+SECTIONS: dict[str, list[Block]] = {}
+for _block in PYTHON_BLOCKS:
+    SECTIONS.setdefault(_section_key(_block), []).append(_block)
 
 
 # -- what a section leaves behind, and checks beyond the examples' own asserts ------------------
@@ -233,7 +318,7 @@ def _kafka_topology_runs_a_batch(
 
 
 SECTION_CHECKS: dict[str, Callable[[dict[str, Any], Any, Any, Path], None]] = {
-    "Kafka": _kafka_topology_runs_a_batch,
+    "docs/kafka.md: Kafka": _kafka_topology_runs_a_batch,
 }
 
 
@@ -253,6 +338,13 @@ def kafka_broker() -> Iterator[Any]:
 def test_readme_markers_are_well_formed() -> None:
     assert PARSED.errors == []
     assert len(PYTHON_BLOCKS) >= 3  # the word count, its run, Kafka: the parser found them
+    assert {"README.md", "docs/kafka.md"} <= {b.doc for b in PYTHON_BLOCKS}
+    assert [b.line for b in PYTHON_BLOCKS if b.doc == "README.md" and b.output is not None]
+
+
+def test_docs_relative_links_point_to_files_that_exist() -> None:
+    missing = [m for doc in DOCS for m in missing_links(doc, doc.read_text(encoding="utf-8"))]
+    assert not missing, "relative links to missing files:\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize("section", _cases(SECTIONS))
@@ -275,11 +367,15 @@ def test_readme_python_section(
             code = block.code
             if broker is not None:
                 code = code.replace(KAFKA_PLACEHOLDER, broker.bootstrap_servers)
-            # pad so tracebacks point at the README's own line numbers
+            # pad so tracebacks point at the document's own line numbers
             compiled = compile(
-                "\n" * (block.line - 1) + code, str(README), "exec", dont_inherit=True
+                "\n" * (block.line - 1) + code, str(REPO / block.doc), "exec", dont_inherit=True
             )
-            exec(compiled, namespace)
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                exec(compiled, namespace)
+            if block.output is not None:
+                assert printed.getvalue() == block.output, f"{block.doc}:{block.line} printed"
         check = SECTION_CHECKS.get(section)
         if check is not None:
             check(namespace, spark, broker, tmp_path)
@@ -291,7 +387,11 @@ def test_readme_section_checks_name_existing_sections() -> None:
     assert set(SECTION_CHECKS) <= set(SECTIONS)
 
 
-TRIDENT_COMMANDS = trident_commands(PARSED.blocks)
+TRIDENT_COMMANDS = [
+    (doc, line, args)
+    for doc in dict.fromkeys(b.doc for b in PARSED.blocks)
+    for line, args in trident_commands([b for b in PARSED.blocks if b.doc == doc])
+]
 
 
 def _resolve(args: list[str]) -> tuple[list[str], Any, list[str]]:
@@ -337,8 +437,8 @@ def test_readme_trident_commands_parse(tmp_path: Path) -> None:
     env = {**os.environ, "TRIDENT_HOME": str(tmp_path / ".trident")}
     trident = Path(sys.executable).parent / "trident"
     helped: set[tuple[str, ...]] = set()
-    for line, args in TRIDENT_COMMANDS:
-        where = f"README.md:{line}: trident {shlex.join(args)}"
+    for doc, line, args in TRIDENT_COMMANDS:
+        where = f"{doc}:{line}: trident {shlex.join(args)}"
         try:
             path = parse_trident(args)
         except Exception as exc:
@@ -426,14 +526,14 @@ def test_parser_sections_markers_and_commands() -> None:
     sections: dict[str, list[Block]] = {}
     for b in parsed.blocks:
         if b.lang in PYTHON_LANGS:
-            sections.setdefault(b.section, []).append(b)
+            sections.setdefault(_section_key(b), []).append(b)
     cases = _cases(sections)
     assert [(c.id, c.values, [m.kwargs for m in c.marks]) for c in cases] == [
-        ("title", ("title",), []),
-        ("second", ("Second",), []),
+        ("readme-md-title", ("README.md: title",), []),
+        ("readme-md-second", ("README.md: Second",), []),
         (
             "skipped-README.md:19",
-            ("First",),
+            ("README.md: First",),
             [{"reason": "README.md:19 (First): needs a Kafka broker"}],
         ),
     ]
@@ -446,7 +546,8 @@ def test_parser_sections_markers_and_commands() -> None:
         ("<!-- readme-test: skip () -->", "readme-test skip without a reason"),
         (
             "<!-- readme-test: run twice -->",
-            "unknown readme-test directive 'run twice'; the only one is 'skip (reason)'",
+            "unknown readme-test directive 'run twice'; the directives are 'skip (reason)' "
+            "and 'output'",
         ),
     ],
     ids=["no-reason", "empty-reason", "unknown-directive"],
@@ -467,3 +568,60 @@ def test_parser_refuses_a_marker_away_from_a_python_block() -> None:
     ]
     dangling = parse_markdown("text\n<!-- readme-test: skip (why) -->\n")
     assert dangling.errors == ["README.md:2: readme-test marker not right before a block"]
+
+
+def test_parser_attaches_an_output_block_to_the_python_block_before_it() -> None:
+    parsed = parse_markdown(
+        "# t\n```python\nprint(1)\n```\nIt prints:\n\n<!-- readme-test: output -->\n"
+        "```text\n1\n```\n"
+    )
+    assert parsed.errors == []
+    assert [(b.lang, b.line, b.output) for b in parsed.blocks] == [("python", 3, "1\n")]
+
+
+@pytest.mark.parametrize(
+    ("doc", "error"),
+    [
+        (
+            "# t\n<!-- readme-test: output -->\n```text\n1\n```\n",
+            "README.md:2: readme-test output marker with no running python block before it in "
+            "its section",
+        ),
+        (
+            "# t\n```python\nprint(1)\n```\n## u\n<!-- readme-test: output -->\n```text\n1\n```\n",
+            "README.md:6: readme-test output marker with no running python block before it in "
+            "its section",
+        ),
+        (
+            "# t\n<!-- readme-test: output -->\n```python\nx = 1\n```\n",
+            "README.md:2: readme-test output marker before a python block; it marks the text "
+            "block that follows a python block",
+        ),
+        (
+            "# t\n<!-- readme-test: output -->\ntext\n```text\n1\n```\n",
+            "README.md:2: readme-test marker not right before an output block",
+        ),
+    ],
+    ids=["no-python-block", "other-section", "before-python", "detached"],
+)
+def test_parser_refuses_misplaced_output_markers(doc: str, error: str) -> None:
+    assert parse_markdown(doc).errors == [error]
+
+
+def test_relative_links_found_and_missing_ones_listed(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "here.md").write_text("x")
+    text = (
+        "[a](docs/here.md) [b](docs/gone.md#part) [c](https://example.org/x.md) [d](#top)\n"
+        "`[e](inline.md)` ![f](img/pic.png)\n```\n[g](in-a-block.md)\n```\n"
+    )
+    assert list(relative_links(text)) == [
+        (1, "docs/here.md"),
+        (1, "docs/gone.md"),
+        (2, "img/pic.png"),
+    ]
+    doc = tmp_path / "README.md"
+    assert missing_links(doc, text) == [
+        f"{doc}:1: docs/gone.md (no such file: {tmp_path / 'docs' / 'gone.md'})",
+        f"{doc}:2: img/pic.png (no such file: {tmp_path / 'img' / 'pic.png'})",
+    ]
