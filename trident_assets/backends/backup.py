@@ -100,11 +100,11 @@ def backup_state(
 
     Args:
         state: The state file (it must exist).
-        dest: The backup file to write; it must not exist (its directory must).
+        dest: The backup file to write; it must not exist (missing directories are created).
         lock_timeout_s: How long to wait while a batch holds the state file.
 
     Raises:
-        ConfigError: ``state`` does not exist, ``dest`` exists or its directory does not.
+        ConfigError: ``state`` does not exist, ``dest`` exists, or its parent is a file.
         StoreLockedError: a batch held the file for longer than ``lock_timeout_s``.
         StateLayoutError: ``state`` is not a trident state store (or is damaged).
     """
@@ -115,10 +115,11 @@ def backup_state(
     if target.exists():
         msg = f"backup {target} already exists; choose a new file name"
         raise ConfigError(msg)
-    if not target.parent.is_dir():
-        msg = f"directory {target.parent} of backup {target} does not exist"
+    if target.parent.exists() and not target.parent.is_dir():
+        msg = f"{target.parent} (the directory of backup {target}) is not a directory"
         raise ConfigError(msg)
     _read_scopes(src, lock_timeout_s)  # a trident store? (checked before anything is written)
+    target.parent.mkdir(parents=True, exist_ok=True)
     with DuckDBStore(src, lock_timeout_s=lock_timeout_s) as store:
         store.checkpoint()
         started = time.perf_counter()
