@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -203,6 +204,12 @@ def _hold(target: Path, lock_timeout_s: float) -> DuckDBStore | None:
         return None  # damaged or foreign: nothing can be writing through DuckDB
 
 
+def _write_base(replica: Replica, table: str, txid: int, rows: pa.Table) -> None:
+    base = replica.root / table / f"base-{txid:010d}.parquet"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(rows, base)
+
+
 def _owner(table: str, scopes: dict[str, int]) -> int | None:
     """The committed txid of the topology owning ``table`` (the longest scope prefix)."""
     owners = [s for s in scopes if table.startswith(f"{s}__")]
@@ -210,11 +217,14 @@ def _owner(table: str, scopes: dict[str, int]) -> int | None:
 
 
 def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
-    """Write ``replica`` from ``store``: a base per map, the outputs per txid, the markers.
+    """Write ``replica`` from ``store``: per-txid deltas per map, the outputs, the markers.
 
-    A map's base holds its newest row per key, at its topology's last committed txid (reads
-    as of older txids raise ``HistoryUnavailableError``). Outputs keep the txids the store
-    kept. Markers are written last, so readers see the replica only once it is whole.
+    Every txid the store can read a map as of stays readable as of that txid in the replica:
+    a map's rows up to its oldest readable txid (the store's compaction point; 1 when the
+    store never compacted it) form its base, each later txid's rows its own delta. A
+    non-transactional map stores no txids: its base holds its newest rows at its topology's
+    last committed txid. Outputs keep the txids the store kept. Markers are written last, so
+    readers see the replica only once it is whole.
     """
     scopes = store.scopes()
     for table in store.tables():
@@ -223,17 +233,30 @@ def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
         if layout is None or txid is None:
             continue
         keys = ", ".join(f'"{validate_identifier(k, "column")}"' for k in layout.key_columns)
-        rows = store.conn.sql(
-            f"SELECT * FROM {log_table(table)} QUALIFY row_number() OVER "
-            f"(PARTITION BY {keys} ORDER BY {SEQ_COLUMN} DESC) = 1"
-        ).to_arrow_table()
         replica._write_layout(table, list(layout.key_columns), layout.kind)
-        base = replica.root / table / f"base-{txid:010d}.parquet"
-        base.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(rows, base)
-        if layout.kind == "plain" and rows.num_rows:
-            top = int(pc.max(rows.column(SEQ_COLUMN)).as_py())
-            (replica.root / table / "_published_seq.json").write_text(f'{{"seq": {top}}}')
+        newest = (
+            f"SELECT * FROM {log_table(table)} WHERE {{where}} QUALIFY row_number() OVER "
+            f"(PARTITION BY {keys} ORDER BY {SEQ_COLUMN} DESC) = 1"
+        )
+        if layout.kind == "plain":
+            rows = store.conn.sql(newest.format(where="true")).to_arrow_table()
+            _write_base(replica, table, txid, rows)
+            if rows.num_rows:
+                top = int(pc.max(rows.column(SEQ_COLUMN)).as_py())
+                (replica.root / table / "_published_seq.json").write_text(f'{{"seq": {top}}}')
+            continue
+        oldest = store.oldest_readable_txid(table)
+        if oldest is not None and oldest > 1:
+            base = store.conn.sql(
+                newest.format(where="txid <= $oldest"), params={"oldest": oldest}
+            ).to_arrow_table()
+            _write_base(replica, table, oldest, base)
+        later = store.conn.sql(
+            f"SELECT * FROM {log_table(table)} WHERE txid > ? AND txid <= ? ORDER BY txid",
+            params=[oldest or 0, txid],
+        ).to_arrow_table()
+        for t in sorted(set(later.column("txid").to_pylist())):
+            replica._write_delta(table, int(t), later.filter(pc.equal(later.column("txid"), t)))
     found = store.conn.execute(
         "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
         "AND database_name = current_database()"
