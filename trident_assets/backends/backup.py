@@ -33,13 +33,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trident_assets.backends.duckdb_store import SEQ_COLUMN, DuckDBStore, log_table
-from trident_assets.backends.replica import Replica
+from trident_assets.backends.replica import DEAD_LETTERS_TABLE, Replica
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
 
@@ -184,13 +185,15 @@ def restore_state(
     finally:
         if holder is not None:
             holder.close()
+    previous = None
     if replica is not None and Path(replica).exists():
         aside = Path(replica).with_name(f"{Path(replica).name}.before-restore-{stamp}")
         os.replace(replica, aside)
         moved.append(aside)
+        previous = Replica(aside)
     if replica is not None:
         with DuckDBStore(target, read_only=True, lock_timeout_s=lock_timeout_s) as store:
-            rebuild_replica(store, Replica(replica))
+            rebuild_replica(store, Replica(replica), previous)
     return BackupInfo(target, target.stat().st_size, seconds, scopes, tuple(moved))
 
 
@@ -216,15 +219,16 @@ def _owner(table: str, scopes: dict[str, int]) -> int | None:
     return scopes[max(owners, key=len)] if owners else None
 
 
-def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
+def rebuild_replica(store: DuckDBStore, replica: Replica, previous: Replica | None = None) -> None:
     """Write ``replica`` from ``store``: per-txid deltas per map, the outputs, the markers.
 
     Every txid the store can read a map as of stays readable as of that txid in the replica:
     a map's rows up to its oldest readable txid (the store's compaction point; 1 when the
     store never compacted it) form its base, each later txid's rows its own delta. A
     non-transactional map stores no txids: its base holds its newest rows at its topology's
-    last committed txid. Outputs keep the txids the store kept. Markers are written last, so
-    readers see the replica only once it is whole.
+    last committed txid. Outputs and dead letters keep the txids the store kept. What a
+    ``previous`` replica recorded of a map (its value field, global or not) is kept. Markers
+    are written last, so readers see the replica only once it is whole.
     """
     scopes = store.scopes()
     for table in store.tables():
@@ -233,7 +237,11 @@ def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
         if layout is None or txid is None:
             continue
         keys = ", ".join(f'"{validate_identifier(k, "column")}"' for k in layout.key_columns)
-        replica._write_layout(table, list(layout.key_columns), layout.kind)
+        more: dict[str, Any] = {"key_types": list(layout.key_types)}
+        more["value_type"] = layout.value_type
+        known = previous.layout(table) if previous is not None else None
+        more |= {k: v for k, v in (known or {}).items() if k in ("value_field", "global")}
+        replica._write_layout(table, list(layout.key_columns), layout.kind, more)
         newest = (
             f"SELECT * FROM {log_table(table)} WHERE {{where}} QUALIFY row_number() OVER "
             f"(PARTITION BY {keys} ORDER BY {SEQ_COLUMN} DESC) = 1"
@@ -270,6 +278,22 @@ def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
                 f'SELECT * FROM "{table}" WHERE txid = ?', params=[txid]
             ).to_arrow_table()
             replica._write_delta(table, int(txid), rows)
+    if store.has_table(DEAD_LETTERS_TABLE):
+        dead = store.conn.sql(
+            f"SELECT * FROM {DEAD_LETTERS_TABLE} ORDER BY topology, txid"
+        ).to_arrow_table()
+        pairs = zip(
+            dead.column("topology").to_pylist(), dead.column("txid").to_pylist(), strict=True
+        )
+        for scope, txid in sorted(set(pairs)):
+            if scope not in scopes:
+                continue
+            mask = pc.and_(
+                pc.equal(dead.column("topology"), scope), pc.equal(dead.column("txid"), txid)
+            )
+            path = replica.dead_letters_dir(scope) / f"{int(txid):010d}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(dead.filter(mask), path)
     for scope, txid in scopes.items():
         marker = replica.root / "_scopes" / f"{validate_identifier(scope, 'scope')}.json"
         marker.parent.mkdir(parents=True, exist_ok=True)

@@ -135,7 +135,9 @@ class TopologyRunner:
         self.replica = replica
         self.keep_txids = keep_txids
         if replica is not None:
-            replica.publish_missing(store, self.scope, *self._published_tables())
+            replica.publish_missing(
+                store, self.scope, *self._published_tables(), described=self._described()
+            )
 
     @property
     def scope(self) -> str:
@@ -495,11 +497,19 @@ class TopologyRunner:
                 rows.append(state.partials_table)
         return maps, rows
 
+    def _described(self) -> dict[str, dict[str, Any]]:
+        """Per map state: its value field and whether it is global (for the replica's readers)."""
+        return {
+            s.table: {"value_field": s.value_field, "global": not s.group}
+            for s in self.topology.states.values()
+            if s.value_field
+        }
+
     def _publish(self, txid: int) -> None:
         """Publish committed ``txid`` to the replica, then fold what falls out of its window."""
         assert self.replica is not None
         maps, rows = self._published_tables()
-        self.replica.publish(self.store, self.scope, txid, maps, rows)
+        self.replica.publish(self.store, self.scope, txid, maps, rows, self._described())
         fold = max(1, self.keep_txids // 2)
         for table in [*maps, *rows]:
             self.replica.compact(table, self.keep_txids, min_fold=fold)
