@@ -37,6 +37,7 @@ What can share a Spark job is decided by :mod:`trident_assets.planner` (pure gra
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -535,7 +536,10 @@ def _user_code_errors() -> Iterator[None]:
     """Re-raise a user function's failure on a Spark worker as the UserCodeError it was.
 
     Spark wraps it in its own exception with the worker's traceback; the batch failed and
-    nothing was committed either way.
+    nothing was committed either way. The user's error is raised alone (not chained to
+    Spark's ~160 lines of Java and worker traces, which would bury it); that trace goes to
+    the ``trident_assets.spark`` logger at DEBUG (the run's log, ``HOME/cli.log``, or
+    ``HOME/demo.log``).
     """
     try:
         yield
@@ -545,4 +549,7 @@ def _user_code_errors() -> Iterator[None]:
         found = from_worker_message(str(exc))
         if found is None:
             raise
-        raise found from exc
+        logging.getLogger("trident_assets.spark").debug(
+            "user code failed on a Spark worker: %s\n%s", found, exc
+        )
+        raise found from None
