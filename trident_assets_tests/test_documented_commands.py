@@ -9,7 +9,9 @@ restore) run last, in the order the README gives them.
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +106,30 @@ def test_documented_commands_work_over_the_demo_home(demo_run: Any, commands: li
         if not ok or "Traceback" in text:
             failures.append(f"$ {command}\nexit {done.returncode}\n{text[-3000:]}")
     assert failures == [], "\n\n".join(failures)
+
+
+def test_status_after_the_demo_names_the_killed_attempt(demo_run: Any) -> None:
+    assert demo_run.done.returncode == 0, demo_run.done.stderr
+    done = _sh("trident status --format json", demo_run)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)
+    assert (row["topology"], row["last_txid"]) == ("word_count", 5)
+    assert row["last_error"].startswith("txid 3 at ")
+    assert row["last_error"].endswith(
+        "(since passed: txid 5 committed): run process killed (exit code -9) between its "
+        "state write and its commit; the coordinator replays the txid"
+    )
+
+
+def test_the_demo_runs_again_in_its_home(demo_run: Any, tmp_path: Path) -> None:
+    """`make demo` twice in a row: the second run replaces the first's log, state, replica."""
+    assert demo_run.done.returncode == 0, demo_run.done.stderr
+    shutil.copytree(demo_run.home, tmp_path / "h", symlinks=True)
+    again = subprocess.run(
+        [str(BIN / "trident"), "demo", "--home", "h", "--sentences", "400", "--batch-size", "200",
+         "--kill-txid", "2"],
+        cwd=tmp_path, env={"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "4. exactly-once check PASSED: " in again.stdout
