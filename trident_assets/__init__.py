@@ -1,13 +1,17 @@
 """trident_assets: Storm Trident's exactly-once state, as Dagster assets on PySpark.
 
-The names below are the public API. The pure core (values, map states, aggregators, commit
-protocol) imports nothing heavy; DuckDB-backed classes are imported on first use.
+One import gives everything a topology's author writes: ``import trident_assets as ta``, then
+``ta.TridentTopology``, ``ta.LogSpout``, ``ta.StringScheme``, ``ta.Split``, ``ta.Count``,
+``ta.StateSpec``, ``ta.TopologyRunner``, ``ta.build_spark_session``, ``ta.trident_definitions``,
+``ta.TridentResource`` ... (:data:`__all__` lists them). The pure core (values, map states,
+aggregators, commit protocol) is imported at once; everything that needs Spark, Dagster,
+DuckDB or Kafka is imported on first use, so ``import trident_assets`` stays light.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trident_assets.backends.memory import MemoryBackingMap, MemoryStore
 from trident_assets.core.aggregators import (
@@ -49,24 +53,160 @@ from trident_assets.errors import (
     UserCodeError,
 )
 
+if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
+    from trident_assets.backends.duckdb_store import (
+        DuckDBBackingMap,
+        DuckDBStore,
+    )
+    from trident_assets.core.retry import (
+        ExponentialBackoff,
+    )
+    from trident_assets.dagster.factory import (
+        trident_definitions,
+    )
+    from trident_assets.dagster.io_manager import (
+        TridentIOManager,
+    )
+    from trident_assets.dagster.resources import (
+        TridentResource,
+    )
+    from trident_assets.kafka.sink import (
+        FieldTopicSelector,
+        FixedTopicSelector,
+        KafkaUpdater,
+        SinkMode,
+    )
+    from trident_assets.kafka.spout import (
+        KafkaSpout,
+    )
+    from trident_assets.log.store import (
+        PartitionedLog,
+    )
+    from trident_assets.spark.executor import (
+        TopologyRunner,
+    )
+    from trident_assets.spark.schemes import (
+        JsonScheme,
+        KeyValueScheme,
+        RawScheme,
+        Scheme,
+        StringScheme,
+    )
+    from trident_assets.spark.session import (
+        build_spark_session,
+    )
+    from trident_assets.spouts.config import (
+        SpoutConfig,
+        SpoutKind,
+        StartPosition,
+    )
+    from trident_assets.spouts.log_spout import (
+        LogSpout,
+    )
+    from trident_assets.stream.assemblies import (
+        Assembly,
+        FirstN,
+    )
+    from trident_assets.stream.batch_join import (
+        JoinType,
+    )
+    from trident_assets.stream.operations import (
+        Filter,
+        FilterNull,
+        FlatMapFunction,
+        Function,
+        MapFunction,
+        PandasFlatMap,
+        PandasMap,
+        PyFilter,
+        PyFlatMap,
+        PyFunction,
+        PyMap,
+        Split,
+        SqlFlatMap,
+        SqlMap,
+    )
+    from trident_assets.stream.queries import (
+        MapGet,
+        QueryFunction,
+        SnapshotGet,
+        TupleCollectionGet,
+    )
+    from trident_assets.stream.static_state import (
+        StaticFile,
+        StaticTable,
+    )
+    from trident_assets.stream.topology import (
+        ExactlyOnceWarning,
+        GroupedStream,
+        StateSpec,
+        StateUpdater,
+        Stream,
+        TridentState,
+        TridentTopology,
+    )
+
 _LAZY = {
+    "Assembly": "trident_assets.stream.assemblies",
     "DuckDBBackingMap": "trident_assets.backends.duckdb_store",
     "DuckDBStore": "trident_assets.backends.duckdb_store",
+    "ExactlyOnceWarning": "trident_assets.stream.topology",
+    "ExponentialBackoff": "trident_assets.core.retry",
+    "FieldTopicSelector": "trident_assets.kafka.sink",
+    "Filter": "trident_assets.stream.operations",
+    "FilterNull": "trident_assets.stream.operations",
     "FirstN": "trident_assets.stream.assemblies",
+    "FixedTopicSelector": "trident_assets.kafka.sink",
+    "FlatMapFunction": "trident_assets.stream.operations",
+    "Function": "trident_assets.stream.operations",
+    "GroupedStream": "trident_assets.stream.topology",
     "JoinType": "trident_assets.stream.batch_join",
+    "JsonScheme": "trident_assets.spark.schemes",
+    "KafkaSpout": "trident_assets.kafka.spout",
+    "KafkaUpdater": "trident_assets.kafka.sink",
+    "KeyValueScheme": "trident_assets.spark.schemes",
+    "LogSpout": "trident_assets.spouts.log_spout",
+    "MapFunction": "trident_assets.stream.operations",
+    "MapGet": "trident_assets.stream.queries",
     "PandasFlatMap": "trident_assets.stream.operations",
     "PandasMap": "trident_assets.stream.operations",
+    "PartitionedLog": "trident_assets.log.store",
+    "PyFilter": "trident_assets.stream.operations",
     "PyFlatMap": "trident_assets.stream.operations",
+    "PyFunction": "trident_assets.stream.operations",
     "PyMap": "trident_assets.stream.operations",
+    "QueryFunction": "trident_assets.stream.queries",
+    "RawScheme": "trident_assets.spark.schemes",
+    "Scheme": "trident_assets.spark.schemes",
+    "SinkMode": "trident_assets.kafka.sink",
+    "SnapshotGet": "trident_assets.stream.queries",
+    "Split": "trident_assets.stream.operations",
+    "SpoutConfig": "trident_assets.spouts.config",
+    "SpoutKind": "trident_assets.spouts.config",
     "SqlFlatMap": "trident_assets.stream.operations",
     "SqlMap": "trident_assets.stream.operations",
+    "StartPosition": "trident_assets.spouts.config",
+    "StateSpec": "trident_assets.stream.topology",
+    "StateUpdater": "trident_assets.stream.topology",
     "StaticFile": "trident_assets.stream.static_state",
     "StaticTable": "trident_assets.stream.static_state",
+    "Stream": "trident_assets.stream.topology",
+    "StringScheme": "trident_assets.spark.schemes",
+    "TopologyRunner": "trident_assets.spark.executor",
+    "TridentIOManager": "trident_assets.dagster.io_manager",
+    "TridentResource": "trident_assets.dagster.resources",
+    "TridentState": "trident_assets.stream.topology",
+    "TridentTopology": "trident_assets.stream.topology",
+    "TupleCollectionGet": "trident_assets.stream.queries",
+    "build_spark_session": "trident_assets.spark.session",
+    "trident_definitions": "trident_assets.dagster.factory",
 }
+"""Names imported on first access (Spark, Dagster, DuckDB stay out of ``import trident_assets``)."""
 
 __all__ = [
     "GLOBAL_KEY",
     "AggregationError",
+    "Assembly",
     "BackingMap",
     "BatchUnavailableError",
     "CachedMap",
@@ -78,12 +218,28 @@ __all__ = [
     "Count",
     "DuckDBBackingMap",
     "DuckDBStore",
+    "ExactlyOnceWarning",
+    "ExponentialBackoff",
     "FieldNotFoundError",
+    "FieldTopicSelector",
+    "Filter",
+    "FilterNull",
     "FirstN",
+    "FixedTopicSelector",
+    "FlatMapFunction",
+    "Function",
+    "GroupedStream",
     "JSONNonTransactionalSerializer",
     "JSONOpaqueSerializer",
     "JSONTransactionalSerializer",
     "JoinType",
+    "JsonScheme",
+    "KafkaSpout",
+    "KafkaUpdater",
+    "KeyValueScheme",
+    "LogSpout",
+    "MapFunction",
+    "MapGet",
     "MapState",
     "Max",
     "MemoryBackingMap",
@@ -95,35 +251,66 @@ __all__ = [
     "OutOfOrderCommitError",
     "PandasFlatMap",
     "PandasMap",
+    "PartitionedLog",
+    "PyFilter",
     "PyFlatMap",
+    "PyFunction",
     "PyMap",
+    "QueryFunction",
+    "RawScheme",
     "ReadOnlyMapState",
     "ReducerAggregator",
     "ReducerValueUpdater",
+    "Scheme",
+    "SinkMode",
+    "SnapshotGet",
     "Snapshottable",
     "SnapshottableMap",
+    "Split",
+    "SpoutConfig",
+    "SpoutKind",
     "SqlFlatMap",
     "SqlMap",
     "StaleTxidError",
+    "StartPosition",
     "State",
     "StateLayoutError",
+    "StateSpec",
     "StateType",
+    "StateUpdater",
     "StaticFile",
     "StaticTable",
     "StoreLockedError",
+    "Stream",
+    "StringScheme",
     "Sum",
+    "TopologyRunner",
     "TransactionalMap",
     "TransactionalValue",
     "TridentError",
+    "TridentIOManager",
+    "TridentResource",
+    "TridentState",
+    "TridentTopology",
+    "TupleCollectionGet",
     "UserCodeError",
+    "build_spark_session",
     "commit_batch",
+    "trident_definitions",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """Import the heavier classes on first access."""
+    """Import the heavier names on first access (then cached in the module)."""
     module = _LAZY.get(name)
     if module is None:
         msg = f"module 'trident_assets' has no attribute {name!r}"
         raise AttributeError(msg)
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names (lazy ones included), for ``dir()`` and completion."""
+    return sorted(set(globals()) | set(__all__))

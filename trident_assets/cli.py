@@ -7,6 +7,7 @@ writes too). Errors are one ``error: ...`` line on stderr with exit code 1; usag
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -76,15 +77,29 @@ def ui(
             "start local Spark in its own process.",
         ),
     ] = True,
+    module: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--module",
+            "-m",
+            help="A code location module of yours (e.g. my_pkg.defs, importable from this "
+            "directory) defining `defs = trident_definitions(...)`; repeat for several. "
+            "Replaces the built-in examples; add --module trident_assets.definitions to keep "
+            "them.",
+        ),
+    ] = None,
 ) -> None:
     """Start `dagster dev` on 127.0.0.1 over HOME (after `trident demo`: its runs and data).
+
+    With --module, the UI loads your own topologies (each module a code location) instead of
+    the built-in examples.
 
     DAGSTER_HOME is HOME/dagster (absolute) with the shipped dagster.yaml (telemetry off,
     one run at a time per topology); TRIDENT_HOME is HOME. Runs use a warm Spark: a Spark
     Connect server started first (log HOME/spark-connect.log) and stopped with the UI.
     Ctrl-C (or SIGTERM) stops both.
     """
-    from trident_assets.ui import serve_ui
+    from trident_assets.ui import check_modules, serve_ui
 
     if spark_remote is not None and not spark_remote.startswith("sc://"):
         typer.echo(
@@ -95,11 +110,14 @@ def ui(
         raise typer.Exit(2)
     with cli_errors():
         require_home(home)
+        modules = list(dict.fromkeys(module or []))
+        check_modules(modules, Path.cwd().resolve())
         code = serve_ui(
             home,
             port,
             spark_remote=spark_remote,
             warm_spark=warm_spark,
+            modules=modules,
             echo=lambda line: typer.echo(line, err=True),
         )
     raise typer.Exit(code)

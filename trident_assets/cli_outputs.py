@@ -80,8 +80,20 @@ def outputs(
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
 ) -> None:
-    """Print the rows of TOPOLOGY's OUTPUT per txid (the recent txids are kept)."""
+    """Print the rows of TOPOLOGY's OUTPUT per txid (the recent txids are kept).
+
+    Reads the home's replica when it has one (lock-free), else the state file read-only.
+    """
+    from trident_assets.cli_replica import home_replica, output_rows
+
     with cli_errors():
+        replica = home_replica(home, database)
+        if replica is not None:
+            result, low, high = output_rows(replica, topology, output, txid)
+            at = f"txid {txid}" if txid is not None else f"txids {low}..{high}"
+            title = f"{topology}.{output}: {result.num_rows} rows, {at}"
+            emit(result.to_pylist(), result.column_names, fmt, title)
+            return
         store = open_state(home, database, wait)
         try:
             table = _output_table(store, topology, output)
@@ -118,8 +130,18 @@ def dead_letters(
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
 ) -> None:
-    """List the latest dead letters: records a scheme could not decode, and why."""
+    """List the latest dead letters: records a scheme could not decode, and why.
+
+    Reads the home's replica when it has one (lock-free), else the state file read-only.
+    """
+    from trident_assets.cli_replica import dead_letter_rows, home_replica
+
     with cli_errors():
+        replica = home_replica(home, database)
+        if replica is not None:
+            rows, total = dead_letter_rows(replica, topology, n)
+            _emit_dead_letters(rows, total, topology, fmt)
+            return
         store = open_state(home, database, wait)
         try:
             if topology is not None:
@@ -142,6 +164,12 @@ def dead_letters(
                 _check_topology(store, topology)  # no dead letters: is it a topology at all?
         finally:
             store.close()
+    _emit_dead_letters(rows, total, topology, fmt)
+
+
+def _emit_dead_letters(
+    rows: list[dict[str, object]], total: int, topology: str | None, fmt: Format
+) -> None:
     columns = ["topology", "txid", "spout", "topic", "partition", "offset", "reason"]
     title = f"{total} dead letters" + (f" of {topology}" if topology else "")
     if len(rows) < total:

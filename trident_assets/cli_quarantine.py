@@ -72,7 +72,9 @@ def find_topology(name: str, module_name: str) -> TridentTopology:
         raise ConfigError(msg) from None
     found: dict[str, TridentTopology] = {}
     for value in vars(module).values():
-        values = value if isinstance(value, list | tuple) else [value]
+        # exact lists/tuples only: Dagster's @record Definitions (a tuple subclass) and other
+        # sequences refuse iteration or are not collections of topologies
+        values = list(value) if type(value) in (list, tuple) else [value]
         for item in values:
             if isinstance(item, TridentTopology):
                 found[item.name] = item

@@ -127,7 +127,9 @@ def _check_txid(store: StateStore, ref: StateRef, txid: int | None) -> None:
         raise HistoryUnavailableError(msg)
 
 
-def _value(ref: StateRef, value: Any) -> Any:
+def _value(ref: Any, value: Any) -> Any:
+    if not isinstance(ref, StateRef):
+        return value  # read from the replica: decoded there
     if ref.layout.value_type == "JSON" and isinstance(value, str):
         return json.loads(value)
     return value
@@ -185,16 +187,27 @@ def state_scan(
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
 ) -> None:
-    """Print TOPOLOGY's STATE, largest values first, with the txid it is read at."""
+    """Print TOPOLOGY's STATE, largest values first, with the txid it is read at.
+
+    Reads the home's replica (lock-free: never waits for or holds up a running batch) when
+    it has one, else the state file read-only.
+    """
+    from trident_assets.cli_replica import find_published, home_replica, read_state
+
     with cli_errors():
-        store = open_state(home, database, wait)
-        try:
-            ref = find_state(store, topology, state)
-            _check_txid(store, ref, txid)
-            data = store.scan(ref.layout.table, as_of=txid)
-            at = txid if txid is not None else store.last_committed(topology)
-        finally:
-            store.close()
+        replica = home_replica(home, database)
+        if replica is not None:
+            ref: Any = find_published(replica, topology, state)
+            data, at = read_state(replica, ref, txid)
+        else:
+            store = open_state(home, database, wait)
+            try:
+                ref = find_state(store, topology, state)
+                _check_txid(store, ref, txid)
+                data = store.scan(ref.layout.table, as_of=txid)
+                at = txid if txid is not None else store.last_committed(topology)
+            finally:
+                store.close()
     rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
     rows.sort(key=_largest_first)
     shown = rows[: limit or (20 if fmt is Format.table else len(rows))]
@@ -202,7 +215,39 @@ def state_scan(
     title = f"{topology}.{state}: {len(rows)} keys, {when}"
     if len(shown) < len(rows):
         title += f" (largest {len(shown)} shown)"
-    emit(shown, data.column_names, fmt, title)
+    _emit_state(shown, data.column_names, ref, _namer(home, database, replica), fmt, title)
+
+
+def _namer(home: Path, database: str | None, replica: Any) -> Any:
+    """The replica naming a state's value field: the one read, else the home's (if any)."""
+    from trident_assets.backends.replica import Replica
+
+    if replica is not None or database is not None:
+        return replica
+    return Replica(home / "replica")
+
+
+def _emit_state(
+    rows: list[dict[str, Any]],
+    columns: list[str],
+    ref: Any,
+    replica: Any,
+    fmt: Format,
+    title: str,
+) -> None:
+    """Print a state's rows: ``value`` under the state's value field, no internal global key.
+
+    ``replica``: the home's replica, which names the value field (``value`` without one).
+    """
+    from trident_assets.cli_replica import hide_global_key, value_name
+
+    table = ref.layout.table if isinstance(ref, StateRef) else ref.table
+    name = value_name(replica, table)
+    keys = hide_global_key(rows, [c for c in columns if c != "value"])
+    if name in keys:
+        name = "value"
+    shown = [{**{k: r[k] for k in keys}, name: r["value"]} for r in rows]
+    emit(shown, [*keys, name], fmt, title)
 
 
 @state_app.command("get")
@@ -216,27 +261,39 @@ def state_get(
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
 ) -> None:
-    """Print the value of KEY in TOPOLOGY's STATE (now, or as of --txid); exit 1 if absent."""
+    """Print the value of KEY in TOPOLOGY's STATE (now, or as of --txid); exit 1 if absent.
+
+    Reads the home's replica when it has one (lock-free), else the state file read-only.
+    """
+    from trident_assets.cli_replica import find_published, home_replica, read_state
+
     with cli_errors():
-        store = open_state(home, database, wait)
-        try:
-            ref = find_state(store, topology, state)
-            _check_txid(store, ref, txid)
-            if len(key) != ref.layout.arity:
-                msg = (
-                    f"state {state!r} of {topology!r} has {ref.layout.arity} key column(s) "
-                    f"({', '.join(ref.layout.key_columns)}); got {len(key)} value(s): {key}"
-                )
-                raise ConfigError(msg)
-            data = store.scan(ref.layout.table, as_of=txid, key=key)
-        finally:
-            store.close()
+        replica = home_replica(home, database)
+        if replica is not None:
+            ref: Any = find_published(replica, topology, state)
+            data, _ = read_state(replica, ref, txid, key)
+        else:
+            store = open_state(home, database, wait)
+            try:
+                ref = find_state(store, topology, state)
+                _check_txid(store, ref, txid)
+                if len(key) != ref.layout.arity:
+                    msg = (
+                        f"state {state!r} of {topology!r} has {ref.layout.arity} key column(s) "
+                        f"({', '.join(ref.layout.key_columns)}); got {len(key)} value(s): {key}"
+                    )
+                    raise ConfigError(msg)
+                data = store.scan(ref.layout.table, as_of=txid, key=key)
+            finally:
+                store.close()
         if data.num_rows == 0:
             at = f" as of txid {txid}" if txid is not None else ""
             msg = f"key {' '.join(key)!r} is not in {topology}.{state}{at}"
             raise ConfigError(msg)
     rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
-    emit(rows, data.column_names, fmt, f"{topology}.{state}")
+    _emit_state(
+        rows, data.column_names, ref, _namer(home, database, replica), fmt, f"{topology}.{state}"
+    )
 
 
 LockWaitOption = Annotated[

@@ -39,7 +39,19 @@ DEMO_MARKER = ".trident-demo"
 """A file in a home the demo wrote: the demo only ever replaces such a home's contents."""
 LOG_FILE = "demo.log"
 """Dagster's and Spark's logs of a demo run, in its home."""
-_DEMO_ENTRIES = ("log", "state.duckdb", "state.duckdb.wal", "dagster", LOG_FILE, "demo")
+_DEMO_ENTRIES = (
+    "log",
+    "state.duckdb",
+    "state.duckdb.wal",
+    "replica",
+    "status",
+    "dagster",
+    LOG_FILE,
+    "cli.log",
+    "spark-connect.log",
+    "demo",
+)
+"""What the demo (and what runs over its home) writes: all of it is replaced by a new demo."""
 
 
 def _instance(home: Path) -> Any:
@@ -160,6 +172,7 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
     from trident_assets.core.retry import ExponentialBackoff
     from trident_assets.dagster.sensors import decide_next
     from trident_assets.log.store import PartitionedLog
+    from trident_assets.status import record_failure
     from trident_assets.ui import paste_command
 
     log = PartitionedLog(home / "log")
@@ -215,6 +228,16 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
             for run in instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": key})):
                 if not run.is_finished:
                     instance.report_run_failed(run)
+                    # a killed process records nothing itself: its supervisor (here the demo,
+                    # in production Dagster's run monitoring) reports the failure
+                    record_failure(
+                        home,
+                        TOPOLOGY,
+                        txid,
+                        f"run process killed (exit code {child.returncode}) between its state "
+                        "write and its commit; the coordinator replays the txid",
+                        run.run_id,
+                    )
             after = _state(home)
             same = "unchanged" if after == before else "CHANGED (bug!)"
             how = " (SIGKILL)" if child.returncode == -9 else ""

@@ -11,19 +11,24 @@ shipped code location ``trident_assets.definitions``. By default it also starts 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
+from trident_assets.errors import ConfigError
+
 __all__ = [
     "SPARK_REMOTE_ENV",
+    "BUILTIN_MODULE",
     "WORKSPACE_YAML",
+    "check_modules",
     "dagster_home",
     "paste_command",
     "serve_ui",
@@ -31,10 +36,14 @@ __all__ = [
     "stop_process_group",
     "ui_command",
     "ui_environment",
+    "workspace_yaml",
 ]
 
 SPARK_REMOTE_ENV = "TRIDENT_SPARK_REMOTE"
 """The Spark Connect URL the shipped code location's runs use (local Spark per run if unset)."""
+
+BUILTIN_MODULE = "trident_assets.definitions"
+"""The shipped code location: the example topologies."""
 
 WORKSPACE_YAML = """\
 # Written by trident_assets: the shipped code location (as the repository's workspace.yaml).
@@ -43,6 +52,52 @@ load_from:
       module_name: trident_assets.definitions
       location_name: trident_assets
 """
+
+
+def workspace_yaml(modules: Sequence[str] = (), working_directory: Path | None = None) -> str:
+    """A workspace of the code location modules ``modules`` (default: the shipped one).
+
+    Each module is its own code location, named after it; ``working_directory`` (absolute) is
+    where a user's modules are imported from (the directory ``trident ui`` ran in).
+    """
+    if not modules:
+        return WORKSPACE_YAML
+    lines = ["# Written by `trident ui --module`: one code location per module.", "load_from:"]
+    for module in modules:
+        lines += ["  - python_module:", f"      module_name: {module}"]
+        name = "trident_assets" if module == BUILTIN_MODULE else module.replace(".", "_")
+        lines.append(f"      location_name: {name}")
+        if working_directory is not None and module != BUILTIN_MODULE:
+            lines.append(f"      working_directory: {json.dumps(str(working_directory))}")
+    return "\n".join(lines) + "\n"
+
+
+def check_modules(modules: Sequence[str], working_directory: Path) -> None:
+    """Refuse a code location module that cannot be found from ``working_directory``.
+
+    Raises:
+        ConfigError: a module name is malformed or no such module is importable.
+    """
+    import importlib.util
+
+    for module in modules:
+        if not all(part.isidentifier() for part in module.split(".")):
+            msg = f"--module {module!r} is not a Python module name (e.g. my_pkg.defs)"
+            raise ConfigError(msg)
+        sys.path.insert(0, str(working_directory))
+        try:
+            spec = importlib.util.find_spec(module)
+        except ImportError:
+            spec = None
+        finally:
+            sys.path.remove(str(working_directory))
+        if spec is None:
+            msg = (
+                f"--module {module!r}: no such module importable from {working_directory} "
+                "(run `trident ui` in the directory that holds it, or install it)"
+            )
+            raise ConfigError(msg)
+
 
 _FALLBACK_YAML = """\
 # Written by trident_assets (the repository's dagster.yaml was not found next to the package).
@@ -66,18 +121,22 @@ def shipped_dagster_yaml() -> str:
     return shipped.read_text(encoding="utf-8") if shipped.is_file() else _FALLBACK_YAML
 
 
-def dagster_home(home: Path) -> Path:
+def dagster_home(
+    home: Path, modules: Sequence[str] = (), working_directory: Path | None = None
+) -> Path:
     """Create ``<home>/dagster`` (absolute) with the shipped ``dagster.yaml`` if it has none.
 
-    A ``workspace.yaml`` naming the shipped code location is written next to it, so
-    ``dagster dev -w <home>/dagster/workspace.yaml`` works from any directory.
+    A ``workspace.yaml`` naming the code locations (``modules``, default the shipped one; see
+    :func:`workspace_yaml`) is written next to it, so ``dagster dev -w
+    <home>/dagster/workspace.yaml`` works from any directory.
     """
     path = Path(home).resolve() / "dagster"
     path.mkdir(parents=True, exist_ok=True)
     config = path / "dagster.yaml"
     if not config.exists():
         config.write_text(shipped_dagster_yaml(), encoding="utf-8")
-    (path / "workspace.yaml").write_text(WORKSPACE_YAML, encoding="utf-8")
+    workspace = workspace_yaml(modules, working_directory)
+    (path / "workspace.yaml").write_text(workspace, encoding="utf-8")
     return path
 
 
@@ -99,10 +158,17 @@ def ui_environment(home: Path, spark_remote: str | None = None) -> dict[str, str
 
 
 def ui_command(home: Path, port: int) -> list[str]:
-    """``dagster dev`` on 127.0.0.1:``port`` with the shipped code location of ``home``."""
+    """``dagster dev`` on 127.0.0.1:``port`` with the workspace of ``home``.
+
+    Run by this Python with FutureWarnings ignored in that one process: ``dagster dev``
+    warns on every start that it is superseded by ``dg dev`` (not installed here).
+    """
     dagster = Path(sys.executable).parent / "dagster"
     workspace = dagster_home(home) / "workspace.yaml"
-    return [str(dagster), "dev", "--host", "127.0.0.1", "--port", str(port), "-w", str(workspace)]
+    return [
+        sys.executable, "-W", "ignore::FutureWarning", str(dagster),
+        "dev", "--host", "127.0.0.1", "--port", str(port), "-w", str(workspace),
+    ]  # fmt: skip
 
 
 def paste_command(home: Path, default_home: Path) -> str:
@@ -126,6 +192,7 @@ def serve_ui(
     *,
     spark_remote: str | None = None,
     warm_spark: bool = True,
+    modules: Sequence[str] = (),
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run ``dagster dev`` over ``home`` until it exits or this process is told to stop.
@@ -133,7 +200,10 @@ def serve_ui(
     Spark for the runs ``dagster dev`` launches: ``spark_remote`` (a Spark Connect URL) if
     given; else, with ``warm_spark``, a Spark Connect server (``local[2]``, log
     ``<home>/spark-connect.log``) started here first and shared by every run, so a run does not
-    start a JVM of its own; else local Spark in each run's process.
+    start a JVM of its own; else local Spark in each run's process. ``modules``: the code
+    location modules (default: the shipped one), imported from the current directory.
+    ``dagster dev`` runs in ``<home>/dagster`` (so a ``dagster.yaml`` of the current directory
+    is not mistaken for the instance's).
 
     SIGINT or SIGTERM to this process stops ``dagster dev`` (its own process group, sent
     the same signal), then the Spark Connect server, by PID. Both children also get SIGTERM
@@ -166,12 +236,17 @@ def serve_ui(
             )
         command = ui_command(home, port)
         env = ui_environment(home, spark_remote)
+        dagster_home(home, modules, Path.cwd().resolve())  # the workspace of these modules
         shown = f" {SPARK_REMOTE_ENV}={spark_remote}" if spark_remote else ""
         echo(f"DAGSTER_HOME={env['DAGSTER_HOME']}{shown} {' '.join(command)}")
         if stop_requested:
             return 0
         dev = subprocess.Popen(
-            command, env=env, start_new_session=True, preexec_fn=die_with_parent
+            command,
+            env=env,
+            cwd=env["DAGSTER_HOME"],
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         echo(f"dagster dev: pid {dev.pid}")
         return dev.wait()  # a signal's handler runs meanwhile; wait() resumes (PEP 475)

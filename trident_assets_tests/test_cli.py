@@ -538,7 +538,8 @@ def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
     # the README's next step works on what the demo left
     scan = run("state", "scan", "word_count", "word_counts", "--format", "json", home=home)
     assert scan[0] == 0
-    assert sum(row["value"] for row in json.loads(scan[1])) == int(
+    # read from the replica, the value under the state's own field name (as in the UI)
+    assert sum(row["count"] for row in json.loads(scan[1])) == int(
         next(line for line in out if line.startswith("4. "))
         .split(": ")[1]
         .split(" ")[0]

@@ -170,8 +170,10 @@ def test_a_restored_backup_resumes_exactly_once(
                 replica.publish(store, topo.name, txid, [f"{topo.name}__word_counts"], [])
 
     run(range(1, 4))
+    table = f"{topo.name}__word_counts"
     with DuckDBStore(db, read_only=True) as store:
         at_three = _counts(store, topo.name)
+        as_of = {t: store.scan(table, as_of=t).to_pylist() for t in (1, 2, 3)}
     done = _trident(tmp_path, "state", "backup", str(tmp_path / "b.duckdb"), "--home", str(home))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"backed up {db} to {tmp_path / 'b.duckdb'}: ")
@@ -198,6 +200,10 @@ def test_a_restored_backup_resumes_exactly_once(
     ]
     assert lines[3] == f"  rebuilt the read replica {home / 'replica'}"
     assert replica.latest(topo.name) == 3
+    assert replica.oldest_readable(table) == 1  # no compaction ran: every txid stays readable
+    for t in (1, 2, 3):  # downstream as-of reads see what the restored file reads
+        assert replica.read_map(table, scope=topo.name, as_of=t).to_pylist() == as_of[t]
+    assert as_of[1] != as_of[3]  # history, not the latest state thrice
     got = replica.read_map(f"{topo.name}__word_counts", scope=topo.name, value_name="value")
     assert (
         dict(zip(got.column("word").to_pylist(), got.column("value").to_pylist(), strict=True))

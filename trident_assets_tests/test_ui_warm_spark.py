@@ -105,7 +105,8 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
         url, server_pid, server_log = found.group(1), int(found.group(2)), Path(found.group(3))
         dagster_home = home.resolve() / "dagster"
         assert lines[1] == (
-            f"DAGSTER_HOME={dagster_home} {SPARK_REMOTE_ENV}={url} {TRIDENT.parent / 'dagster'} "
+            f"DAGSTER_HOME={dagster_home} {SPARK_REMOTE_ENV}={url} {sys.executable} -W "
+            f"ignore::FutureWarning {TRIDENT.parent / 'dagster'} "
             f"dev --host 127.0.0.1 --port {port} -w {dagster_home / 'workspace.yaml'}"
         )
         dev_pid = int(lines[2].removeprefix("dagster dev: pid "))

@@ -190,6 +190,9 @@ def test_worker_failure_names_step_function_and_tuple_then_replays(
     assert msg.startswith("each(sentence) -> sentence, word [PyFunction]: ")
     assert "word_functions.split_words failed on input tuple ('a kaboom here',)" in msg
     assert msg.endswith("ValueError: cannot split a sentence containing 'kaboom'")
+    # the user's error alone: Spark's Java and worker traces are not chained to it
+    assert failed.value.__cause__ is None
+    assert failed.value.__suppress_context__
     assert runner.last_committed() is None, "a failed batch commits nothing"
     assert "userland__counts" not in store.tables()
     # the user fixes the code; the coordinator replays txid 1

@@ -33,12 +33,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trident_assets.backends.duckdb_store import SEQ_COLUMN, DuckDBStore, log_table
-from trident_assets.backends.replica import Replica
+from trident_assets.backends.replica import DEAD_LETTERS_TABLE, Replica
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
 
@@ -100,11 +102,11 @@ def backup_state(
 
     Args:
         state: The state file (it must exist).
-        dest: The backup file to write; it must not exist (its directory must).
+        dest: The backup file to write; it must not exist (missing directories are created).
         lock_timeout_s: How long to wait while a batch holds the state file.
 
     Raises:
-        ConfigError: ``state`` does not exist, ``dest`` exists or its directory does not.
+        ConfigError: ``state`` does not exist, ``dest`` exists, or its parent is a file.
         StoreLockedError: a batch held the file for longer than ``lock_timeout_s``.
         StateLayoutError: ``state`` is not a trident state store (or is damaged).
     """
@@ -115,10 +117,11 @@ def backup_state(
     if target.exists():
         msg = f"backup {target} already exists; choose a new file name"
         raise ConfigError(msg)
-    if not target.parent.is_dir():
-        msg = f"directory {target.parent} of backup {target} does not exist"
+    if target.parent.exists() and not target.parent.is_dir():
+        msg = f"{target.parent} (the directory of backup {target}) is not a directory"
         raise ConfigError(msg)
     _read_scopes(src, lock_timeout_s)  # a trident store? (checked before anything is written)
+    target.parent.mkdir(parents=True, exist_ok=True)
     with DuckDBStore(src, lock_timeout_s=lock_timeout_s) as store:
         store.checkpoint()
         started = time.perf_counter()
@@ -182,13 +185,15 @@ def restore_state(
     finally:
         if holder is not None:
             holder.close()
+    previous = None
     if replica is not None and Path(replica).exists():
         aside = Path(replica).with_name(f"{Path(replica).name}.before-restore-{stamp}")
         os.replace(replica, aside)
         moved.append(aside)
+        previous = Replica(aside)
     if replica is not None:
         with DuckDBStore(target, read_only=True, lock_timeout_s=lock_timeout_s) as store:
-            rebuild_replica(store, Replica(replica))
+            rebuild_replica(store, Replica(replica), previous)
     return BackupInfo(target, target.stat().st_size, seconds, scopes, tuple(moved))
 
 
@@ -202,18 +207,28 @@ def _hold(target: Path, lock_timeout_s: float) -> DuckDBStore | None:
         return None  # damaged or foreign: nothing can be writing through DuckDB
 
 
+def _write_base(replica: Replica, table: str, txid: int, rows: pa.Table) -> None:
+    base = replica.root / table / f"base-{txid:010d}.parquet"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(rows, base)
+
+
 def _owner(table: str, scopes: dict[str, int]) -> int | None:
     """The committed txid of the topology owning ``table`` (the longest scope prefix)."""
     owners = [s for s in scopes if table.startswith(f"{s}__")]
     return scopes[max(owners, key=len)] if owners else None
 
 
-def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
-    """Write ``replica`` from ``store``: a base per map, the outputs per txid, the markers.
+def rebuild_replica(store: DuckDBStore, replica: Replica, previous: Replica | None = None) -> None:
+    """Write ``replica`` from ``store``: per-txid deltas per map, the outputs, the markers.
 
-    A map's base holds its newest row per key, at its topology's last committed txid (reads
-    as of older txids raise ``HistoryUnavailableError``). Outputs keep the txids the store
-    kept. Markers are written last, so readers see the replica only once it is whole.
+    Every txid the store can read a map as of stays readable as of that txid in the replica:
+    a map's rows up to its oldest readable txid (the store's compaction point; 1 when the
+    store never compacted it) form its base, each later txid's rows its own delta. A
+    non-transactional map stores no txids: its base holds its newest rows at its topology's
+    last committed txid. Outputs and dead letters keep the txids the store kept. What a
+    ``previous`` replica recorded of a map (its value field, global or not) is kept. Markers
+    are written last, so readers see the replica only once it is whole.
     """
     scopes = store.scopes()
     for table in store.tables():
@@ -222,17 +237,34 @@ def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
         if layout is None or txid is None:
             continue
         keys = ", ".join(f'"{validate_identifier(k, "column")}"' for k in layout.key_columns)
-        rows = store.conn.sql(
-            f"SELECT * FROM {log_table(table)} QUALIFY row_number() OVER "
+        more: dict[str, Any] = {"key_types": list(layout.key_types)}
+        more["value_type"] = layout.value_type
+        known = previous.layout(table) if previous is not None else None
+        more |= {k: v for k, v in (known or {}).items() if k in ("value_field", "global")}
+        replica._write_layout(table, list(layout.key_columns), layout.kind, more)
+        newest = (
+            f"SELECT * FROM {log_table(table)} WHERE {{where}} QUALIFY row_number() OVER "
             f"(PARTITION BY {keys} ORDER BY {SEQ_COLUMN} DESC) = 1"
+        )
+        if layout.kind == "plain":
+            rows = store.conn.sql(newest.format(where="true")).to_arrow_table()
+            _write_base(replica, table, txid, rows)
+            if rows.num_rows:
+                top = int(pc.max(rows.column(SEQ_COLUMN)).as_py())
+                (replica.root / table / "_published_seq.json").write_text(f'{{"seq": {top}}}')
+            continue
+        oldest = store.oldest_readable_txid(table)
+        if oldest is not None and oldest > 1:
+            base = store.conn.sql(
+                newest.format(where="txid <= $oldest"), params={"oldest": oldest}
+            ).to_arrow_table()
+            _write_base(replica, table, oldest, base)
+        later = store.conn.sql(
+            f"SELECT * FROM {log_table(table)} WHERE txid > ? AND txid <= ? ORDER BY txid",
+            params=[oldest or 0, txid],
         ).to_arrow_table()
-        replica._write_layout(table, list(layout.key_columns), layout.kind)
-        base = replica.root / table / f"base-{txid:010d}.parquet"
-        base.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(rows, base)
-        if layout.kind == "plain" and rows.num_rows:
-            top = int(pc.max(rows.column(SEQ_COLUMN)).as_py())
-            (replica.root / table / "_published_seq.json").write_text(f'{{"seq": {top}}}')
+        for t in sorted(set(later.column("txid").to_pylist())):
+            replica._write_delta(table, int(t), later.filter(pc.equal(later.column("txid"), t)))
     found = store.conn.execute(
         "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
         "AND database_name = current_database()"
@@ -246,6 +278,22 @@ def rebuild_replica(store: DuckDBStore, replica: Replica) -> None:
                 f'SELECT * FROM "{table}" WHERE txid = ?', params=[txid]
             ).to_arrow_table()
             replica._write_delta(table, int(txid), rows)
+    if store.has_table(DEAD_LETTERS_TABLE):
+        dead = store.conn.sql(
+            f"SELECT * FROM {DEAD_LETTERS_TABLE} ORDER BY topology, txid"
+        ).to_arrow_table()
+        pairs = zip(
+            dead.column("topology").to_pylist(), dead.column("txid").to_pylist(), strict=True
+        )
+        for scope, txid in sorted(set(pairs)):
+            if scope not in scopes:
+                continue
+            mask = pc.and_(
+                pc.equal(dead.column("topology"), scope), pc.equal(dead.column("txid"), txid)
+            )
+            path = replica.dead_letters_dir(scope) / f"{int(txid):010d}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(dead.filter(mask), path)
     for scope, txid in scopes.items():
         marker = replica.root / "_scopes" / f"{validate_identifier(scope, 'scope')}.json"
         marker.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ DEFAULT_KEEP_TXIDS = 100
 _DELTA = re.compile(r"^(\d{10})\.parquet$")
 _BASE = re.compile(r"^base-(\d{10})\.parquet$")
 _SEQ = "_trident_seq"
+DEAD_LETTERS_TABLE = "_trident_dead_letters"
+"""The store's dead-letter table (``spark/batch_tables.py``), published per scope and txid."""
 
 
 def _write_atomically(path: Path, write: Any) -> None:
@@ -69,18 +71,37 @@ class Replica:
     # -- writing (the process that owns the store) -------------------------------------------
 
     def publish(
-        self, store: Any, scope: str, txid: int, maps: Sequence[str], row_tables: Sequence[str]
+        self,
+        store: Any,
+        scope: str,
+        txid: int,
+        maps: Sequence[str],
+        row_tables: Sequence[str],
+        described: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         """Publish what ``txid`` wrote to ``maps`` and ``row_tables``, then mark it visible.
 
         Call after ``txid`` committed in ``store`` (DuckDB or PostgreSQL), before compaction.
+        ``described``: per map table, what readers name its parts (``value_field``: the
+        state's value field; ``global``: a global state, keyed by one internal key), kept in
+        its ``_layout.json``. The txid's dead letters of ``scope`` are published too.
         """
         for table in maps:
             layout = store.layout(table)
             if layout is None:
                 continue
-            self._write_layout(table, list(layout.key_columns), layout.kind)
+            more = {"key_types": list(layout.key_types), "value_type": layout.value_type}
+            more |= dict((described or {}).get(table, {}))
+            self._write_layout(table, list(layout.key_columns), layout.kind, more)
             self._write_delta(table, txid, self._map_rows(store, table, layout.kind, txid))
+        if _has_table(store, DEAD_LETTERS_TABLE):
+            dead = store.fetch_arrow(
+                f"SELECT * FROM {DEAD_LETTERS_TABLE} WHERE topology = ? AND txid = ?",
+                [scope, txid],
+            )
+            if dead.num_rows:
+                path = self.dead_letters_dir(scope) / f"{txid:010d}.parquet"
+                _write_atomically(path, lambda p: pq.write_table(dead, p))
         for table in row_tables:
             if not _has_table(store, table):
                 continue
@@ -92,7 +113,12 @@ class Replica:
         _write_atomically(marker, lambda p: p.write_text(json.dumps({"txid": txid})))
 
     def publish_missing(
-        self, store: Any, scope: str, maps: Sequence[str], row_tables: Sequence[str]
+        self,
+        store: Any,
+        scope: str,
+        maps: Sequence[str],
+        row_tables: Sequence[str],
+        described: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[int]:
         """Publish the txids ``store`` committed after the replica's marker; return them."""
         last = store.last_committed(scope)
@@ -101,7 +127,7 @@ class Replica:
         done = self.latest(scope) or 0
         missing = list(range(done + 1, last + 1))
         for txid in missing:
-            self.publish(store, scope, txid, maps, row_tables)
+            self.publish(store, scope, txid, maps, row_tables, described)
         return missing
 
     def _map_rows(self, store: Any, table: str, kind: str, txid: int) -> pa.Table:
@@ -125,11 +151,49 @@ class Replica:
         path = self.root / table / f"{txid:010d}.parquet"
         _write_atomically(path, lambda p: pq.write_table(rows, p))
 
-    def _write_layout(self, table: str, keys: list[str], kind: str) -> None:
+    def _write_layout(
+        self, table: str, keys: list[str], kind: str, more: Mapping[str, Any] | None = None
+    ) -> None:
         path = self.root / table / "_layout.json"
-        if not path.exists():
-            body = json.dumps({"key_columns": keys, "kind": kind})
+        layout = {"key_columns": keys, "kind": kind, **(more or {})}
+        if not path.exists() or json.loads(path.read_text()) != layout:
+            body = json.dumps(layout)
             _write_atomically(path, lambda p: p.write_text(body))
+
+    def dead_letters_dir(self, scope: str) -> Path:
+        """Where ``scope``'s dead letters are published: one Parquet file per txid with any."""
+        return self.root / "_dead_letters" / validate_identifier(scope, "scope")
+
+    def scopes(self) -> dict[str, int]:
+        """Every published scope (topology) and its last published txid."""
+        folder = self.root / "_scopes"
+        if not folder.is_dir():
+            return {}
+        return {
+            f.stem: int(json.loads(f.read_text())["txid"])
+            for f in sorted(folder.glob("*.json"))
+            if not f.name.startswith(".")
+        }
+
+    def layout(self, table: str) -> dict[str, Any] | None:
+        """Map ``table``'s published layout (key columns, kind, ...), or None: not a map."""
+        path = self.root / validate_identifier(table, "table") / "_layout.json"
+        if not path.exists():
+            return None
+        layout: dict[str, Any] = json.loads(path.read_text())
+        return layout
+
+    def tables(self) -> list[str]:
+        """The published tables (maps and per-txid row tables), by name."""
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            d.name for d in self.root.iterdir() if d.is_dir() and not d.name.startswith(("_", "."))
+        )
+
+    def row_files(self, table: str, up_to: int) -> dict[int, Path]:
+        """The per-txid files of row ``table`` up to txid ``up_to`` (the published ones)."""
+        return {t: f for t, f in sorted(self._deltas(table).items()) if t <= up_to}
 
     def compact(
         self, table: str, keep_txids: int = DEFAULT_KEEP_TXIDS, min_fold: int = 1

@@ -9,14 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from trident_assets.core.aggregators import Count, Sum
+import trident_assets as ta
 from trident_assets.errors import ConfigError
-from trident_assets.spark.schemes import StringScheme
-from trident_assets.spouts.config import SpoutConfig, SpoutKind
-from trident_assets.spouts.log_spout import LogSpout
-from trident_assets.stream.operations import FilterNull, Split
-from trident_assets.stream.queries import MapGet
-from trident_assets.stream.topology import StateSpec, TridentTopology
+from trident_assets.spouts.config import SpoutKind
+from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["SENTENCES", "build_word_count"]
 
@@ -46,18 +42,16 @@ def build_word_count(
     ``source="kafka"`` reads the same topics from the cluster at ``bootstrap_servers``
     (``kafka_options`` are further :class:`~trident_assets.kafka.KafkaSpout` arguments).
     """
-    topo = TridentTopology(name)
-    config = SpoutConfig(kind=kind, max_batch_size=max_batch_size)
+    topo = ta.TridentTopology(name)
+    config = ta.SpoutConfig(kind=kind, max_batch_size=max_batch_size)
 
     def spout(topic_name: str, field: str) -> Any:
         if source == "log":
-            return LogSpout(topic_name, StringScheme(field), config)
+            return ta.LogSpout(topic_name, ta.StringScheme(field), config)
         if source == "kafka" and bootstrap_servers:
-            from trident_assets.kafka.spout import KafkaSpout
-
-            return KafkaSpout(
+            return ta.KafkaSpout(
                 topic_name,
-                StringScheme(field),
+                ta.StringScheme(field),
                 config,
                 bootstrap_servers=bootstrap_servers,
                 **dict(kafka_options or {}),
@@ -67,17 +61,17 @@ def build_word_count(
 
     counts = (
         topo.new_stream("sentences", spout(topic, "sentence"))
-        .each("sentence", Split(), "word")
+        .each("sentence", ta.Split(), "word")
         .group_by("word")
-        .persistent_aggregate(StateSpec.opaque("word_counts"), "word", Count(), "count")
+        .persistent_aggregate(ta.StateSpec.opaque("word_counts"), "word", ta.Count(), "count")
     )
     (
         topo.new_stream("queries", spout(query_topic, "args"))
-        .each("args", Split(), "word")
+        .each("args", ta.Split(), "word")
         .group_by("word")
-        .state_query(counts, "word", MapGet(), "count")
-        .each("count", FilterNull())
-        .aggregate("count", Sum(), "sum")
+        .state_query(counts, "word", ta.MapGet(), "count")
+        .each("count", ta.FilterNull())
+        .aggregate("count", ta.Sum(), "sum")
         .as_output("words")
     )
     return topo

@@ -37,6 +37,7 @@ What can share a Spark job is decided by :mod:`trident_assets.planner` (pure gra
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -135,7 +136,9 @@ class TopologyRunner:
         self.replica = replica
         self.keep_txids = keep_txids
         if replica is not None:
-            replica.publish_missing(store, self.scope, *self._published_tables())
+            replica.publish_missing(
+                store, self.scope, *self._published_tables(), described=self._described()
+            )
 
     @property
     def scope(self) -> str:
@@ -495,11 +498,19 @@ class TopologyRunner:
                 rows.append(state.partials_table)
         return maps, rows
 
+    def _described(self) -> dict[str, dict[str, Any]]:
+        """Per map state: its value field and whether it is global (for the replica's readers)."""
+        return {
+            s.table: {"value_field": s.value_field, "global": not s.group}
+            for s in self.topology.states.values()
+            if s.value_field
+        }
+
     def _publish(self, txid: int) -> None:
         """Publish committed ``txid`` to the replica, then fold what falls out of its window."""
         assert self.replica is not None
         maps, rows = self._published_tables()
-        self.replica.publish(self.store, self.scope, txid, maps, rows)
+        self.replica.publish(self.store, self.scope, txid, maps, rows, self._described())
         fold = max(1, self.keep_txids // 2)
         for table in [*maps, *rows]:
             self.replica.compact(table, self.keep_txids, min_fold=fold)
@@ -525,7 +536,10 @@ def _user_code_errors() -> Iterator[None]:
     """Re-raise a user function's failure on a Spark worker as the UserCodeError it was.
 
     Spark wraps it in its own exception with the worker's traceback; the batch failed and
-    nothing was committed either way.
+    nothing was committed either way. The user's error is raised alone (not chained to
+    Spark's ~160 lines of Java and worker traces, which would bury it); that trace goes to
+    the ``trident_assets.spark`` logger at DEBUG (the run's log, ``HOME/cli.log``, or
+    ``HOME/demo.log``).
     """
     try:
         yield
@@ -535,4 +549,7 @@ def _user_code_errors() -> Iterator[None]:
         found = from_worker_message(str(exc))
         if found is None:
             raise
-        raise found from exc
+        logging.getLogger("trident_assets.spark").debug(
+            "user code failed on a Spark worker: %s\n%s", found, exc
+        )
+        raise found from None

@@ -1,0 +1,284 @@
+"""What the read commands read: the lock-free replica of a home, as the IO manager reads it.
+
+A batch that commits holds the DuckDB state file's lock; a reader opening the file then fails
+(or, while it has the file open, makes the batch wait). The replica (``<home>/replica``,
+:mod:`trident_assets.backends.replica`) is published after every commit and read without any
+lock, with the IO manager's as-of rules: a txid is readable once it is published, and as of
+any txid from the oldest one the replica's compaction kept. ``trident state scan/get``,
+``trident outputs`` and ``trident dead-letters`` read it whenever the home has one and no
+other ``--database`` is given; otherwise they open the state store read-only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from trident_assets.backends.replica import Replica
+from trident_assets.core.caching import GLOBAL_KEY
+from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
+from trident_assets.names import validate_identifier
+
+__all__ = [
+    "PublishedState",
+    "home_replica",
+    "published_states",
+    "read_state",
+    "value_name",
+]
+
+_OUTPUT_INFIX = "__out_"
+
+
+def home_replica(home: Path, database: str | None) -> Replica | None:
+    """The replica of ``home``'s own state file, or None (no replica, or another --database)."""
+    if database is not None:
+        own = home / "state.duckdb"
+        if not (own.exists() and Path(database).resolve() == own.resolve()):
+            return None
+    replica = Replica(home / "replica")
+    return replica if replica.scopes() else None
+
+
+@dataclass(frozen=True)
+class PublishedState:
+    """One map state in the replica, with the names users know it by."""
+
+    topology: str
+    state: str
+    table: str
+    kind: str
+    key_columns: tuple[str, ...]
+    value_type: str | None
+    value_field: str
+    is_global: bool
+
+    @property
+    def arity(self) -> int:
+        """How many key columns a key has."""
+        return len(self.key_columns)
+
+
+def _owner(table: str, scopes: list[str]) -> str | None:
+    owners = [s for s in scopes if table.startswith(f"{s}__")]
+    return max(owners, key=len) if owners else None
+
+
+def published_states(replica: Replica) -> dict[str, dict[str, PublishedState]]:
+    """Per published topology, its map states (empty for a topology with none)."""
+    scopes = replica.scopes()
+    found: dict[str, dict[str, PublishedState]] = {name: {} for name in scopes}
+    for table in replica.tables():
+        layout = replica.layout(table)
+        owner = _owner(table, list(scopes))
+        if layout is None or owner is None:
+            continue
+        state = table[len(owner) + 2 :]
+        found[owner][state] = PublishedState(
+            topology=owner,
+            state=state,
+            table=table,
+            kind=str(layout["kind"]),
+            key_columns=tuple(layout["key_columns"]),
+            value_type=layout.get("value_type"),
+            value_field=str(layout.get("value_field") or "value"),
+            is_global=bool(layout.get("global", False)),
+        )
+    return found
+
+
+def value_name(replica: Replica | None, table: str) -> str:
+    """The value field of map ``table`` as published (``value`` when unknown)."""
+    layout = replica.layout(table) if replica is not None else None
+    return str((layout or {}).get("value_field") or "value")
+
+
+def find_published(replica: Replica, topology: str, state: str) -> PublishedState:
+    """Return ``topology``'s published ``state``.
+
+    Raises:
+        ConfigError: an invalid name, or no such topology or state (the message lists those
+            that exist).
+    """
+    validate_identifier(topology, "topology")
+    validate_identifier(state, "state")
+    known = published_states(replica)
+    if topology not in known:
+        names = ", ".join(sorted(known)) or "none yet"
+        msg = f"no topology {topology!r} in {replica.root}; topologies: {names}"
+        raise ConfigError(msg)
+    if state not in known[topology]:
+        names = ", ".join(sorted(known[topology])) or "none"
+        msg = f"topology {topology!r} has no state {state!r}; its states: {names}"
+        raise ConfigError(msg)
+    return known[topology][state]
+
+
+def read_state(
+    replica: Replica, ref: PublishedState, as_of: int | None, key: list[str] | None = None
+) -> tuple[pa.Table, int | None]:
+    """``ref`` as of txid ``as_of`` (default: the last published) and the txid read at.
+
+    Columns: the key columns and the state's value field (a global state: the value only).
+
+    Raises:
+        ConfigError: ``as_of`` is not committed (published) yet, or ``key`` has the wrong
+            number of values.
+        StateLayoutError: ``as_of`` of a non-transactional state (it stores no txids).
+        HistoryUnavailableError: compaction removed the versions ``as_of`` needs.
+    """
+    last = replica.latest(ref.topology)
+    if as_of is not None:
+        if last is None or as_of > last:
+            done = (
+                "nothing is committed yet" if last is None else f"the last committed txid is {last}"
+            )
+            msg = f"txid {as_of} of topology {ref.topology!r} is not committed: {done}"
+            raise ConfigError(msg)
+        if ref.kind == "plain":
+            msg = (
+                f"state {ref.state!r} of {ref.topology!r} is non-transactional: it stores no "
+                "txids, so it cannot be read as of a txid (drop --txid)"
+            )
+            raise StateLayoutError(msg)
+        oldest = replica.oldest_readable(ref.table)
+        if as_of < oldest:
+            msg = (
+                f"state {ref.state!r} of {ref.topology!r} cannot be read as of txid {as_of}: "
+                f"compaction removed the versions it needs; the oldest txid that can still be "
+                f"read is {oldest}"
+            )
+            raise HistoryUnavailableError(msg)
+    if key is not None and len(key) != ref.arity:
+        msg = (
+            f"state {ref.state!r} of {ref.topology!r} has {ref.arity} key column(s) "
+            f"({', '.join(ref.key_columns)}); got {len(key)} value(s): {key}"
+        )
+        raise ConfigError(msg)
+    data = replica.read_map(ref.table, scope=ref.topology, as_of=as_of, value_name="value")
+    if key is not None:
+        for column, wanted in zip(ref.key_columns, key, strict=True):
+            values = pc.cast(data.column(column), pa.string())
+            data = data.filter(pc.equal(values, wanted))
+    if ref.value_type == "JSON" and data.num_rows:
+        decoded = [
+            json.loads(v) if isinstance(v, str) else v for v in data.column("value").to_pylist()
+        ]
+        data = data.set_column(data.column_names.index("value"), "value", pa.array(decoded))
+    return data, as_of if as_of is not None else last
+
+
+def hide_global_key(rows: list[dict[str, Any]], key_columns: list[str]) -> list[str]:
+    """The columns to show: without the key column of a global state (its internal key)."""
+    if len(key_columns) == 1 and rows and all(r[key_columns[0]] == GLOBAL_KEY for r in rows):
+        return key_columns[1:]
+    return key_columns
+
+
+def output_rows(
+    replica: Replica, topology: str, output: str, txid: int | None
+) -> tuple[pa.Table, int | None, int | None]:
+    """The published rows of ``topology``'s ``output`` (``txid``'s, else every kept txid).
+
+    Returns the rows (with ``txid``, ordered by every column) and the lowest and highest txid
+    kept.
+
+    Raises:
+        ConfigError: no such topology or output, or ``txid`` is not committed or not kept.
+    """
+    validate_identifier(topology, "topology")
+    validate_identifier(output, "output")
+    scopes = replica.scopes()
+    if topology not in scopes:
+        names = ", ".join(sorted(scopes)) or "none yet"
+        msg = f"no topology {topology!r} in {replica.root}; topologies: {names}"
+        raise ConfigError(msg)
+    prefix = f"{topology}{_OUTPUT_INFIX}"
+    table = f"{prefix}{output}"
+    tables = replica.tables()
+    last = scopes[topology]
+    files = replica.row_files(table, last) if table in tables else {}
+    if not files:
+        names = ", ".join(t[len(prefix) :] for t in tables if t.startswith(prefix))
+        msg = (
+            f"topology {topology!r} has no output {output!r} (or no batch produced it yet); "
+            f"its outputs: {names or 'none yet'}"
+        )
+        raise ConfigError(msg)
+    low, high = min(files), max(files)
+    if txid is not None and txid > last:
+        msg = f"txid {txid} of topology {topology!r} is not committed: the last is {last}"
+        raise ConfigError(msg)
+    if txid is not None and txid < low:
+        msg = (
+            f"output {output!r} of {topology!r} keeps the rows of txids {low}..{high} "
+            f"(older txids are dropped as batches commit); txid {txid} is gone"
+        )
+        raise ConfigError(msg)
+    chosen = [files[txid]] if txid is not None and txid in files else []
+    if txid is None:
+        chosen = list(files.values())
+    if not chosen:
+        return _empty_like(files[high]), low, high
+    with duckdb.connect() as conn:
+        data = conn.sql(
+            "SELECT * FROM read_parquet(?, union_by_name = true)",
+            params=[[str(f) for f in chosen]],
+        ).to_arrow_table()
+        order = ", ".join(str(i) for i in range(1, data.num_columns + 1))
+        conn.register("data", data)
+        data = conn.sql(f"SELECT * FROM data ORDER BY {order}").to_arrow_table()
+    return data, low, high
+
+
+def _empty_like(path: Path) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(path).empty_table()
+
+
+def dead_letter_rows(
+    replica: Replica, topology: str | None, n: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The latest ``n`` published dead letters (of ``topology``, or all) and how many there are.
+
+    Raises:
+        ConfigError: ``topology`` is not a published topology.
+    """
+    scopes = replica.scopes()
+    if topology is not None:
+        validate_identifier(topology, "topology")
+        if topology not in scopes:
+            names = ", ".join(sorted(scopes)) or "none yet"
+            msg = f"no topology {topology!r} in {replica.root}; topologies: {names}"
+            raise ConfigError(msg)
+    files = []
+    for scope, last in scopes.items():
+        if topology is not None and scope != topology:
+            continue
+        folder = replica.dead_letters_dir(scope)
+        if folder.is_dir():
+            files += [f for f in sorted(folder.glob("*.parquet")) if int(f.stem) <= last]
+    if not files:
+        return [], 0
+    with duckdb.connect() as conn:
+        conn.register(
+            "dead",
+            conn.sql(
+                "SELECT * FROM read_parquet(?, union_by_name = true)",
+                params=[[str(f) for f in files]],
+            ).to_arrow_table(),
+        )
+        total = conn.execute("SELECT count(*) FROM dead").fetchone()
+        rows = conn.execute(
+            'SELECT topology, txid, spout, topic, partition, "offset", reason FROM dead '
+            'ORDER BY txid DESC, topic, partition, "offset" DESC LIMIT ?',
+            [n],
+        ).fetch_arrow_table()
+    return rows.to_pylist(), int(total[0]) if total else 0
