@@ -174,3 +174,67 @@ def test_user_aggregators() -> None:
 
 def test_error_is_a_config_error() -> None:
     assert issubclass(StateContractError, ConfigError)
+
+
+# -- deriving the declared contract from a topology -----------------------------------------------
+
+
+def _topology(agg: object, spec: object = None) -> object:
+    from trident_assets.spark.schemes import StringScheme
+    from trident_assets.spouts.config import SpoutConfig, SpoutKind
+    from trident_assets.spouts.log_spout import LogSpout
+    from trident_assets.stream.graph import StateSpec
+    from trident_assets.stream.operations import Split
+    from trident_assets.stream.topology import TridentTopology
+
+    topo = TridentTopology("wc")
+    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(kind=SpoutKind.OPAQUE))
+    words = topo.new_stream("src", spout).each("sentence", Split(), "word")
+    return words.group_by("word").persistent_aggregate(
+        spec or StateSpec.opaque("counts"), "word", agg, "count"
+    )
+
+
+def test_declared_contract_of_persistent_aggregate() -> None:
+    state = _topology(Count())
+    assert state.contract() == StateContract(
+        topology="wc",
+        state="counts",
+        table="wc__counts",
+        state_type="opaque",
+        key_fields=("word",),
+        key_types=None,
+        aggregator="trident_assets.core.aggregators.Count",
+        aggregator_params=(),
+        version=None,
+        value_type="bigint",
+        spouts=("src",),
+        first_txid=1,
+    )
+    summed = _topology(Sum()).contract()
+    assert summed.aggregator == "trident_assets.core.aggregators.Sum"
+    assert summed.value_type is None
+    assert [(d.name, d.compatible) for d in compare(state.contract(), summed).differences] == [
+        ("aggregator", False),
+        ("value_type", True),
+    ]
+
+
+def test_declared_contract_of_partition_persist() -> None:
+    from trident_assets.stream.graph import StateSpec, StateUpdater
+
+    class Keep(StateUpdater):
+        version = "2"
+
+    state = _topology(Count())
+    stream = state.new_values_stream()
+    persisted = stream.partition_persist(StateSpec.opaque("kept"), "word", Keep())
+    got = persisted.contract()
+    assert got.aggregator == f"{__name__}.test_declared_contract_of_partition_persist.<locals>.Keep"
+    assert (got.version, got.state_type, got.key_fields, got.spouts, got.note) == (
+        "2",
+        "opaque",
+        (),
+        ("src",),
+        None,
+    )
