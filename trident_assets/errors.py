@@ -22,6 +22,7 @@ __all__ = [
     "OutOfOrderCommitError",
     "QuarantineError",
     "StaleTxidError",
+    "StateContractError",
     "StateLayoutError",
     "StoreLockedError",
     "TridentError",
@@ -36,6 +37,10 @@ class TridentError(Exception):
 
 class ConfigError(TridentError, ValueError):
     """A configuration or declaration is invalid; raised before anything is written."""
+
+
+class StateContractError(ConfigError):
+    """A declared state disagrees with the contract stored for it; refused before any write."""
 
 
 class FieldNotFoundError(ConfigError):

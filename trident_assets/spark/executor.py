@@ -52,6 +52,7 @@ from trident_assets.backends.quarantine import (
     mark_replayed,
 )
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.backends.state_contracts import check_contracts, write_contracts
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.commit import commit_batch, decide_commit
 from trident_assets.core.user_code import from_worker_message
@@ -121,6 +122,15 @@ class TopologyRunner:
         if max_spout_pending < 1:
             msg = f"max_spout_pending must be >= 1, got {max_spout_pending}"
             raise ConfigError(msg)
+        # State contracts are checked here, at creation: the topology and the store are
+        # known, and nothing (coordinator emission, Spark job, spout metadata, state write)
+        # has happened yet, so a refused declaration leaves the store exactly as it was.
+        self._pending_contracts = check_contracts(
+            store,
+            topology.name,
+            [state.contract() for state in topology.states.values()],
+            store.last_committed(topology.name),
+        )
         self.compaction = compaction
         self.max_spout_pending = max_spout_pending
         self.pipelinable = pipelinable(topology)
@@ -343,6 +353,16 @@ class TopologyRunner:
         """Commit one txid in its own transaction, then compact what the policy says."""
         return self._commit(run.txid, run.plans, lambda: run.commit(prepared), timings, share)
 
+    def _apply(self, apply: Callable[[], BatchOutcome]) -> BatchOutcome:
+        """In the commit transaction: write the contracts of new states, then the batch."""
+        pending, self._pending_contracts = self._pending_contracts, []
+        try:
+            write_contracts(self.store, pending)
+            return apply()
+        except BaseException:
+            self._pending_contracts = pending  # rolled back: write them with the next commit
+            raise
+
     def _commit(
         self,
         txid: int,
@@ -354,7 +374,7 @@ class TopologyRunner:
         """Run ``apply`` in ``txid``'s commit transaction, publish, then compact."""
         t_commit = time.perf_counter()
         try:
-            result = commit_batch(self.store, self.scope, txid, lambda _tx: apply())
+            result = commit_batch(self.store, self.scope, txid, lambda _tx: self._apply(apply))
         except TridentError:
             raise
         except Exception as exc:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator, is_sql_combiner
+from trident_assets.core.contracts import StateContract, describe_aggregator
 from trident_assets.errors import ConfigError
 from trident_assets.spouts.config import validate_name
 from trident_assets.stream.chained import ChainedAggregatorDeclarer
@@ -494,3 +495,45 @@ class TridentState:
     def new_values_stream(self) -> Stream:
         """The (key..., new value) tuples each batch produced."""
         return Stream(self.topology, Node("new_values", self.node.fields, (), {"state": self}))
+
+    def contract(self) -> StateContract:
+        """The declared contract: what this state's values mean (see ``core.contracts``).
+
+        Key types are not known at declaration (None); the value type is the aggregator's
+        ``output_type`` when it sets one. ``first_txid`` is 1 (a declaration covers history).
+        """
+        agg = self.node.args.get("agg")
+        subject = agg if agg is not None else self.node.args["updater"]
+        desc = describe_aggregator(subject, "aggregator" if agg is not None else "updater")
+        value_type = getattr(agg, "output_type", None) if agg is not None else None
+        return StateContract(
+            topology=self.topology.name,
+            state=self.spec.name,
+            table=self.table,
+            state_type=self.spec.state_type.value,
+            key_fields=tuple(self.group),
+            key_types=None,
+            aggregator=desc["aggregator"],
+            aggregator_params=desc["aggregator_params"],
+            version=desc["version"],
+            value_type=value_type,
+            spouts=tuple(sorted(_spout_ids(self.node))),
+            first_txid=1,
+            note=desc["note"],
+        )
+
+
+def _spout_ids(node: Node, seen: set[int] | None = None) -> set[str]:
+    """The ids of every spout upstream of ``node`` (through new-values streams too)."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return set()
+    seen.add(id(node))
+    if node.kind == "spout":
+        return {node.args["spout_id"]}
+    found: set[str] = set()
+    for parent in node.parents:
+        found |= _spout_ids(parent, seen)
+    if node.kind == "new_values":
+        found |= _spout_ids(node.args["state"].node, seen)
+    return found

@@ -1,0 +1,154 @@
+"""State contracts in the state store (DuckDB or PostgreSQL), checked before a topology runs.
+
+Table ``_trident_state_contracts``: one row per (topology, state) with the state's table and
+its :class:`~trident_assets.core.contracts.StateContract` as stable JSON. A state's contract
+is written in the transaction of the first txid the runner commits after the state was
+declared, so a contract exists exactly when the state's values do.
+
+:func:`check_contracts` compares the declaration with the stored contracts before anything
+runs: it refuses (:class:`~trident_assets.errors.StateContractError`) an incompatible change,
+a state added to a topology that already committed txids (it would miss them) and a table
+owned by another (topology, state); it adopts the declaration of a store created before
+contracts existed, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+
+from trident_assets.backends.state_store import StateStore
+from trident_assets.core.contracts import StateContract, compare
+from trident_assets.errors import StateContractError
+
+__all__ = ["TABLE", "check_contracts", "stored_contracts", "write_contracts"]
+
+TABLE = "_trident_state_contracts"
+log = logging.getLogger(__name__)
+
+
+def stored_contracts(store: StateStore) -> list[StateContract]:
+    """Every stored contract (none when the table does not exist yet); nothing is written."""
+    if not store.has_table(TABLE):
+        return []
+    rows = store.fetch_rows(f"SELECT contract FROM {TABLE} ORDER BY topology, state")
+    return [StateContract.from_json(str(r[0])) for r in rows]
+
+
+def write_contracts(store: StateStore, contracts: Sequence[StateContract]) -> None:
+    """Insert ``contracts`` (in the open transaction, if any) in one statement."""
+    if not contracts:
+        return
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (topology VARCHAR NOT NULL, state VARCHAR NOT NULL, "
+        "table_name VARCHAR NOT NULL, contract VARCHAR NOT NULL, PRIMARY KEY (topology, state))"
+    )
+    rows = pa.table(
+        {
+            "topology": [c.topology for c in contracts],
+            "state": [c.state for c in contracts],
+            "table_name": [c.table for c in contracts],
+            "contract": [c.to_json() for c in contracts],
+        }
+    )
+    with store.staged(rows) as name:
+        store.execute(
+            f'INSERT INTO {TABLE} SELECT topology, state, table_name, contract FROM "{name}"'
+        )
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_show(v) for v in value) + ")"
+    return "none" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
+def _state_tables_exist(store: StateStore, table: str) -> bool:
+    return any(t == table or t.startswith(f"{table}__") for t in store.tables())
+
+
+def check_contracts(
+    store: StateStore,
+    topology: str,
+    declared: Sequence[StateContract],
+    last_committed: int | None,
+) -> list[StateContract]:
+    """Check ``declared`` against the store; return the contracts to write at the next commit.
+
+    Nothing is written here. Identical and compatible declarations pass (nothing to write).
+    A declared state without a stored contract is written with the next commit when the
+    topology has committed nothing yet (it covers txid 1 on), or adopted (with a warning)
+    when the topology committed txids before contracts existed and the state's tables exist.
+
+    Raises:
+        StateContractError: a table owned by another (topology, state); an incompatible
+            change of a stored contract; a new state on a topology with committed txids.
+    """
+    stored = stored_contracts(store)
+    by_state = {c.state: c for c in stored if c.topology == topology}
+    owners = {c.table: c for c in stored}
+    pending: list[StateContract] = []
+    adopted: list[str] = []
+    for d in declared:
+        owner = owners.get(d.table)
+        if owner is not None and (owner.topology, owner.state) != (d.topology, d.state):
+            msg = (
+                f"state {d.state!r} of topology {d.topology!r} would write table {d.table!r}, "
+                f"which belongs to state {owner.state!r} of topology {owner.topology!r}. "
+                "Nothing was run or written. Rename the state or the topology so that their "
+                "tables differ"
+            )
+            raise StateContractError(msg)
+        have = by_state.get(d.state)
+        if have is not None:
+            _refuse_incompatible(have, d)
+            continue
+        if last_committed is None:
+            pending.append(d)
+        elif not by_state and _state_tables_exist(store, d.table):
+            pending.append(replace(d, first_txid=1))
+            adopted.append(d.state)
+        else:
+            msg = (
+                f"state {d.state!r} is new in topology {topology!r}, which has committed txids "
+                f"1..{last_committed}: it would hold only txids from {last_committed + 1} on "
+                f"and miss txids 1..{last_committed}. Nothing was run or written. Declare it "
+                "in a new topology (a new topology name reads its spouts from the start, "
+                "into tables of its own), or remove it from this topology; rebuilding a state "
+                "from history (`trident state rebuild`) is not yet available"
+            )
+            raise StateContractError(msg)
+    if adopted:
+        log.warning(
+            "topology %r has committed txids 1..%s but no state contracts (a store created "
+            "before contracts existed): adopting the current declaration of state(s) %s as "
+            "their contract without checking it against how the stored values were made",
+            topology,
+            last_committed,
+            ", ".join(repr(s) for s in adopted),
+        )
+    return pending
+
+
+def _refuse_incompatible(stored: StateContract, declared: StateContract) -> None:
+    result = compare(stored, declared)
+    if result.compatible:
+        return
+    lines = "; ".join(
+        f"{d.name}: stored {_show(d.stored)}, declared {_show(d.declared)}"
+        for d in result.incompatible
+    )
+    msg = (
+        f"state {declared.state!r} of topology {declared.topology!r} (table "
+        f"{declared.table!r}) is declared differently from how its stored values were made "
+        f"({lines}). Nothing was run or written: the stored values would be mixed with values "
+        "of another meaning. Either restore the stored declaration, or declare the changed "
+        "state in a new topology (a new topology name reads its spouts from the start, into "
+        "tables of its own). Renaming the state in this topology does not help: a new state "
+        "would miss the committed txids"
+    )
+    raise StateContractError(msg)

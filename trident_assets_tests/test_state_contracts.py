@@ -1,0 +1,211 @@
+"""State contracts checked when a TopologyRunner is created, before anything runs or is written."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trident_assets.backends.state_contracts import TABLE, stored_contracts, write_contracts
+from trident_assets.core.aggregators import Count, Sum
+from trident_assets.core.contracts import StateContract
+from trident_assets.errors import StateContractError
+from trident_assets.log.store import PartitionedLog
+from trident_assets.spark.executor import TopologyRunner
+from trident_assets.spark.schemes import StringScheme
+from trident_assets.spouts.config import SpoutConfig, SpoutKind
+from trident_assets.spouts.log_spout import LogSpout
+from trident_assets.stream.operations import Split
+from trident_assets.stream.topology import StateSpec, TridentState, TridentTopology
+from trident_assets_tests.conftest import OpenStore
+
+SENTENCES = ["a b a", "b c", "a c c", "d", "a b", "c d"]
+
+
+def _log(tmp_path: Path) -> PartitionedLog:
+    log = PartitionedLog(tmp_path / "log")
+    log.create_topic("sentences", 1)
+    producer = log.producer("sentences", partitioner="round_robin")
+    for s in SENTENCES:
+        producer.send(s.encode())
+    producer.flush()
+    return log
+
+
+def _topology(
+    *,
+    agg: Any = None,
+    group: str = "word",
+    spec: StateSpec | None = None,
+    extra: bool = False,
+) -> tuple[TridentTopology, TridentState]:
+    topo = TridentTopology("wc")
+    spout = LogSpout(
+        "sentences",
+        StringScheme("sentence"),
+        SpoutConfig(kind=SpoutKind.TRANSACTIONAL, max_batch_size=2),
+    )
+    words = topo.new_stream("sentences", spout).each("sentence", Split(), "word")
+    counts = words.group_by(group).persistent_aggregate(
+        spec or StateSpec.opaque("counts"), group, agg or Count(), "count"
+    )
+    if extra:
+        words.group_by("word").persistent_aggregate(StateSpec.opaque("seen"), "word", Count(), "n")
+    return topo, counts
+
+
+def _snapshot(store: Any) -> tuple[Any, ...]:
+    return (
+        store.last_committed("wc"),
+        sorted(store.fetch_rows('SELECT word, value FROM "wc__counts__latest"'))
+        if store.has_table("wc__counts__latest")
+        else sorted((r["word"], r["value"]) for r in store.scan("wc__counts").to_pylist()),
+        store.fetch_rows(
+            "SELECT spout, txid, partition, first_offset, next_offset, committed "
+            "FROM _trident_spout_ranges ORDER BY spout, txid, partition"
+        ),
+        store.fetch_rows(f"SELECT topology, state, table_name, contract FROM {TABLE}"),
+    )
+
+
+def _run_two(spark: Any, tmp_path: Path, store: Any) -> tuple[PartitionedLog, TridentState]:
+    log = _log(tmp_path)
+    topo, counts = _topology()
+    runner = TopologyRunner(topo, spark, store, log)
+    assert not store.has_table(TABLE)  # nothing written before the first commit
+    assert runner.run_batch(1).applied
+    assert stored_contracts(store) == [counts.contract()]
+    assert runner.run_batch(2).applied
+    return log, counts
+
+
+def _words(sentences: list[str]) -> dict[str, int]:
+    return dict(Counter(w for s in sentences for w in s.split()))
+
+
+def _counts(store: Any) -> dict[str, int]:
+    return {r["word"]: r["value"] for r in store.scan("wc__counts").to_pylist()}
+
+
+def test_identical_declaration_runs_on(spark: Any, tmp_path: Path, open_store: OpenStore) -> None:
+    store = open_store()
+    log, _ = _run_two(spark, tmp_path, store)
+    topo, counts = _topology()
+    runner = TopologyRunner(topo, spark, store, log)
+    assert runner.run_batch(3).applied
+    assert _counts(store) == _words(SENTENCES)
+    assert stored_contracts(store) == [counts.contract()]
+
+
+REFUSED_TAIL = (
+    "Nothing was run or written: the stored values would be mixed with values of another "
+    "meaning. Either restore the stored declaration, or declare the changed state in a new "
+    "topology (a new topology name reads its spouts from the start, into tables of its own). "
+    "Renaming the state in this topology does not help: a new state would miss the committed "
+    "txids"
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "difference"),
+    [
+        (
+            {"agg": Sum()},
+            "aggregator: stored 'trident_assets.core.aggregators.Count', "
+            "declared 'trident_assets.core.aggregators.Sum'",
+        ),
+        ({"group": "sentence"}, "key_fields: stored ('word'), declared ('sentence')"),
+        (
+            {"spec": StateSpec.transactional("counts")},
+            "state_type: stored 'opaque', declared 'transactional'",
+        ),
+    ],
+    ids=["aggregator", "keys", "state_type"],
+)
+def test_incompatible_change_is_refused_before_anything_runs(
+    spark: Any,
+    tmp_path: Path,
+    open_store: OpenStore,
+    change: dict[str, Any],
+    difference: str,
+) -> None:
+    store = open_store()
+    log, _ = _run_two(spark, tmp_path, store)
+    before = _snapshot(store)
+    topo, _ = _topology(**change)
+    with pytest.raises(StateContractError) as err:
+        TopologyRunner(topo, spark, store, log)
+    assert str(err.value) == (
+        "state 'counts' of topology 'wc' (table 'wc__counts') is declared differently from "
+        f"how its stored values were made ({difference}). {REFUSED_TAIL}"
+    )
+    after = _snapshot(store)
+    assert after == before
+    assert max(r[1] for r in after[2]) == 2  # no spout ranges recorded for txid 3
+
+
+def test_new_state_after_committed_txids_is_refused(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
+    store = open_store()
+    log, _ = _run_two(spark, tmp_path, store)
+    before = _snapshot(store)
+    topo, _ = _topology(extra=True)
+    with pytest.raises(StateContractError) as err:
+        TopologyRunner(topo, spark, store, log)
+    assert str(err.value) == (
+        "state 'seen' is new in topology 'wc', which has committed txids 1..2: it would hold "
+        "only txids from 3 on and miss txids 1..2. Nothing was run or written. Declare it in a "
+        "new topology (a new topology name reads its spouts from the start, into tables of its "
+        "own), or remove it from this topology; rebuilding a state from history "
+        "(`trident state rebuild`) is not yet available"
+    )
+    assert _snapshot(store) == before
+    assert not store.has_table("wc__seen")
+
+
+def test_store_without_contracts_adopts_the_declaration(
+    spark: Any,
+    tmp_path: Path,
+    open_store: OpenStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = open_store()
+    log, _ = _run_two(spark, tmp_path, store)
+    store.execute(f"DROP TABLE {TABLE}")  # as a store created before contracts existed
+    topo, counts = _topology()
+    with caplog.at_level(logging.WARNING, "trident_assets.backends.state_contracts"):
+        runner = TopologyRunner(topo, spark, store, log)
+    assert [r.getMessage() for r in caplog.records] == [
+        "topology 'wc' has committed txids 1..2 but no state contracts (a store created before "
+        "contracts existed): adopting the current declaration of state(s) 'counts' as their "
+        "contract without checking it against how the stored values were made"
+    ]
+    assert not store.has_table(TABLE)
+    assert runner.run_batch(3).applied
+    assert stored_contracts(store) == [counts.contract()]
+    assert _counts(store) == _words(SENTENCES)
+    with pytest.raises(StateContractError):
+        TopologyRunner(_topology(agg=Sum())[0], spark, store, log)
+
+
+def test_table_owned_by_another_state_is_refused(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
+    store = open_store()
+    log = _log(tmp_path)
+    with store.transaction():
+        write_contracts(store, [StateContract("other", "x", "wc__counts", "opaque")])
+    topo, _ = _topology()
+    with pytest.raises(StateContractError) as err:
+        TopologyRunner(topo, spark, store, log)
+    assert str(err.value) == (
+        "state 'counts' of topology 'wc' would write table 'wc__counts', which belongs to "
+        "state 'x' of topology 'other'. Nothing was run or written. Rename the state or the "
+        "topology so that their tables differ"
+    )
+    assert store.last_committed("wc") is None
+    assert not store.has_table("wc__counts")
