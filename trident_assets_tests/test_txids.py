@@ -1,0 +1,20 @@
+"""The txid argument rule: integers >= 1 only."""
+
+import pytest
+
+from trident_assets.core.txids import validate_txid
+from trident_assets.errors import ConfigError
+
+
+@pytest.mark.parametrize("bad", [True, False, -1, 0, "3", None, 1.0])
+def test_validate_txid_refuses(bad: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_txid(bad)
+    assert str(info.value) == (
+        f"txid must be an integer >= 1 (not a bool, float or string), got {bad!r}"
+    )
+
+
+def test_validate_txid_accepts() -> None:
+    assert validate_txid(1) == 1
+    assert validate_txid(42) == 42
