@@ -18,3 +18,27 @@ def test_validate_txid_refuses(bad: object) -> None:
 def test_validate_txid_accepts() -> None:
     assert validate_txid(1) == 1
     assert validate_txid(42) == 42
+
+
+@pytest.mark.parametrize(
+    ("key", "example"),
+    [
+        ("²", "0000000001"),
+        ("²" * 10, "0000000001"),
+        ("-1", "0000000001"),
+        ("0", "0000000001"),
+        (" 3", "0000000001"),
+        ("3.0", "0000000001"),
+        ("", "0000000001"),
+        ("3", "0000000003"),
+    ],
+)
+def test_parse_txid_refuses(key: str, example: str) -> None:
+    from trident_assets.dagster.partitions import parse_txid
+
+    with pytest.raises(ConfigError) as info:
+        parse_txid(key)
+    assert str(info.value) == (
+        f"partition key {key!r} is not a txid key: txid keys are 10 digits, "
+        f"zero-padded (e.g. {example!r}); use the partition the coordinator created"
+    )
