@@ -42,3 +42,17 @@ def test_parse_txid_refuses(key: str, example: str) -> None:
         f"partition key {key!r} is not a txid key: txid keys are 10 digits, "
         f"zero-padded (e.g. {example!r}); use the partition the coordinator created"
     )
+
+
+@pytest.mark.parametrize("bad", [True, False, -1, 0, "3", None, 1.0])
+def test_runner_refuses_txid_before_any_work(bad: object) -> None:
+    """The check runs before the runner touches Spark or the store (``self`` is unused)."""
+    from trident_assets.spark.executor import TopologyRunner
+
+    expected = f"txid must be an integer >= 1 (not a bool, float or string), got {bad!r}"
+    with pytest.raises(ConfigError) as info:
+        TopologyRunner.run_batch(object(), bad)  # type: ignore[arg-type]
+    assert str(info.value) == expected
+    with pytest.raises(ConfigError) as info:
+        list(TopologyRunner.run_batches(object(), [1, bad]))  # type: ignore[arg-type, list-item]
+    assert str(info.value) == expected
