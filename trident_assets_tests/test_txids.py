@@ -1,5 +1,7 @@
 """The txid argument rule: integers >= 1 only."""
 
+import contextlib
+
 import pytest
 
 from trident_assets.core.txids import validate_txid
@@ -56,3 +58,27 @@ def test_runner_refuses_txid_before_any_work(bad: object) -> None:
     with pytest.raises(ConfigError) as info:
         list(TopologyRunner.run_batches(object(), [1, bad]))  # type: ignore[arg-type, list-item]
     assert str(info.value) == expected
+
+
+@pytest.mark.parametrize("bad", ["a__b", "_a", "a_", "__", "_"])
+def test_validate_name_refuses_table_name_separators(bad: str) -> None:
+    from trident_assets.spouts.config import validate_name
+
+    with pytest.raises(ConfigError) as info:
+        validate_name("state", bad)
+    assert str(info.value) == (
+        f"invalid state name {bad!r}: names may not contain '__' nor start or end "
+        "with '_' (table names join names with '__'); e.g. 'word_count'"
+    )
+
+
+def test_joined_names_are_distinct() -> None:
+    from trident_assets.spouts.config import validate_name
+
+    parts = ["a", "b", "c", "a_b", "b_c", "a__b", "b__c", "a_", "_b", "_c", "x", "out_x"]
+    ok = []
+    for p in parts:
+        with contextlib.suppress(ConfigError):
+            ok.append(validate_name("topology", p))
+    tables = {(t, s): f"{t}__{s}" for t in ok for s in ok}
+    assert len(set(tables.values())) == len(tables)
