@@ -25,8 +25,9 @@ def parse_txid(key: str) -> int:
         ConfigError: the key is not a positive integer of exactly 10 digits (a key typed as
             ``"12"`` would sort between ``"1"`` and ``"2"`` and never match txid 12's key).
     """
-    if len(key) != KEY_DIGITS or not key.isdigit() or int(key) < 1:
-        example = txid_key(int(key)) if key.isdigit() and int(key) > 0 else txid_key(1)
+    digits = key.isascii() and key.isdigit()
+    if len(key) != KEY_DIGITS or not digits or int(key) < 1:
+        example = txid_key(int(key)) if digits and int(key) > 0 else txid_key(1)
         msg = (
             f"partition key {key!r} is not a txid key: txid keys are {KEY_DIGITS} digits, "
             f"zero-padded (e.g. {example!r}); use the partition the coordinator created"

@@ -55,6 +55,7 @@ from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.backends.state_contracts import check_contracts, write_contracts
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.commit import commit_batch, decide_commit
+from trident_assets.core.txids import validate_txid
 from trident_assets.core.user_code import from_worker_message
 from trident_assets.errors import (
     BatchUnavailableError,
@@ -201,6 +202,7 @@ class TopologyRunner:
             OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
             BatchUnavailableError: a transactional replay can no longer be read.
         """
+        validate_txid(txid)
         with contextlib.closing(self.run_batches([txid])) as outcomes:
             return next(outcomes)
 
@@ -216,8 +218,9 @@ class TopologyRunner:
             OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
             BatchUnavailableError: a transactional replay can no longer be read.
         """
+        ordered = [validate_txid(t) for t in txids]
         with _user_code_errors():
-            yield from self._run_batches(list(txids))
+            yield from self._run_batches(ordered)
 
     def _run_batches(self, ordered: list[int]) -> Iterator[BatchOutcome]:
         i = 0

@@ -14,10 +14,20 @@ __all__ = ["SpoutConfig", "SpoutKind", "StartPosition", "validate_name"]
 def validate_name(kind: str, name: str) -> str:
     """Return ``name`` if it is a safe identifier (``names.validate_identifier``).
 
+    Table names are derived by joining names with ``__``, so a name may not contain ``__``
+    nor start or end with ``_``: that keeps every derived table name distinct.
+
     Raises:
         ConfigError: the name could not be used as a table or asset name.
     """
-    return validate_identifier(name, kind)
+    validate_identifier(name, kind)
+    if "__" in name or name.startswith("_") or name.endswith("_"):
+        msg = (
+            f"invalid {kind} name {name!r}: names may not contain '__' nor start or end "
+            "with '_' (table names join names with '__'); e.g. 'word_count'"
+        )
+        raise ConfigError(msg)
+    return name
 
 
 class SpoutKind(enum.Enum):
