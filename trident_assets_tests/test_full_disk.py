@@ -74,8 +74,12 @@ def test_log_append_on_a_full_disk_fails_clearly_and_loses_nothing(small_fs: Pat
         "(e.g. retention: PartitionedLog.delete_records_before), then send them again"
     )
     assert log.latest_offset("t", 0) == 4
-    assert [p.name for p in (small_fs / "log" / "t" / "00000").iterdir() if p.name != ".lock"] == [
-        "00000000000000000000-00000000000000000003.parquet"
+    # the complete segment and its checksum file; no half-written segment or checksum
+    assert sorted(
+        p.name for p in (small_fs / "log" / "t" / "00000").iterdir() if p.name != ".lock"
+    ) == [
+        "00000000000000000000-00000000000000000003.parquet",
+        "00000000000000000000-00000000000000000003.parquet.crc32",
     ], "no half-written segment left behind"
     [report] = verify_log(log)
     assert (report.ok, report.latest) == (True, 4)

@@ -57,7 +57,8 @@ def write_contracts(store: StateStore, contracts: Sequence[StateContract]) -> No
     )
     with store.staged(rows) as name:
         store.execute(
-            f'INSERT INTO {TABLE} SELECT topology, state, table_name, contract FROM "{name}"'
+            f"INSERT INTO {TABLE} SELECT topology, state, table_name, contract "
+            f'FROM "{name}" ON CONFLICT (topology, state) DO NOTHING'
         )
 
 

@@ -503,8 +503,13 @@ class TridentState:
         ``output_type`` when it sets one. ``first_txid`` is 1 (a declaration covers history).
         """
         agg = self.node.args.get("agg")
-        subject = agg if agg is not None else self.node.args["updater"]
-        desc = describe_aggregator(subject, "aggregator" if agg is not None else "updater")
+        if agg is not None:
+            subject, kind = agg, "aggregator"
+        elif "updater" in self.node.args:
+            subject, kind = self.node.args["updater"], "updater"
+        else:  # a state written by its node itself (single_join): the node's own spec
+            subject, kind = self.node.args.get(self.node.kind, self.node.kind), self.node.kind
+        desc = describe_aggregator(subject, kind)
         value_type = getattr(agg, "output_type", None) if agg is not None else None
         return StateContract(
             topology=self.topology.name,
