@@ -361,3 +361,25 @@ def test_dead_letter_check_fails_above_the_threshold(tmp_path: Path, spark) -> N
     assert dead.severity == dg.AssetCheckSeverity.WARN
     assert dead.metadata["dead_letters"].value == 1
     assert dead.metadata["records"].value == 3
+
+
+def test_coordinator_waits_for_a_topic_that_does_not_exist_yet(tmp_path: Path) -> None:
+    """A code location may declare topologies whose topics are not created yet: the coordinator
+    skips with the reason and the command to run; once txids committed, a vanished topic fails."""
+    trident = TridentResource(home=str(tmp_path))
+    log = trident.log()
+    log.create_topic("word_queries", 1)
+    topo = build_word_count(max_batch_size=8)
+    no_wait = ExponentialBackoff(initial_delay_s=0.0, delay_period_s=0.0, max_delay_s=0.0)
+    with dg.instance_for_test() as instance:
+        decision = decide_next(instance, topo, trident, no_wait, max_attempts=3)
+        assert isinstance(decision, dg.SkipReason)
+        assert decision.skip_message == (
+            f"word_count: waiting for its topic: topic 'sentences' does not exist in log "
+            f"'{tmp_path}/log'; create it first (`trident log create-topic sentences PARTITIONS`"
+            " or PartitionedLog.create_topic)"
+        )
+        log.create_topic("sentences", 2)
+        assert decide_next(instance, topo, trident, no_wait, max_attempts=3).skip_message == (
+            "word_count: no records in its sources yet"
+        )

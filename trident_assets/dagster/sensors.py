@@ -25,6 +25,7 @@ from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
 from trident_assets.kafka.retry import backoff_for
+from trident_assets.log.store import UnknownTopicError
 from trident_assets.planner import quarantine_refusal
 from trident_assets.spouts.ranges import partition_sort_key
 from trident_assets.stream.topology import TridentTopology
@@ -102,7 +103,12 @@ def decide_next(
         if now < due:
             return dg.SkipReason(f"{topology.name}: replaying txid {txid} in {due - now:.1f}s")
     elif not external:  # else one run: Dagster's offsets predate the txid committed outside
-        pending = _pending_batches(topology, trident, offsets)
+        try:
+            pending = _pending_batches(topology, trident, offsets)
+        except UnknownTopicError as missing:
+            if last:  # a topic vanished under committed txids: the tick fails, loudly
+                raise
+            return dg.SkipReason(f"{topology.name}: waiting for its topic: {missing}")
         if pending == 0 and last == 0:
             return dg.SkipReason(f"{topology.name}: no records in its sources yet")
         if pending == 0:
