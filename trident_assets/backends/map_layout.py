@@ -22,7 +22,13 @@ import pyarrow as pa
 
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
-from trident_assets.names import validate_identifier
+from trident_assets.names import (
+    MAP_LOG_PREFIX,
+    MAP_SEQ_PREFIX,
+    RESERVED_COLUMNS,
+    RESERVED_PREFIX,
+    validate_identifier,
+)
 
 __all__ = [
     "CATALOG_TABLE",
@@ -63,8 +69,8 @@ CATALOG_TABLE = "_trident_maps"
 COMPACTIONS_TABLE = "_trident_compactions"
 """Per map, the oldest txid an as-of read can still reconstruct after compaction."""
 
-_RESERVED_PREFIX = "_trident"
-VALUE_COLUMNS = ("txid", "curr", "prev")
+_RESERVED_PREFIX = RESERVED_PREFIX
+VALUE_COLUMNS = RESERVED_COLUMNS
 """The value columns of every map table, after the key columns."""
 _KINDS: tuple[MapKind, ...] = ("opaque", "transactional", "plain")
 _KEY_TYPES = ("BIGINT", "VARCHAR", "DOUBLE", "BOOLEAN", "BLOB", "JSON")
@@ -79,12 +85,12 @@ SEQ_COLUMN = "_trident_seq"
 
 def log_table(table: str) -> str:
     """Return the quoted name of the append-only log table behind map view ``table``."""
-    return f'"_trident_log_{validate_identifier(table, "table")}"'
+    return f'"{MAP_LOG_PREFIX}{validate_identifier(table, "table")}"'
 
 
 def seq_name(table: str) -> str:
     """Return the quoted name of the sequence numbering the writes to map ``table``."""
-    return f'"_trident_seq_{validate_identifier(table, "table")}"'
+    return f'"{MAP_SEQ_PREFIX}{validate_identifier(table, "table")}"'
 
 
 def quote_ident(name: str, what: str = "identifier") -> str:

@@ -142,9 +142,7 @@ class PyFunction(Function):
                     pa.array(list(c), type=schema.field(batch.num_columns + j).type)
                     for j, c in enumerate(columns)
                 ]
-                yield pa.RecordBatch.from_arrays(
-                    [*kept.columns, *added_arrays], schema=schema
-                )
+                yield pa.RecordBatch.from_arrays([*kept.columns, *added_arrays], schema=schema)
 
         return df.mapInArrow(run, result_type)
 
@@ -346,9 +344,7 @@ def _ddl(names: Sequence[str], types: Sequence[str]) -> str:
     return ", ".join(f"`{n}` {t}" for n, t in zip(names, types, strict=True))
 
 
-def _output_types(
-    declared: Mapping[str, str] | None, df: Any, outputs: Sequence[str]
-) -> list[str]:
+def _output_types(declared: Mapping[str, str] | None, df: Any, outputs: Sequence[str]) -> list[str]:
     """Declared Spark types of ``outputs``, else the input field types by position."""
     if declared is not None:
         return [declared[o] for o in outputs]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator, is_sql_combiner
 from trident_assets.core.contracts import StateContract, describe_aggregator
 from trident_assets.errors import ConfigError
+from trident_assets.names import check_state_columns
 from trident_assets.spouts.config import validate_name
 from trident_assets.stream.chained import ChainedAggregatorDeclarer
 from trident_assets.stream.comparison import Comparator, declare_comparison
@@ -152,6 +153,7 @@ class Stream:
         if name in self.topology.outputs:
             msg = f"topology {self.topology.name!r} already has an output {name!r}"
             raise ConfigError(msg)
+        self.topology.claim(f"output {name!r}", *self.topology.output_names(name))
         self.topology.outputs[name] = self
         return self
 
@@ -190,10 +192,18 @@ class Stream:
         updater: StateUpdater,
         outputs: str | Sequence[str] = (),
     ) -> TridentState:
-        """Hand each whole batch (``inputs`` fields) to ``updater`` under the batch txid."""
+        """Hand each whole batch (``inputs`` fields) to ``updater`` under the batch txid.
+
+        Raises:
+            ConfigError: bad names, an output field named like a store column (``txid``,
+                ``curr``, ``prev``, ``_trident...``), or a state whose tables or assets
+                another declaration of the topology uses.
+        """
+        _require_spec(spec, "partition_persist")
         ins = as_fields(inputs, "partition_persist inputs")
         require_fields(ins, self.fields, "partition_persist")
         outs = as_fields(outputs, "partition_persist outputs")
+        check_state_columns(spec.name, "output field", outs)
         self.topology.check_exactly_once(spec, self.node)
         node = Node(
             "persist", outs, (self.node,), {"inputs": ins, "updater": updater, "spec": spec}
@@ -418,12 +428,20 @@ class GroupedStream:
         every tuple of a group. The new values stream carries ``group + [output]``.
 
         Raises:
-            ConfigError: a combiner with more than one input field, or bad names.
+            ConfigError: a combiner with more than one input field, bad names, a key or
+                output field named like a store column (``txid``, ``curr``, ``prev``,
+                ``_trident...``; ``key`` for an ungrouped state's output), or a state whose
+                tables or assets another declaration of the topology uses.
         """
+        _require_spec(spec, "persistent_aggregate")
         ins = as_fields(inputs, "persistent_aggregate inputs")
         require_fields(ins, self.stream.fields, "persistent_aggregate")
         (out,) = as_fields(output, "persistent_aggregate output")
         check_distinct((out,), self.group, "persistent_aggregate")
+        check_state_columns(spec.name, "key field", self.group)
+        # an ungrouped state's one key column is GLOBAL_COLUMN ("key")
+        extra = () if self.group else ("key",)
+        check_state_columns(spec.name, "output field", (out,), extra=extra)
         if isinstance(agg, CombinerAggregator) and len(ins) > 1:
             msg = f"combiner aggregators take a single input field, got {list(ins)}"
             raise ConfigError(msg)
@@ -526,6 +544,16 @@ class TridentState:
             first_txid=1,
             note=desc["note"],
         )
+
+
+def _require_spec(spec: object, operation: str) -> None:
+    """Refuse a ``spec`` that is not a StateSpec (e.g. a bare state name)."""
+    if not isinstance(spec, StateSpec):
+        msg = (
+            f"{operation} needs a StateSpec as its state, got {spec!r}; "
+            "e.g. StateSpec.opaque('counts')"
+        )
+        raise ConfigError(msg)
 
 
 def _spout_ids(node: Node, seen: set[int] | None = None) -> set[str]:

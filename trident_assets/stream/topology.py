@@ -24,6 +24,7 @@ from typing import Any
 
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
+from trident_assets.names import MAP_LOG_PREFIX, MAP_SEQ_PREFIX, MAX_IDENTIFIER_LENGTH
 from trident_assets.spouts.config import SpoutKind, validate_name
 from trident_assets.stream.batch_join import JoinType, merge_selections, plan_join
 from trident_assets.stream.graph import Node, PersistedState, StateSpec, StateUpdater
@@ -60,6 +61,8 @@ class TridentTopology:
         self.outputs: dict[str, Stream] = {}
         self.static_states: dict[str, TridentState] = {}
         """States queries read but nothing in the topology writes (``new_static_state``)."""
+        self.claims: dict[str, str] = {}
+        """Every store table and asset name the declarations use -> the declaration using it."""
 
     def new_stream(self, spout_id: str, spout: Any) -> Stream:
         """A stream of the batches a spout emits; ``spout_id`` names its offset metadata."""
@@ -68,6 +71,7 @@ class TridentTopology:
             msg = f"topology {self.name!r} already has a spout {spout_id!r}; spout ids are unique"
             raise ConfigError(msg)
         node = Node("spout", tuple(spout.fields), args={"spout_id": spout_id, "spout": spout})
+        self.claim(f"spout {spout_id!r}", (), (f"{spout_id}_batch",))
         self.spouts[spout_id] = node
         return Stream(self, node)
 
@@ -167,15 +171,76 @@ class TridentTopology:
         """The store table of output ``name``'s rows of each recent txid."""
         return f"{self.name}__out_{name}"
 
+    def state_names(self, state: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The (store tables, asset names) state ``state`` may use.
+
+        Its table ``<topology>__<state>``, the map log and sequence behind it, its new-values
+        and partials tables; its asset and its new-values and partials assets.
+        """
+        table = f"{self.name}__{state}"
+        tables = (
+            table,
+            f"{table}__new_values",
+            f"{table}__partials",
+            f"{MAP_LOG_PREFIX}{table}",
+            f"{MAP_SEQ_PREFIX}{table}",
+        )
+        return tables, (state, f"{state}_new_values", f"{state}_partials")
+
+    def output_names(self, output: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The (store tables, asset names) output ``output`` uses."""
+        return (self.output_table(output),), (output,)
+
+    def claim(
+        self, owner: str, tables: Sequence[str], assets: Sequence[str], *, check_only: bool = False
+    ) -> None:
+        """Record that ``owner`` (e.g. ``"state 'counts'"``) uses ``tables`` and ``assets``.
+
+        Two declarations of a topology never share a table or an asset name, and every
+        table name fits in :data:`~trident_assets.names.MAX_IDENTIFIER_LENGTH` characters.
+        (Tables of different topologies never meet: topology, state and output names hold
+        no ``__`` and neither start nor end with ``_``, so a table name's part before its
+        first ``__`` is its topology.) ``check_only`` checks without recording.
+
+        Raises:
+            ConfigError: a name is too long or already used, naming both declarations.
+        """
+        for table in tables:
+            if len(table) > MAX_IDENTIFIER_LENGTH:
+                msg = (
+                    f"{owner} of topology {self.name!r} needs store table {table!r} "
+                    f"({len(table)} characters), longer than the {MAX_IDENTIFIER_LENGTH} a "
+                    "table name may have; shorten the topology name or the "
+                    f"{owner.split(' ', 1)[0]} name"
+                )
+                raise ConfigError(msg)
+        for kind, names in (("store table", tables), ("asset name", assets)):
+            for name in names:
+                other = self.claims.get(f"{kind}:{name}")
+                if other is not None and other != owner:
+                    msg = (
+                        f"{owner} of topology {self.name!r} would use {kind} {name!r}, which "
+                        f"{other} already uses; rename one of them (each state and output "
+                        "needs tables and assets of its own)"
+                    )
+                    raise ConfigError(msg)
+        if check_only:
+            return
+        for kind, names in (("store table", tables), ("asset name", assets)):
+            for name in names:
+                self.claims[f"{kind}:{name}"] = owner
+
     def register_state(self, state: TridentState) -> None:
         """Add ``state`` to the topology (called by the operations that declare states).
 
         Raises:
-            ConfigError: the topology already has a state of that name.
+            ConfigError: the topology already has a state of that name, or another
+                declaration uses one of its tables or assets (see :meth:`claim`).
         """
         if state.spec.name in self.states or state.spec.name in self.static_states:
             msg = f"topology {self.name!r} already has a state {state.spec.name!r}"
             raise ConfigError(msg)
+        self.claim(f"state {state.spec.name!r}", *self.state_names(state.spec.name))
         self.states[state.spec.name] = state
 
     def check_exactly_once(self, spec: StateSpec, node: Node) -> None:
