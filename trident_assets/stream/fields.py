@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from trident_assets.errors import ConfigError, FieldNotFoundError
 from trident_assets.names import validate_identifier
@@ -14,12 +14,25 @@ def as_fields(fields: str | Sequence[str], what: str = "field list") -> tuple[st
     """Normalise ``"a"`` or ``["a", "b"]`` to a tuple and validate each name.
 
     Raises:
-        ConfigError: a name is not a valid identifier or the list is malformed.
+        ConfigError: ``fields`` is neither a name nor a list of names, a name is not a str
+            (the message gives its position, counting from 1), or not a valid identifier.
     """
-    names = (fields,) if isinstance(fields, str) else tuple(fields)
-    for name in names:
+    if isinstance(fields, str):
+        names: tuple[object, ...] = (fields,)
+    elif isinstance(fields, Iterable) and not isinstance(fields, bytes | bytearray):
+        names = tuple(fields)
+    else:
+        msg = f"{what} must be a field name or a list of field names, got {fields!r}"
+        raise ConfigError(msg)
+    for i, name in enumerate(names, start=1):
+        if not isinstance(name, str):
+            msg = (
+                f"{what}: field {i} of {len(names)} is {name!r} ({type(name).__name__}), not a "
+                "name; field names are strings of 1-63 letters, digits or underscores"
+            )
+            raise ConfigError(msg)
         validate_identifier(name, f"field (in {what})")
-    return names
+    return names  # type: ignore[return-value]
 
 
 def require_fields(wanted: Sequence[str], existing: Sequence[str], operation: str) -> None:
