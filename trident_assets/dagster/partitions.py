@@ -25,6 +25,9 @@ def parse_txid(key: str) -> int:
         ConfigError: the key is not a positive integer of exactly 10 digits (a key typed as
             ``"12"`` would sort between ``"1"`` and ``"2"`` and never match txid 12's key).
     """
+    if not isinstance(key, str):
+        msg = f"partition key {key!r} is not a txid key: keys are strings of {KEY_DIGITS} digits"
+        raise ConfigError(msg)
     digits = key.isascii() and key.isdigit()
     if len(key) != KEY_DIGITS or not digits or int(key) < 1:
         example = txid_key(int(key)) if digits and int(key) > 0 else txid_key(1)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Literal
 from trident_assets.core.join import SingleJoin, expired_fields
 from trident_assets.core.rotating import DEFAULT_NUM_BUCKETS
 from trident_assets.errors import ConfigError
-from trident_assets.names import validate_identifier
+from trident_assets.names import MAX_IDENTIFIER_LENGTH, validate_identifier
+from trident_assets.spouts.config import validate_name
 from trident_assets.stream.fields import as_fields, require_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.streams import Stream, TridentState
@@ -46,6 +47,24 @@ SINGLE_JOIN_EXPIRED = "single_join_expired"
 def expired_output_name(name: str) -> str:
     """Return the name of join ``name``'s expired output (``<name>_expired``)."""
     return validate_identifier(f"{name}_expired", "expired output")
+
+
+def _check_column_lengths(name: str, spec: SingleJoin) -> None:
+    """Refuse a join or side field whose pending-table column (``key_f``, ``side_s``) is too long.
+
+    Raises:
+        ConfigError: naming the field and the limit.
+    """
+    columns = [("join field", f, f"key_{f}") for f in spec.join_fields or ()]
+    columns += [("side", s, f"side_{s}") for s in spec.sides]
+    for role, field, column in columns:
+        if len(column) > MAX_IDENTIFIER_LENGTH:
+            msg = (
+                f"single_join {name!r}: {role} {field!r} is stored as column {column!r} "
+                f"({len(column)} characters, at most {MAX_IDENTIFIER_LENGTH}); use a name of "
+                f"at most {MAX_IDENTIFIER_LENGTH - len(column) + len(field)} characters"
+            )
+            raise ConfigError(msg)
 
 
 def _side_names(streams: Sequence[Stream], sides: Sequence[str] | None) -> tuple[str, ...]:
@@ -89,7 +108,7 @@ def declare_single_join(
             state/output name already taken.
         FieldNotFoundError: ``event_time`` or a join field missing from an input.
     """
-    validate_identifier(name, "join")
+    validate_name("join", name)
     streams = list(streams)
     if len(streams) < 2 or not all(isinstance(s, Stream) for s in streams):
         msg = f"single_join {name!r} needs at least two Streams, got {streams!r}"
@@ -125,6 +144,7 @@ def declare_single_join(
             "(present in every input) that holds each tuple's event time"
         )
         raise ConfigError(msg)
+    _check_column_lengths(name, spec)
     if name in topology.states:
         msg = f"topology {topology.name!r} already has a state {name!r}"
         raise ConfigError(msg)
@@ -132,6 +152,11 @@ def declare_single_join(
     if expired_name in topology.outputs:
         msg = f"topology {topology.name!r} already has an output {expired_name!r}"
         raise ConfigError(msg)
+    # both claims checked before either is recorded: a refused join declares nothing
+    topology.claim(f"state {name!r}", *topology.state_names(name), check_only=True)
+    topology.claim(
+        f"output {expired_name!r}", *topology.output_names(expired_name), check_only=True
+    )
     state_spec = StateSpec.opaque(name)
     node = Node(
         SINGLE_JOIN,
