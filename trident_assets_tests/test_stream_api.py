@@ -289,8 +289,8 @@ def test_tuple_collection_get_reads_every_state_tuple(
     everything = ev.persistent_aggregate(StateSpec.opaque("everything"), "n", Count(), "c")
     ages = topo.new_static_state("ages", StaticTable("people", "name", "age"))
     ticks = topo.new_stream("ticks", LogSpout("ticks", TICKS)).broadcast()
-    ticks.state_query(totals, [], TupleCollectionGet(), ["who", "total"]).as_output("totals")
-    ticks.state_query(pairs, "tick", TupleCollectionGet(), ["u", "v", "k"]).as_output("pairs")
+    ticks.state_query(totals, [], TupleCollectionGet(), ["who", "total"]).as_output("all_totals")
+    ticks.state_query(pairs, "tick", TupleCollectionGet(), ["u", "v", "k"]).as_output("all_pairs")
     ticks.state_query(everything, [], TupleCollectionGet(), "count").as_output("global")
     ticks.global_().state_query(ages, [], TupleCollectionGet(), ["name", "age"]).as_output("ages")
     runner = TopologyRunner(topo, spark, store, log)
@@ -298,11 +298,11 @@ def test_tuple_collection_get_reads_every_state_tuple(
     # txid 1 reads the states as committed before it: empty (no table yet); static: its rows
     _events(log, {0: [("ann", 3), ("bob", 1)], 1: [("ann", 2), ("cy", 5)]})
     _send(log, "ticks", {0: [{"tick": 1}]})
-    assert runner.run_batch(1).outputs == {"totals": 0, "pairs": 0, "global": 0, "ages": 2}
+    assert runner.run_batch(1).outputs == {"all_totals": 0, "all_pairs": 0, "global": 0, "ages": 2}
     assert _rows(store, topo, "ages", 1) == [(1, "ann", 31), (1, "bob", 40)]
     types = store.conn.execute(
         "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_name = 'all_tuples__out_totals' ORDER BY ordinal_position"
+        "WHERE table_name = 'all_tuples__out_all_totals' ORDER BY ordinal_position"
     ).fetchall()
     assert types == [
         ("txid", "BIGINT"),
@@ -319,11 +319,11 @@ def test_tuple_collection_get_reads_every_state_tuple(
     assert runner.run_batch(2).applied
     assert sorted(reads) == ["ages", "everything", "pairs", "totals"]
     totals_after_1 = [("ann", 5), ("bob", 1), ("cy", 5)]
-    assert _rows(store, topo, "totals", 2) == sorted(
+    assert _rows(store, topo, "all_totals", 2) == sorted(
         [(t, *kv) for t in (7, 8) for kv in totals_after_1], key=repr
     )
     pairs_after_1 = [("ann", 2, 1), ("ann", 3, 1), ("bob", 1, 1), ("cy", 5, 1)]
-    assert _rows(store, topo, "pairs", 2) == sorted(
+    assert _rows(store, topo, "all_pairs", 2) == sorted(
         [(t, *p) for t in (7, 8) for p in pairs_after_1], key=repr
     )
     assert _rows(store, topo, "global", 2) == [(7, 4), (8, 4)]
@@ -331,11 +331,11 @@ def test_tuple_collection_get_reads_every_state_tuple(
     # txid 3: no ticks, so no tuples and no read; txid 4 sees bob's 4 from txid 2
     _events(log, {1: [("dan", 1)]})
     reads.clear()
-    assert runner.run_batch(3).outputs == {"totals": 0, "pairs": 0, "global": 0, "ages": 0}
+    assert runner.run_batch(3).outputs == {"all_totals": 0, "all_pairs": 0, "global": 0, "ages": 0}
     assert reads == []
     _send(log, "ticks", {0: [{"tick": 9}]})
     assert runner.run_batch(4).applied
-    assert _rows(store, topo, "totals", 4) == [
+    assert _rows(store, topo, "all_totals", 4) == [
         (9, "ann", 5),
         (9, "bob", 5),
         (9, "cy", 5),
