@@ -25,7 +25,14 @@ from trident_assets.backends.state_store import StateStore
 from trident_assets.core.contracts import StateContract, compare
 from trident_assets.errors import StateContractError
 
-__all__ = ["TABLE", "check_contracts", "stored_contracts", "write_contracts"]
+__all__ = [
+    "TABLE",
+    "check_contracts",
+    "check_state_asset_scope",
+    "check_topology_scope",
+    "stored_contracts",
+    "write_contracts",
+]
 
 TABLE = "_trident_state_contracts"
 log = logging.getLogger(__name__)
@@ -133,6 +140,46 @@ def check_contracts(
             ", ".join(repr(s) for s in adopted),
         )
     return pending
+
+
+def check_topology_scope(store: StateStore, topology: str) -> None:
+    """Refuse a topology whose commit scope a user state asset of the store already uses.
+
+    A state asset persisted by the TridentIOManager (``state_asset_metadata(name, ...)``)
+    keeps map table ``name`` and commit scope ``name``; a topology's tables all hold ``__``.
+    Nothing is written.
+
+    Raises:
+        StateContractError: naming the topology and the state asset.
+    """
+    if topology in store.tables():
+        msg = (
+            f"topology {topology!r} would share commit scope {topology!r} with the state asset "
+            f"{topology!r} that the TridentIOManager persists in this store (map table "
+            f"{topology!r}). Nothing was run or written. Rename the topology or the state asset"
+        )
+        raise StateContractError(msg)
+
+
+def check_state_asset_scope(store: StateStore, state: str) -> None:
+    """Refuse a user state asset whose name is the name of a topology of the store.
+
+    The asset's commit scope is its name; a topology of that name has tables ``<name>__...``
+    or commits without a map table ``<name>``. Nothing is written.
+
+    Raises:
+        StateContractError: naming the state asset and the topology.
+    """
+    tables = store.tables()
+    owned = [t for t in tables if t.startswith(f"{state}__")]
+    if owned or (state not in tables and store.last_committed(state) is not None):
+        shown = f" (its tables {', '.join(owned)})" if owned else ""
+        msg = (
+            f"state asset {state!r} would share commit scope {state!r} with topology "
+            f"{state!r} in this store{shown}. Nothing was written. Rename the state asset "
+            "(state_asset_metadata(name, ...)) or the topology"
+        )
+        raise StateContractError(msg)
 
 
 def _refuse_incompatible(stored: StateContract, declared: StateContract) -> None:

@@ -34,6 +34,14 @@ from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.core.values import StateType
 from trident_assets.dagster.partitions import parse_txid
 from trident_assets.errors import ConfigError
+from trident_assets.names import (
+    MAP_LOG_PREFIX,
+    MAX_IDENTIFIER_LENGTH,
+    check_state_columns,
+    validate_identifier,
+)
+from trident_assets.spouts.config import validate_name
+from trident_assets.stream.fields import as_fields
 
 __all__ = [
     "KIND_ROWS",
@@ -69,19 +77,36 @@ def state_asset_metadata(
             ``module:Class`` import path of a CombinerAggregator.
         state_type: ``opaque`` (default), ``transactional`` or ``non_transactional``.
 
+    Raises:
+        ConfigError: ``state`` is not a valid state name (no ``__``, no leading or trailing
+            ``_``: the name is its table and commit scope), a field name is invalid or
+            reserved (``txid``, ``curr``, ``prev``, ``_trident...``).
+
     Example:
         >>> meta = state_asset_metadata("clicks", key_fields=["page"], value_field="n")
         >>> meta["trident/state"]
         'clicks'
     """
+    validate_name("state", state)
+    if len(MAP_LOG_PREFIX + state) > MAX_IDENTIFIER_LENGTH:
+        msg = (
+            f"state asset {state!r} ({len(state)} characters) leaves no room for its store "
+            f"table {MAP_LOG_PREFIX + state!r}: use at most "
+            f"{MAX_IDENTIFIER_LENGTH - len(MAP_LOG_PREFIX)} characters"
+        )
+        raise ConfigError(msg)
+    keys = as_fields(key_fields, f"state {state!r} key_fields")
+    value = validate_identifier(value_field, f"state {state!r} value_field")
+    check_state_columns(state, "key field", keys)
+    check_state_columns(state, "value field", (value,))
     kind = StateType(state_type) if isinstance(state_type, str) else state_type
     return {
         "trident/kind": KIND_STATE,
         "trident/state": state,
         "trident/table": state,
         "trident/scope": state,
-        "trident/key_fields": list(key_fields),
-        "trident/value_field": value_field,
+        "trident/key_fields": list(keys),
+        "trident/value_field": value,
         "trident/combiner": combiner,
         "trident/state_type": kind.value,
     }
@@ -280,6 +305,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
             commit_state_batch,
             state_total,
         )
+        from trident_assets.backends.state_contracts import check_state_asset_scope
 
         target = StateTarget(
             table=str(meta["trident/table"]),
@@ -292,6 +318,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
         from trident_assets.backends.state_store import open_state_store
 
         with open_state_store(self.state_location) as store:
+            check_state_asset_scope(store, scope)
             result = commit_state_batch(store, scope, target, partials, txid)
             if result.applied:
                 self.replica.publish(store, scope, txid, [target.table], [])

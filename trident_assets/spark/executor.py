@@ -52,7 +52,11 @@ from trident_assets.backends.quarantine import (
     mark_replayed,
 )
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
-from trident_assets.backends.state_contracts import check_contracts, write_contracts
+from trident_assets.backends.state_contracts import (
+    check_contracts,
+    check_topology_scope,
+    write_contracts,
+)
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.commit import commit_batch, decide_commit
 from trident_assets.core.txids import validate_txid
@@ -126,6 +130,7 @@ class TopologyRunner:
         # State contracts are checked here, at creation: the topology and the store are
         # known, and nothing (coordinator emission, Spark job, spout metadata, state write)
         # has happened yet, so a refused declaration leaves the store exactly as it was.
+        check_topology_scope(store, topology.name)
         self._pending_contracts = check_contracts(
             store,
             topology.name,
