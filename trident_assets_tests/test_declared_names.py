@@ -15,18 +15,22 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.state_batches import StateTarget, commit_state_batch
 from trident_assets.backends.state_contracts import stored_contracts, write_contracts
 from trident_assets.core.aggregators import Count, Sum
+from trident_assets.core.values import StateType
+from trident_assets.dagster.io_manager import TridentIOManager, state_asset_metadata
 from trident_assets.dagster.partitions import parse_txid
 from trident_assets.errors import ConfigError, StateContractError
 from trident_assets.spark.executor import TopologyRunner
-from trident_assets.spark.schemes import JSON_TYPES, JsonScheme, StringScheme
+from trident_assets.spark.schemes import SPARK_TYPES, JsonScheme, StringScheme
 from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.fields import as_fields
-from trident_assets.stream.operations import Split
+from trident_assets.stream.operations import PyFlatMap, PyFunction, PyMap, Split
 from trident_assets.stream.topology import StateSpec, StateUpdater, Stream, TridentTopology
 
 NAME_RULE = "use 1-63 letters, digits or underscores, starting with a letter or underscore"
@@ -234,6 +238,93 @@ def test_a_table_owned_by_another_topology_is_refused_before_any_write(tmp_path:
         assert before[2] == [foreign]
 
 
+def _store_snapshot(store: DuckDBStore) -> tuple[Any, ...]:
+    return (
+        store.fetch_rows("SELECT table_name FROM information_schema.tables ORDER BY table_name"),
+        store.scopes(),
+        {t: store.scan(t).to_pylist() for t in store.tables()},
+    )
+
+
+def _commit(store: DuckDBStore, scope: str, table: str) -> None:
+    target = StateTarget(table, ("word",), "n", StateType.OPAQUE, Count())
+    partials = pa.table({"word": ["a"], "n": pa.array([2], pa.int64())})
+    assert commit_state_batch(store, scope, target, partials, 1).applied
+
+
+def test_a_topology_named_like_a_state_asset_of_the_store_is_refused(tmp_path: Path) -> None:
+    """A state asset persisted by the TridentIOManager keeps table and commit scope 'wc'."""
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        _commit(store, "wc", "wc")
+        before = _store_snapshot(store)
+        topo, words = _words("wc")
+        _count(words, "counts")
+        with pytest.raises(StateContractError) as info:
+            TopologyRunner(topo, None, store, None)
+        assert str(info.value) == (
+            "topology 'wc' would share commit scope 'wc' with the state asset 'wc' that the "
+            "TridentIOManager persists in this store (map table 'wc'). Nothing was run or "
+            "written. Rename the topology or the state asset"
+        )
+        assert _store_snapshot(store) == before
+
+
+def test_a_state_asset_named_like_a_topology_of_the_store_is_refused(tmp_path: Path) -> None:
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        _commit(store, "wc", "wc__counts")  # what topology 'wc' commits for its state
+    manager = TridentIOManager(home=str(tmp_path), state_database=str(tmp_path / "state.duckdb"))
+    meta = state_asset_metadata("wc", key_fields=["word"], value_field="n")
+    partials = pa.table({"word": ["b"], "n": pa.array([5], pa.int64())})
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        before = _store_snapshot(store)
+    with pytest.raises(StateContractError) as info:
+        manager.persist(meta, partials, 2)
+    assert str(info.value) == (
+        "state asset 'wc' would share commit scope 'wc' with topology 'wc' in this store (its "
+        "tables wc__counts). Nothing was written. Rename the state asset "
+        "(state_asset_metadata(name, ...)) or the topology"
+    )
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        assert _store_snapshot(store) == before
+    # another name is its own scope
+    assert (
+        manager.persist(
+            state_asset_metadata("wc_lengths", key_fields=["word"], value_field="n"), partials, 1
+        )["txid"]
+        == 1
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"state": "wc__counts"},
+            "invalid state name 'wc__counts': names may not contain '__' nor start or end with "
+            "'_' (table names join names with '__'); e.g. 'word_count'",
+        ),
+        (
+            {"state": "s" * 51},
+            f"state asset {'s' * 51!r} (51 characters) leaves no room for its store table "
+            f"'_trident_log_{'s' * 51}': use at most 50 characters",
+        ),
+        ({"key_fields": ["curr"]}, f"state 'clicks': key field 'curr' {RESERVED}"),
+        ({"value_field": "txid"}, f"state 'clicks': value field 'txid' {RESERVED}"),
+        (
+            {"key_fields": [None]},
+            "state 'clicks' key_fields: field 1 of 1 is None (NoneType), not a name; field "
+            "names are strings of 1-63 letters, digits or underscores",
+        ),
+    ],
+)
+def test_state_asset_metadata_checks_names(kwargs: dict[str, Any], message: str) -> None:
+    args: dict[str, Any] = {"state": "clicks", "key_fields": ["page"], "value_field": "n"}
+    args.update(kwargs)
+    with pytest.raises(ConfigError) as info:
+        state_asset_metadata(args.pop("state"), **args)
+    assert str(info.value) == message
+
+
 # -- table name lengths ----------------------------------------------------------------------
 
 
@@ -350,7 +441,7 @@ def test_json_scheme_refuses_unknown_types(declared: object) -> None:
     with pytest.raises(ConfigError) as info:
         JsonScheme({"user": "string", "age": declared})  # type: ignore[dict-item]
     assert str(info.value) == (
-        f"JsonScheme field 'age' has unknown type {declared!r}; use one of {JSON_TYPES}"
+        f"JsonScheme field 'age' has unknown type {declared!r}; use one of {SPARK_TYPES}"
     )
 
 
@@ -454,3 +545,32 @@ def test_every_pair_of_name_parts_joins_into_distinct_tables() -> None:
                 names.append(TridentTopology("".join(chars)).name)
     tables = {f"{t}__{s}": (t, s) for t in names for s in names}
     assert len(tables) == len(names) ** 2
+
+
+@pytest.mark.parametrize("declared", ["integr", "bigint) ; DROP TABLE x; --", None])
+def test_python_function_output_types_are_checked_when_constructed(declared: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        PyFunction(lambda s: [(len(s),)], {"len": declared})  # type: ignore[dict-item]
+    assert str(info.value) == (
+        f"PyFunction output 'len' has unknown type {declared!r}; use one of {SPARK_TYPES}"
+    )
+    with pytest.raises(ConfigError) as info:
+        PyMap(lambda s: s, {"u": "string", "n": declared})  # type: ignore[dict-item]
+    assert str(info.value) == (
+        f"PyMap output 'n' has unknown type {declared!r}; use one of {SPARK_TYPES}"
+    )
+
+
+def test_python_function_output_names_and_mapping_are_checked() -> None:
+    with pytest.raises(ConfigError) as info:
+        PyFunction(lambda s: [(s,)], {None: "string"})  # type: ignore[dict-item]
+    assert str(info.value) == (
+        "PyFunction output_types: field 1 of 1 is None (NoneType), not a name; field names "
+        "are strings of 1-63 letters, digits or underscores"
+    )
+    with pytest.raises(ConfigError) as info:
+        PyFlatMap(lambda s: [s], ["string"])  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "PyFlatMap output_types must map each output field to its Spark type, e.g. "
+        "{'len': 'bigint'}, got ['string']"
+    )

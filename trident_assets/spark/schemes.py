@@ -7,17 +7,21 @@ Nothing is dropped silently. All decoding runs as Spark column expressions.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
 from trident_assets.errors import ConfigError
-from trident_assets.names import IDENTIFIER_RE
 from trident_assets.stream.fields import as_fields
+from trident_assets.stream.sql_types import (
+    INTEGER_TYPES,
+    NUMBER_TYPES,
+    SPARK_TYPES,
+    check_spark_type,
+)
 
 __all__ = [
-    "JSON_TYPES",
+    "SPARK_TYPES",
     "MAX_JSON_DEPTH",
     "META_FIELDS",
     "JsonScheme",
@@ -25,7 +29,6 @@ __all__ = [
     "RawScheme",
     "Scheme",
     "StringScheme",
-    "check_json_type",
 ]
 
 META_FIELDS = ("topic", "partition", "offset", "timestamp")
@@ -165,112 +168,14 @@ MAX_JSON_DEPTH = 999
 """The deepest nesting a strict :class:`JsonScheme` accepts (objects and arrays, the record's
 own object counted as level 1); deeper records are dead letters."""
 
-_INTEGER_TYPES = frozenset(
-    ("tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long")
-)
-_NUMBER_TYPES = frozenset(("float", "real", "double"))
 _KINDS_FOR_TYPE = {
     "string": ("a string",),
     "boolean": ("a boolean",),
-    **dict.fromkeys(_INTEGER_TYPES, ("an integer",)),
-    **dict.fromkeys(_NUMBER_TYPES, ("an integer", "a fractional number")),
+    **dict.fromkeys(INTEGER_TYPES, ("an integer",)),
+    **dict.fromkeys(NUMBER_TYPES, ("an integer", "a fractional number")),
 }
 """Per declared Spark type, the JSON kinds a strict scheme accepts for it; types not listed
 (decimal, date, timestamp, array, struct, map, ...) are checked by Spark's conversion alone."""
-
-_SCALAR_TYPES = frozenset(
-    (
-        *_INTEGER_TYPES,
-        *_NUMBER_TYPES,
-        "string",
-        "boolean",
-        "binary",
-        "date",
-        "timestamp",
-        "timestamp_ntz",
-        "timestamp_ltz",
-    )
-)
-JSON_TYPES = (
-    "string, boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), date, "
-    "timestamp, timestamp_ntz, binary, array<T>, map<K,V>, struct<name:T,...>"
-)
-"""The Spark SQL types a :class:`JsonScheme` field may declare (case-insensitive)."""
-_TYPE_TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|\d+|[<>(),:])")
-
-
-def _parse_type(tokens: list[str], i: int) -> int:
-    """Parse one type from ``tokens[i]``; return the index after it (ValueError if none)."""
-    word = tokens[i].lower() if i < len(tokens) else ""
-    if word in _SCALAR_TYPES:
-        return i + 1
-    if word in ("decimal", "dec", "numeric"):
-        i += 1
-        if i < len(tokens) and tokens[i] == "(":
-            digits = []
-            i += 1
-            while i < len(tokens) and tokens[i].isdigit():
-                digits.append(int(tokens[i]))
-                i += 1
-                if i < len(tokens) and tokens[i] == ",":
-                    i += 1
-            if i >= len(tokens) or tokens[i] != ")" or not 1 <= len(digits) <= 2:
-                raise ValueError
-            precision, scale = digits[0], digits[1] if len(digits) == 2 else 0
-            if not (1 <= precision <= 38 and scale <= precision):
-                raise ValueError
-            i += 1
-        return i
-    if word in ("array", "map", "struct") and i + 1 < len(tokens) and tokens[i + 1] == "<":
-        i += 2
-        if word == "array":
-            i = _parse_type(tokens, i)
-        elif word == "map":
-            i = _parse_type(tokens, i)
-            if i >= len(tokens) or tokens[i] != ",":
-                raise ValueError
-            i = _parse_type(tokens, i + 1)
-        else:
-            while True:
-                if i >= len(tokens) or not IDENTIFIER_RE.fullmatch(tokens[i]):
-                    raise ValueError
-                i += 1
-                if i < len(tokens) and tokens[i] == ":":
-                    i += 1
-                i = _parse_type(tokens, i)
-                if i < len(tokens) and tokens[i] == ",":
-                    i += 1
-                    continue
-                break
-        if i >= len(tokens) or tokens[i] != ">":
-            raise ValueError
-        return i + 1
-    raise ValueError
-
-
-def check_json_type(field: str, declared: object) -> str:
-    """Return ``declared`` if it is a Spark SQL type a JsonScheme field may have.
-
-    Raises:
-        ConfigError: naming the field, the declared type and the allowed types.
-    """
-    ok = isinstance(declared, str)
-    if ok:
-        tokens, pos = [], 0
-        while ok and pos < len(declared.rstrip()):
-            match = _TYPE_TOKEN.match(declared, pos)
-            ok = match is not None
-            if match is not None:
-                tokens.append(match.group(1))
-                pos = match.end()
-        try:
-            ok = ok and _parse_type(tokens, 0) == len(tokens)
-        except ValueError:
-            ok = False
-    if not ok:
-        msg = f"JsonScheme field {field!r} has unknown type {declared!r}; use one of {JSON_TYPES}"
-        raise ConfigError(msg)
-    return declared  # type: ignore[return-value]
 
 
 class JsonScheme(Scheme):
@@ -322,9 +227,9 @@ class JsonScheme(Scheme):
 
     Raises:
         ConfigError: no fields, a field name that is not a valid name (a non-str name is
-            given with its position), a type not in :data:`JSON_TYPES`,
-            ``required``/``optional`` not tuples of declared names, a field both required
-            and optional, or ``optional`` with ``strict=False``.
+            given with its position), a type not in :data:`SPARK_TYPES`, ``required`` or
+            ``optional`` not tuples of declared names, a field both required and optional,
+            or ``optional`` with ``strict=False``.
     """
 
     def __init__(
@@ -345,7 +250,7 @@ class JsonScheme(Scheme):
             raise ConfigError(msg)
         as_fields(tuple(fields), "JsonScheme fields")
         for name, declared in fields.items():
-            check_json_type(name, declared)
+            check_spark_type(declared, f"JsonScheme field {name!r}")
         for what, names in (("required", required), ("optional", optional)):
             if isinstance(names, str) or not all(isinstance(f, str) for f in names):
                 msg = f"JsonScheme {what} must be a tuple of field names, got {names!r}"

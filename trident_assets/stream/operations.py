@@ -14,6 +14,8 @@ from typing import Any
 from trident_assets.core.user_code import call, call_many, failure
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
+from trident_assets.stream.fields import as_fields
+from trident_assets.stream.sql_types import check_spark_type
 
 __all__ = [
     "Filter",
@@ -101,9 +103,13 @@ class PyFunction(Function):
     def __init__(
         self, fn: Callable[..., Iterable[Sequence[Any]]], output_types: Mapping[str, str]
     ) -> None:
-        """Wrap ``fn``; ``output_types`` maps output field -> Spark type."""
+        """Wrap ``fn``; ``output_types`` maps output field -> Spark type.
+
+        Raises:
+            ConfigError: ``output_types`` is not a mapping of field names to Spark types.
+        """
         self.fn = fn
-        self.output_types = dict(output_types)
+        self.output_types = _typed_outputs("PyFunction", output_types)
 
     def validate(self, inputs: Sequence[str], outputs: Sequence[str]) -> None:
         """The output fields must be exactly those typed in ``output_types``."""
@@ -340,6 +346,24 @@ class SqlFlatMap(FlatMapFunction):
         return df.select(F.explode(array).alias(outputs[0]))
 
 
+def _typed_outputs(name: str, output_types: object) -> dict[str, str]:
+    """``output_types`` as a dict, its names and Spark types checked.
+
+    Raises:
+        ConfigError: not a mapping, a bad field name, or a type not in ``SPARK_TYPES``.
+    """
+    if not isinstance(output_types, Mapping):
+        msg = (
+            f"{name} output_types must map each output field to its Spark type, e.g. "
+            f"{{'len': 'bigint'}}, got {output_types!r}"
+        )
+        raise ConfigError(msg)
+    as_fields(tuple(output_types), f"{name} output_types")
+    for field, declared in output_types.items():
+        check_spark_type(declared, f"{name} output {field!r}")
+    return dict(output_types)
+
+
 def _ddl(names: Sequence[str], types: Sequence[str]) -> str:
     return ", ".join(f"`{n}` {t}" for n, t in zip(names, types, strict=True))
 
@@ -397,9 +421,15 @@ class _PythonFunction(_FreshFunction):
     def __init__(
         self, fn: Callable[..., Any], output_types: Mapping[str, str] | None = None
     ) -> None:
-        """Wrap ``fn``; ``output_types`` maps each output field to its Spark SQL type."""
+        """Wrap ``fn``; ``output_types`` maps each output field to its Spark SQL type.
+
+        Raises:
+            ConfigError: ``output_types`` is not a mapping of field names to Spark types.
+        """
         self.fn = fn
-        self.output_types = None if output_types is None else dict(output_types)
+        self.output_types = (
+            None if output_types is None else _typed_outputs(type(self).__name__, output_types)
+        )
 
     def default_outputs(self, fields: Sequence[str]) -> tuple[str, ...]:
         """The keys of ``output_types`` if given, else the stream's fields."""
