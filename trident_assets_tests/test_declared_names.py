@@ -574,3 +574,18 @@ def test_python_function_output_names_and_mapping_are_checked() -> None:
         "PyFlatMap output_types must map each output field to its Spark type, e.g. "
         "{'len': 'bigint'}, got ['string']"
     )
+
+
+@pytest.mark.parametrize("bad", [None, True, 0, "3"])
+def test_commit_state_batch_refuses_bad_txids(bad: object, tmp_path: Path) -> None:
+    """A state asset's batch without a txid would be applied with no commit marker."""
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        target = StateTarget("clicks", ("word",), "n", StateType.OPAQUE, Count())
+        partials = pa.table({"word": ["a"], "n": pa.array([2], pa.int64())})
+        with pytest.raises(ConfigError) as info:
+            commit_state_batch(store, "clicks", target, partials, bad)  # type: ignore[arg-type]
+        assert str(info.value) == (
+            f"txid must be an integer >= 1 (not a bool, float or string), got {bad!r}"
+        )
+        assert store.tables() == []
+        assert store.scopes() == {}

@@ -20,6 +20,7 @@ from trident_assets.backends.duckdb_merge import MergeResult, apply_partials, ap
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
 from trident_assets.core.commit import CommitResult, commit_batch
+from trident_assets.core.txids import validate_txid
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
@@ -181,7 +182,11 @@ def commit_state_batch(
     Strict order and committed-is-final come from the scope's commit marker: an earlier
     uncommitted txid raises OutOfOrderCommitError; a committed txid changes nothing
     (``result.applied`` is False).
+
+    Raises:
+        ConfigError: ``txid`` is not an integer >= 1, or the batch lacks a column.
     """
+    validate_txid(txid)
     missing = [
         c for c in (*target.key_columns, target.value_column) if c not in partials.schema.names
     ]
