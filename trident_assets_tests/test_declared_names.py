@@ -378,12 +378,31 @@ def test_reserved_key_fields_are_refused(field: str) -> None:
     assert ev.topology.states == {}
 
 
-@pytest.mark.parametrize("output", ["txid", "curr", "prev", "PREV", "_trident_seq", "_TRIDENTx"])
+@pytest.mark.parametrize("output", ["txid", "curr", "prev", "PREV", "Txid"])
 def test_reserved_output_fields_are_refused(output: str) -> None:
     ev = _events()
     with pytest.raises(ConfigError) as info:
         ev.group_by("n").persistent_aggregate(StateSpec.opaque("st"), "n", Count(), output)
     assert str(info.value) == f"state 'st': output field {output!r} {RESERVED}"
+
+
+@pytest.mark.parametrize("name", ["_trident_seq", "_TRIDENTx", "__trident_txid", "__Trident_pid"])
+def test_internal_column_names_are_refused_as_fields(name: str) -> None:
+    """``_trident*`` are the store's columns, ``__trident*`` Spark's (e.g. a chunk's txid)."""
+    expected = (
+        "names starting with '_trident' or '__trident' are trident's internal columns; "
+        "choose another name"
+    )
+    ev = _events()
+    with pytest.raises(ConfigError) as info:
+        ev.group_by("n").persistent_aggregate(StateSpec.opaque("st"), "n", Count(), name)
+    assert str(info.value) == (
+        f"invalid field (in persistent_aggregate output) name {name!r}: {expected}"
+    )
+    with pytest.raises(ConfigError) as info:
+        JsonScheme({"user": "string", name: "bigint"})
+    assert str(info.value) == f"invalid field (in JsonScheme fields) name {name!r}: {expected}"
+    assert as_fields(["___trident", "trident_x"]) == ("___trident", "trident_x")
 
 
 def test_an_ungrouped_state_reserves_its_key_column() -> None:

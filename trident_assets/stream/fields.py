@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from trident_assets.errors import ConfigError, FieldNotFoundError
-from trident_assets.names import validate_identifier
+from trident_assets.names import RESERVED_PREFIX, validate_identifier
 
 __all__ = ["as_fields", "check_distinct", "require_fields"]
 
@@ -15,7 +15,8 @@ def as_fields(fields: str | Sequence[str], what: str = "field list") -> tuple[st
 
     Raises:
         ConfigError: ``fields`` is neither a name nor a list of names, a name is not a str
-            (the message gives its position, counting from 1), or not a valid identifier.
+            (the message gives its position, counting from 1), not a valid identifier, or
+            starts with ``_trident`` or ``__trident`` (any case: internal columns).
     """
     if isinstance(fields, str):
         names: tuple[object, ...] = (fields,)
@@ -32,6 +33,13 @@ def as_fields(fields: str | Sequence[str], what: str = "field list") -> tuple[st
             )
             raise ConfigError(msg)
         validate_identifier(name, f"field (in {what})")
+        if name.lower().startswith((RESERVED_PREFIX, f"_{RESERVED_PREFIX}")):
+            msg = (
+                f"invalid field (in {what}) name {name!r}: names starting with "
+                f"{RESERVED_PREFIX!r} or '_{RESERVED_PREFIX}' are trident's internal columns; "
+                "choose another name"
+            )
+            raise ConfigError(msg)
     return names  # type: ignore[return-value]
 
 
