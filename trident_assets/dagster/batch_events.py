@@ -103,6 +103,8 @@ def _applied_metadata(
                 "keys_in": dg.MetadataValue.int(state.keys_in),
                 "keys_updated": dg.MetadataValue.int(state.keys_updated),
                 "keys_skipped": dg.MetadataValue.int(state.keys_skipped),
+                # Sum/Min/Max skip null input values: how many this txid held
+                "null_values_skipped": dg.MetadataValue.int(state.null_values_skipped),
                 "state_size": dg.MetadataValue.int(state.size),
                 "dagster/row_count": dg.MetadataValue.int(state.size),
                 **timings,
