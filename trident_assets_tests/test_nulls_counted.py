@@ -74,9 +74,7 @@ def test_nulls_are_skipped_and_counted_the_same_alone_or_mixed(
         (3, True, pending),
     ]
     assert [o.dead_letters for o in outcomes] == [0, 0, 0]
-    skipped = {
-        name: [o.states[name].null_values_skipped for o in outcomes] for name in states
-    }
+    skipped = {name: [o.states[name].null_values_skipped for o in outcomes] for name in states}
     assert skipped == {
         "sums": [1, 2, 1],
         "mins": [1, 2, 1],

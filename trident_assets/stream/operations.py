@@ -143,9 +143,7 @@ class PyFunction(Function):
                 kept = batch.take(pa.array(rows, pa.int64()))
                 columns = [list(c) for c in zip(*out, strict=True)] if out else [[]] * width
                 added_arrays = _output_arrays(columns, added_fields, types, label, fn, origins)
-                yield pa.RecordBatch.from_arrays(
-                    [*kept.columns, *added_arrays], schema=schema
-                )
+                yield pa.RecordBatch.from_arrays([*kept.columns, *added_arrays], schema=schema)
 
         return df.mapInArrow(run, result_type)
 
@@ -347,9 +345,7 @@ def _ddl(names: Sequence[str], types: Sequence[str]) -> str:
     return ", ".join(f"`{n}` {t}" for n, t in zip(names, types, strict=True))
 
 
-def _output_types(
-    declared: Mapping[str, str] | None, df: Any, outputs: Sequence[str]
-) -> list[str]:
+def _output_types(declared: Mapping[str, str] | None, df: Any, outputs: Sequence[str]) -> list[str]:
     """Declared Spark types of ``outputs``, else the input field types by position."""
     if declared is not None:
         return [declared[o] for o in outputs]
