@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from trident_assets import Count, Max, Min, Sum
-from trident_assets.dagster.batch_events import batch_events
+from trident_assets.dagster.batch_events import batch_events, summary
 from trident_assets.dagster.graph import asset_keys
 from trident_assets.spark.aggregation import NULLS_COLUMN, VALUES_COLUMN, split_nulls
 from trident_assets.spark.executor import TopologyRunner
@@ -116,6 +116,10 @@ def test_a_state_asset_shows_the_nulls_it_skipped(
         "maxs": dg.MetadataValue.int(2),
         "counts": dg.MetadataValue.int(0),
     }
+    assert summary(outcome) == (
+        "txid 1 committed (sums: 1 keys, mins: 1 keys, maxs: 1 keys, counts: 2 keys, "
+        "gsum: 1 keys, gmin: 1 keys, gmax: 1 keys; 0 dead letters; 12 null values skipped)"
+    )
 
 
 def test_split_nulls_drops_groups_of_only_nulls_and_keeps_a_global_row() -> None:

@@ -37,7 +37,9 @@ def summary(outcome: BatchOutcome) -> str:
             "state changed (`trident quarantine list` shows them)"
         )
     counts = ", ".join(f"{n}: {s.keys_updated} keys" for n, s in outcome.states.items())
-    return f"txid {outcome.txid} committed ({counts}; {outcome.dead_letters} dead letters)"
+    nulls = sum(s.null_values_skipped for s in outcome.states.values())
+    skipped = f"; {nulls} null values skipped" if nulls else ""
+    return f"txid {outcome.txid} committed ({counts}; {outcome.dead_letters} dead letters{skipped})"
 
 
 def _preview(outcome: BatchOutcome, role: str, rows: int | None) -> dict[str, Any]:
