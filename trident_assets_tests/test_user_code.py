@@ -363,6 +363,15 @@ def _shape_topology(kind: str) -> TridentTopology:
         s.flat_map(PyFlatMap(lambda x: x.encode(), {"b": "bigint"})).as_output("o")
     elif kind == "not_iterable":
         s.each("sentence", PyFunction(lambda x: 5, {"n": "bigint"}), "n").as_output("o")
+    elif kind == "dict":
+        s.each("sentence", PyFunction(lambda x: {x: 1}, {"w": "string"}), "w").as_output("o")
+    elif kind == "bare_value":
+        pair = PyFunction(lambda x: [len(x)], {"n": "bigint", "m": "bigint"})
+        s.each("sentence", pair, ["n", "m"]).as_output("o")
+    elif kind == "dict_value":
+        s.map(PyMap(lambda x: {"w": x}, {"w": "string"})).as_output("o")
+    elif kind == "wrong_type":
+        s.flat_map(PyFlatMap(lambda x: [(len(x),), (x,)], {"n": "bigint"})).as_output("o")
     else:
         pairs = PyFunction(lambda x: [(x, x)], {"w": "string"})
         s.each("sentence", pairs, "w").as_output("o")
@@ -395,6 +404,37 @@ def _shape_topology(kind: str) -> TridentTopology:
             "failed on input tuple ('hello',): "
             "returned a int 5, which is not iterable, where an iterable of output tuples is "
             "expected; return a list of tuples, e.g. [(value,)]",
+        ),
+        (
+            "dict",
+            "each(sentence) -> sentence, w [PyFunction]: "
+            "trident_assets_tests.test_user_code._shape_topology.<locals>.<lambda> "
+            "failed on input tuple ('hello',): "
+            "returned a dict {'hello': 1} where an iterable of output tuples is expected; "
+            "return a list of tuples, e.g. [(value,)]",
+        ),
+        (
+            "bare_value",
+            "each(sentence) -> sentence, n, m [PyFunction]: "
+            "trident_assets_tests.test_user_code._shape_topology.<locals>.<lambda> "
+            "failed on input tuple ('hello',): "
+            "expected 2 output values, got 1: (5,)",
+        ),
+        (
+            "dict_value",
+            "map -> w [PyMap]: "
+            "trident_assets_tests.test_user_code._shape_topology.<locals>.<lambda> "
+            "failed on input tuple ('hello',): "
+            "returned {'w': 'hello'} (a dict) for output field 'w', declared string; return "
+            "values of that type",
+        ),
+        (
+            "wrong_type",
+            "flat_map -> n [PyFlatMap]: "
+            "trident_assets_tests.test_user_code._shape_topology.<locals>.<lambda> "
+            "failed on input tuple ('hello',): "
+            "returned 'hello' (a str) for output field 'n', declared bigint; return values "
+            "of that type",
         ),
         (
             "arity",

@@ -71,7 +71,7 @@ class ReducerAggregator(ABC, Generic[T]):
 
 
 class Count(CombinerAggregator[int]):
-    """Counts tuples."""
+    """Counts tuples, as Trident's Count: a tuple whose input value is null counts too."""
 
     sql_combine = "sum"
     output_type = "bigint"
@@ -92,9 +92,11 @@ class Count(CombinerAggregator[int]):
 class Sum(CombinerAggregator[Any]):
     """Sums the first input field (ints stay ints; floats and Decimals promote as in Python).
 
-    A null value adds nothing: it is skipped, whatever else the batch holds, so a key whose
-    values in a batch are all null gets a partial of ``0`` (the sum of no values) and
-    ``{5, null}`` sums to 5, on Spark (``coalesce(sum(v), 0)``) and in Python alike.
+    Null values are skipped, whatever else the batch holds: ``{5, null}`` sums to 5. As a
+    state (``persistent_aggregate``), the batch outcome counts them
+    (``StateOutcome.null_values_skipped``) and a key whose values in a batch are all null is
+    not updated, as if absent from the batch; a global state treats a batch of only nulls
+    as an empty batch (``zero()``). In Python, ``init`` of a null is ``0``.
     """
 
     sql_combine = "sum"
@@ -128,7 +130,10 @@ class _Extreme(CombinerAggregator[Any]):
 
 
 class Min(_Extreme):
-    """The smallest value of the first input field; nulls are skipped; ties keep the later one."""
+    """The smallest value of the first input field; ties keep the later one.
+
+    Null values are skipped and counted exactly as :class:`Sum`'s.
+    """
 
     sql_combine = "min"
 
@@ -138,7 +143,10 @@ class Min(_Extreme):
 
 
 class Max(_Extreme):
-    """The largest value of the first input field; nulls are skipped; ties keep the later one."""
+    """The largest value of the first input field; ties keep the later one.
+
+    Null values are skipped and counted exactly as :class:`Sum`'s.
+    """
 
     sql_combine = "max"
 

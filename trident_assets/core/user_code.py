@@ -23,6 +23,7 @@ __all__ = [
     "call_many",
     "retrieve_batch",
     "describe",
+    "short_repr",
     "failure",
     "from_worker_message",
     "guard",
@@ -40,6 +41,11 @@ def describe(fn: Any) -> str:
     target = fn if hasattr(fn, "__qualname__") else type(fn)
     module = getattr(target, "__module__", None) or "?"
     return f"{module}.{getattr(target, '__qualname__', repr(target))}"
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut to :data:`MAX_REPR` characters (an error message's excerpt)."""
+    return _short(value)
 
 
 def _short(value: Any) -> str:

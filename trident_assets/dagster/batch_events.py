@@ -37,7 +37,9 @@ def summary(outcome: BatchOutcome) -> str:
             "state changed (`trident quarantine list` shows them)"
         )
     counts = ", ".join(f"{n}: {s.keys_updated} keys" for n, s in outcome.states.items())
-    return f"txid {outcome.txid} committed ({counts}; {outcome.dead_letters} dead letters)"
+    nulls = sum(s.null_values_skipped for s in outcome.states.values())
+    skipped = f"; {nulls} null values skipped" if nulls else ""
+    return f"txid {outcome.txid} committed ({counts}; {outcome.dead_letters} dead letters{skipped})"
 
 
 def _preview(outcome: BatchOutcome, role: str, rows: int | None) -> dict[str, Any]:
@@ -103,6 +105,8 @@ def _applied_metadata(
                 "keys_in": dg.MetadataValue.int(state.keys_in),
                 "keys_updated": dg.MetadataValue.int(state.keys_updated),
                 "keys_skipped": dg.MetadataValue.int(state.keys_skipped),
+                # Sum/Min/Max skip null input values: how many this txid held
+                "null_values_skipped": dg.MetadataValue.int(state.null_values_skipped),
                 "state_size": dg.MetadataValue.int(state.size),
                 "dagster/row_count": dg.MetadataValue.int(state.size),
                 **timings,

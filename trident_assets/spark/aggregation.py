@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from trident_assets.core.aggregators import (
     CombinerAggregator,
     Count,
+    Max,
     Min,
     Sum,
     is_sql_combiner,
@@ -15,12 +19,22 @@ from trident_assets.core.aggregators import (
 from trident_assets.errors import ConfigError
 
 __all__ = [
+    "NULLS_COLUMN",
+    "VALUES_COLUMN",
     "combine_partials",
     "first_or_zero",
     "is_sql_combiner",
     "reduce_groups",
+    "skips_nulls",
+    "split_nulls",
     "sql_expr",
+    "state_partials",
 ]
+
+NULLS_COLUMN = "__trident_nulls"
+"""Column of :func:`state_partials`: a group's null values skipped."""
+VALUES_COLUMN = "__trident_values"
+"""Column of :func:`state_partials`: a group's non-null values combined."""
 
 
 def sql_expr(agg: CombinerAggregator[Any], column: str) -> Any:
@@ -33,7 +47,56 @@ def sql_expr(agg: CombinerAggregator[Any], column: str) -> Any:
         return F.coalesce(F.sum(F.col(column)), F.lit(0))
     if isinstance(agg, Min):
         return F.min(F.col(column))
-    return F.max(F.col(column))
+    if isinstance(agg, Max):
+        return F.max(F.col(column))
+    msg = f"{type(agg).__name__} is not a built-in SQL combiner (Count, Sum, Min, Max)"
+    raise ConfigError(msg)
+
+
+def skips_nulls(agg: Any) -> bool:
+    """True for the built-ins that skip (and count) null values: Sum, Min, Max."""
+    return isinstance(agg, Sum | Min | Max)
+
+
+def state_partials(
+    df: Any, group: Sequence[str], column: str, agg: CombinerAggregator[Any], output: str
+) -> Any:
+    """A state's partials: :func:`combine_partials`, plus for Sum/Min/Max two count columns.
+
+    :data:`NULLS_COLUMN` holds a group's null values (skipped) and :data:`VALUES_COLUMN` its
+    non-null ones, computed in the same Spark job; :func:`split_nulls` turns the collected
+    table into the partials a state applies and the number of nulls skipped.
+    """
+    from pyspark.sql import functions as F
+
+    if not skips_nulls(agg):
+        return combine_partials(df, group, column, agg, output)
+    value = sql_expr(agg, column)
+    counts = [
+        F.count(F.when(F.col(column).isNull(), F.lit(1))).alias(NULLS_COLUMN),
+        F.count(F.col(column)).alias(VALUES_COLUMN),
+    ]
+    if group:
+        return df.groupBy(*group).agg(value.alias(output), *counts)
+    zero = agg.zero()
+    value = value if zero is None else F.coalesce(value, F.lit(zero))
+    return df.agg(value.alias(output), *counts)
+
+
+def split_nulls(table: pa.Table, grouped: bool) -> tuple[pa.Table, int]:
+    """``(partials, null values skipped)`` from a collected :func:`state_partials` table.
+
+    A grouped state's group whose values were all null has no partial: the key is not
+    updated (as if it were absent from the batch); its nulls are counted. A global state
+    keeps its one row per batch (a batch of only nulls is an empty batch: ``agg.zero()``).
+    A table without the count columns (Count, Python combiners) skipped nothing.
+    """
+    if NULLS_COLUMN not in table.column_names:
+        return table, 0
+    nulls = int(pc.sum(table.column(NULLS_COLUMN)).as_py() or 0)
+    if grouped and table.num_rows:
+        table = table.filter(pc.greater(table.column(VALUES_COLUMN), 0))
+    return table.drop_columns([NULLS_COLUMN, VALUES_COLUMN]), nulls
 
 
 def combine_partials(

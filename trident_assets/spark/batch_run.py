@@ -15,6 +15,7 @@ aggregates and queries are built here), then runs the batch in two phases:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -22,7 +23,12 @@ import pyarrow as pa
 from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard
 from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
-from trident_assets.spark.aggregation import combine_partials, reduce_groups
+from trident_assets.spark.aggregation import (
+    combine_partials,
+    reduce_groups,
+    split_nulls,
+    state_partials,
+)
 from trident_assets.spark.arrow_partials import combine_task_partials
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.batch_tables import store_dead_letters, store_rows
@@ -76,6 +82,8 @@ class BatchRun(NodeFrames):
         """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
         self.value_types: dict[str, pa.DataType] = {}
         """Arrow type of each combiner state's batch partials (typing empty query results)."""
+        self.nulls: dict[str, int] = {}
+        """Per Sum/Min/Max state: the null values its partials skipped this batch."""
 
     # -- building DataFrames ---------------------------------------------------------------
 
@@ -181,13 +189,15 @@ class BatchRun(NodeFrames):
             for sid, df in self.dead.items()
         }
         tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
-        return Prepared(partials, outputs, dead, tuples_in)
+        return Prepared(partials, outputs, dead, tuples_in, dict(self.nulls))
 
     def state_input(self, state: TridentState) -> pa.Table:
         """What the commit applies to ``state``: per-key partials, grouped tuples or rows.
 
         A combiner's partials per key (one row for a global state), a reducer's tuples per
         key (``__tuples``), an updater's input rows, a single join's rows of every side.
+        Sum/Min/Max skip null values: their count is left in ``self.nulls`` (see
+        :func:`~trident_assets.spark.aggregation.split_nulls`).
         """
         from pyspark.sql import functions as F
 
@@ -213,7 +223,8 @@ class BatchRun(NodeFrames):
         if kernel is not None:
             return kernel
         agg = guard(agg, state.node.label)
-        table = combine_partials(parent, group, a["inputs"][0], agg, out).toArrow()
+        collected = state_partials(parent, group, a["inputs"][0], agg, out).toArrow()
+        table, self.nulls[state.spec.name] = split_nulls(collected, bool(group))
         self.value_types[state.spec.name] = table.schema.field(out).type
         if not group:
             for name, column in global_partials(table.column(out)).items():
@@ -243,9 +254,12 @@ class BatchRun(NodeFrames):
         outcome = BatchOutcome(topo.name, self.txid, True, self.plans, prepared.tuples_in)
         for name, state in topo.states.items():
             batch = prepared.partials.get(name)
+            nulls = prepared.nulls.get(name, 0)
             if batch is None:
                 batch = self.state_input(state)
-            outcome.states[name] = apply_state(self, state, batch)
+                nulls = self.nulls.get(name, 0)
+            applied = apply_state(self, state, batch)
+            outcome.states[name] = replace(applied, null_values_skipped=nulls)
             outcome.previews |= state_previews(state, batch, self.new_values.get(name))
         runner.fault("after_state_write")
         outputs = dict(prepared.outputs)

@@ -50,6 +50,8 @@ class StateOutcome:
     size: int
     total: float | None = None
     """The sum of all the state's values (Count/Sum states; None for others)."""
+    null_values_skipped: int = 0
+    """Null input values a Sum/Min/Max state skipped this batch (they change no value)."""
 
 
 @dataclass(slots=True)
@@ -96,6 +98,8 @@ class Prepared:
     """Per spout: the records its scheme could not decode."""
     tuples_in: dict[str, int]
     """Per spout: how many records the batch read."""
+    nulls: dict[str, int] = field(default_factory=dict)
+    """Per Sum/Min/Max state: the null input values its partials skipped."""
 
 
 def head_rows(table: pa.Table, k: int = PREVIEW_ROWS) -> pa.Table:

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trident_assets.planner import chunk_pipelinable, is_live, live_spouts, pipelinable
-from trident_assets.spark.aggregation import combine_partials
+from trident_assets.spark.aggregation import split_nulls, state_partials
 from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials
 from trident_assets.spark.kernel_plan import (
     arrow_kernel,
@@ -100,6 +100,8 @@ class PipelinedRun(NodeFrames):
         """Spouts whose records an Arrow kernel decodes: the dead letters it counted."""
         self.conf: dict[str, str] = {}
         """Spark settings for the chunk's jobs (how the reads split into tasks)."""
+        self.nulls: dict[str, dict[int, int]] = {}
+        """Per Sum/Min/Max state, per txid: the null values its partials skipped."""
 
     def _raw(self, node: Node) -> Any:
         """The spout's raw records of the whole chunk, tagged with their txids (built once)."""
@@ -158,13 +160,16 @@ class PipelinedRun(NodeFrames):
         a = state.node.args
         parent = state.node.parents[0]
         group, out, agg = list(a["group"]), a["output"], a["agg"]
-        df = combine_partials(self.frame(parent), [*group, TXID_COLUMN], a["inputs"][0], agg, out)
+        df = state_partials(self.frame(parent), [*group, TXID_COLUMN], a["inputs"][0], agg, out)
         out_type = empty_arrow(df).schema.field(out).type
         self.empty.value_types[state.spec.name] = out_type  # types empty query results
         txids = self.txids
+        nulls = self.nulls.setdefault(state.spec.name, {})
 
         def run() -> dict[int, pa.Table]:
-            split = split_by_txid(df.toArrow(), txids)
+            split: dict[int, pa.Table] = {}
+            for txid, part in split_by_txid(df.toArrow(), txids).items():
+                split[txid], nulls[txid] = split_nulls(part, bool(group))
             if group:
                 return split
             zero = agg.zero()
@@ -255,6 +260,7 @@ class PipelinedRun(NodeFrames):
                     outputs={name: t[txid] for name, t in o.items()},
                     dead={sid: t[txid] for sid, t in d.items()},
                     tuples_in={sid: plan.record_count for sid, plan in plans.items()},
+                    nulls={name: n[txid] for name, n in self.nulls.items() if txid in n},
                 )
                 for txid, plans in self.batches
             }

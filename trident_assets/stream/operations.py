@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from trident_assets.core.user_code import call, call_many, failure
+from trident_assets.core.user_code import call, call_many, failure, short_repr
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
 from trident_assets.stream.fields import as_fields
@@ -127,9 +127,11 @@ class PyFunction(Function):
         import pyarrow as pa
         from pyspark.sql.types import StructType
 
-        added = StructType.fromDDL(_ddl(outputs, [self.output_types[o] for o in outputs]))
+        types = [self.output_types[o] for o in outputs]
+        added = StructType.fromDDL(_ddl(outputs, types))
         result_type = StructType([*df.schema.fields, *added.fields])
         schema = _arrow_schema(result_type)
+        added_fields = list(_arrow_schema(added))
         positions = [df.columns.index(c) for c in inputs]
         fn, width, label = self.fn, len(outputs), f"{step} [PyFunction]"
 
@@ -137,17 +139,16 @@ class PyFunction(Function):
             for batch in batches:
                 args = zip(*(batch.column(i).to_pylist() for i in positions), strict=True)
                 rows: list[int] = []
+                origins: list[tuple[Any, ...]] = []
                 out: list[tuple[Any, ...]] = []
                 for index, values in enumerate(args):
                     for result in call_many(label, fn, values):
                         out.append(_as_values(result, width, label, fn, values))
                         rows.append(index)
+                        origins.append(values)
                 kept = batch.take(pa.array(rows, pa.int64()))
-                columns = list(zip(*out, strict=True)) if out else [()] * width
-                added_arrays = [
-                    pa.array(list(c), type=schema.field(batch.num_columns + j).type)
-                    for j, c in enumerate(columns)
-                ]
+                columns = [list(c) for c in zip(*out, strict=True)] if out else [[]] * width
+                added_arrays = _output_arrays(columns, added_fields, types, label, fn, origins)
                 yield pa.RecordBatch.from_arrays([*kept.columns, *added_arrays], schema=schema)
 
         return df.mapInArrow(run, result_type)
@@ -415,6 +416,49 @@ def _as_values(
     return out
 
 
+def _output_arrays(
+    columns: Sequence[list[Any]],
+    fields: Sequence[Any],
+    types: Sequence[str],
+    step: str,
+    fn: Any,
+    origins: Sequence[tuple[Any, ...]],
+) -> list[Any]:
+    """``columns[j]`` as an Arrow array of ``fields[j]`` (declared Spark type ``types[j]``).
+
+    Raises:
+        UserCodeError: a value does not convert to its field's type (e.g. a dict or a str
+            for a ``bigint``); the message names the field, the value and the input tuple
+            ``origins[i]`` it was returned for.
+    """
+    import pyarrow as pa
+
+    arrays = []
+    for column, field, declared in zip(columns, fields, types, strict=True):
+        try:
+            arrays.append(pa.array(column, type=field.type))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            i = _first_misfit(column, field.type)
+            why = (
+                f"returned {short_repr(column[i])} (a {type(column[i]).__name__}) for output field "
+                f"{field.name!r}, declared {declared}; return values of that type"
+            )
+            raise failure(step, fn, "input tuple", origins[i], why) from exc
+    return arrays
+
+
+def _first_misfit(column: Sequence[Any], kind: Any) -> int:
+    """The index of the first value of ``column`` that Arrow cannot convert to ``kind``."""
+    import pyarrow as pa
+
+    for i, value in enumerate(column):
+        try:
+            pa.array([value], type=kind)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return i
+    return 0
+
+
 class _PythonFunction(_FreshFunction):
     """A user Python function whose outputs are typed by ``output_types`` or the inputs."""
 
@@ -449,25 +493,29 @@ class _RowFunction(_PythonFunction):
         """Run ``fn`` over each Arrow record batch of each Spark partition."""
         import pyarrow as pa
 
-        ddl = _ddl(outputs, _output_types(self.output_types, df, outputs))
+        types = _output_types(self.output_types, df, outputs)
+        ddl = _ddl(outputs, types)
         schema = _arrow_schema(ddl)
         fn, flat, width = self.fn, self.flat, len(outputs)
         label = f"{step} [{type(self).__name__}]"
 
         def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
             for batch in batches:
-                rows = zip(*(c.to_pylist() for c in batch.columns), strict=True)
+                rows = list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
                 if flat:
-                    out = [
-                        _as_values(r, width, label, fn, row)
+                    pairs = [
+                        (_as_values(r, width, label, fn, row), row)
                         for row in rows
                         for r in call_many(label, fn, row)
                     ]
+                    out = [values for values, _ in pairs]
+                    origins = [row for _, row in pairs]
                 else:
                     out = [_as_values(call(label, fn, row), width, label, fn, row) for row in rows]
+                    origins = rows
                 columns = [list(c) for c in zip(*out, strict=True)] if out else [[]] * width
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
+                    _output_arrays(columns, list(schema), types, label, fn, origins),
                     schema=schema,
                 )
 
