@@ -49,6 +49,7 @@ __all__ = [
     "StoredState",
     "drop_state",
     "find_stored_state",
+    "plan_drop",
     "stored_states",
 ]
 
@@ -207,6 +208,28 @@ def _drop_statements(
     return statements, dropped, rows
 
 
+def _replica_dirs(found: StoredState, replica: Replica | None) -> list[Path]:
+    if replica is None:
+        return []
+    names = [found.table, *(f"{found.table}__{s}" for s in DERIVED_SUFFIXES)]
+    return [replica.root / n for n in names if (replica.root / n).is_dir()]
+
+
+def plan_drop(
+    store: StateStore, topology: str, state: str, *, replica: Replica | None = None
+) -> DroppedState:
+    """What :func:`drop_state` would remove now; nothing is written.
+
+    Raises:
+        ConfigError: as :func:`drop_state`.
+    """
+    found = find_stored_state(store, topology, state)
+    _, dropped, rows = _drop_statements(store, found)
+    return DroppedState(
+        topology, state, tuple(dropped), tuple(rows), tuple(_replica_dirs(found, replica))
+    )
+
+
 def drop_state(
     store: StateStore, topology: str, state: str, *, replica: Replica | None = None
 ) -> DroppedState:
@@ -223,8 +246,8 @@ def drop_state(
         ConfigError: an invalid name, or no such topology or state (the message lists those
             that exist); nothing is written.
     """
-    found = find_stored_state(store, topology, state)
     with store.transaction():
+        found = find_stored_state(store, topology, state)
         statements, dropped, rows = _drop_statements(store, found)
         for sql, params in statements:
             store.execute(sql, params)
@@ -232,13 +255,9 @@ def drop_state(
     if forget is not None:
         forget()
     removed: list[Path] = []
-    if replica is not None:
-        names = [found.table, *(f"{found.table}__{s}" for s in DERIVED_SUFFIXES)]
-        for name in names:
-            folder = replica.root / name
-            if folder.is_dir():
-                hidden = folder.with_name(f".dropped-{name}-{os.getpid()}")
-                folder.rename(hidden)
-                shutil.rmtree(hidden)
-                removed.append(folder)
+    for folder in _replica_dirs(found, replica):
+        hidden = folder.with_name(f".dropped-{folder.name}-{os.getpid()}")
+        folder.rename(hidden)
+        shutil.rmtree(hidden)
+        removed.append(folder)
     return DroppedState(topology, state, tuple(dropped), tuple(rows), tuple(removed))
