@@ -495,7 +495,8 @@ def state_drop(
             typer.echo("Its values cannot be recovered (`trident state backup` keeps a copy).")
             try:
                 confirmed = typer.confirm("Drop it?", default=False)
-            except typer.Abort:  # no answer (end of input)
+            except typer.Abort:  # no answer (end of input): end the prompt's line
+                typer.echo()
                 confirmed = False
             if not confirmed:
                 msg = "not confirmed: nothing was dropped (pass --yes to drop without asking)"
