@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from trident_assets.backends.state_drop import drop_state, plan_drop
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import ConfigError, StateContractError
 from trident_assets.spouts.ranges import PartitionRange
+from trident_assets_tests.conftest import OpenStore
 from trident_assets_tests.test_cli import TRIDENT, make_home
 
 
@@ -393,3 +395,111 @@ def test_a_join_state_and_a_contract_only_state(home: Path, tmp_path: Path) -> N
         assert str(refused.value) == (
             "topology 'word_count' has no state 'pairs'; its states: seen, word_counts"
         )
+
+
+def _build(store: Any) -> None:
+    """Two map states of ``wc`` committed at txids 1 and 2, with contracts and side rows."""
+    from trident_assets.backends.map_layout import MapLayout
+    from trident_assets.core.values import OpaqueValue
+
+    for state in ("counts", "seen"):
+        store.ensure_map(MapLayout(f"wc__{state}", "opaque", ("word",), ("VARCHAR",), "BIGINT"))
+    for txid in (1, 2):
+        with store.transaction() as tx:
+            for state in ("counts", "seen"):
+                store.map(f"wc__{state}").multi_put(
+                    [("a",), ("b",)], [OpaqueValue(txid, txid * 10, None)] * 2
+                )
+            tx.mark_committed("wc", txid)
+    with store.transaction():
+        write_contracts(
+            store, [replace(_contract(s), topology="wc", table=f"wc__{s}") for s in CONTRACT_STATES]
+        )
+        store.execute('CREATE TABLE "wc__seen__new_values" (txid BIGINT, word VARCHAR)')
+        store.execute(
+            'CREATE TABLE "_trident_totals" (table_name VARCHAR PRIMARY KEY, txid BIGINT, '
+            "total DOUBLE PRECISION)"
+        )
+        store.execute(
+            "INSERT INTO _trident_totals VALUES ('wc__seen', 2, 40), ('wc__counts', 2, 40)"
+        )
+    assert store.compact() == {"wc__counts": 2, "wc__seen": 2}
+
+
+CONTRACT_STATES = ("counts", "seen")
+
+
+def _sequences(store: Any) -> list[str]:
+    sql = (
+        "SELECT sequence_name FROM information_schema.sequences ORDER BY 1"
+        if store.dialect.is_postgres
+        else "SELECT sequence_name FROM duckdb_sequences() ORDER BY 1"
+    )
+    return [r[0] for r in store.fetch_rows(sql)]
+
+
+SEEN = ["wc__seen", "_trident_log_wc__seen", "wc__seen__new_values"]
+
+
+def _state_of(store: Any) -> dict[str, Any]:
+    return {
+        "maps": store.tables(),
+        "tables": [t for t in SEEN if store.has_table(t)],
+        "sequences": _sequences(store),
+        "contracts": [c.state for c in stored_contracts(store)],
+        "side_rows": store.fetch_rows(
+            "SELECT table_name FROM _trident_compactions UNION ALL "
+            "SELECT table_name FROM _trident_totals ORDER BY 1"
+        ),
+        "commits": store.scopes(),
+        "counts": store.scan("wc__counts", as_of=2).to_pylist(),
+    }
+
+
+def test_drop_in_each_store_is_one_transaction(
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    _build(store)
+    before = _state_of(store)
+    assert before["tables"] == SEEN
+    assert before["sequences"] == ["_trident_seq_wc__counts", "_trident_seq_wc__seen"]
+    assert before["contracts"] == ["counts", "seen"]
+    assert before["side_rows"] == [("wc__counts",), ("wc__counts",), ("wc__seen",), ("wc__seen",)]
+
+    # a failure at the last statement (the contract row) rolls every earlier drop back
+    real = store.execute
+
+    def failing(sql: str, params: Any = ()) -> int:
+        if sql.startswith("DELETE FROM _trident_state_contracts"):
+            raise RuntimeError("disk gone")
+        return real(sql, params)
+
+    monkeypatch.setattr(store, "execute", failing)
+    with pytest.raises(RuntimeError, match=r"^disk gone$"):
+        drop_state(store, "wc", "seen")
+    monkeypatch.undo()
+    store.forget_layouts()
+    assert _state_of(store) == before
+
+    store.close()  # the command takes the store's write lock (DuckDB)
+    home = tmp_path / "home"
+    database = str(open_store.location)  # type: ignore[attr-defined]
+    done = trident(
+        tmp_path, "state", "drop", "wc", "seen", "--yes", "--database", database,
+        "--home", str(home),
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[1:] == [
+        "  tables: wc__seen, _trident_log_wc__seen, _trident_seq_wc__seen, wc__seen__new_values",
+        "  rows in: _trident_maps, _trident_compactions, _trident_totals, _trident_state_contracts",
+    ]
+    store = open_store()
+    assert _state_of(store) == {
+        **before,
+        "maps": ["wc__counts"],
+        "tables": [],
+        "sequences": ["_trident_seq_wc__counts"],
+        "contracts": ["counts"],
+        "side_rows": [("wc__counts",), ("wc__counts",)],
+    }
