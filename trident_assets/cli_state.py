@@ -30,7 +30,7 @@ from trident_assets.cli_common import (
     require_home,
     state_path,
 )
-from trident_assets.cli_quarantine import DEFAULT_MODULE, ModuleOption
+from trident_assets.cli_quarantine import DEFAULT_MODULE
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
 from trident_assets.names import validate_identifier
 
@@ -186,18 +186,34 @@ def _list_rows(store: StateStore) -> list[dict[str, Any]]:
 MAP_KINDS = ("opaque", "transactional", "plain")
 
 
-def declared_states(module: str) -> dict[str, set[str]]:
-    """Per topology declared in code location ``module``, the names of its states.
+CodeLocationsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--module",
+        envvar="TRIDENT_MODULE",
+        help="Code location module(s) declaring the topologies (repeat for several; default "
+        f"{DEFAULT_MODULE}).",
+    ),
+]
+
+
+def declared_states(modules: list[str] | None) -> tuple[str, dict[str, set[str]]]:
+    """The code location's name for messages, and per topology it declares, its states.
+
+    ``modules``: the ``--module`` values (None or empty: the built-in examples).
 
     Raises:
-        ConfigError: the module cannot be imported.
+        ConfigError: a module cannot be imported.
     """
     from trident_assets.cli_quarantine import module_topologies
 
-    return {
-        name: set(topo.states) | set(topo.static_states)
-        for name, topo in module_topologies(module).items()
-    }
+    names = modules or [DEFAULT_MODULE]
+    declared: dict[str, set[str]] = {}
+    for name in names:
+        for topology, topo in module_topologies(name).items():
+            declared.setdefault(topology, set()).update(topo.states, topo.static_states)
+    where = f"module {names[0]}" if len(names) == 1 else f"modules {', '.join(names)}"
+    return where, declared
 
 
 @state_app.command("list")
@@ -206,7 +222,7 @@ def state_list(
     database: DatabaseOption = None,
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
-    module: ModuleOption = DEFAULT_MODULE,
+    module: CodeLocationsOption = None,
 ) -> None:
     """List topologies and their states: kind, key columns, key count, last txid, orphaned.
 
@@ -219,7 +235,7 @@ def state_list(
             rows = _list_rows(store)
         finally:
             store.close()
-        declared = declared_states(module)
+        where, declared = declared_states(module)
     orphans = []
     for row in rows:
         orphaned = row["state"] not in declared.get(row["topology"], set())
@@ -232,7 +248,7 @@ def state_list(
     emit(rows, columns, fmt, f"states in {store.path}")
     if orphans:
         typer.echo(
-            f"orphaned (declared by no topology in module {module}): {', '.join(orphans)}. "
+            f"orphaned (declared by no topology in {where}): {', '.join(orphans)}. "
             "Remove one with `trident state drop TOPOLOGY STATE`, or pass --module with the "
             "module that declares it",
             err=True,
@@ -452,7 +468,7 @@ def state_drop(
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Drop without asking for confirmation.")
     ] = False,
-    module: ModuleOption = DEFAULT_MODULE,
+    module: CodeLocationsOption = None,
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
     wait: LockWaitOption = 30.0,
@@ -475,10 +491,11 @@ def state_drop(
             plan = plan_drop(store, topology, state, replica=replica)
         finally:
             store.close()
-        if state in declared_states(module).get(topology, set()):
+        where, declared = declared_states(module)
+        if state in declared.get(topology, set()):
             msg = (
-                f"state {state!r} of topology {topology!r} is still declared in module "
-                f"{module}: its next run would create it again, as a new state. Nothing was "
+                f"state {state!r} of topology {topology!r} is still declared in {where}: "
+                "its next run would create it again, as a new state. Nothing was "
                 "dropped. Remove the state from the topology's declaration first (or pass "
                 "--module with the code location that no longer declares it)"
             )

@@ -352,6 +352,22 @@ def test_state_list_marks_orphaned_states(home: Path, tmp_path: Path) -> None:
         "word_count.word_counts. Remove one with `trident state drop TOPOLOGY STATE`, or pass "
         "--module with the module that declares it\n"
     )
+    # several code locations: a state declared in any of them is not orphaned
+    done = trident(
+        tmp_path, "state", "list", "--format", "csv", "--home", str(home),
+        "--module", "no_topologies", "--module", "trident_assets.definitions",
+        PYTHONPATH=str(tmp_path),
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.splitlines()[1:], done.stderr) == (
+        0,
+        [
+            "word_count,seen,plain,word,BOOLEAN,3,3,yes",
+            "word_count,word_counts,opaque,word,BIGINT,3,3,no",
+        ],
+        "orphaned (declared by no topology in modules no_topologies, trident_assets.definitions): "
+        "word_count.seen. Remove one with `trident state drop TOPOLOGY STATE`, or pass "
+        "--module with the module that declares it\n",
+    )
 
 
 def test_a_join_state_and_a_contract_only_state(home: Path, tmp_path: Path) -> None:
