@@ -146,8 +146,12 @@ def _largest_first(row: dict[str, Any]) -> tuple[int, float, str]:
     return (1, 0.0, json.dumps(value, default=str, sort_keys=True))
 
 
+MAP_KINDS = ("opaque", "transactional", "plain")
+
+
 def _list_rows(store: StateStore) -> list[dict[str, Any]]:
     """One row per stored state: map states from the catalog, joins, contract-only states."""
+    from trident_assets.backends.map_layout import quote_ident
     from trident_assets.backends.state_contracts import stored_contracts
     from trident_assets.backends.state_drop import stored_states
 
@@ -163,7 +167,7 @@ def _list_rows(store: StateStore) -> list[dict[str, Any]]:
                 key_columns, value_type = ",".join(layout.key_columns), layout.value_type
             else:
                 keys = (
-                    int(store.fetch_rows(f'SELECT count(*) FROM "{found.table}"')[0][0])
+                    int(store.fetch_rows(f"SELECT count(*) FROM {quote_ident(found.table)}")[0][0])
                     if found.kind == "single_join"
                     else None
                 )
@@ -181,9 +185,6 @@ def _list_rows(store: StateStore) -> list[dict[str, Any]]:
                 }
             )
     return rows
-
-
-MAP_KINDS = ("opaque", "transactional", "plain")
 
 
 CodeLocationsOption = Annotated[
