@@ -169,10 +169,11 @@ _PID = re.compile(r"\(PID (\d+)\)")
 _DUCKDB_FILE = re.compile(r'file "([^"]+)"')
 
 
-def open_state(home: Path, database: str | None, wait_s: float) -> Any:
-    """Open the state store read-only (the DuckDB file, or a ``postgresql://`` ``--database``).
+def open_state(home: Path, database: str | None, wait_s: float, *, read_only: bool = True) -> Any:
+    """Open the state store (the DuckDB file, or a ``postgresql://`` ``--database``).
 
-    DuckDB allows several readers, but not beside a writer; PostgreSQL readers never wait.
+    Read-only unless ``read_only=False`` (``trident state drop``). DuckDB allows several
+    readers, but not beside a writer; PostgreSQL readers never wait.
 
     Raises:
         StoreLockedError: a writer holds the file (after ``wait_s`` seconds of retries); the
@@ -186,10 +187,10 @@ def open_state(home: Path, database: str | None, wait_s: float) -> Any:
     if database is not None and is_postgres_dsn(database):
         from trident_assets.backends.postgres_store import PostgresStore
 
-        return PostgresStore(database, read_only=True)
+        return PostgresStore(database, read_only=read_only)
     path = state_path(home, database)
     try:
-        return DuckDBStore(path, read_only=True, lock_timeout_s=wait_s)
+        return DuckDBStore(path, read_only=read_only, lock_timeout_s=wait_s)
     except StoreLockedError as exc:
         found = _PID.search(str(exc.__cause__ or exc))
         holder = f" (PID {found.group(1)})" if found else ""

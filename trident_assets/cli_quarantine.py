@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from trident_assets.spark.executor import BatchOutcome, TopologyRunner
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["find_topology", "quarantine_app"]
+__all__ = ["DEFAULT_MODULE", "ModuleOption", "find_topology", "module_topologies", "quarantine_app"]
 
 quarantine_app = typer.Typer(
     help="Poison batches set aside (their offset ranges and error) and their replay.",
@@ -57,11 +57,11 @@ LOG_FILE = "cli.log"
 """Where ``add`` and ``replay`` write Spark's logs (in HOME)."""
 
 
-def find_topology(name: str, module_name: str) -> TridentTopology:
-    """The topology called ``name`` among ``module_name``'s module-level values.
+def module_topologies(module_name: str) -> dict[str, TridentTopology]:
+    """The topologies among ``module_name``'s module-level values (or lists of them), by name.
 
     Raises:
-        ConfigError: the module cannot be imported or defines no such topology.
+        ConfigError: the module cannot be imported.
     """
     from trident_assets.stream.topology import TridentTopology
 
@@ -78,6 +78,16 @@ def find_topology(name: str, module_name: str) -> TridentTopology:
         for item in values:
             if isinstance(item, TridentTopology):
                 found[item.name] = item
+    return found
+
+
+def find_topology(name: str, module_name: str) -> TridentTopology:
+    """The topology called ``name`` among ``module_name``'s module-level values.
+
+    Raises:
+        ConfigError: the module cannot be imported or defines no such topology.
+    """
+    found = module_topologies(module_name)
     if name not in found:
         names = ", ".join(sorted(found)) or "none"
         msg = f"module {module_name} defines no topology {name!r}; it defines: {names}"

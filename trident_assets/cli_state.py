@@ -1,9 +1,10 @@
-"""``trident state list|scan|get|backup|restore``: read persisted states; back them up.
+"""``trident state list|scan|get|backup|restore|drop``: read persisted states; back them up.
 
 The state file is opened read-only, so reading never blocks another reader; while a writer
 (a running batch) holds the file, a read fails at once, or waits ``--wait`` seconds. Errors
 name topologies and states, never the DuckDB tables behind them. ``backup`` and ``restore``
 are :mod:`trident_assets.backends.backup` (a checkpoint and a copy under the file's lock).
+``drop`` removes one state no longer declared (:mod:`trident_assets.backends.state_drop`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from trident_assets.cli_common import (
     require_home,
     state_path,
 )
+from trident_assets.cli_quarantine import DEFAULT_MODULE
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
 from trident_assets.names import validate_identifier
 
@@ -39,7 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["StateRef", "find_state", "state_app", "topologies"]
 
 state_app = typer.Typer(
-    name="state", help="Read persisted states; back them up and restore them.", no_args_is_help=True
+    name="state",
+    help="Read persisted states; back them up and restore them; drop a state no longer declared.",
+    no_args_is_help=True,
 )
 
 TxidOption = Annotated[
@@ -142,35 +146,114 @@ def _largest_first(row: dict[str, Any]) -> tuple[int, float, str]:
     return (1, 0.0, json.dumps(value, default=str, sort_keys=True))
 
 
+MAP_KINDS = ("opaque", "transactional", "plain")
+
+
+def _list_rows(store: StateStore) -> list[dict[str, Any]]:
+    """One row per stored state: map states from the catalog, joins, contract-only states."""
+    from trident_assets.backends.map_layout import quote_ident
+    from trident_assets.backends.state_contracts import stored_contracts
+    from trident_assets.backends.state_drop import stored_states
+
+    last = store.scopes()
+    contracts = {(c.topology, c.state): c for c in stored_contracts(store)}
+    rows: list[dict[str, Any]] = []
+    for states in stored_states(store).values():
+        for found in states.values():
+            contract = contracts.get((found.topology, found.state))
+            layout = store.layout(found.table) if found.kind in MAP_KINDS else None
+            if layout is not None:
+                keys: int | None = store.size(found.table)
+                key_columns, value_type = ",".join(layout.key_columns), layout.value_type
+            else:
+                keys = (
+                    int(store.fetch_rows(f"SELECT count(*) FROM {quote_ident(found.table)}")[0][0])
+                    if found.kind == "single_join"
+                    else None
+                )
+                key_columns = ",".join(contract.key_fields) if contract is not None else ""
+                value_type = contract.value_type if contract is not None else None
+            rows.append(
+                {
+                    "topology": found.topology,
+                    "state": found.state,
+                    "kind": found.kind,
+                    "key_columns": key_columns,
+                    "value_type": value_type,
+                    "keys": keys,
+                    "last_txid": last.get(found.topology),
+                }
+            )
+    return rows
+
+
+CodeLocationsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--module",
+        envvar="TRIDENT_MODULE",
+        help="Code location module(s) declaring the topologies (repeat for several; default "
+        f"{DEFAULT_MODULE}).",
+    ),
+]
+
+
+def declared_states(modules: list[str] | None) -> tuple[str, dict[str, set[str]]]:
+    """The code location's name for messages, and per topology it declares, its states.
+
+    ``modules``: the ``--module`` values (None or empty: the built-in examples).
+
+    Raises:
+        ConfigError: a module cannot be imported.
+    """
+    from trident_assets.cli_quarantine import module_topologies
+
+    names = modules or [DEFAULT_MODULE]
+    declared: dict[str, set[str]] = {}
+    for name in names:
+        for topology, topo in module_topologies(name).items():
+            declared.setdefault(topology, set()).update(topo.states, topo.static_states)
+    where = f"module {names[0]}" if len(names) == 1 else f"modules {', '.join(names)}"
+    return where, declared
+
+
 @state_app.command("list")
 def state_list(
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
+    module: CodeLocationsOption = None,
 ) -> None:
-    """List topologies and their states: kind, key columns, key count, last committed txid."""
+    """List topologies and their states: kind, key columns, key count, last txid, orphaned.
+
+    A stored state that no topology of code location --module declares is ``orphaned``
+    (renamed or removed from its declaration); `trident state drop` removes it.
+    """
     with cli_errors():
         store = open_state(home, database, wait)
         try:
-            last = store.scopes()
-            rows = [
-                {
-                    "topology": ref.topology,
-                    "state": ref.state,
-                    "kind": ref.layout.kind,
-                    "key_columns": ",".join(ref.layout.key_columns),
-                    "value_type": ref.layout.value_type,
-                    "keys": store.size(ref.layout.table),
-                    "last_txid": last.get(ref.topology),
-                }
-                for states in topologies(store).values()
-                for ref in states.values()
-            ]
+            rows = _list_rows(store)
         finally:
             store.close()
-    columns = ["topology", "state", "kind", "key_columns", "value_type", "keys", "last_txid"]
+        where, declared = declared_states(module)
+    orphans = []
+    for row in rows:
+        orphaned = row["state"] not in declared.get(row["topology"], set())
+        row["orphaned"] = "yes" if orphaned else "no"
+        if orphaned:
+            orphans.append(f"{row['topology']}.{row['state']}")
+    columns = [
+        "topology", "state", "kind", "key_columns", "value_type", "keys", "last_txid", "orphaned"
+    ]  # fmt: skip
     emit(rows, columns, fmt, f"states in {store.path}")
+    if orphans:
+        typer.echo(
+            f"orphaned (declared by no topology in {where}): {', '.join(orphans)}. "
+            "Remove one with `trident state drop TOPOLOGY STATE`, or pass --module with the "
+            "module that declares it",
+            err=True,
+        )
 
 
 @state_app.command("scan")
@@ -360,3 +443,89 @@ def state_restore(
         typer.echo(f"  moved aside: {aside}")
     if replica is not None:
         typer.echo(f"  rebuilt the read replica {replica}")
+
+
+def _home_replica_root(home: Path, database: str | None) -> Path | None:
+    """The replica a drop must update: ``<home>/replica`` of the home's own store, if any.
+
+    The home's own store is its state file or a PostgreSQL DSN (runs over a
+    ``state_dsn`` publish to the home's replica too); another DuckDB file has none.
+    """
+    from trident_assets.backends.postgres_config import is_postgres_dsn
+
+    root = home / "replica"
+    if not root.is_dir():
+        return None
+    if database is None or is_postgres_dsn(database):
+        return root
+    own = home / "state.duckdb"
+    return root if own.exists() and Path(database).resolve() == own.resolve() else None
+
+
+@state_app.command("drop")
+def state_drop(
+    topology: Annotated[str, typer.Argument(help="Topology name, e.g. word_count.")],
+    state: Annotated[str, typer.Argument(help="State name, e.g. word_counts.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Drop without asking for confirmation.")
+    ] = False,
+    module: CodeLocationsOption = None,
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    wait: LockWaitOption = 30.0,
+) -> None:
+    """Drop TOPOLOGY's STATE: its tables, contract and replica copy, in one transaction.
+
+    Refused while a topology of code location --module still declares the state (remove it
+    from the declaration first: a run would otherwise recreate it). The topology's committed
+    txids, spout offsets and other states are untouched. Asks for confirmation unless --yes.
+    Declaring the state again later makes a new state.
+    """
+    from trident_assets.backends.replica import Replica
+    from trident_assets.backends.state_drop import drop_state, plan_drop
+
+    with cli_errors():
+        root = _home_replica_root(home, database)
+        replica = Replica(root) if root is not None else None
+        store = open_state(home, database, wait)
+        try:
+            plan = plan_drop(store, topology, state, replica=replica)
+        finally:
+            store.close()
+        where, declared = declared_states(module)
+        if state in declared.get(topology, set()):
+            msg = (
+                f"state {state!r} of topology {topology!r} is still declared in {where}: "
+                "its next run would create it again, as a new state. Nothing was "
+                "dropped. Remove the state from the topology's declaration first (or pass "
+                "--module with the code location that no longer declares it)"
+            )
+            raise ConfigError(msg)
+        copies = ", ".join(map(str, plan.replica_dirs))
+        where = f"; replica copies: {copies}" if copies else ""
+        summary = (
+            f"state {state} of topology {topology} in {store.path}: tables "
+            f"{', '.join(plan.tables) or 'none'}; rows in {', '.join(plan.rows) or 'none'}"
+            f"{where}"
+        )
+        if not yes:
+            typer.echo(f"This drops {summary}.")
+            typer.echo("Its values cannot be recovered (`trident state backup` keeps a copy).")
+            try:
+                confirmed = typer.confirm("Drop it?", default=False)
+            except typer.Abort:  # no answer (end of input): end the prompt's line
+                typer.echo()
+                confirmed = False
+            if not confirmed:
+                msg = "not confirmed: nothing was dropped (pass --yes to drop without asking)"
+                raise ConfigError(msg)
+        store = open_state(home, database, wait, read_only=False)
+        try:
+            done = drop_state(store, topology, state, replica=replica)
+        finally:
+            store.close()
+    typer.echo(f"dropped state {state} of topology {topology} from {store.path}")
+    typer.echo(f"  tables: {', '.join(done.tables) or 'none'}")
+    typer.echo(f"  rows in: {', '.join(done.rows) or 'none'}")
+    for folder in done.replica_dirs:
+        typer.echo(f"  replica: removed {folder}")

@@ -91,16 +91,22 @@ def lines(text: str) -> list[str]:
 
 def test_state_list_in_every_format(home: Path) -> None:
     code, out, err = run("state", "list", home=home)
-    assert (code, err) == (0, "")
+    # the built-in code location declares word_count.word_counts, not seen
+    assert (code, err) == (
+        0,
+        "orphaned (declared by no topology in module trident_assets.definitions): "
+        "word_count.seen. Remove one with `trident state drop TOPOLOGY STATE`, or pass "
+        "--module with the module that declares it\n",
+    )
     assert lines(out) == [
         f"states in {home / 'state.duckdb'}",
-        "┏━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━┳━━━━━━━━━━━┓",
-        "┃ topology   ┃ state       ┃ kind   ┃ key_columns ┃ value_type ┃ keys ┃ last_txid ┃",
-        "┡━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━╇━━━━━━━━━━━┩",
-        "│ word_count │ seen        │ plain  │ word        │ BOOLEAN    │    3 │         3 │",
-        "│ word_count │ word_counts │ opaque │ word        │ BIGINT     │    3 │         3 │",
-        "└────────────┴─────────────┴────────┴─────────────┴────────────┴──────┴───────────┘",
-    ]
+        "┏━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━┓",
+        "┃ topology   ┃ state       ┃ kind   ┃ key_columns ┃ value_type ┃ keys ┃ last_txid ┃ orphaned ┃",  # noqa: E501
+        "┡━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━┩",
+        "│ word_count │ seen        │ plain  │ word        │ BOOLEAN    │    3 │         3 │ yes      │",  # noqa: E501
+        "│ word_count │ word_counts │ opaque │ word        │ BIGINT     │    3 │         3 │ no       │",  # noqa: E501
+        "└────────────┴─────────────┴────────┴─────────────┴────────────┴──────┴───────────┴──────────┘",
+    ]  # fmt: skip
     code, out, _ = run("state", "list", "--format", "json", home=home)
     assert code == 0
     assert json.loads(out) == [
@@ -112,6 +118,7 @@ def test_state_list_in_every_format(home: Path) -> None:
             "value_type": "BOOLEAN",
             "keys": 3,
             "last_txid": 3,
+            "orphaned": "yes",
         },
         {
             "topology": "word_count",
@@ -121,14 +128,15 @@ def test_state_list_in_every_format(home: Path) -> None:
             "value_type": "BIGINT",
             "keys": 3,
             "last_txid": 3,
+            "orphaned": "no",
         },
     ]
     code, out, _ = run("state", "list", "--format", "csv", home=home)
     assert (code, out) == (
         0,
-        "topology,state,kind,key_columns,value_type,keys,last_txid\n"
-        "word_count,seen,plain,word,BOOLEAN,3,3\n"
-        "word_count,word_counts,opaque,word,BIGINT,3,3\n",
+        "topology,state,kind,key_columns,value_type,keys,last_txid,orphaned\n"
+        "word_count,seen,plain,word,BOOLEAN,3,3,yes\n"
+        "word_count,word_counts,opaque,word,BIGINT,3,3,no\n",
     )
 
 
@@ -452,10 +460,12 @@ def test_commands_as_child_processes_with_a_clean_environment(home: Path, tmp_pa
         )
 
     done = trident("state", "list", "--format", "csv")
-    assert (done.returncode, done.stdout.splitlines()[-1], done.stderr) == (
+    assert (done.returncode, done.stdout.splitlines()[-1], done.stderr.splitlines()[0]) == (
         0,
-        "word_count,word_counts,opaque,word,BIGINT,3,3",
-        "",
+        "word_count,word_counts,opaque,word,BIGINT,3,3,no",
+        "orphaned (declared by no topology in module trident_assets.definitions): "
+        "word_count.seen. Remove one with `trident state drop TOPOLOGY STATE`, or pass "
+        "--module with the module that declares it",
     )
     done = trident("state", "scan", "word_count", "word_counts", "--txid", "1", "--format", "json")
     assert (done.returncode, json.loads(done.stdout)) == (

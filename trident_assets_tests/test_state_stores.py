@@ -293,6 +293,7 @@ def test_the_cli_reads_postgres_state_as_a_child_process(
             "value_type": "BIGINT",
             "keys": 3,
             "last_txid": 1,
+            "orphaned": "yes",  # wc_pg is declared in this test, not the built-in location
         }
     ]
     scanned = {r["word"]: r["value"] for r in rows("state", "scan", "wc_pg", "counts")}
