@@ -41,6 +41,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
@@ -52,6 +53,7 @@ from trident_assets.backends.quarantine import (
     mark_replayed,
 )
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.backends.spout_history import record_history
 from trident_assets.backends.state_contracts import check_contracts, write_contracts
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.commit import commit_batch, decide_commit
@@ -449,6 +451,12 @@ class TopologyRunner:
             add_entries(self.store, self.scope, txid, ranges, error)
             for sid, plan in plans.items():
                 self.coordinator(sid).commit(plan)
+            # it changed no state: a state built later from the history reads nothing here
+            unread = {
+                sid: [replace(r, next_offset=r.first_offset) for r in p.ranges]
+                for sid, p in plans.items()
+            }
+            record_history(self.store, self.scope, txid, unread)
             tuples = dict.fromkeys(plans, 0)
             return BatchOutcome(self.scope, txid, True, plans, tuples, quarantined=held)
 
