@@ -160,6 +160,6 @@ def _refuse_incompatible(stored: StateContract, declared: StateContract) -> None
         f"stored state (`trident state drop {declared.topology} {declared.state}`), which "
         "is then built anew from the retained log; or, keeping its keys and state type, "
         "recompute it under the new declaration (`trident state rebuild "
-        f'{declared.topology} {declared.state} --module MODULE`)"
+        f"{declared.topology} {declared.state} --module MODULE`)"
     )
     raise StateContractError(msg)

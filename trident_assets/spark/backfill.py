@@ -154,9 +154,11 @@ def _txid_text(txids: Iterable[int]) -> str:
 def _unreadable(
     topology: TridentTopology, store: StateStore, log: Any, spouts: Iterable[str], last: int
 ) -> tuple[dict[tuple[str, int], list[PartitionRange]], set[int], set[int]]:
-    """The history of txids ``1..last`` of ``spouts``, the txids without recorded ranges and
-    the txids whose ranges the log no longer holds (retention, re-created topic, lost
-    partition). One read of the history; each partition's bounds are asked once."""
+    """The history of txids ``1..last`` of ``spouts``; txids unrecorded; txids unreadable.
+
+    Unreadable: the log no longer holds a range (retention, a re-created topic, a lost
+    partition). One read of the history; each partition's bounds are asked once.
+    """
     spout_ids = sorted(spouts)
     history = read_history(store, topology.name, spout_ids, 1, last)
     missing = {t for t in range(1, last + 1) for s in spout_ids if (s, t) not in history}
@@ -182,9 +184,8 @@ def _unreadable(
                         None if get_id is None else get_id(r.partition),
                     )
                 earliest, latest, topic_id = bounds[r.partition]
-                if r.first_offset < earliest or r.next_offset > latest:
-                    gone.add(txid)
-                elif r.topic_id is not None and r.topic_id != topic_id:
+                deleted = r.first_offset < earliest or r.next_offset > latest
+                if deleted or (r.topic_id is not None and r.topic_id != topic_id):
                     gone.add(txid)
     return history, missing, gone - missing
 
@@ -202,8 +203,7 @@ def plan_backfill(
     """
     state = topology.states[name]
     head = (
-        f"state {name!r} is new in topology {topology.name!r}, which has committed txids "
-        f"1..{last}"
+        f"state {name!r} is new in topology {topology.name!r}, which has committed txids 1..{last}"
     )
     refusal = replay_refusal(state)
     if refusal is not None:
@@ -444,7 +444,8 @@ def rebuild_state(
     refusal = _rebuild_refusal(topology, store, state)
     head = f"cannot rebuild state {state!r} of topology {topology.name!r}"
     if refusal is not None:
-        raise ConfigError(f"{head}: {refusal}. Nothing was run or written")
+        msg = f"{head}: {refusal}. Nothing was run or written"
+        raise ConfigError(msg)
     ts = topology.states[state]
     last = store.last_committed(topology.name)
     stored = {(c.topology, c.state): c for c in stored_contracts(store)}
@@ -514,9 +515,14 @@ def _swap(store: StateStore, table: str, shadow: str, contract: StateContract) -
     old, new = store.layout(table), store.layout(shadow)
     if new is None:  # no txid wrote a key: the rebuilt state is empty
         new = old
-    if old is None or new is None or (old.key_types, old.value_type) != (
-        new.key_types,
-        new.value_type,
+    if (
+        old is None
+        or new is None
+        or (old.key_types, old.value_type)
+        != (
+            new.key_types,
+            new.value_type,
+        )
     ):
         msg = (
             f"cannot rebuild table {table!r}: the recomputed values are stored as "
@@ -544,13 +550,10 @@ def _swap(store: StateStore, table: str, shadow: str, contract: StateContract) -
     for suffix in ("__partials",):
         if store.has_table(f"{shadow}{suffix}"):
             store.execute(f'DROP TABLE IF EXISTS "{table}{suffix}"')
-            store.execute(
-                f'CREATE TABLE "{table}{suffix}" AS SELECT * FROM "{shadow}{suffix}"'
-            )
+            store.execute(f'CREATE TABLE "{table}{suffix}" AS SELECT * FROM "{shadow}{suffix}"')
     _drop_map(store, shadow)
     store.execute(
         f"DELETE FROM {CONTRACTS_TABLE} WHERE topology = ? AND state = ?",
         [contract.topology, contract.state],
     )
     write_contracts(store, [contract])
-

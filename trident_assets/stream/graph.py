@@ -39,9 +39,7 @@ class StateSpec:
         validate_name("state", self.name)
         if self.backfill not in BACKFILL_MODES:
             modes = ", ".join(repr(m) for m in BACKFILL_MODES)
-            msg = (
-                f"state {self.name!r}: backfill must be one of {modes}, got {self.backfill!r}"
-            )
+            msg = f"state {self.name!r}: backfill must be one of {modes}, got {self.backfill!r}"
             raise ConfigError(msg)
 
     @classmethod
