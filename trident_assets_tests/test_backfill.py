@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_contracts import TABLE, stored_contracts
 from trident_assets.core.aggregators import Count
 from trident_assets.errors import StateContractError
@@ -86,7 +87,8 @@ def test_new_state_is_built_from_the_log_then_joins(spark: Any, tmp_path: Path) 
     log, store = committed_three(spark, tmp_path)
     counts_before = raw(store, "counts")
     ranges_before = store.fetch_rows("SELECT * FROM _trident_spout_ranges ORDER BY ALL")
-    runner = TopologyRunner(wc(StateSpec.opaque("seen")), spark, store, log)
+    replica = Replica(tmp_path / "replica")
+    runner = TopologyRunner(wc(StateSpec.opaque("seen")), spark, store, log, replica=replica)
     assert store.layout("wc__seen") is None  # planned, nothing written yet
     assert not store.has_table(PROGRESS_TABLE)
 
@@ -101,6 +103,8 @@ def test_new_state_is_built_from_the_log_then_joins(spark: Any, tmp_path: Path) 
     assert seen.first_txid == 1
     assert progress(store, "wc") == {"seen": (1, 3)}
     assert runner.backfill() == []  # done
+    published = replica.read_map("wc__seen", scope="wc", as_of=2).to_pylist()
+    assert {r["word"]: r["value"] for r in published} == words(SENTENCES[:4])
 
     send(log, MORE)
     outcome = runner.run_batch(4)
@@ -108,6 +112,8 @@ def test_new_state_is_built_from_the_log_then_joins(spark: Any, tmp_path: Path) 
     assert values(store, "seen") == words(SENTENCES + MORE)
     assert values(store, "counts") == words(SENTENCES + MORE)
     assert progress(store, "wc") == {}  # joined at txid 4
+    published = replica.read_map("wc__seen", scope="wc").to_pylist()
+    assert {r["word"]: r["value"] for r in published} == words(SENTENCES + MORE)
     again = TopologyRunner(wc(StateSpec.opaque("seen")), spark, store, log)
     assert again.backfill() == []
     store.close()
@@ -191,6 +197,7 @@ CHILD = """
 import os, signal, sys
 from pathlib import Path
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.replica import Replica
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.session import build_spark_session

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.core.aggregators import Sum
 from trident_assets.errors import ConfigError, StateContractError
@@ -45,17 +46,23 @@ def test_rebuild_is_exact_leaves_other_states_and_the_topology_runs_on(
     store.execute('UPDATE "_trident_log_wc__counts" SET curr = curr + 100, prev = prev + 7')
     assert values(store, "counts") != words(SENTENCES)
 
-    rebuild_state(topo, "counts", spark, store, log)
+    replica = Replica(tmp_path / "replica")
+    TopologyRunner(topo, spark, store, log, replica=replica)  # publishes txids 1..3
+    rebuild_state(topo, "counts", spark, store, log, replica=replica)
     assert values(store, "counts") == words(SENTENCES)
+    published = replica.read_map("wc__counts", scope="wc", as_of=2).to_pylist()
+    assert {r["word"]: r["value"] for r in published} == words(SENTENCES[:4])
     assert values(store, "counts", as_of=2) == words(SENTENCES[:4])
     assert raw(store, "seen") == seen_before
     assert store.fetch_rows("SELECT * FROM _trident_spout_ranges ORDER BY ALL") == ranges
     assert store.last_committed("wc") == 3
 
     send(log, MORE)
-    runner = TopologyRunner(topo, spark, store, log)
+    runner = TopologyRunner(topo, spark, store, log, replica=replica)
     assert runner.run_batch(4).applied
     assert values(store, "counts") == words(SENTENCES + MORE)
+    published = replica.read_map("wc__counts", scope="wc").to_pylist()
+    assert {r["word"]: r["value"] for r in published} == words(SENTENCES + MORE)
     assert values(store, "seen") == words(SENTENCES + MORE)
     store.close()
 

@@ -52,6 +52,7 @@ from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
 
 if TYPE_CHECKING:
+    from trident_assets.backends.replica import Replica
     from trident_assets.backends.state_store import StateStore
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
@@ -423,6 +424,7 @@ def rebuild_state(
     log: Any,
     *,
     fault: Callable[[str], None] | None = None,
+    replica: Replica | None = None,
 ) -> RebuildOutcome:
     """Recompute ``state`` from the log of its committed txids and swap it in atomically.
 
@@ -431,7 +433,8 @@ def rebuild_state(
     at a txid boundary (the topology's last committed txid, unchanged since the replay),
     replaces the state's rows (with their txid versions), its recent partials and its
     contract (the declaration's, with the stored ``first_txid``). Other states, outputs and
-    spout positions are untouched. ``fault`` is called at ``rebuild_before_swap``.
+    spout positions are untouched. ``fault`` is called at ``rebuild_before_swap``. With a
+    ``replica``, the rebuilt map is then republished whole (:meth:`Replica.replace_map`).
 
     Raises:
         ConfigError: the state is unknown, not a persistent aggregate, in a PostgreSQL
@@ -507,6 +510,9 @@ def rebuild_state(
             keys = store.size(ts.table)
             break
     store.forget_layouts()
+    if replica is not None:
+        described = {"value_field": ts.value_field, "global": not ts.group}
+        replica.replace_map(store, ts.table, built, described)
     return RebuildOutcome(topology.name, state, have.first_txid, built, keys)
 
 

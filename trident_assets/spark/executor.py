@@ -278,6 +278,9 @@ class TopologyRunner:
                         outcome.applied.append(done)
                 outcome.last_txid = done
                 outcomes.append(outcome)
+                if done >= first and self.replica is not None:  # readers see it whole
+                    described = self._described().get(state.table)
+                    self.replica.replace_map(self.store, state.table, done, described)
                 if done < first:  # nothing to replay: it starts at ``first``
                     self._pending_contracts.append(replace(state.contract(), first_txid=first))
                 self._joining.add(name)
