@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.core.aggregators import Sum
@@ -142,3 +143,33 @@ def test_rebuild_refusals_change_nothing(spark: Any, tmp_path: Path) -> None:
     assert raw(store, "counts") == before
     assert store.layout("wc__counts__rebuild") is None
     store.close()
+
+
+TOPOLOGIES = [wc()]
+"""What ``--module trident_assets_tests.test_rebuild`` declares."""
+
+
+def test_cli_state_rebuild(spark: Any, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trident_assets.cli import app
+
+    home = tmp_path / "home"
+    _log, store = committed_three(spark, home)
+    store.execute('UPDATE "_trident_log_wc__counts" SET curr = curr + 1')
+    store.close()
+    args = ["state", "rebuild", "wc", "counts", "--home", str(home)]
+    module = ["--module", "trident_assets_tests.test_rebuild"]
+    done = CliRunner().invoke(app, [*args, *module])
+    assert (done.exit_code, done.output) == (
+        0,
+        "state counts of wc rebuilt from txids 1..3: 4 keys\n",
+    )
+    with DuckDBStore(home / "state.duckdb") as store:
+        assert values(store, "counts") == words(SENTENCES)
+    refused = CliRunner().invoke(app, [*args[:3], "nope", *args[4:], *module])
+    assert (refused.exit_code, refused.output) == (
+        1,
+        "error: cannot rebuild state 'nope' of topology 'wc': topology 'wc' declares no state "
+        "'nope'; its states: counts. Nothing was run or written\n",
+    )
