@@ -33,8 +33,14 @@ REPO = Path(__file__).resolve().parents[1]
 MORE = ["a e", "e f"]
 
 
-def wc(seen: StateSpec | None = None, *, kind: SpoutKind = SpoutKind.TRANSACTIONAL) -> Any:
-    """Topology ``wc``: ``counts`` (Count per word) and, if given, ``seen`` (Count per letter).
+def wc(
+    seen: StateSpec | None = None,
+    *,
+    kind: SpoutKind = SpoutKind.TRANSACTIONAL,
+    agg: Any = None,
+) -> Any:
+    """Topology ``wc``: ``counts`` (``agg``, default Count, per word) and, if given, ``seen``
+    (Count per word too, declared later).
 
     Two sentences per txid, so SENTENCES (6) make txids 1..3.
     """
@@ -43,9 +49,8 @@ def wc(seen: StateSpec | None = None, *, kind: SpoutKind = SpoutKind.TRANSACTION
         "sentences", StringScheme("sentence"), SpoutConfig(kind=kind, max_batch_size=2)
     )
     words = topo.new_stream("sentences", spout).each("sentence", Split(), "word")
-    words.group_by("word").persistent_aggregate(
-        StateSpec.opaque("counts"), "word", Count(), "count"
-    )
+    counts = StateSpec.opaque("counts")
+    words.group_by("word").persistent_aggregate(counts, "word", agg or Count(), "count")
     if seen is not None:
         words.group_by("word").persistent_aggregate(seen, "word", Count(), "n")
     return topo

@@ -11,7 +11,7 @@ import pytest
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_contracts import stored_contracts
-from trident_assets.core.aggregators import Sum
+from trident_assets.core.aggregators import Count, Sum
 from trident_assets.errors import ConfigError, StateContractError
 from trident_assets.spark.backfill import RebuildOutcome, rebuild_state
 from trident_assets.spark.executor import TopologyRunner
@@ -173,3 +173,30 @@ def test_cli_state_rebuild(spark: Any, tmp_path: Path) -> None:
         "error: cannot rebuild state 'nope' of topology 'wc': topology 'wc' declares no state "
         "'nope'; its states: counts. Nothing was run or written\n",
     )
+
+
+class FixedCount(Count):
+    """Count after a bug fix: the same layout, a new version."""
+
+    version = "2"
+
+
+def test_rebuild_under_a_fixed_declaration_is_the_way_out_of_a_refusal(
+    spark: Any, tmp_path: Path
+) -> None:
+    log, store = committed_three(spark, tmp_path)
+    store.execute('UPDATE "_trident_log_wc__counts" SET curr = curr + 1')  # what the bug did
+    fixed = wc(agg=FixedCount())
+    with pytest.raises(StateContractError, match="`trident state rebuild wc counts --module"):
+        TopologyRunner(fixed, spark, store, log)
+    rebuild_state(fixed, "counts", spark, store, log)
+    [contract] = stored_contracts(store)
+    assert contract == fixed.states["counts"].contract()
+    assert (contract.aggregator, contract.version) == (
+        "trident_assets_tests.test_rebuild.FixedCount",
+        "2",
+    )
+    send(log, MORE)
+    assert TopologyRunner(fixed, spark, store, log).run_batch(4).applied
+    assert values(store, "counts") == words(SENTENCES + MORE)
+    store.close()
