@@ -198,6 +198,25 @@ def test_unrecorded_ranges_and_unreplayable_states_are_refused(spark: Any, tmp_p
     store.close()
 
 
+def test_new_state_after_a_quarantine_and_its_replay_counts_what_the_others_did(
+    spark: Any, tmp_path: Path
+) -> None:
+    log = _log(tmp_path)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    runner = TopologyRunner(wc(), spark, store, log)
+    assert runner.run_batch(1).applied
+    assert runner.quarantine(2, "poison").quarantined == 2  # sentences 3-4 set aside
+    assert runner.run_batch(3).applied
+    assert values(store, "counts") == words(SENTENCES[:2] + SENTENCES[4:])
+    assert runner.replay_quarantined().txid == 4
+    assert values(store, "counts") == words(SENTENCES)
+    built = TopologyRunner(wc(StateSpec.opaque("seen")), spark, store, log)
+    assert built.backfill() == [BackfillOutcome("seen", 1, 4, [1, 2, 3, 4])]
+    assert values(store, "seen", as_of=3) == values(store, "counts", as_of=3)
+    assert values(store, "seen") == words(SENTENCES)
+    store.close()
+
+
 CHILD = """
 import os, signal, sys
 from pathlib import Path
