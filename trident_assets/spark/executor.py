@@ -29,7 +29,9 @@ The rest of the Spark layer, one concept per module:
 * :mod:`~trident_assets.spark.state_query`: ``state_query`` lookups;
 * :mod:`~trident_assets.spark.batch_tables`: outputs, new values and dead letters tables;
 * :mod:`~trident_assets.spark.outcomes`: ``BatchOutcome``, ``StateOutcome``, ``Prepared``;
-* :mod:`~trident_assets.spark.node_frames`: the memoised per-node DataFrame base.
+* :mod:`~trident_assets.spark.node_frames`: the memoised per-node DataFrame base;
+* :mod:`~trident_assets.spark.backfill`: building a new state from the log of committed
+  txids (:meth:`TopologyRunner.backfill`), and rebuilding one.
 
 What can share a Spark job is decided by :mod:`trident_assets.planner` (pure graph analysis).
 """
