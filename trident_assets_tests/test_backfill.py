@@ -195,6 +195,21 @@ def test_unrecorded_ranges_and_unreplayable_states_are_refused(spark: Any, tmp_p
         "into tables of its own), or remove it from this topology"
     )
     assert store.layout("wc__queried") is None
+
+    topo = wc()
+    counts = topo.states["counts"]
+    counts.new_values_stream().group_by("word").persistent_aggregate(
+        StateSpec.opaque("changed"), "word", Count(), "n"
+    )
+    with pytest.raises(StateContractError) as err:
+        TopologyRunner(topo, spark, store, log)
+    assert str(err.value) == (
+        "state 'changed' is new in topology 'wc', which has committed txids 1..3: it cannot "
+        "be built from the log of those txids because it reads the new values of state "
+        "'counts', which are kept for recent txids only. Nothing was run or written. Declare "
+        "it in a new topology (a new topology name reads its spouts from the start, into "
+        "tables of its own), or remove it from this topology"
+    )
     store.close()
 
 
