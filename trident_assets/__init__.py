@@ -82,6 +82,9 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
     from trident_assets.log.store import (
         PartitionedLog,
     )
+    from trident_assets.spark.backfill import (
+        rebuild_state,
+    )
     from trident_assets.spark.executor import (
         TopologyRunner,
     )
@@ -199,6 +202,7 @@ _LAZY = {
     "TridentTopology": "trident_assets.stream.topology",
     "TupleCollectionGet": "trident_assets.stream.queries",
     "build_spark_session": "trident_assets.spark.session",
+    "rebuild_state": "trident_assets.spark.backfill",
     "trident_definitions": "trident_assets.dagster.factory",
 }
 """Names imported on first access (Spark, Dagster, DuckDB stay out of ``import trident_assets``)."""
@@ -296,6 +300,7 @@ __all__ = [
     "UserCodeError",
     "build_spark_session",
     "commit_batch",
+    "rebuild_state",
     "trident_definitions",
 ]
 

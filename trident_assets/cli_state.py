@@ -529,3 +529,52 @@ def state_drop(
     typer.echo(f"  rows in: {', '.join(done.rows) or 'none'}")
     for folder in done.replica_dirs:
         typer.echo(f"  replica: removed {folder}")
+
+
+@state_app.command("rebuild")
+def state_rebuild(
+    topology: Annotated[str, typer.Argument(help="Topology name.")],
+    state: Annotated[str, typer.Argument(help="State name (a persistent_aggregate).")],
+    home: HomeOption = DEFAULT_HOME,
+    module: Annotated[
+        str,
+        typer.Option(
+            "--module",
+            envvar="TRIDENT_MODULE",
+            help="Module defining the topology (module-level topologies or lists of them).",
+        ),
+    ] = "trident_assets.definitions",
+    database: DatabaseOption = None,
+) -> None:
+    """Recompute STATE from the log of every committed txid and swap it in atomically.
+
+    For a state whose values a bug made wrong: fix the code (give the aggregator a new
+    ``version`` if its meaning changed), then rebuild. The state is recomputed as declared
+    in MODULE into a shadow table, then replaces the stored one in one transaction; readers
+    see the old values or the new ones. Other states are untouched. Run it while the
+    topology is stopped (it takes the state file's write lock).
+    """
+    import os
+
+    from trident_assets.backends.postgres_config import is_postgres_dsn
+    from trident_assets.cli_quarantine import LOG_FILE, find_topology
+    from trident_assets.console import engine_logs_to
+    from trident_assets.dagster.resources import TridentResource
+    from trident_assets.spark.backfill import rebuild_state
+
+    with cli_errors():
+        require_home(home)
+        os.environ.setdefault("TRIDENT_HOME", str(home))
+        topo = find_topology(topology, module)
+        if database is not None and is_postgres_dsn(database):  # rebuild_state refuses it
+            trident = TridentResource(home=str(home), state_dsn=database)
+        else:
+            trident = TridentResource(home=str(home), state_database=database)
+        with engine_logs_to(home / LOG_FILE, verbose=False), trident.store() as store:
+            done = rebuild_state(
+                topo, state, trident.spark(), store, trident.log(), replica=trident.replica()
+            )
+    typer.echo(
+        f"state {state} of {topology} rebuilt from txids {done.first_txid}..{done.last_txid}: "
+        f"{done.keys} keys"
+    )

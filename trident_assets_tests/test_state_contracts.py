@@ -102,10 +102,11 @@ def test_identical_declaration_runs_on(spark: Any, tmp_path: Path, open_store: O
 
 REFUSED_TAIL = (
     "Nothing was run or written: the stored values would be mixed with values of another "
-    "meaning. Either restore the stored declaration, or declare the changed state in a new "
-    "topology (a new topology name reads its spouts from the start, into tables of its own). "
-    "Renaming the state in this topology does not help: a new state would miss the committed "
-    "txids"
+    "meaning. Ways out: restore the stored declaration; rename the state (a new state is built "
+    "from the retained log before it joins the topology); drop the stored state (`trident "
+    "state drop wc counts`), which is then built anew from the retained log; or, keeping its "
+    "keys and state type, recompute it under the new declaration (`trident state rebuild wc "
+    "counts --module MODULE`)"
 )
 
 
@@ -147,24 +148,19 @@ def test_incompatible_change_is_refused_before_anything_runs(
     assert max(r[1] for r in after[2]) == 2  # no spout ranges recorded for txid 3
 
 
-def test_new_state_after_committed_txids_is_refused(
+def test_new_state_after_committed_txids_is_built_from_the_log(
     spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     store = open_store()
-    log, _ = _run_two(spark, tmp_path, store)
+    log, counts = _run_two(spark, tmp_path, store)
     before = _snapshot(store)
     topo, _ = _topology(extra=True)
-    with pytest.raises(StateContractError) as err:
-        TopologyRunner(topo, spark, store, log)
-    assert str(err.value) == (
-        "state 'seen' is new in topology 'wc', which has committed txids 1..2: it would hold "
-        "only txids from 3 on and miss txids 1..2. Nothing was run or written. Declare it in a "
-        "new topology (a new topology name reads its spouts from the start, into tables of its "
-        "own), or remove it from this topology; rebuilding a state from history "
-        "(`trident state rebuild`) is not yet available"
-    )
-    assert _snapshot(store) == before
+    runner = TopologyRunner(topo, spark, store, log)
+    assert _snapshot(store) == before  # planned at creation, nothing written
     assert not store.has_table("wc__seen")
+    assert runner.run_batch(3).applied  # txids 1..2 built first (test_backfill.py), then 3
+    assert {r["word"]: r["value"] for r in store.scan("wc__seen").to_pylist()} == _words(SENTENCES)
+    assert stored_contracts(store) == [counts.contract(), topo.states["seen"].contract()]
 
 
 def test_store_without_contracts_adopts_the_declaration(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,46 @@ class Replica:
         for txid in missing:
             self.publish(store, scope, txid, maps, row_tables, described)
         return missing
+
+    def replace_map(
+        self, store: Any, table: str, up_to: int, described: Mapping[str, Any] | None = None
+    ) -> None:
+        """Republish map ``table`` whole from ``store``: one delta per txid up to ``up_to``.
+
+        For a map whose history the store rewrote (a state built or rebuilt from the log).
+        The new files are written aside, then the table's folder is swapped by two renames:
+        a reader sees the old files or the new ones, never a mix (between the renames it
+        finds no published map and raises, naming it).
+        """
+        layout = store.layout(table)
+        if layout is None:
+            return
+        folder = self.root / validate_identifier(table, "table")
+        fresh = self.root / f".{table}.rebuilt"
+        stale = self.root / f".{table}.replaced"
+        for leftover in (fresh, stale):
+            if leftover.exists():
+                shutil.rmtree(leftover)
+        fresh.mkdir(parents=True)
+        log = f'"_trident_log_{table}"'
+        if layout.kind == "plain":  # no txids: every row as of ``up_to``
+            rows = store.fetch_arrow(f"SELECT * FROM {log}")
+            pq.write_table(rows, fresh / f"{up_to:010d}.parquet")
+            top = pc.max(rows.column(_SEQ)).as_py() if rows.num_rows else 0
+            (fresh / "_published_seq.json").write_text(json.dumps({"seq": int(top)}))
+        else:
+            rows = store.fetch_arrow(f"SELECT * FROM {log} WHERE txid <= ?", [up_to])
+            for txid in sorted(set(rows.column("txid").to_pylist())):
+                part = rows.filter(pc.equal(rows.column("txid"), txid))
+                pq.write_table(part, fresh / f"{int(txid):010d}.parquet")
+        more = {"key_types": list(layout.key_types), "value_type": layout.value_type}
+        body = {"key_columns": list(layout.key_columns), "kind": layout.kind}
+        (fresh / "_layout.json").write_text(json.dumps(body | more | dict(described or {})))
+        if folder.exists():
+            os.replace(folder, stale)
+        os.replace(fresh, folder)
+        if stale.exists():
+            shutil.rmtree(stale)
 
     def _map_rows(self, store: Any, table: str, kind: str, txid: int) -> pa.Table:
         """The log rows ``txid`` wrote.

@@ -7,15 +7,16 @@ declared, so a contract exists exactly when the state's values do.
 
 :func:`check_contracts` compares the declaration with the stored contracts before anything
 runs: it refuses (:class:`~trident_assets.errors.StateContractError`) an incompatible change,
-a state added to a topology that already committed txids (it would miss them) and a table
-owned by another (topology, state); it adopts the declaration of a store created before
-contracts existed, with a warning.
+a state new to a topology that already committed txids when it cannot be built from the log
+(:mod:`trident_assets.spark.backfill` plans that) and a table owned by another (topology,
+state); it adopts the declaration of a store created before contracts existed, with a
+warning.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -84,6 +85,8 @@ def check_contracts(
     topology: str,
     declared: Sequence[StateContract],
     last_committed: int | None,
+    *,
+    catch_up: Callable[[StateContract], None] | None = None,
 ) -> list[StateContract]:
     """Check ``declared`` against the store; return the contracts to write at the next commit.
 
@@ -91,10 +94,14 @@ def check_contracts(
     A declared state without a stored contract is written with the next commit when the
     topology has committed nothing yet (it covers txid 1 on), or adopted (with a warning)
     when the topology committed txids before contracts existed and the state's tables exist.
+    A state new to a topology that has committed txids is passed to ``catch_up``, which
+    plans building it from the log (its contract is written then) or raises; without
+    ``catch_up`` it is refused.
 
     Raises:
         StateContractError: a table owned by another (topology, state); an incompatible
-            change of a stored contract; a new state on a topology with committed txids.
+            change of a stored contract; a new state on a topology with committed txids that
+            cannot be built from the log (raised by ``catch_up``) or without ``catch_up``.
     """
     stored = stored_contracts(store)
     by_state = {c.state: c for c in stored if c.topology == topology}
@@ -120,14 +127,15 @@ def check_contracts(
         elif not by_state and _state_tables_exist(store, d.table):
             pending.append(replace(d, first_txid=1))
             adopted.append(d.state)
+        elif catch_up is not None:
+            catch_up(d)
         else:
             msg = (
                 f"state {d.state!r} is new in topology {topology!r}, which has committed txids "
                 f"1..{last_committed}: it would hold only txids from {last_committed + 1} on "
-                f"and miss txids 1..{last_committed}. Nothing was run or written. Declare it "
-                "in a new topology (a new topology name reads its spouts from the start, "
-                "into tables of its own), or remove it from this topology; rebuilding a state "
-                "from history (`trident state rebuild`) is not yet available"
+                f"and miss txids 1..{last_committed}. Nothing was run or written. A "
+                "TopologyRunner builds it from the log of those txids before it joins the "
+                "topology; or declare it in a new topology"
             )
             raise StateContractError(msg)
     if adopted:
@@ -194,9 +202,11 @@ def _refuse_incompatible(stored: StateContract, declared: StateContract) -> None
         f"state {declared.state!r} of topology {declared.topology!r} (table "
         f"{declared.table!r}) is declared differently from how its stored values were made "
         f"({lines}). Nothing was run or written: the stored values would be mixed with values "
-        "of another meaning. Either restore the stored declaration, or declare the changed "
-        "state in a new topology (a new topology name reads its spouts from the start, into "
-        "tables of its own). Renaming the state in this topology does not help: a new state "
-        "would miss the committed txids"
+        "of another meaning. Ways out: restore the stored declaration; rename the state (a "
+        "new state is built from the retained log before it joins the topology); drop the "
+        f"stored state (`trident state drop {declared.topology} {declared.state}`), which "
+        "is then built anew from the retained log; or, keeping its keys and state type, "
+        "recompute it under the new declaration (`trident state rebuild "
+        f"{declared.topology} {declared.state} --module MODULE`)"
     )
     raise StateContractError(msg)

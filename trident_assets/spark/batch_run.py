@@ -8,8 +8,9 @@ aggregates and queries are built here), then runs the batch in two phases:
    batch's new state: each state's input, the outputs, the dead letters.
 2. :meth:`BatchRun.commit` (inside the store transaction the runner opens): applies every
    state (:mod:`~trident_assets.spark.state_apply`), computes what reads the new values,
-   writes outputs, new values and dead letters (:mod:`~trident_assets.spark.batch_tables`)
-   and makes the spout ranges final.
+   writes outputs, new values and dead letters (:mod:`~trident_assets.spark.batch_tables`),
+   makes the spout ranges final and records what the batch read
+   (:mod:`~trident_assets.backends.spout_history`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trident_assets.backends.spout_history import record_history
 from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard
 from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
@@ -279,6 +281,7 @@ class BatchRun(NodeFrames):
             outcome.previews[f"dead_letters:{sid}"] = dead_letter_rows(dead)
         for spout_id, plan in self.recorded.items():
             runner.coordinator(spout_id).commit(plan)
+        record_history(store, topo.name, self.txid, {s: p.ranges for s, p in self.plans.items()})
         for write in self.on_commit:
             write()
         runner.fault("before_commit")

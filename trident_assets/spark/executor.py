@@ -29,7 +29,9 @@ The rest of the Spark layer, one concept per module:
 * :mod:`~trident_assets.spark.state_query`: ``state_query`` lookups;
 * :mod:`~trident_assets.spark.batch_tables`: outputs, new values and dead letters tables;
 * :mod:`~trident_assets.spark.outcomes`: ``BatchOutcome``, ``StateOutcome``, ``Prepared``;
-* :mod:`~trident_assets.spark.node_frames`: the memoised per-node DataFrame base.
+* :mod:`~trident_assets.spark.node_frames`: the memoised per-node DataFrame base;
+* :mod:`~trident_assets.spark.backfill`: building a new state from the log of committed
+  txids (:meth:`TopologyRunner.backfill`), and rebuilding one.
 
 What can share a Spark job is decided by :mod:`trident_assets.planner` (pure graph analysis).
 """
@@ -41,6 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
@@ -52,6 +55,7 @@ from trident_assets.backends.quarantine import (
     mark_replayed,
 )
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.backends.spout_history import record_history
 from trident_assets.backends.state_contracts import (
     check_contracts,
     check_topology_scope,
@@ -59,6 +63,7 @@ from trident_assets.backends.state_contracts import (
 )
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.commit import commit_batch, decide_commit
+from trident_assets.core.contracts import StateContract
 from trident_assets.core.txids import validate_txid
 from trident_assets.core.user_code import from_worker_message
 from trident_assets.errors import (
@@ -70,6 +75,13 @@ from trident_assets.errors import (
     is_disk_full,
 )
 from trident_assets.planner import all_nodes, pipelinable, quarantine_refusal
+from trident_assets.spark.backfill import (
+    BackfillOutcome,
+    catch_up_one,
+    drop_progress,
+    plan_backfill,
+    progress,
+)
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.batch_tables import DEAD_LETTERS, ensure_dead_letters_table
 from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
@@ -83,6 +95,7 @@ from trident_assets.stream.topology import TridentTopology
 __all__ = [
     "DEAD_LETTERS",
     "GLOBAL_COLUMN",
+    "BackfillOutcome",
     "BatchOutcome",
     "StateOutcome",
     "TopologyRunner",
@@ -131,12 +144,30 @@ class TopologyRunner:
         # known, and nothing (coordinator emission, Spark job, spout metadata, state write)
         # has happened yet, so a refused declaration leaves the store exactly as it was.
         check_topology_scope(store, topology.name)
+        # A state new to a topology that has committed txids is planned here (replayable,
+        # history readable) and built from the log before the next batch (:meth:`backfill`).
+        last = store.last_committed(topology.name)
+        building = {
+            name: first
+            for name, (first, _done) in progress(store, topology.name).items()
+            if name in topology.states
+        }
+
+        def catch_up(contract: StateContract) -> None:
+            assert last is not None
+            building[contract.state] = plan_backfill(topology, store, log, contract.state, last)
+
         self._pending_contracts = check_contracts(
             store,
             topology.name,
             [state.contract() for state in topology.states.values()],
-            store.last_committed(topology.name),
+            last,
+            catch_up=catch_up,
         )
+        self._building = building
+        """New states to build from the log before the next batch: name -> first txid."""
+        self._joining: set[str] = set()
+        """States built from the log whose progress rows the next commit removes."""
         self.compaction = compaction
         self.max_spout_pending = max_spout_pending
         self.pipelinable = pipelinable(topology)
@@ -227,7 +258,45 @@ class TopologyRunner:
         with _user_code_errors():
             yield from self._run_batches(ordered)
 
+    def backfill(self) -> list[BackfillOutcome]:
+        """Build the topology's new states from the log of its committed txids, exactly once.
+
+        For each state added to the topology after it committed txids ``1..N``: txids
+        ``first..N`` (``first`` is 1, or the first readable txid for
+        ``backfill="from_retained"``) are replayed from the ranges the spouts recorded,
+        through that state's subgraph alone, one transaction per txid holding the state's
+        writes and its progress; a crash resumes at the next txid. Txids the topology commits
+        meanwhile (another process) are caught up too. The state then joins the topology's
+        next batch. Runs automatically before the first batch; returns what it applied.
+
+        Raises:
+            BatchUnavailableError: a txid's ranges are no longer readable; what was applied
+                stays, the next call resumes there.
+        """
+        outcomes: list[BackfillOutcome] = []
+        with _user_code_errors():
+            for name, first in sorted(self._building.items()):
+                state = self.topology.states[name]
+                done = progress(self.store, self.scope).get(name, (first, first - 1))[1]
+                outcome = BackfillOutcome(name, first, done)
+                while done < (self.last_committed() or 0):
+                    done += 1
+                    if catch_up_one(self, state, done, first):
+                        outcome.applied.append(done)
+                outcome.last_txid = done
+                outcomes.append(outcome)
+                if done >= first and self.replica is not None:  # readers see it whole
+                    described = self._described().get(state.table)
+                    self.replica.replace_map(self.store, state.table, done, described)
+                if done < first:  # nothing to replay: it starts at ``first``
+                    self._pending_contracts.append(replace(state.contract(), first_txid=first))
+                self._joining.add(name)
+        self._building = {}
+        return outcomes
+
     def _run_batches(self, ordered: list[int]) -> Iterator[BatchOutcome]:
+        if self._building:
+            self.backfill()
         i = 0
         ahead: Chunk | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-spark") as pool:
@@ -364,11 +433,14 @@ class TopologyRunner:
     def _apply(self, apply: Callable[[], BatchOutcome]) -> BatchOutcome:
         """In the commit transaction: write the contracts of new states, then the batch."""
         pending, self._pending_contracts = self._pending_contracts, []
+        joining, self._joining = self._joining, set()
         try:
             write_contracts(self.store, pending)
+            drop_progress(self.store, self.scope, joining)
             return apply()
         except BaseException:
             self._pending_contracts = pending  # rolled back: write them with the next commit
+            self._joining = joining
             raise
 
     def _commit(
@@ -431,6 +503,8 @@ class TopologyRunner:
                 (:func:`~trident_assets.planner.quarantine_refusal`) or ``txid`` committed.
             OutOfOrderCommitError: an earlier txid has not committed; nothing changed.
         """
+        if self._building:
+            self.backfill()
         refusal = quarantine_refusal(self.topology)
         if refusal is not None:
             msg = (
@@ -454,6 +528,12 @@ class TopologyRunner:
             add_entries(self.store, self.scope, txid, ranges, error)
             for sid, plan in plans.items():
                 self.coordinator(sid).commit(plan)
+            # it changed no state: a state built later from the history reads nothing here
+            unread = {
+                sid: [replace(r, next_offset=r.first_offset) for r in p.ranges]
+                for sid, p in plans.items()
+            }
+            record_history(self.store, self.scope, txid, unread)
             tuples = dict.fromkeys(plans, 0)
             return BatchOutcome(self.scope, txid, True, plans, tuples, quarantined=held)
 
@@ -474,6 +554,8 @@ class TopologyRunner:
             QuarantineError: nothing (or not ``txid``) waits in the quarantine.
             BatchUnavailableError: the log no longer holds the quarantined ranges.
         """
+        if self._building:
+            self.backfill()
         pending = [e for e in self.quarantined() if txid is None or e.txid == txid]
         if not pending:
             which = "nothing" if txid is None else f"no txid {txid}"

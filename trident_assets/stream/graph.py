@@ -14,19 +14,33 @@ from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.spouts.config import SpoutKind, validate_name
 
-__all__ = ["Node", "PersistedState", "StateSpec", "StateUpdater"]
+BACKFILL_MODES = ("from_start", "from_retained")
+"""How a state added to a running topology is built from the retained log."""
+
+__all__ = ["BACKFILL_MODES", "Node", "PersistedState", "StateSpec", "StateUpdater"]
 
 
 @dataclass(frozen=True, slots=True)
 class StateSpec:
-    """Which state a persist writes: its name (unique in the topology) and replay guarantee."""
+    """Which state a persist writes: its name (unique in the topology) and replay guarantee.
+
+    ``backfill`` says how a state added to a topology that has committed txids is built:
+    ``"from_start"`` (the default) replays the log of every committed txid and refuses when
+    retention deleted part of it; ``"from_retained"`` starts at the first txid whose records
+    are all still readable (recorded as the contract's ``first_txid``).
+    """
 
     name: str
     state_type: StateType = StateType.OPAQUE
+    backfill: str = "from_start"
 
     def __post_init__(self) -> None:
-        """Validate the name."""
+        """Validate the name and the backfill mode."""
         validate_name("state", self.name)
+        if self.backfill not in BACKFILL_MODES:
+            modes = ", ".join(repr(m) for m in BACKFILL_MODES)
+            msg = f"state {self.name!r}: backfill must be one of {modes}, got {self.backfill!r}"
+            raise ConfigError(msg)
 
     @classmethod
     def opaque(cls, name: str) -> StateSpec:

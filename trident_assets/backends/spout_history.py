@@ -1,0 +1,84 @@
+"""What each committed txid read, per spout: the offset ranges a state catch-up replays.
+
+Table ``_trident_spout_history``: one row per (topology, spout, txid, partition) with
+``[first_offset, next_offset)``, the deployment id and the topic incarnation, written in the
+txid's commit transaction from the ranges the batch read (a quarantined txid records empty
+ranges: it changed no state; its later replay records the quarantined ranges it read).
+Unlike ``_trident_spout_ranges`` (the spouts' positions, whose superseded rows are cleaned
+up), nothing here is deleted: it is the history a new state is built from
+(:mod:`trident_assets.spark.backfill`). Each call is one set-based statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+
+from trident_assets.backends.state_store import StateStore
+from trident_assets.spouts.ranges import PartitionRange
+
+__all__ = ["HISTORY_TABLE", "read_history", "record_history"]
+
+HISTORY_TABLE = "_trident_spout_history"
+
+
+def _ensure(store: StateStore) -> None:
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (topology VARCHAR NOT NULL, "
+        "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, partition VARCHAR NOT NULL, "
+        "first_offset BIGINT NOT NULL, next_offset BIGINT NOT NULL, "
+        "deployment_id VARCHAR NOT NULL, topic_id VARCHAR, "
+        "PRIMARY KEY (topology, spout, txid, partition))"
+    )
+
+
+def record_history(
+    store: StateStore, topology: str, txid: int, read: Mapping[str, Sequence[PartitionRange]]
+) -> None:
+    """Record what ``txid`` read per spout (call inside its commit transaction)."""
+    _ensure(store)
+    rows = [(sid, r) for sid, ranges in read.items() for r in ranges]
+    if not rows:
+        return
+    batch = pa.table(
+        {
+            "spout": [sid for sid, _ in rows],
+            "partition": [r.partition for _, r in rows],
+            "first_offset": pa.array([r.first_offset for _, r in rows], pa.int64()),
+            "next_offset": pa.array([r.next_offset for _, r in rows], pa.int64()),
+            "deployment_id": [r.deployment_id for _, r in rows],
+            "topic_id": pa.array([r.topic_id for _, r in rows], pa.string()),
+        }
+    )
+    with store.staged(batch) as name:
+        store.execute(
+            f"INSERT INTO {HISTORY_TABLE} (topology, spout, txid, partition, first_offset, "
+            "next_offset, deployment_id, topic_id) SELECT ?, spout, ?, partition, "
+            f'first_offset, next_offset, deployment_id, topic_id FROM "{name}" '
+            "ON CONFLICT DO NOTHING",
+            [topology, txid],
+        )
+
+
+def read_history(
+    store: StateStore, topology: str, spouts: Sequence[str], first: int, last: int
+) -> dict[tuple[str, int], list[PartitionRange]]:
+    """The recorded ranges of txids ``first..last`` of ``spouts``, by (spout, txid).
+
+    A (spout, txid) without a recorded range is absent (committed before the history was
+    kept, or never committed).
+    """
+    if not spouts or first > last or not store.has_table(HISTORY_TABLE):
+        return {}
+    marks = ", ".join("?" for _ in spouts)
+    rows = store.fetch_rows(
+        "SELECT spout, txid, partition, first_offset, next_offset, deployment_id, topic_id "
+        f"FROM {HISTORY_TABLE} WHERE topology = ? AND txid BETWEEN ? AND ? "
+        f"AND spout IN ({marks}) ORDER BY spout, txid, partition",
+        [topology, first, last, *spouts],
+    )
+    found: dict[tuple[str, int], list[PartitionRange]] = {}
+    for sid, txid, p, f, n, d, t in rows:
+        found.setdefault((str(sid), int(txid)), []).append(PartitionRange(p, f, n, d, t))
+    return found
