@@ -170,6 +170,7 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
 
     from trident_assets.cli_common import DEFAULT_HOME
     from trident_assets.core.retry import ExponentialBackoff
+    from trident_assets.dagster.runs import fail_killed_run
     from trident_assets.dagster.sensors import decide_next
     from trident_assets.log.store import PartitionedLog
     from trident_assets.status import record_failure
@@ -227,17 +228,14 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
             )
             for run in instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": key})):
                 if not run.is_finished:
-                    instance.report_run_failed(run)
                     # a killed process records nothing itself: its supervisor (here the demo,
                     # in production Dagster's run monitoring) reports the failure
-                    record_failure(
-                        home,
-                        TOPOLOGY,
-                        txid,
+                    killed_msg = (
                         f"run process killed (exit code {child.returncode}) between its state "
-                        "write and its commit; the coordinator replays the txid",
-                        run.run_id,
+                        "write and its commit; the coordinator replays the txid"
                     )
+                    fail_killed_run(instance, run, killed_msg)
+                    record_failure(home, TOPOLOGY, txid, killed_msg, run.run_id)
             after = _state(home)
             same = "unchanged" if after == before else "CHANGED (bug!)"
             how = " (SIGKILL)" if child.returncode == -9 else ""
