@@ -505,6 +505,60 @@ def test_demo_refuses_a_home_with_other_data(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
 
 
+def test_demo_leaves_every_check_evaluated_and_no_step_executing(demo_run: DemoRun) -> None:
+    """What the UI shows after the demo: every asset check passed, no step still executing.
+
+    The latest execution of each check is the demo's no-op re-run of txid 1 (step 3): it
+    evaluates the checks (none only planned, which the UI shows as not passed). The killed run
+    of txid 3 (attempt 0) is failed, its step too (a killed process records nothing itself).
+    """
+    import dagster as dg
+
+    assert demo_run.done.returncode == 0, demo_run.done.stderr
+    spout_checks = [
+        "txids_contiguous",
+        "ranges_contiguous",
+        "dead_letters_below_threshold",
+        "lag_below_threshold",
+    ]
+    wanted = [
+        *(("sentences_batch", c) for c in spout_checks),
+        *(("queries_batch", c) for c in spout_checks),
+        ("word_counts", "exactly_once"),
+    ]
+    with dg.DagsterInstance.from_config(str(demo_run.home.resolve() / "dagster")) as instance:
+        (noop,) = instance.get_runs(
+            filters=dg.RunsFilter(tags={"dagster/partition": "0000000001"}), limit=1
+        )
+        latest = {}
+        for asset, check in wanted:
+            key = dg.AssetCheckKey(dg.AssetKey(["word_count", asset]), check)
+            (record,) = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+            latest[asset, check] = (record.status.value, record.run_id == noop.run_id)
+        assert latest == dict.fromkeys(wanted, ("SUCCEEDED", True))
+        steps = {
+            (run.tags["dagster/partition"], run.tags["trident/attempt"], run.status.value): [
+                (s.step_key, s.status.value if s.status else None, s.end_time is not None)
+                for s in instance.get_run_step_stats(run.run_id)
+            ]
+            for run in instance.get_runs()
+            if run.tags.get("dagster/partition") == "0000000003"
+        }
+        (killed,) = instance.get_runs(
+            filters=dg.RunsFilter(tags={"dagster/partition": "0000000003", "trident/attempt": "0"})
+        )
+        killed_messages = [e.message for e in instance.all_logs(killed.run_id)][-2:]
+    assert steps == {
+        ("0000000003", "0", "FAILURE"): [("word_count_batches", "FAILURE", True)],
+        ("0000000003", "1", "SUCCESS"): [("word_count_batches", "SUCCESS", True)],
+    }
+    reason = (
+        "run process killed (exit code -9) between its state write and its commit; the "
+        "coordinator replays the txid"
+    )
+    assert killed_messages == [f'Execution of step "word_count_batches" failed: {reason}', reason]
+
+
 def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
     """The whole demo (smaller), as `make demo` runs it: a child process, a clean environment.
 
