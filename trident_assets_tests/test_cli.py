@@ -439,6 +439,75 @@ def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **extra}
 
 
+def _global_home(root: Path, with_replica: bool) -> Path:
+    """A home whose topology ``clicks`` keeps a global count ``total`` (value field ``n``).
+
+    Committed: txid 1 (3), txid 2 (7); published to the home's replica if ``with_replica``.
+    """
+    from trident_assets.backends.duckdb_store import MapLayout
+    from trident_assets.backends.replica import Replica
+    from trident_assets.core.caching import GLOBAL_KEY
+
+    home = root / "home"
+    replica = Replica(home / "replica")
+    described = {"clicks__total": {"value_field": "n", "global": True}}
+    with DuckDBStore(home / "state.duckdb") as store:
+        store.ensure_map(MapLayout("clicks__total", "opaque", ("key",), ("VARCHAR",), "BIGINT"))
+        for txid, (n, previous) in enumerate([(3, None), (7, 3)], start=1):
+            with store.transaction() as tx:
+                store.map("clicks__total").multi_put([GLOBAL_KEY], [OpaqueValue(txid, n, previous)])
+                tx.mark_committed("clicks", txid)
+            if with_replica:
+                replica.publish(store, "clicks", txid, ["clicks__total"], [], described)
+    return home
+
+
+@pytest.mark.parametrize("with_replica", [True, False], ids=["replica", "state file"])
+def test_a_global_state_reads_without_its_internal_key(tmp_path: Path, with_replica: bool) -> None:
+    home = _global_home(tmp_path, with_replica)
+    name = "n" if with_replica else "value"  # the value field is published with the replica
+
+    def trident(*args: str) -> tuple[int, str, str]:
+        done = subprocess.run(
+            [str(TRIDENT), *args],
+            cwd=tmp_path,
+            env=_clean_env(tmp_path, TRIDENT_HOME=str(home), COLUMNS="80"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    bar = "━" * (len(name) + 2)
+    assert trident("state", "scan", "clicks", "total") == (
+        0,
+        f"clicks.total: 1 keys, last committed txid 2\n┏{bar}┓\n┃ {name} ┃\n┡{bar}┩\n"
+        f"│ {7:>{len(name)}} │\n└{bar.replace('━', '─')}┘\n",
+        "",
+    )
+    assert trident("state", "scan", "clicks", "total", "--format", "json") == (
+        0,
+        f'[{{"{name}": 7}}]\n',
+        "",
+    )
+    assert trident("state", "get", "clicks", "total", "--format", "csv") == (0, f"{name}\n7\n", "")
+    assert trident("state", "get", "clicks", "total", "--txid", "1", "--format", "csv") == (
+        0,
+        f"{name}\n3\n",
+        "",
+    )
+
+
+def test_state_get_without_a_key_is_refused_for_a_keyed_state(home: Path) -> None:
+    assert run("state", "get", "word_count", "word_counts", home=home) == (
+        1,
+        "",
+        "error: state 'word_counts' of 'word_count' is keyed by word: give one value per key "
+        "column, e.g. `trident state get word_count word_counts VALUE`\n",
+    )
+
+
 def test_commands_as_child_processes_with_a_clean_environment(home: Path, tmp_path: Path) -> None:
     def trident(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
