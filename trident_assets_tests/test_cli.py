@@ -577,11 +577,16 @@ def test_demo_refuses_a_home_with_other_data(tmp_path: Path) -> None:
 def test_demo_leaves_every_check_evaluated_and_no_step_executing(demo_run: DemoRun) -> None:
     """What the UI shows after the demo: every asset check passed, no step still executing.
 
-    The latest execution of each check is the demo's no-op re-run of txid 1 (step 3): it
-    evaluates the checks (none only planned, which the UI shows as not passed). The killed run
-    of txid 3 (attempt 0) is failed, its step too (a killed process records nothing itself).
+    The latest execution of each check is txid 5's, evaluated against the latest
+    materialization (what the UI shows: all passed). The demo's no-op re-run of txid 1 (step
+    3) selects no checks: run with them, it would evaluate them against txid 1's
+    materialization, and the UI would show none for the latest. The killed run of txid 3
+    (attempt 0) is failed, its step too (a killed process records nothing itself).
     """
+    import asyncio
+
     import dagster as dg
+    from dagster._core.loader import LoadingContextForTest
 
     assert demo_run.done.returncode == 0, demo_run.done.stderr
     spout_checks = [
@@ -596,15 +601,28 @@ def test_demo_leaves_every_check_evaluated_and_no_step_executing(demo_run: DemoR
         ("word_counts", "exactly_once"),
     ]
     with dg.DagsterInstance.from_config(str(demo_run.home.resolve() / "dagster")) as instance:
-        (noop,) = instance.get_runs(
-            filters=dg.RunsFilter(tags={"dagster/partition": "0000000001"}), limit=1
+        (noop, *_) = instance.get_runs(
+            filters=dg.RunsFilter(tags={"dagster/partition": "0000000001"})
+        )
+        (txid5,) = instance.get_runs(
+            filters=dg.RunsFilter(tags={"dagster/partition": "0000000005"})
         )
         latest = {}
         for asset, check in wanted:
             key = dg.AssetCheckKey(dg.AssetKey(["word_count", asset]), check)
             (record,) = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
-            latest[asset, check] = (record.status.value, record.run_id == noop.run_id)
-        assert latest == dict.fromkeys(wanted, ("SUCCEEDED", True))
+            on_latest = asyncio.run(
+                record.targets_latest_materialization(LoadingContextForTest(instance))
+            )
+            latest[asset, check] = (record.status.value, record.run_id, on_latest)
+        noop_checks = [
+            e
+            for e in instance.all_logs(noop.run_id)
+            if e.dagster_event is not None and "ASSET_CHECK" in e.dagster_event.event_type_value
+        ]
+        assert noop.tags.get("trident/attempt") is None, "the no-op re-run is the latest of txid 1"
+        assert latest == dict.fromkeys(wanted, ("SUCCEEDED", txid5.run_id, True))
+        assert noop_checks == [], "the no-op re-run plans no checks"
         steps = {
             (run.tags["dagster/partition"], run.tags["trident/attempt"], run.status.value): [
                 (s.step_key, s.status.value if s.status else None, s.end_time is not None)
