@@ -387,7 +387,7 @@ def test_a_file_that_is_not_duckdb_is_named_and_left_alone(tmp_path: Path) -> No
 def test_usage_errors_exit_2(home: Path) -> None:
     assert run("state", "scan", "word_count", "word_counts", "--format", "xml", home=home)[0] == 2
     assert run("state", "scan", "word_count", "word_counts", "--txid", "0", home=home)[0] == 2
-    assert run("state", "get", "word_count", "word_counts", home=home)[0] == 2
+    assert run("state", "get", "word_count", home=home)[0] == 2  # no STATE
     assert run("nope")[0] == 2
 
 
