@@ -176,7 +176,7 @@ def read_state(
 
 def hide_global_key(rows: list[dict[str, Any]], key_columns: list[str]) -> list[str]:
     """The columns to show: without the key column of a global state (its internal key)."""
-    if len(key_columns) == 1 and rows and all(r[key_columns[0]] == GLOBAL_KEY for r in rows):
+    if len(key_columns) == 1 and rows and all(r[key_columns[0]] == GLOBAL_KEY[0] for r in rows):
         return key_columns[1:]
     return key_columns
 

@@ -337,7 +337,10 @@ def _emit_state(
 def state_get(
     topology: Annotated[str, typer.Argument(help="Topology name, e.g. word_count.")],
     state: Annotated[str, typer.Argument(help="State name, e.g. word_counts.")],
-    key: Annotated[list[str], typer.Argument(help="The key's values (one per key column).")],
+    key: Annotated[
+        list[str] | None,
+        typer.Argument(help="The key's values (one per key column); none for a global state."),
+    ] = None,
     txid: TxidOption = None,
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
@@ -346,19 +349,28 @@ def state_get(
 ) -> None:
     """Print the value of KEY in TOPOLOGY's STATE (now, or as of --txid); exit 1 if absent.
 
-    Reads the home's replica when it has one (lock-free), else the state file read-only.
+    A global state (an aggregate without group_by) has one value: give no KEY. Reads the
+    home's replica when it has one (lock-free), else the state file read-only.
     """
     from trident_assets.cli_replica import find_published, home_replica, read_state
+    from trident_assets.core.caching import GLOBAL_KEY
 
+    omitted = not key
     with cli_errors():
         replica = home_replica(home, database)
         if replica is not None:
             ref: Any = find_published(replica, topology, state)
+            if omitted and not ref.is_global:
+                raise _not_global(topology, state, ref.key_columns)
+            key = key or list(GLOBAL_KEY)
             data, _ = read_state(replica, ref, txid, key)
         else:
             store = open_state(home, database, wait)
             try:
                 ref = find_state(store, topology, state)
+                if omitted and ref.layout.arity != 1:
+                    raise _not_global(topology, state, ref.layout.key_columns)
+                key = key or list(GLOBAL_KEY)
                 _check_txid(store, ref, txid)
                 if len(key) != ref.layout.arity:
                     msg = (
@@ -367,16 +379,30 @@ def state_get(
                     )
                     raise ConfigError(msg)
                 data = store.scan(ref.layout.table, as_of=txid, key=key)
+                if omitted and data.num_rows == 0 and txid is None:
+                    raise _not_global(topology, state, ref.layout.key_columns)
             finally:
                 store.close()
         if data.num_rows == 0:
             at = f" as of txid {txid}" if txid is not None else ""
-            msg = f"key {' '.join(key)!r} is not in {topology}.{state}{at}"
+            if omitted:
+                msg = f"{topology}.{state} has no value{at}"
+            else:
+                msg = f"key {' '.join(key)!r} is not in {topology}.{state}{at}"
             raise ConfigError(msg)
     rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
     _emit_state(
         rows, data.column_names, ref, _namer(home, database, replica), fmt, f"{topology}.{state}"
     )
+
+
+def _not_global(topology: str, state: str, key_columns: Any) -> ConfigError:
+    """The error for a KEY left out of ``state get`` on a keyed (not global) state."""
+    msg = (
+        f"state {state!r} of {topology!r} is keyed by {', '.join(key_columns)}: give one value "
+        f"per key column, e.g. `trident state get {topology} {state} VALUE`"
+    )
+    return ConfigError(msg)
 
 
 LockWaitOption = Annotated[

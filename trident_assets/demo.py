@@ -170,6 +170,7 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
 
     from trident_assets.cli_common import DEFAULT_HOME
     from trident_assets.core.retry import ExponentialBackoff
+    from trident_assets.dagster.runs import fail_killed_run
     from trident_assets.dagster.sensors import decide_next
     from trident_assets.log.store import PartitionedLog
     from trident_assets.status import record_failure
@@ -227,17 +228,14 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
             )
             for run in instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": key})):
                 if not run.is_finished:
-                    instance.report_run_failed(run)
                     # a killed process records nothing itself: its supervisor (here the demo,
                     # in production Dagster's run monitoring) reports the failure
-                    record_failure(
-                        home,
-                        TOPOLOGY,
-                        txid,
+                    killed_msg = (
                         f"run process killed (exit code {child.returncode}) between its state "
-                        "write and its commit; the coordinator replays the txid",
-                        run.run_id,
+                        "write and its commit; the coordinator replays the txid"
                     )
+                    fail_killed_run(instance, run, killed_msg)
+                    record_failure(home, TOPOLOGY, txid, killed_msg, run.run_id)
             after = _state(home)
             same = "unchanged" if after == before else "CHANGED (bug!)"
             how = " (SIGKILL)" if child.returncode == -9 else ""
@@ -275,7 +273,12 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
         top.add_row(word, f"{n:,}")
     console.print(top)
 
-    again = job.execute_in_process(partition_key="0000000001", instance=instance)
+    # without the asset checks: a re-run of txid 1 would evaluate them against txid 1's
+    # materialization, and the UI (which shows the checks of the latest one) would show none
+    no_checks = job.get_subset(
+        asset_selection=set(job.asset_layer.selected_asset_keys), asset_check_selection=set()
+    )
+    again = no_checks.execute_in_process(partition_key="0000000001", instance=instance)
     # a no-op re-run is recorded as observations (the real materialization stays the latest)
     noop = again.get_asset_observation_events()[0].asset_observation_data.asset_observation
     flag = noop.metadata["already_committed"]

@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 from trident_assets.errors import ConfigError
 
 __all__ = [
     "SPARK_REMOTE_ENV",
     "BUILTIN_MODULE",
+    "IdleTickFilter",
     "WORKSPACE_YAML",
     "check_modules",
     "dagster_home",
@@ -203,7 +207,8 @@ def serve_ui(
     start a JVM of its own; else local Spark in each run's process. ``modules``: the code
     location modules (default: the shipped one), imported from the current directory.
     ``dagster dev`` runs in ``<home>/dagster`` (so a ``dagster.yaml`` of the current directory
-    is not mistaken for the instance's).
+    is not mistaken for the instance's). Its output is copied to this process's stdout without
+    sensor ticks that request nothing (:class:`IdleTickFilter`).
 
     SIGINT or SIGTERM to this process stops ``dagster dev`` (its own process group, sent
     the same signal), then the Spark Connect server, by PID. Both children also get SIGTERM
@@ -223,6 +228,7 @@ def serve_ui(
             os.killpg(dev.pid, signum)
 
     dev: subprocess.Popen[bytes] | None = None
+    copier: threading.Thread | None = None
     previous = {s: signal.signal(s, _request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     server = None
     try:
@@ -241,22 +247,91 @@ def serve_ui(
         echo(f"DAGSTER_HOME={env['DAGSTER_HOME']}{shown} {' '.join(command)}")
         if stop_requested:
             return 0
+        sys.stdout.flush()
         dev = subprocess.Popen(
             command,
             env=env,
             cwd=env["DAGSTER_HOME"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
+        assert dev.stdout is not None
+        copier = threading.Thread(
+            target=_copy_filtered,
+            args=(dev.stdout, IdleTickFilter().keep),
+            name="dagster-dev-log",
+            daemon=True,
+        )
         echo(f"dagster dev: pid {dev.pid}")
+        sys.stdout.flush()
+        copier.start()
         return dev.wait()  # a signal's handler runs meanwhile; wait() resumes (PEP 475)
     finally:
         if dev is not None:
             stop_process_group(dev)
+        if copier is not None:
+            copier.join(timeout=10)
         if server is not None:
             server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SENSOR_LINE = re.compile(r" - dagster\.daemon\.SensorDaemon - [A-Z]+ - (.*)$")
+_IDLE = re.compile(r"Checking for new runs for sensor: |No run requests returned for ")
+_SKIPPED = re.compile(r"Sensor (\S+) skipped: (.*)")
+_LAUNCHED = re.compile(r"(?:Launching run|Completed launch of run \S+) for (\S+)$")
+
+
+class IdleTickFilter:
+    """Which lines of ``dagster dev``'s log to show: sensor ticks that request nothing are not.
+
+    Dropped: the daemon's "Checking for new runs for sensor: ..." (logged every tick) and
+    "No run requests returned for ..."; a "Sensor S skipped: REASON" line is shown once, and
+    again only when S's reason changes or after S launched a run. Every other line is kept
+    (runs launched, dynamic partitions added, errors, the webserver's lines).
+    """
+
+    def __init__(self) -> None:
+        self._reasons: dict[str, str] = {}
+
+    def keep(self, line: str) -> bool:
+        """True if ``line`` (one line of the log, ANSI colours allowed) is to be shown."""
+        found = _SENSOR_LINE.search(_ANSI.sub("", line).rstrip("\r\n"))
+        if found is None:
+            return True
+        message = found.group(1)
+        if _IDLE.match(message):
+            return False
+        skipped = _SKIPPED.match(message)
+        if skipped is not None:
+            sensor, reason = skipped.groups()
+            if self._reasons.get(sensor) == reason:
+                return False
+            self._reasons[sensor] = reason
+            return True
+        launched = _LAUNCHED.search(message)
+        if launched is not None:
+            self._reasons.pop(launched.group(1), None)
+        return True
+
+
+def _copy_filtered(source: IO[bytes], keep: Callable[[str], bool]) -> None:
+    """Copy ``source``'s lines that ``keep`` accepts to this process's stdout, until EOF."""
+    shown = True
+    for raw in iter(source.readline, b""):
+        line = raw.decode("utf-8", "replace")
+        if not shown or not keep(line):
+            continue
+        try:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        except (OSError, ValueError):  # stdout closed: keep draining so dagster never blocks
+            shown = False
+    source.close()
 
 
 def stop_process_group(

@@ -395,7 +395,7 @@ def test_a_file_that_is_not_duckdb_is_named_and_left_alone(tmp_path: Path) -> No
 def test_usage_errors_exit_2(home: Path) -> None:
     assert run("state", "scan", "word_count", "word_counts", "--format", "xml", home=home)[0] == 2
     assert run("state", "scan", "word_count", "word_counts", "--txid", "0", home=home)[0] == 2
-    assert run("state", "get", "word_count", "word_counts", home=home)[0] == 2
+    assert run("state", "get", "word_count", home=home)[0] == 2  # no STATE
     assert run("nope")[0] == 2
 
 
@@ -445,6 +445,75 @@ def test_a_locked_store_fails_fast_naming_the_file_and_wait(home: Path) -> None:
 
 def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **extra}
+
+
+def _global_home(root: Path, with_replica: bool) -> Path:
+    """A home whose topology ``clicks`` keeps a global count ``total`` (value field ``n``).
+
+    Committed: txid 1 (3), txid 2 (7); published to the home's replica if ``with_replica``.
+    """
+    from trident_assets.backends.duckdb_store import MapLayout
+    from trident_assets.backends.replica import Replica
+    from trident_assets.core.caching import GLOBAL_KEY
+
+    home = root / "home"
+    replica = Replica(home / "replica")
+    described = {"clicks__total": {"value_field": "n", "global": True}}
+    with DuckDBStore(home / "state.duckdb") as store:
+        store.ensure_map(MapLayout("clicks__total", "opaque", ("key",), ("VARCHAR",), "BIGINT"))
+        for txid, (n, previous) in enumerate([(3, None), (7, 3)], start=1):
+            with store.transaction() as tx:
+                store.map("clicks__total").multi_put([GLOBAL_KEY], [OpaqueValue(txid, n, previous)])
+                tx.mark_committed("clicks", txid)
+            if with_replica:
+                replica.publish(store, "clicks", txid, ["clicks__total"], [], described)
+    return home
+
+
+@pytest.mark.parametrize("with_replica", [True, False], ids=["replica", "state file"])
+def test_a_global_state_reads_without_its_internal_key(tmp_path: Path, with_replica: bool) -> None:
+    home = _global_home(tmp_path, with_replica)
+    name = "n" if with_replica else "value"  # the value field is published with the replica
+
+    def trident(*args: str) -> tuple[int, str, str]:
+        done = subprocess.run(
+            [str(TRIDENT), *args],
+            cwd=tmp_path,
+            env=_clean_env(tmp_path, TRIDENT_HOME=str(home), COLUMNS="80"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    bar = "━" * (len(name) + 2)
+    assert trident("state", "scan", "clicks", "total") == (
+        0,
+        f"clicks.total: 1 keys, last committed txid 2\n┏{bar}┓\n┃ {name} ┃\n┡{bar}┩\n"
+        f"│ {7:>{len(name)}} │\n└{bar.replace('━', '─')}┘\n",
+        "",
+    )
+    assert trident("state", "scan", "clicks", "total", "--format", "json") == (
+        0,
+        f'[{{"{name}": 7}}]\n',
+        "",
+    )
+    assert trident("state", "get", "clicks", "total", "--format", "csv") == (0, f"{name}\n7\n", "")
+    assert trident("state", "get", "clicks", "total", "--txid", "1", "--format", "csv") == (
+        0,
+        f"{name}\n3\n",
+        "",
+    )
+
+
+def test_state_get_without_a_key_is_refused_for_a_keyed_state(home: Path) -> None:
+    assert run("state", "get", "word_count", "word_counts", home=home) == (
+        1,
+        "",
+        "error: state 'word_counts' of 'word_count' is keyed by word: give one value per key "
+        "column, e.g. `trident state get word_count word_counts VALUE`\n",
+    )
 
 
 def test_commands_as_child_processes_with_a_clean_environment(home: Path, tmp_path: Path) -> None:
@@ -513,6 +582,78 @@ def test_demo_refuses_a_home_with_other_data(tmp_path: Path) -> None:
         "directory, or remove this one\n",
     )
     assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+def test_demo_leaves_every_check_evaluated_and_no_step_executing(demo_run: DemoRun) -> None:
+    """What the UI shows after the demo: every asset check passed, no step still executing.
+
+    The latest execution of each check is txid 5's, evaluated against the latest
+    materialization (what the UI shows: all passed). The demo's no-op re-run of txid 1 (step
+    3) selects no checks: run with them, it would evaluate them against txid 1's
+    materialization, and the UI would show none for the latest. The killed run of txid 3
+    (attempt 0) is failed, its step too (a killed process records nothing itself).
+    """
+    import asyncio
+
+    import dagster as dg
+    from dagster._core.loader import LoadingContextForTest
+
+    assert demo_run.done.returncode == 0, demo_run.done.stderr
+    spout_checks = [
+        "txids_contiguous",
+        "ranges_contiguous",
+        "dead_letters_below_threshold",
+        "lag_below_threshold",
+    ]
+    wanted = [
+        *(("sentences_batch", c) for c in spout_checks),
+        *(("queries_batch", c) for c in spout_checks),
+        ("word_counts", "exactly_once"),
+    ]
+    with dg.DagsterInstance.from_config(str(demo_run.home.resolve() / "dagster")) as instance:
+        (noop, *_) = instance.get_runs(
+            filters=dg.RunsFilter(tags={"dagster/partition": "0000000001"})
+        )
+        (txid5,) = instance.get_runs(
+            filters=dg.RunsFilter(tags={"dagster/partition": "0000000005"})
+        )
+        latest = {}
+        for asset, check in wanted:
+            key = dg.AssetCheckKey(dg.AssetKey(["word_count", asset]), check)
+            (record,) = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+            on_latest = asyncio.run(
+                record.targets_latest_materialization(LoadingContextForTest(instance))
+            )
+            latest[asset, check] = (record.status.value, record.run_id, on_latest)
+        noop_checks = [
+            e
+            for e in instance.all_logs(noop.run_id)
+            if e.dagster_event is not None and "ASSET_CHECK" in e.dagster_event.event_type_value
+        ]
+        assert noop.tags.get("trident/attempt") is None, "the no-op re-run is the latest of txid 1"
+        assert latest == dict.fromkeys(wanted, ("SUCCEEDED", txid5.run_id, True))
+        assert noop_checks == [], "the no-op re-run plans no checks"
+        steps = {
+            (run.tags["dagster/partition"], run.tags["trident/attempt"], run.status.value): [
+                (s.step_key, s.status.value if s.status else None, s.end_time is not None)
+                for s in instance.get_run_step_stats(run.run_id)
+            ]
+            for run in instance.get_runs()
+            if run.tags.get("dagster/partition") == "0000000003"
+        }
+        (killed,) = instance.get_runs(
+            filters=dg.RunsFilter(tags={"dagster/partition": "0000000003", "trident/attempt": "0"})
+        )
+        killed_messages = [e.message for e in instance.all_logs(killed.run_id)][-2:]
+    assert steps == {
+        ("0000000003", "0", "FAILURE"): [("word_count_batches", "FAILURE", True)],
+        ("0000000003", "1", "SUCCESS"): [("word_count_batches", "SUCCESS", True)],
+    }
+    reason = (
+        "run process killed (exit code -9) between its state write and its commit; the "
+        "coordinator replays the txid"
+    )
+    assert killed_messages == [f'Execution of step "word_count_batches" failed: {reason}', reason]
 
 
 def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:

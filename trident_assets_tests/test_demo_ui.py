@@ -66,6 +66,17 @@ query ($partition: String!) {
   }
 }
 """
+CHECKS = """
+query ($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode {
+      assetChecksOrError {
+        ... on AssetChecks { checks { name executionForLatestMaterialization { status } } }
+      }
+    }
+  }
+}
+"""
 OUTER_ROWS = """
 rows => rows
   .filter(row => row.isConnected && row.parentElement && !row.parentElement.closest("td"))
@@ -205,6 +216,21 @@ def test_demo_then_ui_shows_the_state_preview_and_the_replayed_txid(
         data = gql(url, MATERIALIZATIONS, {"path": STATE, "partition": "0000000005"})
         (txid5,) = data["assetNodeOrError"]["assetMaterializations"]
         assert _metadata(txid5)["preview"] == _as_markdown(latest, latest_keys)
+        # the lineage's check badges: every check of the latest materialization passed (the
+        # demo's no-op re-run of txid 1 evaluates none, so none is shown for an old one)
+        badges = {}
+        for path in (STATE, ["word_count", "sentences_batch"]):
+            data = gql(url, CHECKS, {"path": path})["assetNodeOrError"]["assetChecksOrError"]
+            for check in data["checks"]:
+                execution = check["executionForLatestMaterialization"] or {}
+                badges[path[-1], check["name"]] = execution.get("status")
+        assert badges == {
+            ("word_counts", "exactly_once"): "SUCCEEDED",
+            ("sentences_batch", "txids_contiguous"): "SUCCEEDED",
+            ("sentences_batch", "ranges_contiguous"): "SUCCEEDED",
+            ("sentences_batch", "dead_letters_below_threshold"): "SUCCEEDED",
+            ("sentences_batch", "lag_below_threshold"): "SUCCEEDED",
+        }
 
         from playwright.sync_api import sync_playwright
 

@@ -37,15 +37,21 @@ READS = [
     ("trident dead-letters word_count -n 20", 0, r"^0 dead letters of word_count"),
     ("trident state scan word_count word_counts --format json", 0, r'^\[\{"word": "[a-z]+", "count": \d+\}'),  # noqa: E501
     ("trident log verify sentences", 0, r"sentences"),
-    ("trident status", 0, r"word_count"),
+    ("trident status", 0, (
+        r"^│ word_count │ +5 │ +0 │ .*│ +0 │ "
+        r"txid 3 at \S+ \(since passed: txid 5 committed\): run +│$")),
     ("trident quarantine list", 0, r"nothing waits in the quarantine"),
     ("trident log create-topic lines --partitions 2", 0, r"lines"),
     ("printf 'the cow\\nthe moon\\n' | trident log produce lines", 0, r"2"),
 ]
 WRITES = [
     ("trident state backup backups/state-1.duckdb", 0, r"^backed up h/state\.duckdb to backups/state-1\.duckdb: .*word_count at txid 5"),  # noqa: E501
-    ('trident quarantine add word_count 7 --reason "bad record"', 1, r"^error: .*txid"),
-    ("trident quarantine replay word_count", 1, r"^error: .*quarantine"),
+    ('trident quarantine add word_count 7 --reason "bad record"', 1, r"\A" + re.escape(
+        "error: refusing to commit txid 7 to 'word_count': it has committed up to txid 5, so "
+        "txid 6 must commit first (batches commit in strict txid order). Nothing was changed; "
+        "run txid 6 (the coordinator sensor does this) and then retry txid 7.\n") + r"\Z"),
+    ("trident quarantine replay word_count", 1,
+     r"\Aerror: nothing waits in the quarantine of topology 'word_count'\n\Z"),
     ("trident state restore backups/state-1.duckdb --force", 0, r"^restored backups/state-1\.duckdb to h/state\.duckdb: .*word_count at txid 5"),  # noqa: E501
     ("trident state rebuild word_count word_counts --module trident_assets.definitions", 0, r"^state word_counts of word_count rebuilt from txids 1\.\.5: \d+ keys"),  # noqa: E501
     ("trident state scan word_count word_counts --txid 2", 0, r"as of txid 2"),

@@ -7,6 +7,7 @@ replays them; a replay that fails or crashes before its commit changes nothing.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections import Counter
@@ -242,7 +243,23 @@ def test_sensor_quarantines_a_poison_txid_and_the_cli_replays_it(
 
     with dg.instance_for_test() as instance:
         assert run(decide_next(instance, topo, trident, now, 1)).success
-        assert not run(decide_next(instance, topo, trident, now, 1)).success  # txid 2: poison
+        poisoned = run(decide_next(instance, topo, trident, now, 1))  # txid 2: poison
+        assert not poisoned.success
+        # the user's error first, in the step's failure and the run's log, no Java trace
+        user_error = (
+            "each(sentence) -> sentence, word [PyFunction]: trident_assets_tests.userland."
+            "poison_app.build.<locals>.split failed on input tuple ('a poison',): ValueError: "
+            "cannot handle 'poison'"
+        )
+        failure = poisoned.failure_data_for_node("poisoned_batches").error
+        assert failure.message == f"dagster._core.definitions.events.Failure: {user_error}\n"
+        assert (failure.cause, failure.context) == (None, None)
+        assert "java" not in str(failure).lower()
+        logged = [e.message for e in instance.all_logs(poisoned.run_id) if e.level == logging.ERROR]
+        assert logged[:2] == [
+            f"txid 2 failed, nothing committed: UserCodeError: {user_error}",
+            'Execution of step "poisoned_batches" failed.',
+        ]
         stop = decide_next(instance, topo, trident, now, 1)
         assert isinstance(stop, dg.SkipReason)
         assert stop.skip_message.endswith(

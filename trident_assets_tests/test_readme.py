@@ -463,7 +463,7 @@ def test_readme_trident_commands_parse(tmp_path: Path) -> None:
     [
         ["log", "create-topic", "sentences", "--partitions", "four"],  # not an int
         ["log", "create-topic", "sentences", "--partition", "4"],  # no such option
-        ["state", "get", "word_count", "word_counts"],  # missing the key
+        ["state", "get", "word_count"],  # missing the state
         ["log", "nope"],  # no such subcommand
         ["log"],  # a group, not a command
         ["demo", "[--home", "DIR]", "[--seed", "N]"],  # a synopsis naming a missing option

@@ -28,7 +28,12 @@ from trident_assets.backends.replica import Replica
 from trident_assets.cli import app
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
-from trident_assets.ui import SPARK_REMOTE_ENV, stop_process_group, ui_environment
+from trident_assets.ui import (
+    SPARK_REMOTE_ENV,
+    IdleTickFilter,
+    stop_process_group,
+    ui_environment,
+)
 
 TRIDENT = Path(sys.executable).parent / "trident"
 
@@ -128,7 +133,16 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
     assert _gone(server_pid), "the Spark Connect server outlived `trident ui`"
     assert _gone(dev_pid), "dagster dev outlived `trident ui`"
     assert _gone(dev_pid, group=True), "a process of dagster dev's group outlived `trident ui`"
-    assert "telemetry" not in out_path.read_text().lower().replace("telemetry:", "")
+    logged = out_path.read_text()
+    assert "telemetry" not in logged.lower().replace("telemetry:", "")
+    assert "SupersessionWarning" not in logged
+    assert "will not be used" not in logged
+    assert "Checking for new runs for sensor" not in logged, "idle ticks are not logged"
+    assert "No run requests returned" not in logged
+    skips = [line.split(" - ", 3)[-1] for line in logged.splitlines() if " skipped: " in line]
+    assert skips, "a sensor's reason to skip is shown (once)"
+    assert len(skips) == len(set(skips)), "\n".join(skips)
+    assert "Launching run for word_count_coordinator" in logged, "a run request is logged"
     words = Counter(w for s in SENTENCES for w in s.split())
     with DuckDBStore(home / "state.duckdb") as store:
         assert store.last_committed("word_count") == last
@@ -201,3 +215,32 @@ def test_ui_environment_sets_or_drops_the_spark_remote(
     env = ui_environment(tmp_path, "sc://127.0.0.1:15002")
     assert env[SPARK_REMOTE_ENV] == "sc://127.0.0.1:15002"
     assert env["TRIDENT_HOME"] == str(tmp_path.resolve())
+
+
+def _daemon_line(message: str) -> str:
+    return (
+        "\x1b[32m2026-11-25 19:16:50 +0000\x1b[0m - dagster.daemon.SensorDaemon - "
+        f"\x1b[34mINFO\x1b[0m - {message}\n"
+    )
+
+
+def test_idle_sensor_ticks_are_not_shown_and_a_skip_reason_once_until_it_changes() -> None:
+    lines = [
+        "\x1b[32m2026-11-25 19:16:44 +0000\x1b[0m - dagster - \x1b[34mINFO\x1b[0m - Launching "
+        "Dagster services...\n",
+        _daemon_line("Checking for new runs for sensor: wc"),
+        _daemon_line("Sensor wc skipped: wc: no new records after txid 5"),
+        _daemon_line("Checking for new runs for sensor: wc"),
+        _daemon_line("Sensor wc skipped: wc: no new records after txid 5"),
+        _daemon_line("Sensor ga skipped: ga: waiting for its topic"),
+        _daemon_line("No run requests returned for ga, skipping"),
+        _daemon_line("Added partition keys to dynamic partitions definition 'wc': ['6']"),
+        _daemon_line("Launching run for wc"),
+        _daemon_line("Completed launch of run 0a1b for wc"),
+        _daemon_line("Sensor wc skipped: wc: no new records after txid 5"),
+        _daemon_line("Sensor wc skipped: wc: no new records after txid 6"),
+        _daemon_line("Sensor ga skipped: ga: waiting for its topic"),
+    ]
+    keep = IdleTickFilter().keep
+    shown = [i for i, line in enumerate(lines) if keep(line)]
+    assert shown == [0, 2, 5, 7, 8, 9, 10, 11]

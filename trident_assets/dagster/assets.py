@@ -29,7 +29,12 @@ from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_gr
 from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, pool_name
 from trident_assets.dagster.partitions import parse_txid, txid_partitions
 from trident_assets.dagster.resources import TridentResource
-from trident_assets.errors import ConfigError, OutOfOrderCommitError, QuarantineError
+from trident_assets.errors import (
+    ConfigError,
+    OutOfOrderCommitError,
+    QuarantineError,
+    UserCodeError,
+)
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
 from trident_assets.status import record_failure
 from trident_assets.stream.topology import TridentTopology
@@ -147,7 +152,12 @@ def _failures_recorded(
     txids: list[int],
     outcomes: Iterator[BatchOutcome],
 ) -> Iterator[BatchOutcome]:
-    """``outcomes``, recording a failing txid for ``trident status`` before re-raising."""
+    """``outcomes``, recording a failing txid for ``trident status`` before re-raising.
+
+    A user function's failure (:class:`UserCodeError`, already without Spark's Java trace)
+    fails the step as a ``dagster.Failure`` whose description is the user's error (operation,
+    function, input, exception): the run's log and the UI show it first, not Dagster's wrapper.
+    """
     done = 0
     try:
         for outcome in outcomes:
@@ -158,6 +168,11 @@ def _failures_recorded(
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
         record_failure(trident.home, topology.name, txids[done], error, context.run.run_id)
+        if isinstance(exc, UserCodeError):
+            context.log.error(f"txid {txids[done]} failed, nothing committed: {error}")
+            raise dg.Failure(
+                description=str(exc), metadata={"txid": txids[done], "error": type(exc).__name__}
+            ) from None
         raise
 
 

@@ -21,7 +21,7 @@ from trident_assets.dagster.sensors import TXID_TAG
 from trident_assets.errors import ConfigError
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["materialize_batches", "range_tags"]
+__all__ = ["fail_killed_run", "materialize_batches", "range_tags"]
 
 
 def range_tags(first: int, last: int) -> dict[str, str]:
@@ -75,3 +75,37 @@ def materialize_batches(
         )
         for t in ordered
     ]
+
+
+def fail_killed_run(instance: dg.DagsterInstance, run: dg.DagsterRun, message: str) -> list[str]:
+    """Record a run whose process was killed as failed, its unfinished steps too.
+
+    A killed process records nothing itself: its supervisor reports the failure. Each step
+    that started but never finished gets a STEP_FAILURE event with ``message`` (else the UI
+    shows it executing forever), then the run a RUN_FAILURE. Returns the steps marked failed.
+    """
+    import logging
+
+    from dagster._core.execution.plan.objects import ErrorSource, StepFailureData
+    from dagster._utils.error import SerializableErrorInfo
+
+    unfinished = [
+        stats.step_key
+        for stats in instance.get_run_step_stats(run.run_id)
+        if stats.status is not None and stats.status.value == "IN_PROGRESS"
+    ]
+    for step_key in unfinished:
+        error = SerializableErrorInfo(message=message, stack=[], cls_name=None)
+        event = dg.DagsterEvent(
+            event_type_value=dg.DagsterEventType.STEP_FAILURE.value,
+            job_name=run.job_name,
+            step_key=step_key,
+            step_kind_value="COMPUTE",
+            message=f'Execution of step "{step_key}" failed: {message}',
+            event_specific_data=StepFailureData(
+                error=error, user_failure_data=None, error_source=ErrorSource.UNEXPECTED_ERROR
+            ),
+        )
+        instance.report_dagster_event(event, run_id=run.run_id, log_level=logging.ERROR)
+    instance.report_run_failed(run, message=message)
+    return unfinished
