@@ -11,7 +11,10 @@ at one location, for tests parametrized over both stores.
 ``make test`` runs the suite in two pytest-xdist workers with ``--dist loadfile``: a file's
 tests run in one worker, so a module-scoped fixture (``dagster dev``, a Spark cluster) starts
 once; session fixtures (``spark``, ``postgres_server``, ``demo_run``) start once per worker
-that needs them.
+that needs them. Two refinements (``pytest_xdist_make_scheduler``): files that share an
+expensive session fixture form one work unit (one worker starts it once), and work units are
+handed out longest first (``FILE_SECONDS``), so no long file starts last and leaves the other
+worker idle.
 """
 
 from __future__ import annotations
@@ -119,3 +122,53 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
     yield _open
     for store in opened:
         store.close()
+
+
+# Files that share an expensive session fixture run in one worker: file -> the unit's name.
+SHARED_WORKER = {"test_documented_commands.py": "test_demo_ui.py"}
+
+# Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
+# one second per test. Only the order matters: longest first.
+FILE_SECONDS: dict[str, float] = {
+    "test_single_join.py": 700,
+    "test_executor.py": 700,
+    "test_readme.py": 430,
+    "test_demo_ui.py": 400,
+    "test_dagster_dev.py": 300,
+    "test_chaos.py": 250,
+    "test_kafka.py": 250,
+    "test_dagster_ui_runs.py": 200,
+}
+
+
+def _unit(nodeid: str) -> str:
+    """The work unit (file name, or the shared unit's) of a test id."""
+    name = nodeid.split("::", 1)[0].rpartition("/")[2]
+    return SHARED_WORKER.get(name, name)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker: order the tests longest work unit first (the scheduler keeps it)."""
+    if not hasattr(config, "workerinput"):
+        return
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[_unit(item.nodeid)] = counts.get(_unit(item.nodeid), 0) + 1
+    items.sort(key=lambda item: -FILE_SECONDS.get(_unit(item.nodeid), counts[_unit(item.nodeid)]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with shared-fixture units, in the workers' (longest-first) order."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedUnits(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            folder = path.rpartition("/")[0]
+            return f"{folder}/{_unit(nodeid)}" if folder else _unit(nodeid)
+
+    if config.getvalue("dist") != "loadfile":
+        return None
+    config.option.loadscopereorder = False
+    return SharedUnits(config, log)
