@@ -9,7 +9,7 @@ Nothing here imports Spark, the state store or Dagster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
@@ -50,9 +50,14 @@ PURE_KINDS = frozenset({"spout", "each", "filter", "project", "map", "flat_map",
 
 def all_nodes(topology: TridentTopology) -> list[Node]:
     """Every node that feeds a state, an output or a state query of ``topology``."""
+    roots = [s.node for s in topology.states.values()] + [s.node for s in topology.outputs.values()]
+    return upstream([*roots, *(s.node for s in topology.queries)])
+
+
+def upstream(roots: Iterable[Node]) -> list[Node]:
+    """``roots`` and every node they read from, each once."""
     seen: dict[int, Node] = {}
-    todo = [s.node for s in topology.states.values()] + [s.node for s in topology.outputs.values()]
-    todo += [s.node for s in topology.queries]
+    todo = list(roots)
     while todo:
         node = todo.pop()
         if id(node) not in seen:

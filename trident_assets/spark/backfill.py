@@ -45,6 +45,7 @@ from trident_assets.backends.state_contracts import (
 )
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import BatchUnavailableError, ConfigError, StateContractError
+from trident_assets.planner import upstream
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.batch_tables import store_rows
 from trident_assets.spark.state_apply import apply_state
@@ -54,7 +55,6 @@ from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
 if TYPE_CHECKING:
     from trident_assets.backends.replica import Replica
     from trident_assets.backends.state_store import StateStore
-    from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
@@ -97,17 +97,6 @@ class RebuildOutcome:
 # -- what can be replayed ------------------------------------------------------------------------
 
 
-def _subgraph(node: Node) -> list[Node]:
-    seen: dict[int, Node] = {}
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        if id(n) not in seen:
-            seen[id(n)] = n
-            todo.extend(n.parents)
-    return list(seen.values())
-
-
 def _state_name(state: Any) -> str:
     spec = getattr(state, "spec", None)
     return str(getattr(spec, "name", None) or getattr(state, "name", "?"))
@@ -120,7 +109,7 @@ def replay_refusal(state: TridentState) -> str | None:
             "it is a single join: its pending halves and expiries depend on the state as it "
             "was at each txid, not on the log alone"
         )
-    for node in _subgraph(state.node.parents[0] if state.node.parents else state.node):
+    for node in upstream([state.node.parents[0] if state.node.parents else state.node]):
         if node.kind == "query":
             return (
                 f"it reads state {_state_name(node.args.get('state'))!r} through a state "
