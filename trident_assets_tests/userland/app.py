@@ -68,23 +68,23 @@ def build() -> TridentTopology:
     )
     only = words.project(["word"])
     only.map(PandasMap(with_length, {"word": "string", "length": "bigint"})).as_output("lengths")
-    only.flat_map(PandasFlatMap(vowels, {"word": "string", "vowel": "string"})).as_output(
-        "vowels"
-    )
+    only.flat_map(PandasFlatMap(vowels, {"word": "string", "vowel": "string"})).as_output("vowels")
     grouped = words.group_by("word")
     counts = grouped.persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "count")
     grouped.persistent_aggregate(StateSpec.opaque("letters"), "word", Letters(), "letters")
     words.persistent_aggregate(StateSpec.opaque("total_letters"), "word", Letters(), "total")
     grouped.persistent_aggregate(StateSpec.opaque("reduced"), "word", Occurrences(), "n")
     words.persistent_aggregate(StateSpec.opaque("with_e"), "word", WithE(), "n")
-    only.partition_persist(StateSpec.opaque("first_seen"), "word", FirstSeen(), ["word", "txid"])
+    only.partition_persist(
+        StateSpec.opaque("first_seen"), "word", FirstSeen(), ["word", "first_txid"]
+    )
     grouped.aggregate("word", Letters(), "letters").as_output("letters_grouped")
     words.aggregate("word", Letters(), "letters").as_output("letters_global")
     grouped.aggregate("word", Occurrences(), "n").as_output("occurrences_grouped")
     words.aggregate("word", Occurrences(), "n").as_output("occurrences_global")
-    words.state_query(counts, "word", Doubled(), "doubled").project(
-        ["word", "doubled"]
-    ).as_output("doubled")
+    words.state_query(counts, "word", Doubled(), "doubled").project(["word", "doubled"]).as_output(
+        "doubled"
+    )
     return topo
 
 
@@ -129,9 +129,7 @@ def run(
                 result["outputs"].setdefault(name, {})[txid] = [r[1:] for r in rows]
         for name in STATES[:-1]:
             table = store.scan(f"userland__{name}")
-            result["states"][name] = sorted(
-                [list(r.values()) for r in table.to_pylist()], key=repr
-            )
+            result["states"][name] = sorted([list(r.values()) for r in table.to_pylist()], key=repr)
         result["states"]["first_seen"] = _rows(store, "userland__first_seen")
     finally:
         store.close()

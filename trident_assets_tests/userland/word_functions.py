@@ -106,6 +106,6 @@ class FirstSeen(StateUpdater):
         with store.registered(batch) as name:
             return store.conn.sql(
                 f'INSERT INTO "{table}" SELECT DISTINCT word, ? FROM {name} '
-                "ON CONFLICT DO NOTHING RETURNING word, txid",
+                "ON CONFLICT DO NOTHING RETURNING word, txid AS first_txid",
                 params=[txid],
             ).to_arrow_table()
