@@ -18,12 +18,17 @@ still commits the whole txid in one transaction, and outputs and checks it does 
 """
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
-from trident_assets.dagster.batch_events import batch_events, refusal_observations, summary
+from trident_assets.dagster.batch_events import (
+    backfill_events,
+    batch_events,
+    refusal_observations,
+    summary,
+)
 from trident_assets.dagster.checks import CheckSettings, check_specs, evaluate_checks
 from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_graph
 from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, pool_name
@@ -110,6 +115,7 @@ def topology_assets(
                 replica=trident.replica(),
                 keep_txids=trident.keep_txids,
             )
+            yield from _caught_up(context, trident, topology, runner, keys, txids[0])
             reason = context.run.tags.get(QUARANTINE_TAG)
             batches = (
                 runner.run_batches(txids)
@@ -166,14 +172,52 @@ def _failures_recorded(
     except OutOfOrderCommitError:
         raise
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
-        record_failure(trident.home, topology.name, txids[done], error, context.run.run_id)
-        if isinstance(exc, UserCodeError):
-            context.log.error(f"txid {txids[done]} failed, nothing committed: {error}")
-            raise dg.Failure(
-                description=str(exc), metadata={"txid": txids[done], "error": type(exc).__name__}
-            ) from None
-        raise
+        _fail(context, trident, topology, txids[done], exc)
+
+
+def _fail(
+    context: dg.AssetExecutionContext,
+    trident: TridentResource,
+    topology: TridentTopology,
+    txid: int,
+    exc: Exception,
+) -> NoReturn:
+    """Record ``exc`` as ``txid``'s failure (``trident status``) and fail the step with it."""
+    error = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
+    record_failure(trident.home, topology.name, txid, error, context.run.run_id)
+    if isinstance(exc, UserCodeError):
+        context.log.error(f"txid {txid} failed, nothing committed: {error}")
+        raise dg.Failure(
+            description=str(exc), metadata={"txid": txid, "error": type(exc).__name__}
+        ) from None
+    raise exc
+
+
+def _caught_up(
+    context: dg.AssetExecutionContext,
+    trident: TridentResource,
+    topology: TridentTopology,
+    runner: TopologyRunner,
+    keys: dict[str, dg.AssetKey],
+    txid: int,
+) -> Iterator[dg.AssetMaterialization]:
+    """Build the topology's new states from the log before ``txid`` (the run's first).
+
+    Each txid a catch-up applies materializes that partition of the state's asset
+    (:func:`~.batch_events.backfill_events`), so the UI shows the new state filling in.
+    A failure is recorded against ``txid``; what was applied stays, the next run resumes.
+    """
+    try:
+        built = runner.backfill()
+    except Exception as exc:
+        _fail(context, trident, topology, txid, exc)
+    for outcome in built:
+        if outcome.applied:
+            context.log.info(
+                f"state {outcome.state} built from the log of txids {outcome.applied[0]}.."
+                f"{outcome.applied[-1]} (it covers txids from {outcome.first_txid})"
+            )
+        yield from backfill_events(keys, outcome)
 
 
 def _quarantine(

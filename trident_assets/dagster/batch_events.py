@@ -21,10 +21,17 @@ import dagster as dg
 from trident_assets.dagster.graph import AssetNode, topology_graph
 from trident_assets.dagster.partitions import txid_key
 from trident_assets.dagster.previews import markdown_table, preview_metadata
+from trident_assets.spark.backfill import BackfillOutcome
 from trident_assets.spark.outcomes import BatchOutcome
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["batch_events", "dependency_order", "refusal_observations", "summary"]
+__all__ = [
+    "backfill_events",
+    "batch_events",
+    "dependency_order",
+    "refusal_observations",
+    "summary",
+]
 
 
 def summary(outcome: BatchOutcome) -> str:
@@ -216,3 +223,28 @@ def dependency_order(topology: TridentTopology) -> list[str]:
     for role in graph:
         visit(role)
     return ordered
+
+
+def backfill_events(
+    keys: dict[str, dg.AssetKey], built: BackfillOutcome
+) -> Iterator[dg.AssetMaterialization]:
+    """One materialization of the new state's asset per txid its catch-up applied.
+
+    A state added to a topology is built from the log of the txids committed before it, one
+    store transaction per txid; each of those txids' partitions of the state's asset then
+    shows as materialized, marked ``backfill=true`` with the state's ``first_txid``. Txids
+    before ``first_txid`` (``backfill="from_retained"``) stay unmaterialized: the state does
+    not cover them.
+    """
+    key = keys[f"state:{built.state}"]
+    for txid in built.applied:
+        yield dg.AssetMaterialization(
+            asset_key=key,
+            partition=txid_key(txid),
+            description=f"built from the log of committed txid {txid} (state catch-up)",
+            metadata={
+                "txid": dg.MetadataValue.int(txid),
+                "backfill": dg.MetadataValue.bool(True),
+                "first_txid": dg.MetadataValue.int(built.first_txid),
+            },
+        )

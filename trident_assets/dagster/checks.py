@@ -15,7 +15,8 @@ On each spout-batch asset:
 On each count/sum state fed only by spouts and functions (``spark.verify.recomputable``):
 
 * ``exactly_once``: the state equals the aggregate recomputed from scratch over the
-  source records of every committed batch (their ranges come from Dagster's history).
+  source records of every committed batch from the state's first txid on (its contract's
+  ``first_txid``; their ranges come from Dagster's history).
 """
 
 from collections.abc import Collection, Iterator, Sequence
@@ -414,17 +415,20 @@ def evaluate_checks(
             yield _lag_check(key, sid, outcomes, settings.max_lag)
     if not full_history:
         return
+    firsts = runner.first_txids()
     for name, state in topology.states.items():
         key = keys[f"state:{name}"]
         if not recomputable(state) or not wanted(key, EXACTLY_ONCE):
             continue
         pending = runner.quarantined()
+        # a state built from a later txid (backfill="from_retained") covers txids >= first
+        first = firsts.get(name, 1)
         ranges = {
             sid: committed_ranges(
-                histories[sid],
-                outcomes,
+                {t: offsets for t, offsets in histories[sid].items() if t >= first},
+                [o for o in outcomes if o.txid >= first],
                 sid,
-                [r for e in pending if e.spout == sid for r in e.ranges],
+                [r for e in pending if e.spout == sid and e.txid >= first for r in e.ranges],
             )
             for sid in topology.spouts
         }
@@ -437,6 +441,7 @@ def evaluate_checks(
                 passed=False,
                 severity=dg.AssetCheckSeverity.WARN,
                 description=f"cannot recompute: {exc}",
+                metadata={"first_txid": first},
             )
             continue
         yield dg.AssetCheckResult(
@@ -444,6 +449,7 @@ def evaluate_checks(
             check_name=EXACTLY_ONCE,
             passed=result.passed,
             metadata={
+                "first_txid": first,
                 "keys_in_state": result.keys_in_state,
                 "keys_recomputed": result.keys_expected,
                 "mismatches": result.mismatches,
