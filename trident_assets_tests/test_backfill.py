@@ -17,7 +17,7 @@ from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_contracts import TABLE, stored_contracts
 from trident_assets.core.aggregators import Count
-from trident_assets.errors import StateContractError
+from trident_assets.errors import CorruptStateError, StateContractError
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.backfill import PROGRESS_TABLE, BackfillOutcome, progress
 from trident_assets.spark.executor import TopologyRunner
@@ -286,4 +286,69 @@ def test_sigkill_mid_backfill_resumes_exactly(
     assert resumed == [BackfillOutcome("seen", 1, 3, list(range(done + 1, 4)))]
     assert values(store, "seen") == words(SENTENCES)
     assert values(store, "counts") == words(SENTENCES)
+    store.close()
+
+
+def with_extra(*, merged: bool) -> Any:
+    """:func:`wc` plus spout ``extra`` (topic ``extra``, new to the topology) feeding state
+    ``extra_words`` (``merged``: the words of both spouts; else of ``extra`` alone)."""
+    topo = wc()
+    sentences = topo.spouts["sentences"]
+    spout = LogSpout(
+        "extra", StringScheme("sentence"), SpoutConfig(kind=SpoutKind.OPAQUE, max_batch_size=10)
+    )
+    extra = topo.new_stream("extra", spout).each("sentence", Split(), "word")
+    if merged:
+        from trident_assets.stream.streams import Stream
+
+        old = Stream(topo, sentences).each("sentence", Split(), "word")
+        extra = topo.merge(old, extra)
+    extra.group_by("word").persistent_aggregate(
+        StateSpec.opaque("extra_words"), "word", Count(), "n"
+    )
+    return topo
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["new-spout-only", "old-and-new-spouts"])
+def test_new_state_on_a_spout_new_to_the_topology(
+    spark: Any, tmp_path: Path, merged: bool
+) -> None:
+    log, store = committed_three(spark, tmp_path)
+    log.create_topic("extra", 1)
+    extra = ["x y", "y z x"]
+    producer = log.producer("extra")
+    for s in extra:
+        producer.send(s.encode())
+    producer.flush()
+    runner = TopologyRunner(with_extra(merged=merged), spark, store, log)
+    built = runner.backfill()
+    assert [(b.state, b.first_txid, b.applied) for b in built] == (
+        [("extra_words", 1, [1, 2, 3])] if merged else [("extra_words", 4, [])]
+    )
+    if merged:  # txids 1..3 replayed the old spout; the new one read nothing then
+        assert values(store, "extra_words") == words(SENTENCES)
+    send(log, MORE)
+    assert runner.run_batch(4).applied  # the new spout reads its topic from the start
+    expected = words((SENTENCES if merged else []) + MORE * merged + extra)
+    assert {r["word"]: r["value"] for r in store.scan("wc__extra_words").to_pylist()} == expected
+    assert values(store, "counts") == words(SENTENCES + MORE)
+    contract = {c.state: c for c in stored_contracts(store)}["extra_words"]
+    assert contract.first_txid == (1 if merged else 4)
+    store.close()
+
+
+def test_a_spout_whose_positions_were_lost_is_refused_not_restarted(
+    spark: Any, tmp_path: Path
+) -> None:
+    log, store = committed_three(spark, tmp_path)
+    store.execute("DELETE FROM _trident_spout_ranges WHERE spout = 'sentences'")
+    with pytest.raises(CorruptStateError) as err:
+        TopologyRunner(wc(), spark, store, log)
+    assert str(err.value) == (
+        "spout 'sentences' of topology 'wc' read txids from 1 on (the store's spout history "
+        "records them), but its committed positions are missing from the store, so its next "
+        "batch cannot know where to start. Nothing was run or written. Restore the state store "
+        "from a backup (`trident state restore`)"
+    )
+    assert store.last_committed("wc") == 3
     store.close()

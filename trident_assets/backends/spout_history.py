@@ -12,13 +12,14 @@ up), nothing here is deleted: it is the history a new state is built from
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from trident_assets.backends.state_store import StateStore
 from trident_assets.spouts.ranges import PartitionRange
 
-__all__ = ["HISTORY_TABLE", "read_history", "record_history"]
+__all__ = ["HISTORY_TABLE", "SpoutJoins", "read_history", "record_history", "spout_joins"]
 
 HISTORY_TABLE = "_trident_spout_history"
 
@@ -82,3 +83,36 @@ def read_history(
     for sid, txid, p, f, n, d, t in rows:
         found.setdefault((str(sid), int(txid)), []).append(PartitionRange(p, f, n, d, t))
     return found
+
+
+@dataclass(frozen=True)
+class SpoutJoins:
+    """When each spout of a topology first read a batch, as far as the history tells.
+
+    ``first_recorded``: the first txid with recorded ranges (None: nothing recorded);
+    ``joined``: per spout, the first txid it read. A spout that read nothing in a txid it
+    was not part of (added to the topology later) is *absent* there; a txid before
+    ``first_recorded`` is unknown (committed before the history was kept).
+    """
+
+    first_recorded: int | None
+    joined: dict[str, int]
+
+    def absent(self, spout: str, txid: int) -> bool:
+        """True when ``spout`` was not part of the topology at recorded ``txid``."""
+        if self.first_recorded is None or txid < self.first_recorded:
+            return False
+        joined = self.joined.get(spout)
+        return joined is None or txid < joined
+
+
+def spout_joins(store: StateStore, topology: str) -> SpoutJoins:
+    """The :class:`SpoutJoins` of ``topology`` (one grouped statement)."""
+    if not store.has_table(HISTORY_TABLE):
+        return SpoutJoins(None, {})
+    rows = store.fetch_rows(
+        f"SELECT spout, min(txid) FROM {HISTORY_TABLE} WHERE topology = ? GROUP BY spout",
+        [topology],
+    )
+    joined = {str(sid): int(first) for sid, first in rows}
+    return SpoutJoins(min(joined.values(), default=None), joined)

@@ -35,7 +35,7 @@ from trident_assets.backends.map_layout import (
     quote_ident,
     seq_name,
 )
-from trident_assets.backends.spout_history import read_history
+from trident_assets.backends.spout_history import SpoutJoins, read_history, spout_joins
 from trident_assets.backends.state_contracts import (
     TABLE as CONTRACTS_TABLE,
 )
@@ -142,16 +142,27 @@ def _txid_text(txids: Iterable[int]) -> str:
 
 
 def _unreadable(
-    topology: TridentTopology, store: StateStore, log: Any, spouts: Iterable[str], last: int
+    topology: TridentTopology,
+    store: StateStore,
+    log: Any,
+    spouts: Iterable[str],
+    last: int,
+    joins: SpoutJoins,
 ) -> tuple[dict[tuple[str, int], list[PartitionRange]], set[int], set[int]]:
     """The history of txids ``1..last`` of ``spouts``; txids unrecorded; txids unreadable.
 
-    Unreadable: the log no longer holds a range (retention, a re-created topic, a lost
-    partition). One read of the history; each partition's bounds are asked once.
+    Unrecorded: a spout that was part of the txid has no recorded range. Unreadable: the
+    log no longer holds a range (retention, a re-created topic, a lost partition). One read
+    of the history; each partition's bounds are asked once.
     """
     spout_ids = sorted(spouts)
     history = read_history(store, topology.name, spout_ids, 1, last)
-    missing = {t for t in range(1, last + 1) for s in spout_ids if (s, t) not in history}
+    missing = {
+        t
+        for t in range(1, last + 1)
+        for s in spout_ids
+        if (s, t) not in history and not joins.absent(s, t)
+    }
     gone: set[int] = set()
     for sid in spout_ids:
         source = topology.spouts[sid].args["spout"].source(log)
@@ -185,6 +196,10 @@ def plan_backfill(
 ) -> int:
     """The first txid new state ``name`` is built from (``last + 1``: nothing to replay).
 
+    A spout added to the topology after txids it was not part of read nothing in them
+    (:class:`~trident_assets.backends.spout_history.SpoutJoins`): a state fed only by spouts
+    new since txid ``last`` has nothing to replay and covers txids from ``last + 1`` (every
+    record its spouts read); a state fed by older and newer spouts replays what each read.
     Nothing is written.
 
     Raises:
@@ -204,7 +219,11 @@ def plan_backfill(
             "this topology"
         )
         raise StateContractError(msg)
-    _, missing, gone = _unreadable(topology, store, log, state.contract().spouts, last)
+    joins = spout_joins(store, topology.name)
+    spouts = state.contract().spouts
+    if all(joins.absent(s, t) for s in spouts for t in range(1, last + 1)):
+        return last + 1
+    _, missing, gone = _unreadable(topology, store, log, spouts, last, joins)
     bad = missing | gone
     if not bad:
         return 1
@@ -280,6 +299,11 @@ def _read_plans(runner: Any, state: TridentState, txid: int) -> dict[str, BatchP
     topo = runner.topology
     spouts = state.contract().spouts
     plans = _plans(topo, txid, read_history(runner.store, topo.name, spouts, txid, txid))
+    joins = spout_joins(runner.store, topo.name)
+    for sid in spouts:
+        if sid not in plans and joins.absent(sid, txid):  # added later: it read nothing
+            kind = topo.spouts[sid].args["spout"].config.kind
+            plans[sid] = BatchPlan.of(topo.name, sid, txid, kind, [], replay=True)
     for sid in spouts:
         if sid not in plans:
             msg = (
@@ -465,7 +489,8 @@ def rebuild_state(
                 "topology to build it anew"
             )
             raise StateContractError(msg)
-    _, missing, gone = _unreadable(topology, store, log, declared.spouts, last)
+    joins = spout_joins(store, topology.name)
+    _, missing, gone = _unreadable(topology, store, log, declared.spouts, last, joins)
     bad = {t for t in missing | gone if t >= have.first_txid}
     if bad:
         msg = (

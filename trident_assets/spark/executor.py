@@ -55,7 +55,7 @@ from trident_assets.backends.quarantine import (
     mark_replayed,
 )
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
-from trident_assets.backends.spout_history import record_history
+from trident_assets.backends.spout_history import record_history, spout_joins
 from trident_assets.backends.state_contracts import (
     check_contracts,
     check_topology_scope,
@@ -70,6 +70,7 @@ from trident_assets.core.user_code import from_worker_message
 from trident_assets.errors import (
     BatchUnavailableError,
     ConfigError,
+    CorruptStateError,
     DiskFullError,
     QuarantineError,
     TridentError,
@@ -178,6 +179,8 @@ class TopologyRunner:
         self.log = log
         self.fault = fault or (lambda _point: None)
         self.meta = DuckDBSpoutMetaStore(store)
+        self._joins_after = self._joining_spouts(last)
+        """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
         ship_package(spark)
         ship_user_modules(topology_code(all_nodes(topology)))
         ensure_dead_letters_table(store)
@@ -211,8 +214,41 @@ class TopologyRunner:
         """The batch coordinator of one spout."""
         spout = self.topology.spouts[spout_id].args["spout"]
         return BatchCoordinator(
-            self.topology.name, spout_id, spout.source(self.log), spout.config, self.meta
+            self.topology.name,
+            spout_id,
+            spout.source(self.log),
+            spout.config,
+            self.meta,
+            self._joins_after.get(spout_id, 0),
         )
+
+    def _joining_spouts(self, last: int | None) -> dict[str, int]:
+        """Spouts declared since the topology committed txids ``1..last``: name -> ``last``.
+
+        Such a spout joins at ``last + 1`` from its start position. A spout without committed
+        positions whose reads the history records lost its positions: refused.
+
+        Raises:
+            CorruptStateError: a spout's committed positions are missing from the store.
+        """
+        if not last:
+            return {}
+        joins = spout_joins(self.store, self.scope)
+        joining: dict[str, int] = {}
+        for sid in self.topology.spouts:
+            if self.meta.last_committed_txid(self.scope, sid) is not None:
+                continue
+            if sid in joins.joined:
+                msg = (
+                    f"spout {sid!r} of topology {self.scope!r} read txids from "
+                    f"{joins.joined[sid]} on (the store's spout history records them), but its "
+                    "committed positions are missing from the store, so its next batch cannot "
+                    "know where to start. Nothing was run or written. Restore the state store "
+                    "from a backup (`trident state restore`)"
+                )
+                raise CorruptStateError(msg)
+            joining[sid] = last
+        return joining
 
     def backlog(self) -> int:
         """Records available to the next batch across all spouts (before batch-size limits)."""

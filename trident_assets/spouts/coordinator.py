@@ -50,13 +50,20 @@ class BatchCoordinator:
         source: PartitionedSource,
         config: SpoutConfig,
         meta: SpoutMetaStore,
+        joins_after: int = 0,
     ) -> None:
-        """Coordinate spout ``spout`` of ``topology`` reading ``source``."""
+        """Coordinate spout ``spout`` of ``topology`` reading ``source``.
+
+        ``joins_after``: for a spout added to a topology that had committed txids
+        ``1..joins_after``, that txid (its first batch is ``joins_after + 1``, read from its
+        start position); 0 for a spout that is part of the topology from its first txid.
+        """
         self.topology = topology
         self.spout = spout
         self.source = source
         self.config = config
         self.meta = meta
+        self.joins_after = joins_after
 
     def emit(self, txid: int) -> BatchPlan:
         """Return the plan of batch ``txid`` (recording it first if the kind requires).
@@ -113,7 +120,7 @@ class BatchCoordinator:
 
     def _check_order(self, txid: int) -> None:
         last = self.meta.last_committed_txid(self.topology, self.spout)
-        expected = 1 if last is None else last + 1
+        expected = self.joins_after + 1 if last is None else last + 1
         if txid > expected:
             msg = (
                 f"spout {self.spout!r} of topology {self.topology!r} cannot emit txid {txid}: "
