@@ -198,6 +198,34 @@ CodeLocationsOption = Annotated[
 ]
 
 
+def declared_topology(name: str, modules: list[str] | None) -> Any:
+    """Topology ``name`` as the ``--module`` code locations declare it.
+
+    Raises:
+        ConfigError: a module cannot be imported, or none of them declares ``name``.
+    """
+    from trident_assets.cli_quarantine import module_topologies
+
+    names = modules or [DEFAULT_MODULE]
+    found: dict[str, Any] = {}
+    for module_name in names:
+        for topology, topo in module_topologies(module_name).items():
+            found.setdefault(topology, topo)
+    if name not in found:
+        where = (
+            f"module {names[0]} declares"
+            if len(names) == 1
+            else f"modules {', '.join(names)} declare"
+        )
+        declared = ", ".join(sorted(found)) or "none"
+        msg = (
+            f"{where} no topology {name!r} (declared: {declared}); pass --module with the "
+            "code location that declares it"
+        )
+        raise ConfigError(msg)
+    return found[name]
+
+
 def declared_states(modules: list[str] | None) -> tuple[str, dict[str, set[str]]]:
     """The code location's name for messages, and per topology it declares, its states.
 
@@ -562,28 +590,21 @@ def state_rebuild(
     topology: Annotated[str, typer.Argument(help="Topology name.")],
     state: Annotated[str, typer.Argument(help="State name (a persistent_aggregate).")],
     home: HomeOption = DEFAULT_HOME,
-    module: Annotated[
-        str,
-        typer.Option(
-            "--module",
-            envvar="TRIDENT_MODULE",
-            help="Module defining the topology (module-level topologies or lists of them).",
-        ),
-    ] = "trident_assets.definitions",
+    module: CodeLocationsOption = None,
     database: DatabaseOption = None,
 ) -> None:
     """Recompute STATE from the log of every committed txid and swap it in atomically.
 
     For a state whose values a bug made wrong: fix the code (give the aggregator a new
-    ``version`` if its meaning changed), then rebuild. The state is recomputed as declared
-    in MODULE into a shadow table, then replaces the stored one in one transaction; readers
-    see the old values or the new ones. Other states are untouched. Run it while the
-    topology is stopped (it takes the state file's write lock).
+    ``version`` if its meaning changed), then rebuild. The state is recomputed as the
+    --module code location(s) declare it, into a shadow table, then replaces the stored one
+    in one transaction; readers see the old values or the new ones. Other states are
+    untouched. Run it while the topology is stopped (it takes the state file's write lock).
     """
     import os
 
     from trident_assets.backends.postgres_config import is_postgres_dsn
-    from trident_assets.cli_quarantine import LOG_FILE, find_topology
+    from trident_assets.cli_quarantine import LOG_FILE
     from trident_assets.console import engine_logs_to
     from trident_assets.dagster.resources import TridentResource
     from trident_assets.spark.backfill import rebuild_state
@@ -591,7 +612,7 @@ def state_rebuild(
     with cli_errors():
         require_home(home)
         os.environ.setdefault("TRIDENT_HOME", str(home))
-        topo = find_topology(topology, module)
+        topo = declared_topology(topology, module)
         if database is not None and is_postgres_dsn(database):  # rebuild_state refuses it
             trident = TridentResource(home=str(home), state_dsn=database)
         else:

@@ -310,9 +310,7 @@ def with_extra(*, merged: bool) -> Any:
 
 
 @pytest.mark.parametrize("merged", [False, True], ids=["new-spout-only", "old-and-new-spouts"])
-def test_new_state_on_a_spout_new_to_the_topology(
-    spark: Any, tmp_path: Path, merged: bool
-) -> None:
+def test_new_state_on_a_spout_new_to_the_topology(spark: Any, tmp_path: Path, merged: bool) -> None:
     log, store = committed_three(spark, tmp_path)
     log.create_topic("extra", 1)
     extra = ["x y", "y z x"]

@@ -97,9 +97,7 @@ def test_from_retained_state_covers_and_is_checked_from_its_first_txid(
         result = run_txid(topo, trident, instance, 4)
 
         # txid 1 is not covered: its partition stays unmaterialized
-        assert sorted(instance.get_materialized_partitions(key)) == [
-            txid_key(t) for t in (2, 3, 4)
-        ]
+        assert sorted(instance.get_materialized_partitions(key)) == [txid_key(t) for t in (2, 3, 4)]
         assert seen_values(trident) == words(SENTENCES[2:] + MORE)
         check = exactly_once(result, key)
         # recomputed over txids 2..4 only: txid 1's records are gone and not in the state

@@ -159,7 +159,13 @@ def test_cli_state_rebuild(spark: Any, tmp_path: Path) -> None:
     store.execute('UPDATE "_trident_log_wc__counts" SET curr = curr + 1')
     store.close()
     args = ["state", "rebuild", "wc", "counts", "--home", str(home)]
-    module = ["--module", "trident_assets_tests.test_rebuild"]
+    # --module repeats, as for `state list` and `state drop`: wc is in the second location
+    module = [
+        "--module",
+        "trident_assets.definitions",
+        "--module",
+        "trident_assets_tests.test_rebuild",
+    ]
     done = CliRunner().invoke(app, [*args, *module])
     assert (done.exit_code, done.output) == (
         0,
@@ -172,6 +178,13 @@ def test_cli_state_rebuild(spark: Any, tmp_path: Path) -> None:
         1,
         "error: cannot rebuild state 'nope' of topology 'wc': topology 'wc' declares no state "
         "'nope'; its states: counts. Nothing was run or written\n",
+    )
+    unknown = CliRunner().invoke(app, [*args[:2], "wx", *args[3:], module[0], module[1]])
+    assert (unknown.exit_code, unknown.output.replace("\n", " ")) == (
+        1,
+        "error: module trident_assets.definitions declares no topology 'wx' (declared: "
+        "gender_age, location_db, word_count); pass --module with the code "
+        "location that declares it ",
     )
 
 

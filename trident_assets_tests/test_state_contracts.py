@@ -103,8 +103,9 @@ def test_identical_declaration_runs_on(spark: Any, tmp_path: Path, open_store: O
 REFUSED_TAIL = (
     "Nothing was run or written: the stored values would be mixed with values of another "
     "meaning. Ways out: restore the stored declaration; rename the state (a new state is built "
-    "from the retained log before it joins the topology); drop the stored state (`trident "
-    "state drop wc counts`), which is then built anew from the retained log; or, keeping its "
+    "from the retained log before it joins the topology); remove the state from the topology, "
+    "drop its stored values (`trident state drop wc counts`, refused while a topology declares "
+    "it) and declare it again (it is then built anew from the retained log); or, keeping its "
     "keys and state type, recompute it under the new declaration (`trident state rebuild wc "
     "counts --module MODULE`)"
 )
