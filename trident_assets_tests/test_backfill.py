@@ -350,3 +350,65 @@ def test_a_spout_whose_positions_were_lost_is_refused_not_restarted(
     )
     assert store.last_committed("wc") == 3
     store.close()
+
+
+def test_a_state_removed_then_declared_again_catches_up_the_txids_it_missed(
+    spark: Any, tmp_path: Path
+) -> None:
+    log = _log(tmp_path)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    with_seen = wc(StateSpec.opaque("seen"))
+    runner = TopologyRunner(with_seen, spark, store, log)
+    assert [o.txid for o in runner.run_batches([1, 2]) if o.applied] == [1, 2]
+    assert values(store, "seen") == words(SENTENCES[:4])
+
+    # txid 3 commits without `seen`: the commit records that it misses txids from 3 on
+    assert TopologyRunner(wc(), spark, store, log).run_batch(3).applied
+    assert store.fetch_rows("SELECT * FROM _trident_states_left") == [("wc", "seen", 2)]
+    assert values(store, "seen") == words(SENTENCES[:4])
+
+    send(log, MORE)
+    again = TopologyRunner(with_seen, spark, store, log)
+    assert again.backfill() == [BackfillOutcome("seen", 3, 3, [3])]
+    assert values(store, "seen") == words(SENTENCES)
+    assert again.run_batch(4).applied  # rejoins: the record that it had left goes
+    assert values(store, "seen") == words(SENTENCES + MORE)
+    assert values(store, "counts") == words(SENTENCES + MORE)
+    assert store.fetch_rows("SELECT * FROM _trident_states_left") == []
+    assert {c.state: c.first_txid for c in stored_contracts(store)} == {"counts": 1, "seen": 1}
+
+    # gone for one (empty) txid, then back: that txid is replayed into it
+    assert TopologyRunner(wc(), spark, store, log).run_batch(5).applied  # empty batch
+    back = TopologyRunner(with_seen, spark, store, log)
+    assert back.backfill() == [BackfillOutcome("seen", 5, 5, [5])]
+    assert back.run_batch(6).applied
+    assert store.fetch_rows("SELECT * FROM _trident_states_left") == []
+    assert TopologyRunner(with_seen, spark, store, log).backfill() == []
+    assert values(store, "seen") == words(SENTENCES + MORE)
+    store.close()
+
+
+def test_a_state_declared_again_is_refused_when_the_txids_it_missed_are_gone(
+    spark: Any, tmp_path: Path
+) -> None:
+    log = _log(tmp_path)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    with_seen = wc(StateSpec.opaque("seen"))
+    assert TopologyRunner(with_seen, spark, store, log).run_batch(1).applied
+    runner = TopologyRunner(wc(), spark, store, log)
+    assert [o.txid for o in runner.run_batches([2, 3]) if o.applied] == [2, 3]
+    log.delete_records_before("sentences", 0, 4)  # the records txids 1..2 read
+    seen_before = raw(store, "seen")
+    with pytest.raises(StateContractError) as err:
+        TopologyRunner(with_seen, spark, store, log)
+    assert str(err.value) == (
+        "state 'seen' of topology 'wc' left the topology after txid 1 (txids 2..3 committed "
+        "without it) and is declared again: it is caught up from the log of those txids before "
+        "it rejoins, but txid(s) 2 can no longer be replayed (ranges not recorded, or records "
+        "deleted by retention). Nothing was run or written. Rename it (a new state is built "
+        "from the retained log), or take it out of the declaration, drop its stored values "
+        "(`trident state drop wc seen`) and declare it again (it is then built anew)"
+    )
+    assert raw(store, "seen") == seen_before
+    assert store.last_committed("wc") == 3
+    store.close()

@@ -27,15 +27,21 @@ from trident_assets.core.contracts import StateContract, compare
 from trident_assets.errors import StateContractError
 
 __all__ = [
+    "LEFT_TABLE",
     "TABLE",
     "check_contracts",
     "check_state_asset_scope",
     "check_topology_scope",
+    "forget_left",
+    "record_left",
+    "states_left",
     "stored_contracts",
     "write_contracts",
 ]
 
 TABLE = "_trident_state_contracts"
+LEFT_TABLE = "_trident_states_left"
+"""States a topology committed txids without: (topology, state, left_after)."""
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +74,49 @@ def write_contracts(store: StateStore, contracts: Sequence[StateContract]) -> No
             f"INSERT INTO {TABLE} SELECT topology, state, table_name, contract "
             f'FROM "{name}" ON CONFLICT (topology, state) DO NOTHING'
         )
+
+
+def record_left(store: StateStore, topology: str, states: Sequence[str], after: int) -> None:
+    """Record that ``states`` (stored, no longer declared) miss txids after ``after``.
+
+    Call in the commit transaction of txid ``after + 1``; the first record of a state stays
+    (one statement).
+    """
+    if not states:
+        return
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {LEFT_TABLE} (topology VARCHAR NOT NULL, "
+        "state VARCHAR NOT NULL, left_after BIGINT NOT NULL, PRIMARY KEY (topology, state))"
+    )
+    names = sorted(states)
+    values = ", ".join("(?, ?, ?)" for _ in names)
+    store.execute(
+        f"INSERT INTO {LEFT_TABLE} (topology, state, left_after) VALUES {values} "
+        "ON CONFLICT (topology, state) DO NOTHING",
+        [v for name in names for v in (topology, name, after)],
+    )
+
+
+def states_left(store: StateStore, topology: str) -> dict[str, int]:
+    """Per state of ``topology`` that txids were committed without: the last txid it has."""
+    if not store.has_table(LEFT_TABLE):
+        return {}
+    rows = store.fetch_rows(
+        f"SELECT state, left_after FROM {LEFT_TABLE} WHERE topology = ?", [topology]
+    )
+    return {str(state): int(after) for state, after in rows}
+
+
+def forget_left(store: StateStore, topology: str, states: Sequence[str]) -> None:
+    """Forget that ``states`` left (in the commit where they rejoin, or when dropped)."""
+    names = sorted(states)
+    if not names or not store.has_table(LEFT_TABLE):
+        return
+    marks = ", ".join("?" for _ in names)
+    store.execute(
+        f"DELETE FROM {LEFT_TABLE} WHERE topology = ? AND state IN ({marks})",
+        [topology, *names],
+    )
 
 
 def _show(value: Any) -> str:

@@ -37,8 +37,8 @@ from trident_assets.backends.map_layout import (
 )
 from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_batches import TOTALS_TABLE
+from trident_assets.backends.state_contracts import LEFT_TABLE, stored_contracts
 from trident_assets.backends.state_contracts import TABLE as CONTRACTS_TABLE
-from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.backends.state_store import StateStore
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
@@ -205,6 +205,17 @@ def _drop_statements(
             )
         )
         rows.append(CONTRACTS_TABLE)
+    if store.has_table(LEFT_TABLE) and store.fetch_rows(
+        f"SELECT count(*) FROM {LEFT_TABLE} WHERE topology = ? AND state = ?",
+        [found.topology, found.state],
+    )[0][0]:
+        statements.append(
+            (
+                f"DELETE FROM {LEFT_TABLE} WHERE topology = ? AND state = ?",
+                [found.topology, found.state],
+            )
+        )
+        rows.append(LEFT_TABLE)
     return statements, dropped, rows
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "catch_up_one",
     "drop_progress",
     "plan_backfill",
+    "plan_rejoin",
     "progress",
     "rebuild_state",
     "replay_refusal",
@@ -148,18 +149,19 @@ def _unreadable(
     spouts: Iterable[str],
     last: int,
     joins: SpoutJoins,
+    first: int = 1,
 ) -> tuple[dict[tuple[str, int], list[PartitionRange]], set[int], set[int]]:
-    """The history of txids ``1..last`` of ``spouts``; txids unrecorded; txids unreadable.
+    """The history of txids ``first..last`` of ``spouts``; txids unrecorded; unreadable.
 
     Unrecorded: a spout that was part of the txid has no recorded range. Unreadable: the
     log no longer holds a range (retention, a re-created topic, a lost partition). One read
     of the history; each partition's bounds are asked once.
     """
     spout_ids = sorted(spouts)
-    history = read_history(store, topology.name, spout_ids, 1, last)
+    history = read_history(store, topology.name, spout_ids, first, last)
     missing = {
         t
-        for t in range(1, last + 1)
+        for t in range(first, last + 1)
         for s in spout_ids
         if (s, t) not in history and not joins.absent(s, t)
     }
@@ -255,6 +257,48 @@ def plan_backfill(
         "tables of its own)"
     )
     raise StateContractError(msg)
+
+
+def plan_rejoin(
+    topology: TridentTopology, store: StateStore, log: Any, name: str, left_after: int, last: int
+) -> int:
+    """The first txid a state declared again after leaving the topology is caught up from.
+
+    The state's stored values cover txids up to ``left_after``; the topology committed
+    ``left_after + 1..last`` without it. Those txids are replayed into it before it rejoins
+    (``last + 1`` when there are none). Nothing is written.
+
+    Raises:
+        StateContractError: those txids cannot be replayed into it (it reads another state,
+            or their ranges were not recorded or are no longer readable).
+    """
+    if left_after >= last:
+        return last + 1
+    state = topology.states[name]
+    head = (
+        f"state {name!r} of topology {topology.name!r} left the topology after txid "
+        f"{left_after} (txids {left_after + 1}..{last} committed without it) and is declared "
+        "again: it is caught up from the log of those txids before it rejoins"
+    )
+    way_out = (
+        "Nothing was run or written. Rename it (a new state is built from the retained log), "
+        "or take it out of the declaration, drop its stored values (`trident state drop "
+        f"{topology.name} {name}`) and declare it again (it is then built anew)"
+    )
+    refusal = replay_refusal(state)
+    if refusal is not None:
+        msg = f"{head}, but {refusal}. {way_out}"
+        raise StateContractError(msg)
+    joins = spout_joins(store, topology.name)
+    spouts = state.contract().spouts
+    _, missing, gone = _unreadable(topology, store, log, spouts, last, joins, left_after + 1)
+    if missing or gone:
+        msg = (
+            f"{head}, but txid(s) {_txid_text(missing | gone)} can no longer be replayed "
+            f"(ranges not recorded, or records deleted by retention). {way_out}"
+        )
+        raise StateContractError(msg)
+    return left_after + 1
 
 
 # -- progress ------------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ from trident_assets.backends.spout_history import record_history, spout_joins
 from trident_assets.backends.state_contracts import (
     check_contracts,
     check_topology_scope,
+    forget_left,
+    record_left,
+    states_left,
     stored_contracts,
     write_contracts,
 )
@@ -82,6 +85,7 @@ from trident_assets.spark.backfill import (
     catch_up_one,
     drop_progress,
     plan_backfill,
+    plan_rejoin,
     progress,
 )
 from trident_assets.spark.batch_run import BatchRun
@@ -166,10 +170,25 @@ class TopologyRunner:
             last,
             catch_up=catch_up,
         )
+        # A stored state this declaration lacks misses the txids committed without it; if it
+        # is declared again later, those txids are replayed into it before it rejoins.
+        declared = set(topology.states)
+        stored_here = {c.state for c in stored_contracts(store) if c.topology == topology.name}
+        self._absent = sorted(stored_here - declared)
+        """Stored states not declared: each commit records that they miss its txid."""
+        rejoining: set[str] = set()
+        for name, after in states_left(store, topology.name).items():
+            if name not in declared:
+                continue
+            rejoining.add(name)
+            if name not in building and last is not None:
+                first = plan_rejoin(topology, store, log, name, after, last)
+                if first <= last:
+                    building[name] = first
         self._building = building
-        """New states to build from the log before the next batch: name -> first txid."""
-        self._joining: set[str] = set()
-        """States built from the log whose progress rows the next commit removes."""
+        """States to build from the log before the next batch: name -> first txid."""
+        self._joining: set[str] = rejoining - building.keys()
+        """States whose progress rows (and records of having left) the next commit removes."""
         self.compaction = compaction
         self.max_spout_pending = max_spout_pending
         self.pipelinable = pipelinable(topology)
@@ -477,13 +496,20 @@ class TopologyRunner:
         """Commit one txid in its own transaction, then compact what the policy says."""
         return self._commit(run.txid, run.plans, lambda: run.commit(prepared), timings, share)
 
-    def _apply(self, apply: Callable[[], BatchOutcome]) -> BatchOutcome:
-        """In the commit transaction: write the contracts of new states, then the batch."""
+    def _apply(self, apply: Callable[[], BatchOutcome], txid: int) -> BatchOutcome:
+        """In ``txid``'s commit transaction: the states' bookkeeping, then the batch.
+
+        Contracts of new states are written; states built from the log join (their progress
+        and any record that they had left are removed); stored states this declaration
+        lacks are recorded as missing the txids from ``txid`` on.
+        """
         pending, self._pending_contracts = self._pending_contracts, []
         joining, self._joining = self._joining, set()
         try:
             write_contracts(self.store, pending)
             drop_progress(self.store, self.scope, joining)
+            forget_left(self.store, self.scope, sorted(joining))
+            record_left(self.store, self.scope, self._absent, txid - 1)
             return apply()
         except BaseException:
             self._pending_contracts = pending  # rolled back: write them with the next commit
@@ -501,7 +527,9 @@ class TopologyRunner:
         """Run ``apply`` in ``txid``'s commit transaction, publish, then compact."""
         t_commit = time.perf_counter()
         try:
-            result = commit_batch(self.store, self.scope, txid, lambda _tx: self._apply(apply))
+            result = commit_batch(
+                self.store, self.scope, txid, lambda _tx: self._apply(apply, txid)
+            )
         except TridentError:
             raise
         except Exception as exc:
