@@ -49,13 +49,18 @@ def exactly_once(result: Any, key: dg.AssetKey) -> Any:
     return evaluation
 
 
+def three_committed(trident: TridentResource, instance: Any) -> None:
+    """Txids 1..3 of topology ``wc`` (state ``counts`` only) through Dagster."""
+    for txid in (1, 2, 3):
+        run_txid(wc(), trident, instance, txid)
+
+
 def test_new_state_partitions_fill_as_it_is_built_and_are_checked(
     spark: Any, tmp_path: Path
 ) -> None:
     trident = world(tmp_path)
     with dg.instance_for_test() as instance:
-        for txid in (1, 2, 3):
-            run_txid(wc(), trident, instance, txid)
+        three_committed(trident, instance)
         send(trident.log(), MORE)
         topo = wc(StateSpec.opaque("seen"))
         key = asset_keys(topo)["state:seen"]
@@ -87,8 +92,7 @@ def test_from_retained_state_covers_and_is_checked_from_its_first_txid(
 ) -> None:
     trident = world(tmp_path)
     with dg.instance_for_test() as instance:
-        for txid in (1, 2, 3):
-            run_txid(wc(), trident, instance, txid)
+        three_committed(trident, instance)
         log = trident.log()
         log.delete_records_before("sentences", 0, 2)  # the records txid 1 read
         send(log, MORE)

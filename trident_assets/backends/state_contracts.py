@@ -16,7 +16,7 @@ warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "check_contracts",
     "check_state_asset_scope",
     "check_topology_scope",
+    "delete_state_rows",
     "forget_left",
     "record_left",
     "states_left",
@@ -107,16 +108,23 @@ def states_left(store: StateStore, topology: str) -> dict[str, int]:
     return {str(state): int(after) for state, after in rows}
 
 
-def forget_left(store: StateStore, topology: str, states: Sequence[str]) -> None:
-    """Forget that ``states`` left (in the commit where they rejoin, or when dropped)."""
+def delete_state_rows(store: StateStore, table: str, topology: str, states: Iterable[str]) -> None:
+    """Delete the rows of ``states`` of ``topology`` from bookkeeping table ``table``.
+
+    ``table`` is one of the project's own table names (never user input); one statement.
+    """
     names = sorted(states)
-    if not names or not store.has_table(LEFT_TABLE):
+    if not names or not store.has_table(table):
         return
     marks = ", ".join("?" for _ in names)
     store.execute(
-        f"DELETE FROM {LEFT_TABLE} WHERE topology = ? AND state IN ({marks})",
-        [topology, *names],
+        f"DELETE FROM {table} WHERE topology = ? AND state IN ({marks})", [topology, *names]
     )
+
+
+def forget_left(store: StateStore, topology: str, states: Iterable[str]) -> None:
+    """Forget that ``states`` left (in the commit where they rejoin)."""
+    delete_state_rows(store, LEFT_TABLE, topology, states)
 
 
 def _show(value: Any) -> str:

@@ -40,6 +40,7 @@ from trident_assets.backends.state_contracts import (
     TABLE as CONTRACTS_TABLE,
 )
 from trident_assets.backends.state_contracts import (
+    delete_state_rows,
     stored_contracts,
     write_contracts,
 )
@@ -317,14 +318,7 @@ def progress(store: StateStore, topology: str) -> dict[str, tuple[int, int]]:
 
 def drop_progress(store: StateStore, topology: str, states: Iterable[str]) -> None:
     """Forget the progress of ``states`` (in the commit where they join the topology)."""
-    names = sorted(states)
-    if not names or not store.has_table(PROGRESS_TABLE):
-        return
-    marks = ", ".join("?" for _ in names)
-    store.execute(
-        f"DELETE FROM {PROGRESS_TABLE} WHERE topology = ? AND state IN ({marks})",
-        [topology, *names],
-    )
+    delete_state_rows(store, PROGRESS_TABLE, topology, states)
 
 
 def _plans(

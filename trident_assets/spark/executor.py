@@ -508,7 +508,7 @@ class TopologyRunner:
         try:
             write_contracts(self.store, pending)
             drop_progress(self.store, self.scope, joining)
-            forget_left(self.store, self.scope, sorted(joining))
+            forget_left(self.store, self.scope, joining)
             record_left(self.store, self.scope, self._absent, txid - 1)
             return apply()
         except BaseException:
