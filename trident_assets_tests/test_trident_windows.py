@@ -1,0 +1,369 @@
+"""Trident windows on Spark with DuckDB state: fired once, in the txid they fire, across crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trident_assets as ta
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.window_tuples import META_TABLE, read_meta
+from trident_assets.core.aggregators import Count, ReducerAggregator, Sum
+from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
+from trident_assets.log.store import PartitionedLog
+from trident_assets.spark.executor import TopologyRunner
+from trident_assets.spark.schemes import JsonScheme
+from trident_assets.spouts.config import SpoutConfig, SpoutKind
+from trident_assets.spouts.log_spout import LogSpout
+from trident_assets.stream.operations import PyMap
+from trident_assets.stream.topology import StateSpec, TridentTopology
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Concat(ReducerAggregator[str]):
+    """Joins the values with ``,`` in window order."""
+
+    output_type = "string"
+
+    def init(self) -> str:
+        return ""
+
+    def reduce(self, acc: str, values: tuple[Any, ...]) -> str:
+        return f"{acc},{values[0]}" if acc else str(values[0])
+
+
+def spout() -> LogSpout:
+    config = SpoutConfig(kind=SpoutKind.TRANSACTIONAL)
+    return LogSpout("nums", JsonScheme({"n": "bigint"}), config)
+
+
+def make_log(root: Path, partitions: int = 1) -> PartitionedLog:
+    log = PartitionedLog(root / "log")
+    log.create_topic("nums", partitions)
+    return log
+
+
+def produce(log: PartitionedLog, values: list[int], partition: int = 0) -> None:
+    producer = log.producer("nums")
+    for v in values:
+        producer.send(json.dumps({"n": v}).encode(), partition=partition)
+    producer.flush()
+
+
+def window_topology(config: Any, agg: Any = None, out: str = "total") -> TridentTopology:
+    """``w``: a window (``config``) of ``n`` and, downstream, how many windows fired and
+    the sum of their aggregates (opaque states ``fired`` and ``summed``)."""
+    topo = TridentTopology("w")
+    fired = topo.new_stream("nums", spout()).window(config, "n", agg or Sum(), out, spec="win")
+    fired.persistent_aggregate(StateSpec.opaque("fired"), out, Count(), "windows")
+    if agg is None:
+        fired.persistent_aggregate(StateSpec.opaque("summed"), out, Sum(), "sum")
+    return topo
+
+
+def fired_in(store: DuckDBStore, txid: int, out: str = "total") -> list[Any]:
+    """The window stream's tuples of ``txid`` (the window's new values), in order."""
+    table = "w__win__new_values"
+    if not store.has_table(table):
+        return []
+    return [r[0] for r in store.fetch_rows(f'SELECT "{out}" FROM "{table}" WHERE txid = ?', [txid])]
+
+
+def global_value(store: DuckDBStore, state: str) -> Any:
+    rows = store.scan(f"w__{state}").to_pylist()
+    return rows[0]["value"] if rows else None
+
+
+def run_sizes(
+    spark: Any, root: Path, topo: TridentTopology, sizes: list[int], **runner: Any
+) -> tuple[DuckDBStore, TopologyRunner, list[list[Any]]]:
+    """Numbers 1, 2, ... in batches of ``sizes`` (one txid each); the fired tuples per txid."""
+    log = make_log(root)
+    store = DuckDBStore(root / "state.duckdb")
+    run = TopologyRunner(topo, spark, store, log, **runner)
+    fired, n = [], 0
+    for txid, size in enumerate(sizes, start=1):
+        produce(log, list(range(n + 1, n + size + 1)))
+        n += size
+        assert run.run_batch(txid).applied
+        fired.append(fired_in(store, txid))
+    return store, run, fired
+
+
+def test_tumbling_count_window_across_batches(spark: Any, tmp_path: Path) -> None:
+    """3 tuples per window over batches of 2, 4, 1 and 5 tuples: Storm's TumblingCountWindow."""
+    topo = window_topology(ta.TumblingCountWindow(3))
+    store, _run, fired = run_sizes(spark, tmp_path, topo, [2, 4, 1, 5])
+    assert fired == [[], [6, 15], [], [24, 33]]
+    assert global_value(store, "fired") == 4
+    assert global_value(store, "summed") == 78
+    assert store.fetch_rows('SELECT count(*) FROM "w__win"') == [(0,)]  # nothing left open
+    assert read_meta(store, "w__win").seen == 12
+    store.close()
+
+
+def test_sliding_count_window_holds_tuples_in_order(spark: Any, tmp_path: Path) -> None:
+    """Window 4, slide 2: the first window holds 2 tuples (Storm's count trigger)."""
+    topo = window_topology(ta.SlidingCountWindow(4, 2), agg=Concat(), out="seq")
+    log = make_log(tmp_path)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    run = TopologyRunner(topo, spark, store, log)
+    fired, n = [], 0
+    for txid, size in enumerate([2, 4, 1, 5], start=1):
+        produce(log, list(range(n + 1, n + size + 1)))
+        n += size
+        run.run_batch(txid)
+        fired.append(fired_in(store, txid, "seq"))
+    assert fired == [["1,2"], ["1,2,3,4", "3,4,5,6"], [], ["5,6,7,8", "7,8,9,10", "9,10,11,12"]]
+    assert global_value(store, "fired") == 6
+    store.close()
+
+
+def test_count_window_orders_by_partition_then_offset(spark: Any, tmp_path: Path) -> None:
+    """Within a txid tuples are ordered by (partition, offset), whatever Spark's split."""
+    topo = TridentTopology("w")
+    stream = topo.new_stream("nums", spout()).each(
+        "n", ta.PyFunction(lambda n: [(n * 10,)], {"m": "bigint"}), "m"
+    )
+    stream.tumbling_window("m", Concat(), "seq", count=4, spec="win")
+    log = make_log(tmp_path, partitions=2)
+    produce(log, [1, 2, 3], partition=1)
+    produce(log, [4, 5], partition=0)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    run = TopologyRunner(topo, spark, store, log)
+    run.run_batch(1)
+    assert fired_in(store, 1, "seq") == ["40,50,10,20"]
+    produce(log, [6, 7, 8], partition=0)
+    run.run_batch(2)
+    assert fired_in(store, 2, "seq") == ["30,60,70,80"]
+    store.close()
+
+
+def durations(
+    spark: Any, root: Path, config: Any
+) -> tuple[DuckDBStore, TopologyRunner, list[list[Any]]]:
+    """Txids 1..7 at 1, 4, 12, 13, 35, 36 and 41 s with 1, 2, 1, 1, 1, 0, 1 tuples (n=1)."""
+    times = iter([1.0, 4.0, 12.0, 13.0, 35.0, 36.0, 41.0])
+    now = [0.0]
+    topo = window_topology(config)
+    log = make_log(root)
+    store = DuckDBStore(root / "state.duckdb")
+    run = TopologyRunner(topo, spark, store, log, clock=lambda: now[0])
+    fired = []
+    for txid, size in enumerate([1, 2, 1, 1, 1, 0, 1], start=1):
+        produce(log, [1] * size)
+        now[0] = next(times)
+        run.run_batch(txid)
+        fired.append(fired_in(store, txid))
+    return store, run, fired
+
+
+def test_tumbling_duration_window_over_recorded_times(spark: Any, tmp_path: Path) -> None:
+    """10 s windows: [0, 10) fires at txid 3 (12 s), [10, 20) at txid 5; [20, 30) is empty."""
+    store, _run, fired = durations(spark, tmp_path, ta.TumblingDurationWindow(10))
+    assert fired == [[], [], [3], [], [2], [], [1]]
+    assert read_meta(store, "w__win").time_ms == 41_000
+    assert global_value(store, "fired") == 3
+    store.close()
+
+
+def test_sliding_duration_window_over_recorded_times(spark: Any, tmp_path: Path) -> None:
+    """10 s every 5 s: [-5, 5) and [0, 10) at txid 3; [5, 15) and [10, 20) at txid 5."""
+    store, _run, fired = durations(spark, tmp_path, ta.SlidingDurationWindow(10, 5))
+    assert fired == [[], [], [3, 3], [], [2, 2], [], [1]]
+    # what is kept: the partials of txids 5 (35 s) and 7 (41 s), still due in [35, 45)
+    assert store.fetch_rows('SELECT _trident_txid FROM "w__win" ORDER BY 1') == [(5,), (7,)]
+    store.close()
+
+
+def test_a_replayed_txid_fires_nothing_again(spark: Any, tmp_path: Path) -> None:
+    topo = window_topology(ta.TumblingCountWindow(3))
+    store, run, fired = run_sizes(spark, tmp_path, topo, [2, 4])
+    assert fired == [[], [6, 15]]
+    before = store.fetch_rows(f"SELECT * FROM {META_TABLE}")
+    again = run.run_batch(2)
+    assert not again.applied
+    assert fired_in(store, 2) == [6, 15]
+    assert store.fetch_rows(f"SELECT * FROM {META_TABLE}") == before
+    assert global_value(store, "fired") == 2
+    store.close()
+
+
+def test_the_window_store_stays_bounded(spark: Any, tmp_path: Path) -> None:
+    """32 txids of 3 tuples through a 5-tuple window sliding by 2: at most 5 tuples kept."""
+    topo = window_topology(ta.SlidingCountWindow(5, 2))
+    log = make_log(tmp_path)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    run = TopologyRunner(topo, spark, store, log, max_spout_pending=1)
+    total_fired = 0
+    for txid in range(1, 33):
+        produce(log, [txid] * 3)
+        run.run_batch(txid)
+        total_fired += len(fired_in(store, txid))
+        assert store.fetch_rows('SELECT count(*) FROM "w__win"')[0][0] <= 5
+    assert total_fired == 96 // 2
+    assert read_meta(store, "w__win").fired == 48
+    assert global_value(store, "fired") == 48
+    store.close()
+
+
+CHILD = """
+import json, os, signal, sys
+from pathlib import Path
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.log.store import PartitionedLog
+from trident_assets.spark.executor import TopologyRunner
+from trident_assets.spark.session import build_spark_session
+from trident_assets.core.trident_windows import TumblingCountWindow
+from trident_assets_tests.test_trident_windows import window_topology
+
+root = Path(sys.argv[1])
+spark = build_spark_session(
+    {"spark.local.dir": str(root / "spark"), "spark.sql.warehouse.dir": str(root / "wh")}
+)
+
+def fault(point):
+    if point == "after_state_write":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+store = DuckDBStore(root / "state.duckdb")
+runner = TopologyRunner(window_topology(TumblingCountWindow(3)), spark, store,
+                        PartitionedLog(root / "log"), fault=fault)
+runner.run_batch(2)
+"""
+
+
+def test_sigkill_between_window_write_and_commit(spark: Any, tmp_path: Path) -> None:
+    """Killed after the window store write of txid 2: nothing of it stays; the re-run fires
+    each window once, and the downstream states count each window once."""
+    topo = window_topology(ta.TumblingCountWindow(3))
+    log = make_log(tmp_path)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    produce(log, [1, 2])
+    TopologyRunner(topo, spark, store, log).run_batch(1)
+    produce(log, [3, 4, 5, 6, 7])
+    store.close()
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(CHILD))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path, timeout=300
+    )
+    assert proc.returncode == -signal.SIGKILL
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    assert store.last_committed("w") == 1
+    assert read_meta(store, "w__win").last_txid == 1
+    assert store.fetch_rows('SELECT _trident_seq FROM "w__win" ORDER BY 1') == [(1,), (2,)]
+    run = TopologyRunner(window_topology(ta.TumblingCountWindow(3)), spark, store, log)
+    assert run.run_batch(2).applied
+    assert fired_in(store, 2) == [6, 15]
+    assert store.fetch_rows('SELECT _trident_seq FROM "w__win" ORDER BY 1') == [(7,)]
+    produce(log, [8, 9])
+    run.run_batch(3)
+    assert fired_in(store, 3) == [24]
+    assert global_value(store, "fired") == 3
+    assert global_value(store, "summed") == 45
+    store.close()
+
+
+def test_a_changed_window_config_is_refused(spark: Any, tmp_path: Path) -> None:
+    topo = window_topology(ta.TumblingCountWindow(3))
+    store, _run, _fired = run_sizes(spark, tmp_path, topo, [2])
+    changed = window_topology(ta.SlidingCountWindow(3, 1))
+    with pytest.raises(StateContractError, match="win") as info:
+        TopologyRunner(changed, spark, store, make_log(tmp_path / "other"))
+    assert "SlidingCountWindow(size=3, slide=1)" in str(info.value)
+    store.close()
+
+
+def test_python_combiner_and_min_over_duration_windows(spark: Any, tmp_path: Path) -> None:
+    """A Max over a duration window: partials per txid, combined when the window fires."""
+    now = [0.0]
+    topo = TridentTopology("w")
+    topo.new_stream("nums", spout()).tumbling_window("n", ta.Max(), "top", duration=10, spec="win")
+    log = make_log(tmp_path)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    run = TopologyRunner(topo, spark, store, log, clock=lambda: now[0])
+    for txid, (values, at) in enumerate([([3, 9], 1.0), ([4], 2.0), ([1], 11.0)], start=1):
+        produce(log, values)
+        now[0] = at
+        run.run_batch(txid)
+    assert fired_in(store, 3, "top") == [9]
+    store.close()
+
+
+# -- declaration ----------------------------------------------------------------------------------
+
+
+def stream() -> Any:
+    return TridentTopology("w").new_stream("nums", spout())
+
+
+@pytest.mark.parametrize(
+    ("declare", "error", "message"),
+    [
+        (
+            lambda s: s.tumbling_window("n", Sum(), "t", count=0, spec="win"),
+            ConfigError,
+            "TumblingCountWindow count must be an integer >= 1, got 0",
+        ),
+        (
+            lambda s: s.sliding_window("n", Sum(), "t", count=2, slide=3, spec="win"),
+            ConfigError,
+            r"the slide \(3 tuples\) must not be larger than the window \(2 tuples\)",
+        ),
+        (
+            lambda s: s.tumbling_window("n", Sum(), "t", count=2, duration=1, spec="win"),
+            ConfigError,
+            "tumbling_window takes count or duration",
+        ),
+        (
+            lambda s: s.tumbling_window("x", Sum(), "t", count=2, spec="win"),
+            FieldNotFoundError,
+            "trying to select non-existent field 'x'",
+        ),
+        (
+            lambda s: s.tumbling_window("n", Concat(), "t", duration=5, spec="win"),
+            ConfigError,
+            "duration window 'win' keeps one partial per txid .* needs a CombinerAggregator",
+        ),
+        (
+            lambda s: s.tumbling_window("n", object(), "t", count=2, spec="win"),
+            ConfigError,
+            "window 'win' needs a CombinerAggregator or ReducerAggregator",
+        ),
+        (
+            lambda s: s.window(3, "n", Sum(), "t", spec="win"),
+            ConfigError,
+            "window 'win' needs a WindowConfig",
+        ),
+        (
+            lambda s: s.tumbling_window("n", Sum(), "txid", count=2, spec="win"),
+            ConfigError,
+            "output field 'txid' is reserved",
+        ),
+        (
+            lambda s: s.map(PyMap(lambda n: n)).tumbling_window("n", Sum(), "t", count=2, spec="w"),
+            ConfigError,
+            r"count window 'w': its input passes through map .* must come from one spout",
+        ),
+    ],
+)
+def test_bad_declarations_are_refused(declare: Any, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        declare(stream())
+
+
+def test_a_duration_window_takes_any_stream() -> None:
+    s = stream().map(PyMap(lambda n: n))
+    out = s.tumbling_window("n", Sum(), "t", duration=5, spec="win")
+    assert out.fields == ("t",)
