@@ -22,6 +22,7 @@ from trident_assets.stream.graph import Node, StateSpec, StateUpdater
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
 from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
+from trident_assets.stream.windowing import window_node
 
 if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
@@ -275,9 +276,11 @@ class Stream:
         aggregate enters the returned stream once, in the txid in which it fired; see
         docs/trident-windows.md for the firing rules.
         """
-        from trident_assets.stream.windowing import declare_window
-
-        return declare_window(self, config, inputs, aggregator, output, spec)
+        node, state_spec = window_node(self, config, inputs, aggregator, output, spec)
+        self.topology.check_exactly_once(state_spec, node)
+        state = TridentState(self.topology, state_spec, node, group=(), value_field=None)
+        self.topology.register_state(state)
+        return state.new_values_stream()
 
     def tumbling_window(
         self,

@@ -23,7 +23,7 @@ from trident_assets.stream.graph import Node, StateSpec
 if TYPE_CHECKING:
     from trident_assets.stream.streams import Stream
 
-__all__ = ["ORDERED_KINDS", "TRIDENT_WINDOW", "declare_window"]
+__all__ = ["ORDERED_KINDS", "TRIDENT_WINDOW", "window_node"]
 
 TRIDENT_WINDOW = "trident_window"
 """Node kind (and args key) of a window's state node."""
@@ -45,15 +45,18 @@ def _ordered_input(node: Node) -> str | None:
         node = node.parents[0]
 
 
-def declare_window(
+def window_node(
     stream: Stream,
     config: WindowConfig,
     inputs: str | Sequence[str],
     aggregator: Any,
     output: str | Sequence[str],
     spec: StateSpec | str,
-) -> Stream:
-    """Declare a window over ``stream``; return the stream of its fired windows' aggregates.
+) -> tuple[Node, StateSpec]:
+    """Validate a window over ``stream``; return its state node and store spec.
+
+    ``Stream.window`` registers the node as a state of the topology and returns its
+    new-values stream: the stream of the fired windows' aggregates.
 
     Raises:
         ConfigError: a config that is not a WindowConfig, a spec that is not a StateSpec or
@@ -95,14 +98,8 @@ def declare_window(
             )
             raise ConfigError(msg)
     window = TridentWindow(config, ins, aggregator, outs[0])
-    from trident_assets.stream.streams import TridentState
-
-    topo = stream.topology
     node = Node(TRIDENT_WINDOW, outs, (stream.node,), {TRIDENT_WINDOW: window, "spec": spec})
-    topo.check_exactly_once(spec, node)
-    state = TridentState(topo, spec, node, (), None)
-    topo.register_state(state)
-    return state.new_values_stream()
+    return node, spec
 
 
 def _check_aggregator(name: str, config: WindowConfig, ins: Sequence[str], agg: Any) -> None:
