@@ -367,3 +367,35 @@ def test_a_duration_window_takes_any_stream() -> None:
     s = stream().map(PyMap(lambda n: n))
     out = s.tumbling_window("n", Sum(), "t", duration=5, spec="win")
     assert out.fields == ("t",)
+
+
+def test_a_window_added_later_and_quarantine_are_refused(spark: Any, tmp_path: Path) -> None:
+    """A window cannot be built from the log of committed txids, nor skip a txid."""
+    log = make_log(tmp_path)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    plain = TridentTopology("w")
+    plain.new_stream("nums", spout()).persistent_aggregate(
+        StateSpec.opaque("count"), "n", Count(), "c"
+    )
+    produce(log, [1, 2])
+    TopologyRunner(plain, spark, store, log).run_batch(1)
+    later = TridentTopology("w")
+    nums = later.new_stream("nums", spout())
+    nums.persistent_aggregate(StateSpec.opaque("count"), "n", Count(), "c")
+    nums.tumbling_window("n", Sum(), "t", count=2, spec="win")
+    with pytest.raises(StateContractError, match="because it is a window"):
+        TopologyRunner(later, spark, store, log)
+    store.close()
+    fresh = DuckDBStore(tmp_path / "fresh.duckdb")
+    run = TopologyRunner(window_topology(ta.TumblingCountWindow(3)), spark, fresh, log)
+    with pytest.raises(ta.TridentError, match="state 'win' is a window: which tuples it holds"):
+        run.quarantine(1, "poison")
+    fresh.close()
+
+
+def test_a_window_topology_becomes_dagster_assets(tmp_path: Path) -> None:
+    defs = ta.trident_definitions(
+        [window_topology(ta.TumblingCountWindow(3))], ta.TridentResource(home=str(tmp_path))
+    )
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"w/win", "w/win_new_values", "w/fired"} <= keys
