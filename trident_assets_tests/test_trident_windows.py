@@ -399,3 +399,30 @@ def test_a_window_topology_becomes_dagster_assets(tmp_path: Path) -> None:
     )
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert {"w/win", "w/win_new_values", "w/fired"} <= keys
+
+
+def test_windows_on_both_stores(spark: Any, tmp_path: Path, open_store: Any) -> None:
+    """The same windows on DuckDB and PostgreSQL: a reducer over a sliding count window and a
+    Sum over a sliding duration window, each fired once, downstream counted once."""
+    now = [0.0]
+    topo = TridentTopology("w")
+    nums = topo.new_stream("nums", spout())
+    seqs = nums.sliding_window("n", Concat(), "seq", count=4, slide=2, spec="win")
+    seqs.persistent_aggregate(StateSpec.opaque("fired"), "seq", Count(), "windows")
+    nums.sliding_window("n", Sum(), "total", duration=10, slide=5, spec="dur")
+    log = make_log(tmp_path)
+    store = open_store()
+    run = TopologyRunner(topo, spark, store, log, clock=lambda: now[0])
+    seq, tot = [], []
+    n = 0
+    for txid, (size, at) in enumerate([(2, 1.0), (4, 4.0), (1, 12.0), (5, 16.0)], start=1):
+        produce(log, list(range(n + 1, n + size + 1)))
+        n += size
+        now[0] = at
+        run.run_batch(txid)
+        seq.append(fired_in(store, txid, "seq"))
+        rows = store.fetch_rows('SELECT total FROM "w__dur__new_values" WHERE txid = ?', [txid])
+        tot.append([r[0] for r in rows])
+    assert seq == [["1,2"], ["1,2,3,4", "3,4,5,6"], [], ["5,6,7,8", "7,8,9,10", "9,10,11,12"]]
+    assert tot == [[], [], [21, 21], [7]]  # [-5, 5) and [0, 10) at 12 s; [5, 15) at 16 s
+    assert global_value(store, "fired") == 6
