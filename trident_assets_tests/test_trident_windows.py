@@ -426,3 +426,16 @@ def test_windows_on_both_stores(spark: Any, tmp_path: Path, open_store: Any) -> 
     assert seq == [["1,2"], ["1,2,3,4", "3,4,5,6"], [], ["5,6,7,8", "7,8,9,10", "9,10,11,12"]]
     assert tot == [[], [], [21, 21], [7]]  # [-5, 5) and [0, 10) at 12 s; [5, 15) at 16 s
     assert global_value(store, "fired") == 6
+
+
+def test_dropping_a_window_removes_its_store_and_progress(spark: Any, tmp_path: Path) -> None:
+    from trident_assets.backends.state_drop import drop_state, stored_states
+
+    topo = window_topology(ta.SlidingCountWindow(4, 2))
+    store, _run, _fired = run_sizes(spark, tmp_path, topo, [3])
+    assert stored_states(store)["w"]["win"].kind == "window"
+    dropped = drop_state(store, "w", "win")
+    assert dropped.tables == ("w__win", "w__win__new_values")
+    assert META_TABLE in dropped.rows
+    assert read_meta(store, "w__win") is None
+    store.close()
