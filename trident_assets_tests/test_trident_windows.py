@@ -439,3 +439,25 @@ def test_dropping_a_window_removes_its_store_and_progress(spark: Any, tmp_path: 
     assert META_TABLE in dropped.rows
     assert read_meta(store, "w__win") is None
     store.close()
+
+
+def test_words_of_one_record_keep_their_order(spark: Any, tmp_path: Path) -> None:
+    """Split, filter, project: a record's words stay in place, records by (partition, offset)."""
+    topo = TridentTopology("w")
+    words = (
+        topo.new_stream("s", LogSpout("sentences", ta.StringScheme("sentence")))
+        .each("sentence", ta.Split(), "word")
+        .filter(ta.PyFilter(lambda w: w != "x"), "word")
+        .project("word")
+    )
+    words.sliding_window("word", Concat(), "seq", count=5, slide=5, spec="win")
+    log = PartitionedLog(tmp_path / "log")
+    log.create_topic("sentences", 2)
+    producer = log.producer("sentences")
+    for text, partition in [("d e x f", 1), ("a b", 0), ("c", 0), ("g h i j", 1)]:
+        producer.send(text.encode(), partition=partition)
+    producer.flush()
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    TopologyRunner(topo, spark, store, log).run_batch(1)
+    assert fired_in(store, 1, "seq") == ["a,b,c,d,e", "f,g,h,i,j"]
+    store.close()
