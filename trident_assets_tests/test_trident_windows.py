@@ -15,6 +15,7 @@ import pytest
 
 import trident_assets as ta
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.replica import Replica
 from trident_assets.backends.window_tuples import META_TABLE, read_meta
 from trident_assets.core.aggregators import Count, ReducerAggregator, Sum
 from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
@@ -102,8 +103,12 @@ def run_sizes(
 def test_tumbling_count_window_across_batches(spark: Any, tmp_path: Path) -> None:
     """3 tuples per window over batches of 2, 4, 1 and 5 tuples: Storm's TumblingCountWindow."""
     topo = window_topology(ta.TumblingCountWindow(3))
-    store, _run, fired = run_sizes(spark, tmp_path, topo, [2, 4, 1, 5])
+    replica = Replica(tmp_path / "replica")
+    store, _run, fired = run_sizes(spark, tmp_path, topo, [2, 4, 1, 5], replica=replica)
     assert fired == [[], [6, 15], [], [24, 33]]
+    published = replica.read_rows("w__win__new_values", 2)
+    assert published is not None
+    assert published.column("total").to_pylist() == [6, 15]
     assert global_value(store, "fired") == 4
     assert global_value(store, "summed") == 78
     assert store.fetch_rows('SELECT count(*) FROM "w__win"') == [(0,)]  # nothing left open
