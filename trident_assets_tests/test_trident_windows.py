@@ -200,6 +200,9 @@ def test_a_replayed_txid_fires_nothing_again(spark: Any, tmp_path: Path) -> None
     assert fired_in(store, 2) == [6, 15]
     assert store.fetch_rows(f"SELECT * FROM {META_TABLE}") == before
     assert global_value(store, "fired") == 2
+    assert run.run_batch(3).applied  # an empty txid: nothing added, nothing fires
+    assert fired_in(store, 3) == []
+    assert read_meta(store, "w__win").seen == 6
     store.close()
 
 
