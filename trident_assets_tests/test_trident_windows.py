@@ -293,11 +293,29 @@ def test_a_changed_window_config_is_refused(spark: Any, tmp_path: Path) -> None:
     store.close()
 
 
-def test_python_combiner_and_min_over_duration_windows(spark: Any, tmp_path: Path) -> None:
-    """A Max over a duration window: partials per txid, combined when the window fires."""
+class KeepRows(ta.StateUpdater):
+    """Appends each batch's rows to its table (a partition_persist over the window stream)."""
+
+    def update_state(self, store: Any, table: str, batch: Any, txid: int | None) -> Any:
+        with store.staged(batch) as name:
+            store.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM "{name}" LIMIT 0')
+            store.execute(f'INSERT INTO "{table}" SELECT * FROM "{name}"')
+        return None
+
+
+def test_max_over_a_duration_window_feeds_each_and_partition_persist(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A Max over a duration window: partials per txid, combined when the window fires; the
+    window stream goes through ``each`` to an output and to a ``partition_persist``."""
     now = [0.0]
     topo = TridentTopology("w")
-    topo.new_stream("nums", spout()).tumbling_window("n", ta.Max(), "top", duration=10, spec="win")
+    tops = topo.new_stream("nums", spout()).tumbling_window(
+        "n", ta.Max(), "top", duration=10, spec="win"
+    )
+    doubled = tops.each("top", ta.PyFunction(lambda t: [(t * 2,)], {"double": "bigint"}), "double")
+    doubled.as_output("doubled")
+    doubled.partition_persist(StateSpec.opaque("kept"), ["top", "double"], KeepRows())
     log = make_log(tmp_path)
     store = DuckDBStore(tmp_path / "state.duckdb")
     run = TopologyRunner(topo, spark, store, log, clock=lambda: now[0])
@@ -306,6 +324,8 @@ def test_python_combiner_and_min_over_duration_windows(spark: Any, tmp_path: Pat
         now[0] = at
         run.run_batch(txid)
     assert fired_in(store, 3, "top") == [9]
+    assert store.fetch_rows('SELECT top, double FROM "w__out_doubled" WHERE txid = 3') == [(9, 18)]
+    assert store.fetch_rows('SELECT top, double FROM "w__kept"') == [(9, 18)]
     store.close()
 
 
