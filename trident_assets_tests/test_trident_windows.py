@@ -489,3 +489,92 @@ def test_words_of_one_record_keep_their_order(spark: Any, tmp_path: Path) -> Non
     TopologyRunner(topo, spark, store, log).run_batch(1)
     assert fired_in(store, 1, "seq") == ["a,b,c,d,e", "f,g,h,i,j"]
     store.close()
+
+
+# -- the store against the in-memory reference (no Spark) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config",
+    [ta.TumblingCountWindow(3), ta.SlidingCountWindow(4, 2), ta.SlidingCountWindow(5, 3)],
+    ids=str,
+)
+@pytest.mark.parametrize("agg", [Sum(), Concat()], ids=["sum", "concat"])
+def test_count_store_matches_the_reference(tmp_path: Path, config: Any, agg: Any) -> None:
+    import random
+
+    import pyarrow as pa
+
+    from trident_assets.backends.window_tuples import apply_count_batch
+    from trident_assets.core.trident_windows import TridentWindow, WindowModel
+
+    window = TridentWindow(config, ("n",), agg, "out")
+    model = WindowModel(window)
+    out_type = pa.int64() if isinstance(agg, Sum) else pa.string()
+    rng = random.Random(7)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    n = 0
+    for txid in range(1, 31):
+        size = rng.randint(0, 6)
+        values = list(range(n + 1, n + size + 1))
+        n += size
+        # rows arrive shuffled: the order columns put them back
+        rows = list(enumerate(values))
+        rng.shuffle(rows)
+        batch = pa.table(
+            {
+                "n": pa.array([v for _, v in rows], pa.int64()),
+                "_trident_topic": ["t"] * size,
+                "_trident_part": pa.array([0] * size, pa.int32()),
+                "_trident_off": pa.array([i for i, _ in rows], pa.int64()),
+                "_trident_pos": pa.array([0] * size, pa.int64()),
+            }
+        )
+        with store.transaction():
+            got = apply_count_batch(store, window, "w__win", txid, batch, out_type)
+        expected = model.add_batch(txid, [(v,) for v in values])
+        assert got.fired.column("out").to_pylist() == [w.value for w in expected]
+        assert got.held == len(model.held)
+    with pytest.raises(ta.StaleTxidError, match="txid 30 is not after it"):
+        apply_count_batch(store, window, "w__win", 30, batch, out_type)
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ta.TumblingDurationWindow(10),
+        ta.SlidingDurationWindow(10, 5),
+        ta.SlidingDurationWindow(7, 3),
+    ],
+    ids=str,
+)
+def test_duration_store_matches_the_reference(tmp_path: Path, config: Any) -> None:
+    import random
+
+    import pyarrow as pa
+
+    from trident_assets.backends.window_tuples import apply_duration_batch
+    from trident_assets.core.trident_windows import TridentWindow, WindowModel
+
+    window = TridentWindow(config, ("n",), Sum(), "out")
+    model = WindowModel(window)
+    rng = random.Random(11)
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    clock = 0
+    for txid in range(1, 41):
+        clock += rng.choice([-2000, 0, 500, 1500, 4000, 9000, 25000])  # sometimes back
+        values = [rng.randint(-5, 9) for _ in range(rng.randint(0, 4))]
+        batch = pa.table(
+            {
+                "_trident_p": pa.array([sum(values)], pa.int64()),
+                "_trident_n": pa.array([len(values)], pa.int64()),
+            }
+        )
+        with store.transaction():
+            got = apply_duration_batch(store, window, "w__win", txid, batch, clock, pa.int64())
+        expected = model.add_batch(txid, [(v,) for v in values], clock)
+        assert got.fired.column("out").to_pylist() == [w.value for w in expected]
+        assert [w[2] for w in got.windows] == [w.end for w in expected]
+        assert got.time_ms == model.prev_time
+    store.close()

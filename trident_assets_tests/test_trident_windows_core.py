@@ -19,7 +19,7 @@ from trident_assets.core.trident_windows import (
     count_windows_fired,
     duration_candidates,
 )
-from trident_assets.errors import ConfigError
+from trident_assets.errors import ConfigError, StaleTxidError
 
 
 class Concat(ReducerAggregator[str]):
@@ -138,7 +138,7 @@ def test_duration_candidates_are_bounded_by_the_window() -> None:
 def test_a_replayed_txid_is_refused() -> None:
     model = WindowModel(TridentWindow(TumblingCountWindow(2), ("n",), Sum(), "t"))
     model.add_batch(1, [(1,), (2,)])
-    with pytest.raises(ConfigError, match="txid 1 is not after the last applied txid 1"):
+    with pytest.raises(StaleTxidError, match="txid 1 is not after the last applied txid 1"):
         model.add_batch(1, [(1,), (2,)])
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator
 from trident_assets.core.contracts import describe_aggregator
-from trident_assets.errors import ConfigError
+from trident_assets.errors import ConfigError, StaleTxidError
 
 __all__ = [
     "FiredWindow",
@@ -334,11 +334,11 @@ class WindowModel:
         """Apply txid ``txid``'s tuples (already in order), stamped ``time``; return what fires.
 
         Raises:
-            ConfigError: ``txid`` is not after the last applied one.
+            StaleTxidError: ``txid`` is not after the last applied one.
         """
         if txid <= self.last_txid:
             msg = f"txid {txid} is not after the last applied txid {self.last_txid}"
-            raise ConfigError(msg)
+            raise StaleTxidError(msg)
         cfg, agg = self.window.config, self.window.aggregator
         self.last_txid = txid
         if cfg.by_count:
