@@ -578,3 +578,13 @@ def test_duration_store_matches_the_reference(tmp_path: Path, config: Any) -> No
         assert [w[2] for w in got.windows] == [w.end for w in expected]
         assert got.time_ms == model.prev_time
     store.close()
+
+
+def test_state_list_shows_a_window(spark: Any, tmp_path: Path) -> None:
+    from trident_assets.cli_state import _list_rows
+
+    topo = window_topology(ta.SlidingCountWindow(4, 2))
+    store, _run, _fired = run_sizes(spark, tmp_path, topo, [3])
+    rows = {r["state"]: r for r in _list_rows(store)}
+    assert (rows["win"]["kind"], rows["win"]["keys"], rows["win"]["last_txid"]) == ("window", 3, 1)
+    store.close()
