@@ -168,16 +168,18 @@ def _fired_table(
     out_type: pa.DataType,
     *,
     partials: bool,
-) -> pa.Table:
+) -> tuple[list[tuple[int, int, int]], pa.Table]:
     """One statement: the aggregate of each window in ``windows`` that holds a row.
 
     ``join`` is the condition on ``w`` (``k, lo, hi``) and ``t`` (the window table).
     Built-in combiners aggregate in SQL; other aggregators fold the fetched rows in order.
+    Returns the windows that held a row (those that fire) and their aggregates, in order.
     """
     agg, out = window.aggregator, window.output
     q = quote_ident(table)
     if not windows:
-        return pa.table({out: pa.array([], out_type)})
+        return [], pa.table({out: pa.array([], out_type)})
+    by_key = {w[0]: w for w in windows}
     with store.staged(_windows_table(windows)) as w:
         if is_sql_combiner(agg):
             column = PARTIAL_COLUMN if partials else window.inputs[0]
@@ -188,7 +190,8 @@ def _fired_table(
                 f'SELECT w.k, {value} AS v FROM "{w}" w JOIN {q} t ON {join} '
                 "GROUP BY w.k ORDER BY w.k"
             )
-            return pa.table({out: got.column("v").cast(out_type)})
+            held = [by_key[k] for k in got.column("k").to_pylist()]
+            return held, pa.table({out: got.column("v").cast(out_type)})
         order = _TXID if partials else _SEQ
         cols = [PARTIAL_COLUMN] if partials else list(window.inputs)
         picked = ", ".join(f"t.{quote_ident(c)}" for c in cols)
@@ -208,7 +211,7 @@ def _fired_table(
             values.append(combine_partials(agg, [r[0] for r in rows]))
         else:
             values.append(fold_window(agg, rows))
-    return pa.table({out: pa.array(values, out_type)})
+    return [by_key[k] for k in sorted(groups)], pa.table({out: pa.array(values, out_type)})
 
 
 def apply_count_batch(
@@ -247,7 +250,7 @@ def apply_count_batch(
         )
     after = seen + batch.num_rows
     due = count_windows_fired(cfg.size, cfg.slide, seen, after)
-    fired = _fired_table(
+    due, fired = _fired_table(
         store, window, table, due, f"t.{_SEQ} BETWEEN w.lo AND w.hi", out_type, partials=False
     )
     store.execute(
@@ -289,17 +292,15 @@ def apply_duration_batch(
             f'CAST(NULL AS BIGINT) AS {_TS}, {PARTIAL_COLUMN} FROM "{staged}" LIMIT 0'
         )
         candidates = duration_candidates(cfg.size, cfg.slide, prev, time_ms)
-        due_all = [(end, start, end) for start, end in candidates]
-        fired = _fired_table(
+        due, fired = _fired_table(
             store,
             window,
             table,
-            due_all,
+            [(end, start, end) for start, end in candidates],
             f"t.{_TS} >= w.lo AND t.{_TS} < w.hi",
             out_type,
             partials=True,
         )
-        due = _non_empty(store, table, due_all) if due_all else []
         store.execute(
             f"INSERT INTO {q} ({_TXID}, {_TS}, {PARTIAL_COLUMN}) SELECT ?, ?, {PARTIAL_COLUMN} "
             f'FROM "{staged}" WHERE {COUNT_COLUMN} > 0',
@@ -310,15 +311,3 @@ def apply_duration_batch(
     done = 0 if meta is None else meta.fired
     _write_meta(store, table, WindowMeta(txid, seen, time_ms, done + len(due)))
     return WindowResult(fired, due, n, _size(store, table), time_ms)
-
-
-def _non_empty(
-    store: StateStore, table: str, windows: list[tuple[int, int, int]]
-) -> list[tuple[int, int, int]]:
-    """The windows of ``windows`` that hold a partial (those that fire), in order."""
-    with store.staged(_windows_table(windows)) as w:
-        rows = store.fetch_rows(
-            f'SELECT DISTINCT w.k, w.lo, w.hi FROM "{w}" w JOIN {quote_ident(table)} t '
-            f"ON t.{_TS} >= w.lo AND t.{_TS} < w.hi ORDER BY w.k"
-        )
-    return [(int(k), int(lo), int(hi)) for k, lo, hi in rows]
