@@ -588,3 +588,18 @@ def test_state_list_shows_a_window(spark: Any, tmp_path: Path) -> None:
     rows = {r["state"]: r for r in _list_rows(store)}
     assert (rows["win"]["kind"], rows["win"]["keys"], rows["win"]["last_txid"]) == ("window", 3, 1)
     store.close()
+
+
+def test_run_batches_fires_in_order(spark: Any, tmp_path: Path) -> None:
+    """Several txids in one run_batches call (batches of 4 records) fire as one by one."""
+    topo = TridentTopology("w")
+    config = SpoutConfig(kind=SpoutKind.OPAQUE, max_batch_size=4)
+    nums = topo.new_stream("nums", LogSpout("nums", JsonScheme({"n": "bigint"}), config))
+    nums.tumbling_window("n", Sum(), "total", count=3, spec="win")
+    log = make_log(tmp_path)
+    produce(log, list(range(1, 13)))
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    outcomes = list(TopologyRunner(topo, spark, store, log).run_batches([1, 2, 3]))
+    assert [o.states["win"].keys_updated for o in outcomes] == [1, 1, 2]
+    assert [fired_in(store, t) for t in (1, 2, 3)] == [[6], [15], [24, 33]]
+    store.close()
