@@ -39,6 +39,13 @@ from trident_assets.core.serializers import (
     JSONOpaqueSerializer,
     JSONTransactionalSerializer,
 )
+from trident_assets.core.trident_windows import (
+    SlidingCountWindow,
+    SlidingDurationWindow,
+    TumblingCountWindow,
+    TumblingDurationWindow,
+    WindowConfig,
+)
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
 from trident_assets.errors import (
     AggregationError,
@@ -278,6 +285,8 @@ __all__ = [
     "StaleTxidError",
     "StartPosition",
     "State",
+    "SlidingCountWindow",
+    "SlidingDurationWindow",
     "StateLayoutError",
     "StateSpec",
     "StateType",
@@ -297,7 +306,10 @@ __all__ = [
     "TridentState",
     "TridentTopology",
     "TupleCollectionGet",
+    "TumblingCountWindow",
+    "TumblingDurationWindow",
     "UserCodeError",
+    "WindowConfig",
     "build_spark_session",
     "commit_batch",
     "rebuild_state",

@@ -168,7 +168,7 @@ def _list_rows(store: StateStore) -> list[dict[str, Any]]:
             else:
                 keys = (
                     int(store.fetch_rows(f"SELECT count(*) FROM {quote_ident(found.table)}")[0][0])
-                    if found.kind == "single_join"
+                    if found.kind in ("single_join", "window")
                     else None
                 )
                 key_columns = ",".join(contract.key_fields) if contract is not None else ""

@@ -16,6 +16,7 @@ from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
 from trident_assets.core.values import StateType
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
+from trident_assets.stream.windowing import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spouts.ranges import BatchPlan
@@ -125,6 +126,8 @@ def quarantine_refusal(topology: TridentTopology) -> str | None:
         a = state.node.args
         if SINGLE_JOIN in a:
             return f"state {name!r} is a single join: its matches depend on arrival order"
+        if TRIDENT_WINDOW in a:
+            return f"state {name!r} is a window: which tuples it holds depends on their order"
         if "updater" in a:
             return f"state {name!r} is a partition_persist: its updater sees tuples in order"
         if not isinstance(a.get("agg"), CombinerAggregator):

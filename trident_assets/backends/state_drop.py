@@ -40,6 +40,7 @@ from trident_assets.backends.state_batches import TOTALS_TABLE
 from trident_assets.backends.state_contracts import LEFT_TABLE, stored_contracts
 from trident_assets.backends.state_contracts import TABLE as CONTRACTS_TABLE
 from trident_assets.backends.state_store import StateStore
+from trident_assets.backends.window_tuples import META_TABLE as WINDOW_META_TABLE
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
 
@@ -62,7 +63,8 @@ class StoredState:
     """One state found in a store: by its map table, its join table or its contract.
 
     ``kind``: the map kind (``opaque``, ``transactional``, ``plain``), ``single_join`` for a
-    join's pending table, or ``contract only`` for a contract whose tables are gone.
+    join's pending table, ``window`` for a Trident window's store table, or ``contract only``
+    for a contract whose tables are gone.
     """
 
     topology: str
@@ -123,6 +125,12 @@ def stored_states(store: StateStore) -> dict[str, dict[str, StoredState]]:
     )
     kinds = {t: store.layout(t).kind for t in store.tables()}  # type: ignore[union-attr]
     kinds |= {t: "single_join" for t in joins if t not in kinds and store.has_table(t)}
+    windows = (
+        [str(r[0]) for r in store.fetch_rows(f"SELECT table_name FROM {WINDOW_META_TABLE}")]
+        if store.has_table(WINDOW_META_TABLE)
+        else []
+    )
+    kinds |= {t: "window" for t in windows if t not in kinds and store.has_table(t)}
     for table, kind in sorted(kinds.items()):
         owner = by_table.get(table) or _owner(table, scopes)
         if owner is None:
@@ -188,7 +196,7 @@ def _drop_statements(
         if store.has_table(derived):
             statements.append((f"DROP TABLE {quote_ident(derived)}", []))
             dropped.append(derived)
-    for side in (COMPACTIONS_TABLE, TOTALS_TABLE, JOIN_META_TABLE):
+    for side in (COMPACTIONS_TABLE, TOTALS_TABLE, JOIN_META_TABLE, WINDOW_META_TABLE):
         if (
             store.has_table(side)
             and store.fetch_rows(f'SELECT count(*) FROM "{side}" WHERE table_name = ?', [table])[0][

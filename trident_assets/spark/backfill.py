@@ -52,6 +52,7 @@ from trident_assets.spark.batch_tables import store_rows
 from trident_assets.spark.state_apply import apply_state
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
+from trident_assets.stream.windowing import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.backends.replica import Replica
@@ -110,6 +111,11 @@ def replay_refusal(state: TridentState) -> str | None:
         return (
             "it is a single join: its pending halves and expiries depend on the state as it "
             "was at each txid, not on the log alone"
+        )
+    if TRIDENT_WINDOW in state.node.args:
+        return (
+            "it is a window: the windows it fired before were emitted then, and its open "
+            "windows depend on the tuples and times of every txid"
         )
     for node in upstream([state.node.parents[0] if state.node.parents else state.node]):
         if node.kind == "query":

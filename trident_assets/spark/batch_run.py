@@ -47,7 +47,9 @@ from trident_assets.spark.single_join import join_batch_table
 from trident_assets.spark.state_apply import apply_state, state_previews
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
+from trident_assets.spark.trident_windows import window_batch_table
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
+from trident_assets.stream.windowing import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.executor import TopologyRunner
@@ -206,6 +208,8 @@ class BatchRun(NodeFrames):
         a = state.node.args
         if SINGLE_JOIN in a:
             return join_batch_table(self, state)
+        if TRIDENT_WINDOW in a:
+            return window_batch_table(self, state)
         parent = self.frame(state.node.parents[0])
         if "updater" in a:
             return parent.select(*a["inputs"]).toArrow()

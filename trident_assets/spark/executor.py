@@ -132,6 +132,7 @@ class TopologyRunner:
         max_spout_pending: int = DEFAULT_MAX_SPOUT_PENDING,
         replica: Replica | None = None,
         keep_txids: int = DEFAULT_KEEP_TXIDS,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """Bind the topology to its runtime resources.
 
@@ -141,7 +142,8 @@ class TopologyRunner:
         ``replica``: where each committed txid is published for lock-free readers (the
         TridentIOManager, the CLI); txids committed but not yet published (a crash between
         the two) are published first. ``keep_txids``: how many recent txids the replica
-        keeps readable as of a txid.
+        keeps readable as of a txid. ``clock``: the time (seconds) a txid is stamped with
+        when it commits, for duration windows (default ``time.time``).
         """
         if max_spout_pending < 1:
             msg = f"max_spout_pending must be >= 1, got {max_spout_pending}"
@@ -197,6 +199,7 @@ class TopologyRunner:
         self.store = store
         self.log = log
         self.fault = fault or (lambda _point: None)
+        self.clock = clock or time.time
         self.meta = DuckDBSpoutMetaStore(store)
         self._joins_after = self._joining_spouts(last)
         """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""

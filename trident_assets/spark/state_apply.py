@@ -8,7 +8,8 @@
 * reducers: every tuple of a key folded through the state's MapState (Trident's
   ``MapReducerAggregator`` over an opaque, transactional or non-transactional map);
 * ``partition_persist``: the user's ``StateUpdater.update_state`` over the whole batch;
-* single joins: :func:`~trident_assets.spark.single_join.apply_join_state`.
+* single joins: :func:`~trident_assets.spark.single_join.apply_join_state`;
+* Trident windows: :func:`~trident_assets.spark.trident_windows.apply_window_state`.
 
 :func:`state_previews` keeps a few rows of what a batch did to a state (for the UI), from the
 batch's own tables: never a scan of the state.
@@ -30,7 +31,9 @@ from trident_assets.core.values import StateType
 from trident_assets.spark.batch_tables import store_rows
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome, head_rows, top_rows
 from trident_assets.spark.single_join import apply_join_state
+from trident_assets.spark.trident_windows import apply_window_state
 from trident_assets.stream.single_join import SINGLE_JOIN
+from trident_assets.stream.windowing import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -65,6 +68,8 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
     txid = run.txid
     if SINGLE_JOIN in a:
         return apply_join_state(run, state, batch)
+    if TRIDENT_WINDOW in a:
+        return apply_window_state(run, state, batch)
     if "updater" in a:
         updater = a["updater"]
         new = call_batch(

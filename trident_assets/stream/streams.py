@@ -22,6 +22,7 @@ from trident_assets.stream.graph import Node, StateSpec, StateUpdater
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
 from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
+from trident_assets.stream.windowing import window_node
 
 if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
@@ -257,6 +258,74 @@ class Stream:
         )
         self.topology.queries.append(stream)
         return stream
+
+    # -- Trident windows (see trident_assets.stream.windowing) -------------------------------
+
+    def window(
+        self,
+        config: Any,
+        inputs: str | Sequence[str],
+        aggregator: Any,
+        output: str | Sequence[str],
+        *,
+        spec: StateSpec | str,
+    ) -> Stream:
+        """The aggregates of the windows of ``config`` as they fire (Trident's ``window``).
+
+        ``spec`` names the window's store (a StateSpec or a name). Each fired window's
+        aggregate enters the returned stream once, in the txid in which it fired; see
+        docs/trident-windows.md for the firing rules.
+        """
+        node, state_spec = window_node(self, config, inputs, aggregator, output, spec)
+        self.topology.check_exactly_once(state_spec, node)
+        state = TridentState(self.topology, state_spec, node, group=(), value_field=None)
+        self.topology.register_state(state)
+        return state.new_values_stream()
+
+    def tumbling_window(
+        self,
+        inputs: str | Sequence[str],
+        aggregator: Any,
+        output: str | Sequence[str],
+        *,
+        count: int | None = None,
+        duration: Any = None,
+        spec: StateSpec | str,
+    ) -> Stream:
+        """Windows of ``count`` tuples or of ``duration`` (seconds or timedelta), back to back."""
+        from trident_assets.core.trident_windows import TumblingCountWindow, TumblingDurationWindow
+
+        if (count is None) == (duration is None):
+            msg = f"tumbling_window takes count or duration (one of them), got {count=} {duration=}"
+            raise ConfigError(msg)
+        config = (
+            TumblingCountWindow(count) if count is not None else TumblingDurationWindow(duration)
+        )
+        return self.window(config, inputs, aggregator, output, spec=spec)
+
+    def sliding_window(
+        self,
+        inputs: str | Sequence[str],
+        aggregator: Any,
+        output: str | Sequence[str],
+        *,
+        slide: Any,
+        count: int | None = None,
+        duration: Any = None,
+        spec: StateSpec | str,
+    ) -> Stream:
+        """Every ``slide``, the window of the last ``count`` tuples or the last ``duration``."""
+        from trident_assets.core.trident_windows import SlidingCountWindow, SlidingDurationWindow
+
+        if (count is None) == (duration is None):
+            msg = f"sliding_window takes count or duration (one of them), got {count=} {duration=}"
+            raise ConfigError(msg)
+        config = (
+            SlidingCountWindow(count, slide)
+            if count is not None
+            else SlidingDurationWindow(duration, slide)
+        )
+        return self.window(config, inputs, aggregator, output, spec=spec)
 
     # -- repartitioning (see trident_assets.stream.partitioning) ----------------------------
 

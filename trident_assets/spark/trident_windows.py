@@ -1,0 +1,147 @@
+"""Running a Trident window for one batch (declared by :mod:`trident_assets.stream.windowing`).
+
+Two halves around the commit, as for a single join: :func:`window_batch_table` runs the
+batch's Spark job (before the commit transaction) and :func:`apply_window_state` applies its
+result to the window's store table inside it
+(:mod:`trident_assets.backends.window_tuples`), leaving the fired windows' aggregates in
+``run.new_values``: the window's stream in this txid.
+
+* Count windows: the batch's input tuples with their source record (topic, partition,
+  offset) and their position among that record's tuples, so the store numbers them in the
+  same order on every replay. The window's input is rebuilt from its spout with those
+  columns carried through the row-wise operations.
+* Duration windows: one row, the number of tuples and their partial (combined in Spark).
+
+The txid's time (duration windows) is read from the runner's ``clock`` (seconds, default
+``time.time``) when the txid commits, and recorded with it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from trident_assets.backends.window_tuples import (
+    COUNT_COLUMN,
+    ORDER_COLUMNS,
+    PARTIAL_COLUMN,
+    apply_count_batch,
+    apply_duration_batch,
+)
+from trident_assets.core.aggregators import Count, Sum, is_sql_combiner
+from trident_assets.core.trident_windows import TridentWindow
+from trident_assets.core.user_code import guard
+from trident_assets.spark.aggregation import combine_partials
+from trident_assets.spark.node_frames import NodeFrames, empty_arrow
+from trident_assets.spark.outcomes import StateOutcome
+from trident_assets.stream.windowing import TRIDENT_WINDOW
+
+if TYPE_CHECKING:
+    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import TridentState
+
+__all__ = ["apply_window_state", "output_type", "window_batch_table"]
+
+_SOURCE = ORDER_COLUMNS[:3]
+
+
+def _tagged(run: BatchRun, node: Node) -> Any:
+    """``node``'s DataFrame with the source columns of each tuple's record carried along."""
+    from pyspark.sql import functions as F
+
+    if node.kind == "spout":
+        raw = run._raw(node).select(
+            "*",
+            F.col("topic").alias(_SOURCE[0]),
+            F.col("partition").alias(_SOURCE[1]),
+            F.col("offset").alias(_SOURCE[2]),
+        )
+        good, _dead = node.args["spout"].scheme.decode(raw, keep=_SOURCE)
+        return good
+    built = NodeFrames.row_wise(node, _tagged(run, node.parents[0]), keep=_SOURCE)
+    if built is None:  # refused at declaration (stream.windowing)
+        msg = f"a count window cannot order tuples through {node.label}"
+        raise AssertionError(msg)
+    return built
+
+
+def window_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
+    """What the commit adds to the window (one Spark job; none for an empty batch)."""
+    from pyspark.sql import functions as F
+
+    window: TridentWindow = state.node.args[TRIDENT_WINDOW]
+    parent = state.node.parents[0]
+    if window.config.by_count:
+        inputs = [F.col(c) for c in window.inputs]
+        if run.is_empty(parent):
+            schema = empty_arrow(run.frame(parent).select(*inputs)).schema
+            for name, kind in zip(ORDER_COLUMNS, _ORDER_TYPES, strict=True):
+                schema = schema.append(pa.field(name, kind))
+            return schema.empty_table()
+        frame = _tagged(run, parent)
+        # rows of one record are adjacent in one Spark partition: the id orders them
+        return frame.select(
+            *inputs,
+            *[F.col(c) for c in _SOURCE],
+            F.monotonically_increasing_id().alias(ORDER_COLUMNS[3]),
+        ).toArrow()
+    agg = guard(window.aggregator, state.node.label)
+    frame = run.frame(parent)
+    partial = combine_partials(frame, (), window.inputs[0], agg, PARTIAL_COLUMN)
+    if run.is_empty(parent):
+        empty = empty_arrow(partial).schema.empty_table()
+        return empty.append_column(COUNT_COLUMN, pa.array([], pa.int64()))
+    counted = frame.agg(F.count(F.lit(1)).alias(COUNT_COLUMN))
+    return partial.crossJoin(counted).toArrow()
+
+
+_ORDER_TYPES = (pa.string(), pa.int32(), pa.int64(), pa.int64())
+
+
+def output_type(window: TridentWindow, input_type: pa.DataType) -> pa.DataType:
+    """The Arrow type of the window's output field.
+
+    Count: int64; Sum: int64 over integers, float64 over floats; Min/Max: the input's type;
+    a Python aggregator: its ``output_type``. ``input_type``: the input field's type (count
+    windows) or the partial's (duration windows).
+    """
+    agg = window.aggregator
+    if isinstance(agg, Count):
+        return pa.int64()
+    if isinstance(agg, Sum):
+        if pa.types.is_integer(input_type):
+            return pa.int64()
+        if pa.types.is_floating(input_type):
+            return pa.float64()
+        return input_type
+    if is_sql_combiner(agg):
+        return input_type
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    ddl = StructType.fromDDL(f"`v` {agg.output_type}")
+    return to_arrow_schema(ddl, timezone="UTC").field("v").type
+
+
+def apply_window_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOutcome:
+    """Apply the batch to the window's store inside the open commit transaction.
+
+    Leaves the fired windows' aggregates in ``run.new_values`` (keyed by the window's name).
+    """
+    store = run.runner.store
+    window: TridentWindow = state.node.args[TRIDENT_WINDOW]
+    name = state.spec.name
+    if window.config.by_count:
+        out = output_type(window, batch.schema.field(window.inputs[0]).type)
+        result = apply_count_batch(store, window, state.table, run.txid, batch, out)
+    else:
+        out = output_type(window, batch.schema.field(PARTIAL_COLUMN).type)
+        clock = getattr(run.runner, "clock", None) or time.time
+        clock_ms = round(float(clock()) * 1000)
+        result = apply_duration_batch(store, window, state.table, run.txid, batch, clock_ms, out)
+    run.new_values[name] = result.fired
+    fired = result.fired.num_rows
+    return StateOutcome(name, state.table, result.tuples_in, fired, 0, result.held)
