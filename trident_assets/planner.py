@@ -125,6 +125,8 @@ def quarantine_refusal(topology: TridentTopology) -> str | None:
         a = state.node.args
         if SINGLE_JOIN in a:
             return f"state {name!r} is a single join: its matches depend on arrival order"
+        if "event_window" in a:
+            return f"state {name!r} is an event window: its watermark depends on txid order"
         if "updater" in a:
             return f"state {name!r} is a partition_persist: its updater sees tuples in order"
         if not isinstance(a.get("agg"), CombinerAggregator):

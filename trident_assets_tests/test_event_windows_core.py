@@ -99,7 +99,9 @@ def test_reference_sliding_partly_late_record() -> None:
     w = EventWindow.sliding("10 s", "5 s", time_field="ts")
     # txid 1: max 11 -> wm 11: [0,10) final. txid 2: t=7 is in [0,10) (final) and [5,15)
     # (open): added to [5,15) only, not a late record. t=2 in [-5,5) and [0,10): late.
-    ref = reference_windows(w, [[("k", 1 * S, None), ("k", 11 * S, None)], [("k", 7 * S, None), ("k", 2 * S, None)]])
+    ref = reference_windows(
+        w, [[("k", 1 * S, None), ("k", 11 * S, None)], [("k", 7 * S, None), ("k", 2 * S, None)]]
+    )
     assert ref.late == [(2, "k", 2 * S)]
     assert ref.finals == [("k", -5 * S, 5 * S, 1, 1), ("k", 0, 10 * S, 1, 1)]
     assert ref.open == [("k", 5 * S, 15 * S, 2), ("k", 10 * S, 20 * S, 1)]
@@ -117,5 +119,7 @@ def test_reference_sessions_merge_across_txids() -> None:
     )
     assert ref.finals == [("u", 0, 35 * S, 4, 3)]
     assert ref.open == [("u", 100 * S, 110 * S, 1)]
-    late = reference_windows(w, [[("u", 100 * S, None)], [("u", 69 * S, None), ("u", 70 * S, None)]])
+    late = reference_windows(
+        w, [[("u", 100 * S, None)], [("u", 69 * S, None), ("u", 70 * S, None)]]
+    )
     assert late.late == [(2, "u", 69 * S)]

@@ -238,9 +238,7 @@ def is_final(window_end: int, watermark: int | None) -> bool:
     return watermark is not None and window_end <= watermark
 
 
-def sessionize(
-    sessions: list[tuple[int, int, Any]], combine: Any
-) -> list[tuple[int, int, Any]]:
+def sessionize(sessions: list[tuple[int, int, Any]], combine: Any) -> list[tuple[int, int, Any]]:
     """Merge overlapping ``(start, end, value)`` sessions of one key (``combine`` values)."""
     out: list[tuple[int, int, Any]] = []
     for start, end, value in sorted(sessions, key=lambda s: s[0]):
@@ -314,4 +312,3 @@ def reference_windows(
         late,
         marks,
     )
-

@@ -28,9 +28,11 @@ from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, Transaction
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
 from trident_assets.spark.batch_tables import store_rows
+from trident_assets.spark.event_windows import apply_window_state
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome, head_rows, top_rows
 from trident_assets.spark.single_join import apply_join_state
 from trident_assets.stream.single_join import SINGLE_JOIN
+from trident_assets.stream.windowed import EVENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -65,6 +67,8 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
     txid = run.txid
     if SINGLE_JOIN in a:
         return apply_join_state(run, state, batch)
+    if EVENT_WINDOW in a:
+        return apply_window_state(run, state, batch)  # type: ignore[arg-type]
     if "updater" in a:
         updater = a["updater"]
         new = call_batch(
