@@ -370,8 +370,9 @@ def test_a_changed_window_is_refused_before_any_write(spark: Any, tmp_path: Path
     with pytest.raises(StateContractError) as err:
         ta.TopologyRunner(topology(wider), spark, store, log)
     assert "state 'page_views' of topology 'clicks'" in str(err.value)
-    assert "window.size_us" in str(err.value)
-    assert f"stored '{10 * S}'" in str(err.value)
+    assert "Nothing was run or written" in str(err.value)
+    assert f"('window.size_us', '{10 * S}')" in str(err.value)  # stored
+    assert f"('window.size_us', '{20 * S}')" in str(err.value)  # declared
     session = EventWindow.session("10 s", time_field="ts", allowed_lateness="5 s")
     with pytest.raises(StateContractError, match="window.kind"):
         ta.TopologyRunner(topology(session), spark, store, log)

@@ -150,6 +150,7 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
         reason.alias(REASON),
         value.alias(VALUE),
     )
+    base = base.persist()  # read and decoded once for the three parts below
     agg_value = sql_expr(spec.agg, "__in").alias(out)
     wm_lit = F.lit(wm).cast("bigint")
     valid = base.where(F.col(T).isNotNull())
@@ -237,7 +238,10 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
         F.lit(None).cast("binary").alias(VALUE),
         F.col(N),
     )
-    table = reduce(lambda a, b: a.unionByName(b), [part_rows, dead_rows, stats]).toArrow()
+    try:
+        table = reduce(lambda a, b: a.unionByName(b), [part_rows, dead_rows, stats]).toArrow()
+    finally:
+        base.unpersist()
     meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}
     return table.replace_schema_metadata(meta)
 
