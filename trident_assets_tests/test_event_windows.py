@@ -374,7 +374,7 @@ def test_a_changed_window_is_refused_before_any_write(spark: Any, tmp_path: Path
     assert f"('window.size_us', '{10 * S}')" in str(err.value)  # stored
     assert f"('window.size_us', '{20 * S}')" in str(err.value)  # declared
     session = EventWindow.session("10 s", time_field="ts", allowed_lateness="5 s")
-    with pytest.raises(StateContractError, match="window.kind"):
+    with pytest.raises(StateContractError, match=r"window\.kind"):
         ta.TopologyRunner(topology(session), spark, store, log)
     after = {t: store.fetch_rows(f'SELECT * FROM "{t}" ORDER BY ALL') for t in store.tables()}
     assert after == tables
