@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import trident_assets as ta
-from trident_assets.backends.window_store import WATERMARKS
+from trident_assets.backends.window_store import WATERMARKS, last_watermark, read_finals, read_open
 from trident_assets.core.event_windows import EventWindow, reference_windows
 from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
@@ -92,14 +92,14 @@ def reference(window: EventWindow, batches: list[list[Record]]) -> Any:
 def finals(state: Any, store: Any) -> list[tuple[Any, ...]]:
     return [
         (r["page"], _us(r["window_start"]), _us(r["window_end"]), r["views"], r["final_txid"])
-        for r in state.finals(store)
+        for r in read_finals(store, state)
     ]
 
 
 def opened(state: Any, store: Any) -> list[tuple[Any, ...]]:
     return [
         (r["page"], _us(r["window_start"]), _us(r["window_end"]), r["views"])
-        for r in state.open_windows(store)
+        for r in read_open(store, state)
     ]
 
 
@@ -109,8 +109,7 @@ def _us(value: datetime) -> int:
 
 def dead_letters(store: Any) -> list[tuple[Any, ...]]:
     return store.fetch_rows(
-        "SELECT txid, spout, reason, decode(value) FROM _trident_dead_letters "
-        "ORDER BY txid, reason"
+        "SELECT txid, spout, reason, decode(value) FROM _trident_dead_letters ORDER BY txid, reason"
     )
 
 
@@ -148,6 +147,17 @@ def test_tumbling_windows_late_and_unreadable_records(spark: Any, tmp_path: Path
         ]
     )
     assert opened(state, store) == ref.open == [("c", BASE_US + 40 * S, BASE_US + 50 * S, 1)]
+    assert runner.window_finals("page_views") == read_finals(store, state)
+    assert runner.window_open("page_views") == [
+        {
+            "page": "c",
+            "window_start": at(40),
+            "window_end": at(50),
+            "views": 1,
+            "txid": 4,
+            "final": False,
+        }
+    ]
     assert [o.windows["page_views"].watermark for o in outcomes] == [at(7), at(11), at(20), at(35)]
     assert [o.windows["page_views"].windows_final for o in outcomes] == [0, 1, 2, 1]
     assert [o.windows["page_views"].late_records for o in outcomes] == [0, 0, 1, 0]
@@ -312,11 +322,13 @@ def test_epoch_millisecond_field_with_sum(spark: Any, tmp_path: Path) -> None:
     producer.flush()
     runner.run_batch(1)
     epoch = datetime(1970, 1, 1)
-    assert [(r["window_start"], r["total"], r["final_txid"]) for r in state.finals(store)] == [
+    assert [
+        (r["window_start"], r["total"], r["final_txid"]) for r in runner.window_finals("sums")
+    ] == [
         (epoch + timedelta(seconds=1), 5, 1),
         (epoch + timedelta(seconds=2), 10, 1),
     ]
-    assert state.watermark(store) == epoch + timedelta(seconds=5)
+    assert last_watermark(store, state) == epoch + timedelta(seconds=5)
     store.close()
 
 

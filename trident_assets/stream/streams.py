@@ -476,9 +476,9 @@ class GroupedStream:
         Returns a :class:`~trident_assets.stream.windowed.WindowedState`; each window's
         final value is emitted once. See :mod:`trident_assets.stream.windowed`.
         """
-        from trident_assets.stream.windowed import declare_window_aggregate
-
-        return declare_window_aggregate(self, window, agg, output, spec=spec, inputs=inputs)
+        return self.stream.topology.window_aggregate(
+            self, window, agg, output, spec=spec, inputs=inputs
+        )
 
     def state_query(
         self,

@@ -66,7 +66,11 @@ class WindowedAggregation:
 
 
 class WindowedState(TridentState):
-    """A windowed aggregation's state: open windows, final windows and watermarks."""
+    """A windowed aggregation's state: open windows, final windows and watermarks.
+
+    Read them with ``TopologyRunner.window_finals`` / ``window_open`` (or
+    :mod:`trident_assets.backends.window_store` over a store).
+    """
 
     @property
     def windowed(self) -> WindowedAggregation:
@@ -83,30 +87,6 @@ class WindowedState(TridentState):
     def finals_table(self) -> str:
         """The store table of the final windows (each emitted once, with its ``final_txid``)."""
         return f"{self.table}__finals"
-
-    def finals(self, store: Any) -> list[dict[str, Any]]:
-        """The final windows as rows (key fields, window_start, window_end, value, final_txid).
-
-        Ordered by key, window_start; empty before the first window is final.
-        """
-        from trident_assets.backends.window_store import read_finals
-
-        return read_finals(store, self)
-
-    def open_windows(self, store: Any) -> list[dict[str, Any]]:
-        """Early results: the windows still open, as rows with ``final = False``.
-
-        Their values may still grow; only :meth:`finals` are results that never change.
-        """
-        from trident_assets.backends.window_store import read_open
-
-        return read_open(store, self)
-
-    def watermark(self, store: Any) -> Any:
-        """The watermark after the last committed txid (None before any event)."""
-        from trident_assets.backends.window_store import last_watermark
-
-        return last_watermark(store, self)
 
 
 def declare_window_aggregate(
