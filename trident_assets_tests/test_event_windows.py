@@ -474,3 +474,20 @@ def test_sigkill_between_window_write_and_commit_emits_each_window_once(
     assert opened(state, store) == ref.open
     assert len(dead_letters(store)) == 1
     store.close()
+
+
+def test_stores_quarantine_and_backfill_that_cannot_hold_windows_are_refused() -> None:
+    from types import SimpleNamespace
+
+    from trident_assets.backends.window_store import check_window_store
+    from trident_assets.planner import quarantine_refusal
+    from trident_assets.spark.backfill import replay_refusal
+
+    postgres = SimpleNamespace(dialect=SimpleNamespace(is_postgres=True))
+    with pytest.raises(ConfigError, match=r"event-time windows \(window_aggregate\) need a DuckDB"):
+        check_window_store(postgres)  # type: ignore[arg-type]
+    topo = topology(TUMBLING)
+    assert quarantine_refusal(topo) == (
+        "state 'page_views' is an event window: its watermark depends on txid order"
+    )
+    assert "event-window state" in str(replay_refusal(state_of(topo)))
