@@ -491,3 +491,42 @@ def test_stores_quarantine_and_backfill_that_cannot_hold_windows_are_refused() -
         "state 'page_views' is an event window: its watermark depends on txid order"
     )
     assert "event-window state" in str(replay_refusal(state_of(topo)))
+
+
+def test_finals_stream_timestamp_field_and_null_keys(spark: Any, tmp_path: Path) -> None:
+    topo = ta.TridentTopology("clicks")
+    scheme = ta.JsonScheme({"page": "string", "ts": "timestamp"}, optional=("page",))
+    stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
+    state = stream.group_by("page").window_aggregate(
+        EventWindow.tumbling("10 s", time_field="ts"), ta.Count(), "n", spec=ta.StateSpec("n")
+    )
+    state.new_values_stream().as_output("final_n")
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    batches = [[(None, 1), ("p", 2), (None, 3)], [(None, 12), ("p", 21)]]
+    for txid, batch in enumerate(batches, start=1):
+        producer = log.producer("clicks")
+        for page, seconds in batch:
+            record = {"page": page, "ts": at(seconds).isoformat()}
+            producer.send(json.dumps(record).encode())
+        producer.flush()
+        assert runner.run_batch(txid).applied
+    # txid 2: watermark 21: [0, 10) of both keys final, and [10, 20) of the null key
+    assert [
+        (r["page"], r["window_start"], r["n"], r["final_txid"]) for r in read_finals(store, state)
+    ] == [
+        ("p", at(0), 1, 2),
+        (None, at(0), 2, 2),
+        (None, at(10), 1, 2),
+    ]
+    assert store.fetch_rows(
+        'SELECT txid, page, window_start, window_end, n FROM "clicks__out_final_n" '
+        "ORDER BY page NULLS LAST, window_start"
+    ) == [
+        (2, "p", at(0), at(10), 1),
+        (2, None, at(0), at(10), 2),
+        (2, None, at(10), at(20), 1),
+    ]
+    assert [(r["page"], r["window_start"]) for r in read_open(store, state)] == [("p", at(20))]
+    store.close()
