@@ -97,7 +97,8 @@ def check_specs(
             dg.AssetCheckSpec(
                 LAG,
                 asset=key,
-                description=f"At most {settings.max_lag:,} records wait in the source after a run.",
+                description=f"At most {settings.max_lag:,} records wait in the source after "
+                "a run.",
             ),
         ]
     if settings.exactly_once:
