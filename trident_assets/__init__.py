@@ -26,6 +26,7 @@ from trident_assets.core.aggregators import (
 )
 from trident_assets.core.caching import GLOBAL_KEY, CachedMap, ChunkedMap, SnapshottableMap
 from trident_assets.core.commit import CommitResult, commit_batch
+from trident_assets.core.event_windows import EventWindow
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.protocols import (
     BackingMap,
@@ -229,6 +230,7 @@ __all__ = [
     "Count",
     "DuckDBBackingMap",
     "DuckDBStore",
+    "EventWindow",
     "ExactlyOnceWarning",
     "ExponentialBackoff",
     "FieldNotFoundError",

@@ -128,6 +128,8 @@ def quarantine_refusal(topology: TridentTopology) -> str | None:
             return f"state {name!r} is a single join: its matches depend on arrival order"
         if TRIDENT_WINDOW in a:
             return f"state {name!r} is a window: which tuples it holds depends on their order"
+        if "event_window" in a:
+            return f"state {name!r} is an event window: its watermark depends on txid order"
         if "updater" in a:
             return f"state {name!r} is a partition_persist: its updater sees tuples in order"
         if not isinstance(a.get("agg"), CombinerAggregator):

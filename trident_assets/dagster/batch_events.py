@@ -120,6 +120,16 @@ def _applied_metadata(
             }
             if state.total is not None:  # plotted per txid next to state_size
                 meta["total"] = dg.MetadataValue.float(state.total)
+            window = outcome.windows.get(name)
+            if window is not None:  # an event-window state: its watermark, finals, late records
+                meta |= {
+                    "watermark": dg.MetadataValue.text(str(window.watermark)),
+                    "windows_final": dg.MetadataValue.int(window.windows_final),
+                    "open_windows": dg.MetadataValue.int(window.open_windows),
+                    "late_records": dg.MetadataValue.int(window.late_records),
+                    "unreadable_records": dg.MetadataValue.int(window.unreadable_records),
+                    "partly_late_records": dg.MetadataValue.int(window.partly_late_records),
+                }
         role = f"state:{name}"
         events[role] = meta | _preview(outcome, role, keys_in) | _table_name(graph[role])
         extra = {"keys_in": dg.MetadataValue.int(keys_in)} if keys_in is not None else {}

@@ -107,6 +107,11 @@ def _state_name(state: Any) -> str:
 
 def replay_refusal(state: TridentState) -> str | None:
     """Why ``state`` cannot be built from the log of its spouts alone (None: it can)."""
+    if "event_window" in state.node.args:
+        return (
+            "it is an event-window state: building one from the log is not supported yet "
+            "(its late records and watermarks are decided batch by batch)"
+        )
     if SINGLE_JOIN in state.node.args:
         return (
             "it is a single join: its pending halves and expiries depend on the state as it "

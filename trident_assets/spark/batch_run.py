@@ -34,6 +34,7 @@ from trident_assets.spark.aggregation import (
 from trident_assets.spark.arrow_partials import combine_task_partials
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.batch_tables import store_dead_letters, store_rows
+from trident_assets.spark.event_windows import window_input
 from trident_assets.spark.kernel_plan import (
     arrow_kernel,
     arrow_kernels_on,
@@ -49,6 +50,7 @@ from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
 from trident_assets.spark.trident_windows import window_batch_table
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
+from trident_assets.stream.windowed import EVENT_WINDOW
 from trident_assets.stream.windowing import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
@@ -88,6 +90,10 @@ class BatchRun(NodeFrames):
         """Arrow type of each combiner state's batch partials (typing empty query results)."""
         self.nulls: dict[str, int] = {}
         """Per Sum/Min/Max state: the null values its partials skipped this batch."""
+        self.extra_dead: dict[str, pa.Table] = {}
+        """Dead letters a state's apply produced (e.g. late records of an event window)."""
+        self.windows: dict[str, Any] = {}
+        """What the batch did to each event-window state (see ``BatchOutcome.windows``)."""
 
     # -- building DataFrames ---------------------------------------------------------------
 
@@ -210,6 +216,8 @@ class BatchRun(NodeFrames):
             return join_batch_table(self, state)
         if TRIDENT_WINDOW in a:
             return window_batch_table(self, state)
+        if EVENT_WINDOW in a:
+            return window_input(self, state)  # type: ignore[arg-type]
         parent = self.frame(state.node.parents[0])
         if "updater" in a:
             return parent.select(*a["inputs"]).toArrow()
@@ -279,9 +287,11 @@ class BatchRun(NodeFrames):
         for name, table in self.new_values.items():
             store_rows(store, topo.states[name].new_values_table, self.txid, table)
             outcome.previews.setdefault(f"new_values:{name}", head_rows(table))
-        outcome.dead_letters = store_dead_letters(store, topo.name, self.txid, prepared.dead)
-        outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in prepared.dead.items()}
-        for sid, dead in prepared.dead.items():
+        all_dead = {**prepared.dead, **self.extra_dead}
+        outcome.windows = dict(self.windows)
+        outcome.dead_letters = store_dead_letters(store, topo.name, self.txid, all_dead)
+        outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in all_dead.items()}
+        for sid, dead in all_dead.items():
             outcome.previews[f"dead_letters:{sid}"] = dead_letter_rows(dead)
         for spout_id, plan in self.recorded.items():
             runner.coordinator(spout_id).commit(plan)

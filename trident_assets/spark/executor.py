@@ -675,6 +675,24 @@ class TopologyRunner:
         outcome.reprocessed_txid = source
         return outcome
 
+    # -- event windows -------------------------------------------------------------------------
+
+    def window_finals(self, state: str) -> list[dict[str, Any]]:
+        """The final windows of event-window state ``state`` as rows, each emitted once.
+
+        Key fields, ``window_start``, ``window_end`` (naive UTC), the value, ``final_txid``;
+        ordered by key and window.
+        """
+        from trident_assets.backends.window_store import read_finals
+
+        return read_finals(self.store, self.topology.states[state])  # type: ignore[arg-type]
+
+    def window_open(self, state: str) -> list[dict[str, Any]]:
+        """Early results: the windows of ``state`` not final yet (``final`` False)."""
+        from trident_assets.backends.window_store import read_open
+
+        return read_open(self.store, self.topology.states[state])  # type: ignore[arg-type]
+
     def _published_tables(self) -> tuple[list[str], list[str]]:
         """The map states and the per-txid row tables the replica carries."""
         topo = self.topology

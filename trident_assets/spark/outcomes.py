@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -84,6 +85,9 @@ class BatchOutcome:
     """At most :data:`PREVIEW_ROWS` rows per asset of the txid, with the asset's schema, keyed
     ``state:<name>`` (the keys the txid touched, highest new value first), ``partials:<name>``,
     ``new_values:<name>``, ``output:<name>`` and ``dead_letters:<spout>``."""
+    windows: dict[str, Any] = field(default_factory=dict)
+    """Per event-window state: its ``WindowOutcome`` (watermark, windows made final, late
+    records...; see :mod:`trident_assets.backends.window_store`)."""
 
 
 @dataclass

@@ -9,7 +9,8 @@
   ``MapReducerAggregator`` over an opaque, transactional or non-transactional map);
 * ``partition_persist``: the user's ``StateUpdater.update_state`` over the whole batch;
 * single joins: :func:`~trident_assets.spark.single_join.apply_join_state`;
-* Trident windows: :func:`~trident_assets.spark.trident_windows.apply_window_state`.
+* Trident windows: :func:`~trident_assets.spark.trident_windows.apply_window_state`;
+* event-time windows: :func:`~trident_assets.spark.event_windows.apply_window_state`.
 
 :func:`state_previews` keeps a few rows of what a batch did to a state (for the UI), from the
 batch's own tables: never a scan of the state.
@@ -29,10 +30,12 @@ from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, Transaction
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
 from trident_assets.spark.batch_tables import store_rows
+from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome, head_rows, top_rows
 from trident_assets.spark.single_join import apply_join_state
 from trident_assets.spark.trident_windows import apply_window_state
 from trident_assets.stream.single_join import SINGLE_JOIN
+from trident_assets.stream.windowed import EVENT_WINDOW
 from trident_assets.stream.windowing import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
@@ -70,6 +73,8 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
         return apply_join_state(run, state, batch)
     if TRIDENT_WINDOW in a:
         return apply_window_state(run, state, batch)
+    if EVENT_WINDOW in a:
+        return apply_event_window(run, state, batch)  # type: ignore[arg-type]
     if "updater" in a:
         updater = a["updater"]
         new = call_batch(

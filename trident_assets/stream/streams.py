@@ -531,6 +531,24 @@ class GroupedStream:
         topo.register_state(state)
         return state
 
+    def window_aggregate(
+        self,
+        window: Any,
+        agg: CombinerAggregator[Any],
+        output: str,
+        *,
+        spec: StateSpec,
+        inputs: str | Sequence[str] | None = None,
+    ) -> Any:
+        """Aggregate per group and event-time ``window`` into state ``spec``, exactly once.
+
+        Returns a :class:`~trident_assets.stream.windowed.WindowedState`; each window's
+        final value is emitted once. See :mod:`trident_assets.stream.windowed`.
+        """
+        return self.stream.topology.window_aggregate(
+            self, window, agg, output, spec=spec, inputs=inputs
+        )
+
     def state_query(
         self,
         state: TridentState,

@@ -31,6 +31,7 @@ from trident_assets.stream.graph import Node, PersistedState, StateSpec, StateUp
 from trident_assets.stream.single_join import declare_single_join
 from trident_assets.stream.static_state import StaticSource, StaticState
 from trident_assets.stream.streams import GroupedStream, Stream, TridentState
+from trident_assets.stream.windowed import WindowedState, declare_window_aggregate
 
 __all__ = [
     "ExactlyOnceWarning",
@@ -116,6 +117,12 @@ class TridentTopology:
             on_duplicate=on_duplicate,  # type: ignore[arg-type]
             event_time=event_time,
         )
+
+    def window_aggregate(
+        self, grouped: GroupedStream, window: Any, agg: Any, output: str, **kwargs: Any
+    ) -> WindowedState:
+        """Declare ``grouped.window_aggregate(...)`` (see :mod:`trident_assets.stream.windowed`)."""
+        return declare_window_aggregate(grouped, window, agg, output, **kwargs)
 
     def new_static_state(self, name: str, source: Any) -> TridentState:
         """A state that queries read and nothing in the topology writes (``newStaticState``).

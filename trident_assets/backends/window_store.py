@@ -1,0 +1,316 @@
+"""Event-time window state in the store (DuckDB), applied with set-based SQL per batch.
+
+Tables of a windowed state ``<topology>__<state>`` (see :mod:`trident_assets.stream.windowed`):
+
+* the open windows, ``<topology>__<state>``: the key fields, ``window_start``,
+  ``window_end`` (TIMESTAMP, UTC), the output field (the window's value so far) and ``txid``
+  (the last txid that changed it); only windows not final yet;
+* the final windows, ``<topology>__<state>__finals``: the same fields and ``final_txid``, the
+  txid whose commit made the window final (each window once);
+* :data:`WATERMARKS` (all windowed states): ``topology, state, txid, max_event_time,
+  watermark`` per committed txid.
+
+One batch (:func:`apply_window_batch`), inside the txid's commit transaction: the batch's
+partials are merged into the open windows (a grouped UNION of the batch and the windows it
+touches; sessions: the key's sessions and the batch's sorted by start, gap islands found
+with window functions, each island one session), the new watermark row is written, and the
+windows it makes final (``window_end <= watermark``) move from the open table to the finals.
+A handful of statements per batch, whatever its size; no row loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from trident_assets.backends.map_layout import quote_ident
+from trident_assets.errors import ConfigError, TridentError
+
+if TYPE_CHECKING:
+    from trident_assets.backends.state_store import StateStore
+    from trident_assets.stream.windowed import WindowedState
+
+__all__ = [
+    "WATERMARKS",
+    "WindowBatch",
+    "WindowOutcome",
+    "apply_window_batch",
+    "check_window_store",
+    "last_watermark",
+    "last_watermark_us",
+    "read_finals",
+    "read_open",
+]
+
+WATERMARKS = "_trident_window_watermarks"
+"""The watermark of each windowed state after each committed txid."""
+_EPOCH = datetime(1970, 1, 1)
+
+
+def check_window_store(store: StateStore) -> None:
+    """Refuse a store that cannot hold event windows (PostgreSQL, for now).
+
+    Raises:
+        ConfigError: naming the store kind and the way out.
+    """
+    if store.dialect.is_postgres:
+        msg = (
+            "event-time windows (window_aggregate) need a DuckDB state store; PostgreSQL is "
+            "not supported for them yet. Nothing was written"
+        )
+        raise ConfigError(msg)
+
+
+def _as_time(micros: int | None) -> datetime | None:
+    """Epoch microseconds as a naive UTC datetime."""
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+
+
+def _last(store: StateStore, state: WindowedState) -> tuple[int | None, int | None]:
+    """``(max event time, watermark)`` in epoch microseconds after the last committed txid."""
+    if not store.has_table(WATERMARKS):
+        return None, None
+    rows = store.fetch_rows(
+        f"SELECT epoch_us(max_event_time), epoch_us(watermark) FROM {WATERMARKS} "
+        "WHERE topology = ? AND state = ? ORDER BY txid DESC LIMIT 1",
+        [state.topology.name, state.spec.name],
+    )
+    if not rows:
+        return None, None
+    top, wm = rows[0]
+    return (None if top is None else int(top)), (None if wm is None else int(wm))
+
+
+def last_watermark_us(store: StateStore, state: WindowedState) -> int | None:
+    """The committed watermark of ``state`` in epoch microseconds (None before any event)."""
+    return _last(store, state)[1]
+
+
+def last_watermark(store: StateStore, state: WindowedState) -> datetime | None:
+    """The committed watermark of ``state`` as a naive UTC datetime (None before any event)."""
+    return _as_time(last_watermark_us(store, state))
+
+
+@dataclass(frozen=True)
+class WindowBatch:
+    """One batch of a windowed state, as Spark computed it."""
+
+    partials: pa.Table
+    """Key fields, ``__ws``, ``__we`` (epoch microseconds), the output field."""
+    max_event_us: int | None
+    """The batch's largest event time (None: no readable event time)."""
+    decided_watermark_us: int | None
+    """The watermark the batch's late records were decided against."""
+
+
+@dataclass(frozen=True)
+class WindowOutcome:
+    """What a batch did to a windowed state (in ``BatchOutcome.windows``)."""
+
+    state: str
+    watermark: datetime | None
+    """The watermark after the txid (naive UTC)."""
+    max_event_time: datetime | None
+    windows_final: int
+    """Windows this txid made final (emitted once, to the finals table)."""
+    open_windows: int
+    late_records: int
+    """Records whose every window was final: dead letters."""
+    unreadable_records: int
+    """Records with a null or unparseable event time: dead letters."""
+    partly_late_records: int
+    """Sliding-window records added to their open windows only (some of theirs were final)."""
+
+
+@dataclass(frozen=True)
+class _Applied:
+    finals: pa.Table
+    open_windows: int
+    max_event_us: int | None
+    watermark_us: int | None
+    state: str
+
+    def outcome(self, late: int, unreadable: int, partly: int) -> WindowOutcome:
+        return WindowOutcome(
+            self.state,
+            _as_time(self.watermark_us),
+            _as_time(self.max_event_us),
+            self.finals.num_rows,
+            self.open_windows,
+            late,
+            unreadable,
+            partly,
+        )
+
+
+def _names(state: WindowedState) -> tuple[list[str], str, str, str]:
+    spec = state.windowed
+    keys = [quote_ident(k) for k in spec.group]
+    return (
+        keys,
+        quote_ident(spec.output),
+        quote_ident(state.open_table),
+        quote_ident(state.finals_table),
+    )
+
+
+def _ensure_tables(store: StateStore, state: WindowedState, staged: str) -> None:
+    keys, out, open_t, finals_t = _names(state)
+    k = "".join(f"{c}, " for c in keys)
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {open_t} AS SELECT {k}make_timestamp(__ws) AS window_start, "
+        f'make_timestamp(__we) AS window_end, {out}, CAST(NULL AS BIGINT) AS txid FROM "{staged}" '
+        "LIMIT 0"
+    )
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {finals_t} AS SELECT {k}window_start, window_end, {out}, "
+        f"CAST(NULL AS BIGINT) AS final_txid FROM {open_t} LIMIT 0"
+    )
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {WATERMARKS} (topology VARCHAR NOT NULL, state VARCHAR "
+        "NOT NULL, txid BIGINT NOT NULL, max_event_time TIMESTAMP, watermark TIMESTAMP, "
+        "PRIMARY KEY (topology, state, txid))"
+    )
+
+
+def _merge_sql(state: WindowedState, staged: str) -> tuple[str, str]:
+    """``(select merged windows, delete the open windows they replace)`` for one batch."""
+    spec = state.windowed
+    keys, out, open_t, _ = _names(state)
+    comb = spec.agg.sql_combine
+    k = "".join(f"{c}, " for c in keys)
+    same_key = " AND ".join(f"b.{c} IS NOT DISTINCT FROM o.{c}" for c in keys)
+    batch = (
+        f"SELECT {k}make_timestamp(__ws) AS window_start, make_timestamp(__we) AS window_end, "
+        f'{out} FROM "{staged}"'
+    )
+    if spec.window.kind != "session":
+        match = f"{same_key} AND b.window_start = o.window_start AND b.window_end = o.window_end"
+        touched = (
+            f"SELECT o.* FROM {open_t} AS o WHERE EXISTS (SELECT 1 FROM ({batch}) AS b "
+            f"WHERE {match})"
+        )
+        select = (
+            f"SELECT {k}window_start, window_end, {comb}({out}) AS {out} FROM ("
+            f"{batch} UNION ALL SELECT {k}window_start, window_end, {out} FROM ({touched})) "
+            f"GROUP BY {k}window_start, window_end"
+        )
+        delete = f"DELETE FROM {open_t} AS o USING ({batch}) AS b WHERE {match}"
+        return select, delete
+    part = ", ".join(keys)
+    touched = (
+        f"SELECT o.* FROM {open_t} AS o WHERE EXISTS (SELECT 1 FROM "
+        f'(SELECT DISTINCT {part} FROM "{staged}") AS b WHERE {same_key})'
+    )
+    select = (
+        f"WITH c AS ({batch} UNION ALL SELECT {k}window_start, window_end, {out} FROM "
+        f"({touched})), m AS (SELECT *, CASE WHEN window_start < max(window_end) OVER ("
+        f"PARTITION BY {part} ORDER BY window_start, window_end ROWS BETWEEN UNBOUNDED "
+        "PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END AS fresh FROM c), "
+        f"i AS (SELECT *, sum(fresh) OVER (PARTITION BY {part} ORDER BY window_start, "
+        "window_end ROWS UNBOUNDED PRECEDING) AS island FROM m) "
+        f"SELECT {k}min(window_start) AS window_start, max(window_end) AS window_end, "
+        f"{comb}({out}) AS {out} FROM i GROUP BY {k}island"
+    )
+    delete = (
+        f'DELETE FROM {open_t} AS o USING (SELECT DISTINCT {part} FROM "{staged}") AS b '
+        f"WHERE {same_key}"
+    )
+    return select, delete
+
+
+def apply_window_batch(
+    store: StateStore, state: WindowedState, txid: int, batch: WindowBatch
+) -> _Applied:
+    """Apply ``batch`` as txid ``txid`` of ``state`` (inside the open commit transaction).
+
+    Raises:
+        TridentError: the committed watermark is not the one the batch was decided against
+            (another process committed meanwhile); the transaction rolls back.
+    """
+    check_window_store(store)
+    spec = state.windowed
+    keys, out, open_t, finals_t = _names(state)
+    k = "".join(f"{c}, " for c in keys)
+    top, wm_before = _last(store, state)
+    if wm_before != batch.decided_watermark_us:
+        msg = (
+            f"windowed state {state.spec.name!r}: the watermark changed while txid {txid} was "
+            "computed (another process committed); nothing was written, run the txid again"
+        )
+        raise TridentError(msg)
+    with store.staged(batch.partials) as staged:
+        _ensure_tables(store, state, staged)
+        if batch.partials.num_rows:
+            select, delete = _merge_sql(state, staged)
+            merged = store.fetch_arrow(select)
+            store.execute(delete)
+            with store.staged(merged) as name:
+                store.execute(
+                    f"INSERT INTO {open_t} ({k}window_start, window_end, {out}, txid) "
+                    f'SELECT {k}window_start, window_end, {out}, ? FROM "{name}"',
+                    [txid],
+                )
+    if batch.max_event_us is not None:
+        top = batch.max_event_us if top is None else max(top, batch.max_event_us)
+    wm_after = spec.window.watermark(top)
+    store.execute(
+        f"DELETE FROM {WATERMARKS} WHERE topology = ? AND state = ? AND txid = ?",
+        [state.topology.name, state.spec.name, txid],
+    )
+    store.execute(
+        f"INSERT INTO {WATERMARKS} VALUES (?, ?, ?, make_timestamp(CAST(? AS BIGINT)), "
+        "make_timestamp(CAST(? AS BIGINT)))",
+        [state.topology.name, state.spec.name, txid, top, wm_after],
+    )
+    final_where = "window_end <= make_timestamp(CAST(? AS BIGINT))"
+    order = "".join(f"{c}, " for c in keys)
+    if wm_after is None:
+        finals = store.fetch_arrow(
+            f"SELECT {k}window_start, window_end, {out} FROM {open_t} LIMIT 0"
+        )
+    else:
+        finals = store.fetch_arrow(
+            f"SELECT {k}window_start, window_end, {out} FROM {open_t} WHERE {final_where} "
+            f"ORDER BY {order}window_start, window_end",
+            [wm_after],
+        )
+    if finals.num_rows:
+        store.execute(
+            f"INSERT INTO {finals_t} SELECT {k}window_start, window_end, {out}, ? FROM {open_t} "
+            f"WHERE {final_where}",
+            [txid, wm_after],
+        )
+        store.execute(f"DELETE FROM {open_t} WHERE {final_where}", [wm_after])
+    size = int(store.fetch_rows(f"SELECT count(*) FROM {open_t}")[0][0])
+    return _Applied(finals, size, top, wm_after, state.spec.name)
+
+
+def read_finals(store: StateStore, state: WindowedState) -> list[dict[str, Any]]:
+    """The final windows of ``state`` as rows, ordered by key and window_start."""
+    keys, _out, _open, finals_t = _names(state)
+    if not store.has_table(state.finals_table):
+        return []
+    order = "".join(f"{c}, " for c in keys)
+    table = store.fetch_arrow(f"SELECT * FROM {finals_t} ORDER BY {order}window_start, window_end")
+    return table.to_pylist()
+
+
+def read_open(store: StateStore, state: WindowedState) -> list[dict[str, Any]]:
+    """The open windows of ``state`` (early results, ``final`` False), ordered by key, start."""
+    keys, _out, open_t, _finals = _names(state)
+    if not store.has_table(state.open_table):
+        return []
+    order = "".join(f"{c}, " for c in keys)
+    table = store.fetch_arrow(
+        f"SELECT *, FALSE AS final FROM {open_t} ORDER BY {order}window_start, window_end"
+    )
+    return table.to_pylist()
+
+
+def utc(value: datetime) -> datetime:
+    """A naive UTC datetime as an aware one (for display)."""
+    return value.replace(tzinfo=UTC)

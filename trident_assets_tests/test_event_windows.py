@@ -1,0 +1,532 @@
+"""Event-time windows on Spark + DuckDB: exact windows, late records, exactly-once finals.
+
+Every expected window comes from the plain-Python model of
+:func:`trident_assets.core.event_windows.reference_windows` over the same records, or by hand.
+Records are produced into a one-partition topic just before their txid runs, so txid ``i``
+reads exactly batch ``i``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trident_assets as ta
+from trident_assets.backends.window_store import WATERMARKS, last_watermark, read_finals, read_open
+from trident_assets.core.event_windows import EventWindow, reference_windows
+from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
+from trident_assets.spouts.config import SpoutConfig, SpoutKind
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = datetime(2026, 1, 1)
+BASE_US = int((BASE - datetime(1970, 1, 1)).total_seconds()) * 1_000_000
+S = 1_000_000
+
+Record = tuple[str, Any]
+"""(page, seconds after BASE), or (page, None) / (page, "text") for a bad event time."""
+
+
+def at(seconds: float) -> datetime:
+    return BASE + timedelta(seconds=seconds)
+
+
+def topology(window: EventWindow, agg: Any = None, inputs: str | None = None) -> Any:
+    """Topology ``clicks``: JSON records {page, ts, n}, windowed per page into ``page_views``."""
+    topo = ta.TridentTopology("clicks")
+    scheme = ta.JsonScheme({"page": "string", "ts": "string", "n": "bigint"}, optional=("ts", "n"))
+    spout = ta.LogSpout("clicks", scheme, SpoutConfig(kind=SpoutKind.TRANSACTIONAL))
+    stream = topo.new_stream("clicks", spout)
+    stream.group_by("page").window_aggregate(
+        window, agg or ta.Count(), "views", spec=ta.StateSpec("page_views"), inputs=inputs
+    )
+    return topo
+
+
+def state_of(topo: Any) -> Any:
+    return topo.states["page_views"]
+
+
+def produce(log: Any, batch: list[Record]) -> None:
+    producer = log.producer("clicks")
+    for page, seconds in batch:
+        if seconds is None or isinstance(seconds, str):
+            ts = seconds
+        else:
+            ts = at(seconds).isoformat(sep=" ")
+        producer.send(json.dumps({"page": page, "ts": ts, "n": 1}).encode())
+    producer.flush()
+
+
+def new_log(tmp_path: Path) -> Any:
+    log = ta.PartitionedLog(tmp_path / "log")
+    log.create_topic("clicks", 1)
+    return log
+
+
+def run_all(runner: Any, log: Any, batches: list[list[Record]], first: int = 1) -> list[Any]:
+    outcomes = []
+    for txid, batch in enumerate(batches, start=first):
+        produce(log, batch)
+        outcomes.append(runner.run_batch(txid))
+    return outcomes
+
+
+def reference(window: EventWindow, batches: list[list[Record]]) -> Any:
+    """The model over the readable records (bad event times are not the model's concern)."""
+    rows = [
+        [(p, BASE_US + int(s * S), None) for p, s in b if isinstance(s, int | float)]
+        for b in batches
+    ]
+    return reference_windows(window, rows)
+
+
+def finals(state: Any, store: Any) -> list[tuple[Any, ...]]:
+    return [
+        (r["page"], _us(r["window_start"]), _us(r["window_end"]), r["views"], r["final_txid"])
+        for r in read_finals(store, state)
+    ]
+
+
+def opened(state: Any, store: Any) -> list[tuple[Any, ...]]:
+    return [
+        (r["page"], _us(r["window_start"]), _us(r["window_end"]), r["views"])
+        for r in read_open(store, state)
+    ]
+
+
+def _us(value: datetime) -> int:
+    return int((value - datetime(1970, 1, 1)) / timedelta(microseconds=1))
+
+
+def dead_letters(store: Any) -> list[tuple[Any, ...]]:
+    return store.fetch_rows(
+        "SELECT txid, spout, reason, decode(value) FROM _trident_dead_letters ORDER BY txid, reason"
+    )
+
+
+def w(seconds: float) -> str:
+    return f"{at(seconds).isoformat(sep=' ')}.000000 UTC"
+
+
+# -- tumbling -----------------------------------------------------------------------------------
+
+TUMBLING = EventWindow.tumbling("10 s", time_field="ts", allowed_lateness="5 s")
+TUMBLING_BATCHES: list[list[Record]] = [
+    [("a", 1), ("a", 12)],  # max 12 -> watermark 7
+    [("a", 3), ("b", 16), ("b", None), ("b", "junk")],  # 3: out of order, in lateness
+    [("a", 4), ("a", 25), ("b", 14)],  # [0,10) final at wm 11: 4 is late; 14 in time; wm 20
+    [("c", 40)],  # wm 35: [20,30) final
+]
+
+
+def test_tumbling_windows_late_and_unreadable_records(spark: Any, tmp_path: Path) -> None:
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    topo = topology(TUMBLING)
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    outcomes = run_all(runner, log, TUMBLING_BATCHES)
+    state = state_of(topo)
+    ref = reference(TUMBLING, TUMBLING_BATCHES)
+    assert (
+        finals(state, store)
+        == ref.finals
+        == [
+            ("a", BASE_US, BASE_US + 10 * S, 2, 2),
+            ("a", BASE_US + 10 * S, BASE_US + 20 * S, 1, 3),
+            ("a", BASE_US + 20 * S, BASE_US + 30 * S, 1, 4),
+            ("b", BASE_US + 10 * S, BASE_US + 20 * S, 2, 3),
+        ]
+    )
+    assert opened(state, store) == ref.open == [("c", BASE_US + 40 * S, BASE_US + 50 * S, 1)]
+    assert runner.window_finals("page_views") == read_finals(store, state)
+    assert runner.window_open("page_views") == [
+        {
+            "page": "c",
+            "window_start": at(40),
+            "window_end": at(50),
+            "views": 1,
+            "txid": 4,
+            "final": False,
+        }
+    ]
+    assert [o.windows["page_views"].watermark for o in outcomes] == [at(7), at(11), at(20), at(35)]
+    assert [o.windows["page_views"].windows_final for o in outcomes] == [0, 1, 2, 1]
+    assert [o.windows["page_views"].late_records for o in outcomes] == [0, 0, 1, 0]
+    assert [o.windows["page_views"].unreadable_records for o in outcomes] == [0, 2, 0, 0]
+    assert [o.dead_letters for o in outcomes] == [0, 2, 1, 0]
+    late = f"late record: its window [{w(0)}, {w(10)}) is final (window_end <= watermark {w(11)})"
+    assert dead_letters(store) == [
+        (2, "window:page_views", "event time field 'ts' is null", '{"page":"b","n":1}'),
+        (
+            2,
+            "window:page_views",
+            "event time field 'ts' value 'junk' is not a timestamp (ISO-8601, e.g. "
+            "2026-01-31 12:00:00)",
+            '{"page":"b","ts":"junk","n":1}',
+        ),
+        (3, "window:page_views", late, '{"page":"a","ts":"2026-01-01 00:00:04","n":1}'),
+    ]
+    assert store.fetch_rows(
+        f"SELECT txid, max_event_time, watermark FROM {WATERMARKS} ORDER BY txid"
+    ) == [(1, at(12), at(7)), (2, at(16), at(11)), (3, at(25), at(20)), (4, at(40), at(35))]
+    # the finals stream: txid 4's new values are the windows it made final
+    assert store.fetch_rows(
+        'SELECT txid, page, views FROM "clicks__page_views__new_values" ORDER BY txid, page'
+    ) == [(2, "a", 2), (3, "a", 1), (3, "b", 2), (4, "a", 1)]
+    # replaying committed txids changes nothing: every final stays emitted once
+    before = (finals(state, store), opened(state, store), dead_letters(store))
+    assert [runner.run_batch(t).applied for t in (2, 4)] == [False, False]
+    assert (finals(state, store), opened(state, store), dead_letters(store)) == before
+    store.close()
+
+
+# -- sliding ------------------------------------------------------------------------------------
+
+SLIDING = EventWindow.sliding("10 s", "5 s", time_field="ts")
+SLIDING_BATCHES: list[list[Record]] = [
+    [("k", 1), ("k", 11)],  # wm 11: [-5,5) and [0,10) final
+    [("k", 7), ("k", 2), ("k", 12)],  # 7: [0,10) final, [5,15) open -> partly late; 2: late
+    [("k", 30)],
+]
+
+
+def test_sliding_windows_partly_late_record_goes_to_its_open_windows(
+    spark: Any, tmp_path: Path
+) -> None:
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    topo = topology(SLIDING)
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    outcomes = run_all(runner, log, SLIDING_BATCHES)
+    state = state_of(topo)
+    ref = reference(SLIDING, SLIDING_BATCHES)
+    assert finals(state, store) == ref.finals
+    assert finals(state, store) == [
+        ("k", BASE_US - 5 * S, BASE_US + 5 * S, 1, 1),
+        ("k", BASE_US, BASE_US + 10 * S, 1, 1),
+        ("k", BASE_US + 5 * S, BASE_US + 15 * S, 3, 3),  # 11, 7, 12
+        ("k", BASE_US + 10 * S, BASE_US + 20 * S, 2, 3),  # 11, 12
+    ]
+    assert opened(state, store) == ref.open
+    assert [o.windows["page_views"].partly_late_records for o in outcomes] == [0, 1, 0]
+    assert [o.windows["page_views"].late_records for o in outcomes] == [0, 1, 0]
+    late = f"late record: its window [{w(0)}, {w(10)}) is final (window_end <= watermark {w(11)})"
+    assert [r[2] for r in dead_letters(store)] == [late]
+    store.close()
+
+
+# -- sessions -----------------------------------------------------------------------------------
+
+SESSION = EventWindow.session("10 s", time_field="ts", allowed_lateness="30 s")
+SESSION_BATCHES: list[list[Record]] = [
+    [("u", 0), ("u", 25), ("v", 3)],  # u: [0,10) [25,35); v: [3,13)
+    [("u", 17), ("u", 8)],  # bridges u's sessions: [0,35)
+    [("v", 5), ("u", 60)],  # v: [3,15), final at wm 30
+    [("u", 29), ("u", 100)],  # wm 70: 29 < wm is late; [0,35) and [60,70) final
+]
+
+
+def test_sessions_merge_across_txids_and_late_records(spark: Any, tmp_path: Path) -> None:
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    topo = topology(SESSION)
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    outcomes = run_all(runner, log, SESSION_BATCHES)
+    state = state_of(topo)
+    ref = reference(SESSION, SESSION_BATCHES)
+    assert (
+        finals(state, store)
+        == ref.finals
+        == [
+            ("u", BASE_US, BASE_US + 35 * S, 4, 4),
+            ("u", BASE_US + 60 * S, BASE_US + 70 * S, 1, 4),
+            ("v", BASE_US + 3 * S, BASE_US + 15 * S, 2, 3),
+        ]
+    )
+    assert opened(state, store) == ref.open == [("u", BASE_US + 100 * S, BASE_US + 110 * S, 1)]
+    assert [o.windows["page_views"].late_records for o in outcomes] == [0, 0, 0, 1]
+    assert [r[2] for r in dead_letters(store)] == [
+        f"late record: event time {w(29)} is before the watermark {w(30)} (sessions ending "
+        "at or before the watermark are final)"
+    ]
+    store.close()
+
+
+# -- long runs, epoch times ---------------------------------------------------------------------
+
+
+def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
+    spark: Any, tmp_path: Path
+) -> None:
+    window = EventWindow.tumbling("1 minute", time_field="ts", allowed_lateness="5 s")
+    # 30 txids, 13 s of event time each, two pages, some records out of order
+    batches = [[("a", 13 * i), ("b", 13 * i + 2), ("a", max(0, 13 * i - 7))] for i in range(30)]
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    topo = topology(window)
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    state = state_of(topo)
+    sizes = []
+    for txid, batch in enumerate(batches, start=1):
+        produce(log, batch)
+        outcome = runner.run_batch(txid)
+        sizes.append(outcome.windows["page_views"].open_windows)
+        ref = reference(window, batches[:txid])
+        assert opened(state, store) == ref.open
+    assert finals(state, store) == ref.finals
+    # [0, 60) opened by txid 1 (t=0), final when the watermark reaches 60 (b at 67, txid 6):
+    # a at 0, 0, 13, 6, 26, 19, 39, 32, 52, 45, 58; b at 2, 15, 28, 41, 54
+    first = [f for f in ref.finals if f[1] == BASE_US]
+    assert first == [
+        ("a", BASE_US, BASE_US + 60 * S, 11, 6),
+        ("b", BASE_US, BASE_US + 60 * S, 5, 6),
+    ]
+    # the last watermark is 379 - 5: [0, 60) .. [300, 360) are final for both pages
+    assert [(f[0], (f[1] - BASE_US) // S) for f in ref.finals] == [
+        (p, 60 * k) for p in "ab" for k in range(6)
+    ]
+    assert opened(state, store) == [
+        ("a", BASE_US + 360 * S, BASE_US + 420 * S, 3),  # a at 364, 377 and 370
+        ("b", BASE_US + 360 * S, BASE_US + 420 * S, 2),  # b at 366, 379
+    ]
+    assert max(sizes) <= 4
+    store.close()
+
+
+def test_epoch_millisecond_field_with_sum(spark: Any, tmp_path: Path) -> None:
+    topo = ta.TridentTopology("clicks")
+    scheme = ta.JsonScheme({"page": "string", "ms": "bigint", "n": "bigint"})
+    stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
+    state = stream.group_by("page").window_aggregate(
+        EventWindow.tumbling("1 s", time_field="ms", time_unit="ms"),
+        ta.Sum(),
+        "total",
+        spec=ta.StateSpec("sums"),
+        inputs="n",
+    )
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    producer = log.producer("clicks")
+    for ms, n in ((1_000, 2), (1_999, 3), (2_000, 10), (5_000, 1)):
+        producer.send(json.dumps({"page": "p", "ms": ms, "n": n}).encode())
+    producer.flush()
+    runner.run_batch(1)
+    epoch = datetime(1970, 1, 1)
+    assert [
+        (r["window_start"], r["total"], r["final_txid"]) for r in runner.window_finals("sums")
+    ] == [
+        (epoch + timedelta(seconds=1), 5, 1),
+        (epoch + timedelta(seconds=2), 10, 1),
+    ]
+    assert last_watermark(store, state) == epoch + timedelta(seconds=5)
+    store.close()
+
+
+# -- declarations -------------------------------------------------------------------------------
+
+
+def test_declarations_are_checked_before_anything_runs() -> None:
+    topo = ta.TridentTopology("t")
+    scheme = ta.JsonScheme({"page": "string", "ts": "string"})
+    grouped = topo.new_stream("s", ta.LogSpout("s", scheme)).group_by("page")
+    tumbling = EventWindow.tumbling("10 s", time_field="ts")
+    with pytest.raises(FieldNotFoundError, match="'when'"):
+        grouped.window_aggregate(
+            EventWindow.tumbling("10 s", time_field="when"), ta.Count(), "n", spec=ta.StateSpec("x")
+        )
+
+    class Longest(ta.ReducerAggregator):
+        def init(self) -> int:
+            return 0
+
+        def reduce(self, acc: int, values: tuple[Any, ...]) -> int:
+            return max(acc, len(values[0]))
+
+    with pytest.raises(ConfigError, match=r"window_aggregate needs a CombinerAggregator"):
+        grouped.window_aggregate(tumbling, Longest(), "n", spec=ta.StateSpec("x"))
+    with pytest.raises(ConfigError, match=r"with Sum needs inputs='<field>'"):
+        grouped.window_aggregate(tumbling, ta.Sum(), "n", spec=ta.StateSpec("x"))
+    with pytest.raises(ConfigError, match=r"needs spec=StateSpec"):
+        grouped.window_aggregate(tumbling, ta.Count(), "n", spec="x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"key field 'window_start' is reserved"):
+        topo.new_stream(
+            "s2", ta.LogSpout("s2", ta.JsonScheme({"window_start": "string", "ts": "string"}))
+        ).group_by("window_start").window_aggregate(
+            tumbling, ta.Count(), "n", spec=ta.StateSpec("y")
+        )
+    with pytest.raises(ConfigError, match=r"cannot read duration '10 mins'"):
+        EventWindow.tumbling("10 mins", time_field="ts")
+    state = grouped.window_aggregate(tumbling, ta.Count(), "n", spec=ta.StateSpec("ok"))
+    assert state.new_values_stream().fields == ("page", "window_start", "window_end", "n")
+    with pytest.raises(ConfigError, match=r"already has a state 'ok'"):
+        grouped.window_aggregate(tumbling, ta.Count(), "n", spec=ta.StateSpec("ok"))
+
+
+def test_a_changed_window_is_refused_before_any_write(spark: Any, tmp_path: Path) -> None:
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    runner = ta.TopologyRunner(topology(TUMBLING), spark, store, log)
+    run_all(runner, log, TUMBLING_BATCHES[:1])
+    tables = {t: store.fetch_rows(f'SELECT * FROM "{t}" ORDER BY ALL') for t in store.tables()}
+    wider = EventWindow.tumbling("20 s", time_field="ts", allowed_lateness="5 s")
+    with pytest.raises(StateContractError) as err:
+        ta.TopologyRunner(topology(wider), spark, store, log)
+    assert "state 'page_views' of topology 'clicks'" in str(err.value)
+    assert "Nothing was run or written" in str(err.value)
+    assert f"('window.size_us', '{10 * S}')" in str(err.value)  # stored
+    assert f"('window.size_us', '{20 * S}')" in str(err.value)  # declared
+    session = EventWindow.session("10 s", time_field="ts", allowed_lateness="5 s")
+    with pytest.raises(StateContractError, match=r"window\.kind"):
+        ta.TopologyRunner(topology(session), spark, store, log)
+    after = {t: store.fetch_rows(f'SELECT * FROM "{t}" ORDER BY ALL') for t in store.tables()}
+    assert after == tables
+    # the same declaration continues
+    again = ta.TopologyRunner(topology(TUMBLING), spark, store, log)
+    produce(log, TUMBLING_BATCHES[1])
+    assert again.run_batch(2).applied
+    store.close()
+
+
+def test_timestamp_window_over_an_integer_field_is_refused_before_writing(
+    spark: Any, tmp_path: Path
+) -> None:
+    topo = ta.TridentTopology("clicks")
+    scheme = ta.JsonScheme({"page": "string", "ms": "bigint"})
+    stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
+    stream.group_by("page").window_aggregate(
+        EventWindow.tumbling("1 s", time_field="ms"), ta.Count(), "n", spec=ta.StateSpec("n")
+    )
+    log = new_log(tmp_path)
+    log.producer("clicks").send(b'{"page": "p", "ms": 1}')
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    with pytest.raises(ConfigError, match=r"event time field 'ms' is bigint: a timestamp window"):
+        runner.run_batch(1)
+    assert runner.last_committed() is None
+    store.close()
+
+
+# -- a crash between the window write and the commit ---------------------------------------------
+
+CHILD = """
+import os, signal, sys
+from pathlib import Path
+
+import trident_assets as ta
+from trident_assets.spark.session import build_spark_session
+from trident_assets_tests.test_event_windows import SESSION, topology
+
+root = Path(sys.argv[1])
+spark = build_spark_session(
+    {{"spark.local.dir": str(root / "spark"), "spark.sql.warehouse.dir": str(root / "wh")}}
+)
+
+def fault(point):
+    if point == {point!r}:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+store = ta.DuckDBStore(root / "state.duckdb")
+runner = ta.TopologyRunner(topology(SESSION), spark, store, ta.PartitionedLog(root / "log"),
+                           fault=fault)
+runner.run_batch(3)
+"""
+
+
+@pytest.mark.parametrize("point", ["after_state_write", "before_commit"])
+def test_sigkill_between_window_write_and_commit_emits_each_window_once(
+    spark: Any, tmp_path: Path, point: str
+) -> None:
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    topo = topology(SESSION)
+    run_all(ta.TopologyRunner(topo, spark, store, log), log, SESSION_BATCHES[:2])
+    state = state_of(topo)
+    before = (finals(state, store), opened(state, store), dead_letters(store))
+    store.close()
+    produce(log, SESSION_BATCHES[2])
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(CHILD.format(point=point)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path, timeout=300
+    )
+    assert proc.returncode == -signal.SIGKILL
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    assert store.last_committed("clicks") == 2
+    assert (finals(state, store), opened(state, store), dead_letters(store)) == before
+    assert store.fetch_rows(f"SELECT max(txid) FROM {WATERMARKS}") == [(2,)]
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    assert runner.run_batch(3).applied  # the replay of txid 3
+    produce(log, SESSION_BATCHES[3])
+    assert runner.run_batch(4).applied
+    ref = reference(SESSION, SESSION_BATCHES)
+    assert finals(state, store) == ref.finals
+    assert opened(state, store) == ref.open
+    assert len(dead_letters(store)) == 1
+    store.close()
+
+
+def test_stores_quarantine_and_backfill_that_cannot_hold_windows_are_refused() -> None:
+    from types import SimpleNamespace
+
+    from trident_assets.backends.window_store import check_window_store
+    from trident_assets.planner import quarantine_refusal
+    from trident_assets.spark.backfill import replay_refusal
+
+    postgres = SimpleNamespace(dialect=SimpleNamespace(is_postgres=True))
+    with pytest.raises(ConfigError, match=r"event-time windows \(window_aggregate\) need a DuckDB"):
+        check_window_store(postgres)  # type: ignore[arg-type]
+    topo = topology(TUMBLING)
+    assert quarantine_refusal(topo) == (
+        "state 'page_views' is an event window: its watermark depends on txid order"
+    )
+    assert "event-window state" in str(replay_refusal(state_of(topo)))
+
+
+def test_finals_stream_timestamp_field_and_null_keys(spark: Any, tmp_path: Path) -> None:
+    topo = ta.TridentTopology("clicks")
+    scheme = ta.JsonScheme({"page": "string", "ts": "timestamp"}, optional=("page",))
+    stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
+    state = stream.group_by("page").window_aggregate(
+        EventWindow.tumbling("10 s", time_field="ts"), ta.Count(), "n", spec=ta.StateSpec("n")
+    )
+    state.new_values_stream().as_output("final_n")
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    batches = [[(None, 1), ("p", 2), (None, 3)], [(None, 12), ("p", 21)]]
+    for txid, batch in enumerate(batches, start=1):
+        producer = log.producer("clicks")
+        for page, seconds in batch:
+            record = {"page": page, "ts": at(seconds).isoformat()}
+            producer.send(json.dumps(record).encode())
+        producer.flush()
+        assert runner.run_batch(txid).applied
+    # txid 2: watermark 21: [0, 10) of both keys final, and [10, 20) of the null key
+    assert [
+        (r["page"], r["window_start"], r["n"], r["final_txid"]) for r in read_finals(store, state)
+    ] == [
+        ("p", at(0), 1, 2),
+        (None, at(0), 2, 2),
+        (None, at(10), 1, 2),
+    ]
+    assert store.fetch_rows(
+        'SELECT txid, page, window_start, window_end, n FROM "clicks__out_final_n" '
+        "ORDER BY page NULLS LAST, window_start"
+    ) == [
+        (2, "p", at(0), at(10), 1),
+        (2, None, at(0), at(10), 2),
+        (2, None, at(10), at(20), 1),
+    ]
+    assert [(r["page"], r["window_start"]) for r in read_open(store, state)] == [("p", at(20))]
+    store.close()
