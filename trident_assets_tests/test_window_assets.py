@@ -154,6 +154,16 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
     meta = record.asset_materialization.metadata
     assert meta["watermark_epoch_s"].value == 1767312240.0  # 2026-01-02 00:04:00 UTC
     assert meta["late_records"].value == 0
+    assert meta["dead_letters_preview"].value == "_no dead letters in txid 4_"
+    record = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=STATE, asset_partitions=[txid_key(3)]), limit=1
+    ).records[0]
+    meta = record.asset_materialization.metadata
+    assert meta["late_records"].value == 1
+    assert meta["dead_letters_preview"].value == (
+        "| topic | partition | offset | reason |\n|---|---|---|---|\n"
+        "|  |  |  | late record: its window [2026-01-01 00:30:00.000000 UTC, 20… |"
+    )
 
     # the daily rollup loads the day's 24 hourly partitions through the IO manager
     result = defs.resolve_job_def("rollup").execute_in_process(

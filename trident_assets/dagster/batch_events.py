@@ -131,6 +131,8 @@ def _applied_metadata(
                 }
                 if window.watermark is not None:  # numeric: the UI plots it per txid
                     meta["watermark_epoch_s"] = dg.MetadataValue.float(_epoch_s(window.watermark))
+                # the txid's late and unreadable records: dead letters of spout window:<state>
+                meta |= _dead_letters(outcome, f"window:{name}")
         role = f"state:{name}"
         events[role] = meta | _preview(outcome, role, keys_in) | _table_name(graph[role])
         extra = {"keys_in": dg.MetadataValue.int(keys_in)} if keys_in is not None else {}
