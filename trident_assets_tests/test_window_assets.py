@@ -135,6 +135,7 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
         "watermark": "2026-01-01 01:56:30",
     }
     assert first["late_records"] == 0
+    assert first["reported_late"] is False
     second = finals_metadata(instance, hour(1))
     assert (second["windows"], second["total"], second["final_txids"], second["txid"]) == (
         18,
@@ -225,3 +226,9 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
     )
     assert meta["duplicate_windows"] == ["docs 2026-01-01 01:10:00 2026-01-01 01:20:00 x2"]
     assert meta["materialized_twice"] == []
+
+    # a run that committed txid 2 but stopped before reporting: its re-run reports the hour
+    instance.wipe_assets([FINALS])
+    assert run_txid(defs, instance, 2) == [hour(0)]
+    assert finals_metadata(instance, hour(0))["reported_late"] is True
+    assert run_txid(defs, instance, 2) == [], "reported once: nothing on the next replay"

@@ -128,7 +128,7 @@ def topology_assets(
                     yield from batch_events(
                         topology, keys, outcome, attempt, len(txids) > 1, selected
                     )
-                    yield from finals_events(finals, store, outcome)
+                    yield from finals_events(finals, store, outcome, context.instance)
             except OutOfOrderCommitError as exc:
                 refused = txids[len(outcomes)]
                 run_first = (runner.last_committed() or 0) + 1

@@ -297,23 +297,29 @@ def completed_partitions(store: Any, fa: FinalsAsset, txid: int) -> list[tuple[s
 
 
 def finals_events(
-    finals: Sequence[FinalsAsset], store: Any, outcome: BatchOutcome
+    finals: Sequence[FinalsAsset],
+    store: Any,
+    outcome: BatchOutcome,
+    instance: dg.DagsterInstance | None = None,
 ) -> Iterator[dg.AssetMaterialization]:
     """The materializations of the time partitions ``outcome``'s txid completed.
 
-    Called in the multi-asset's step after the txid committed; a replayed txid (not applied)
-    yields nothing. One finals query per state and txid (the completed partitions' range).
+    Called in the multi-asset's step right after the txid committed. A re-run of a committed
+    txid (not applied) yields only the partitions it completed that ``instance`` has no
+    materialization of (the run that committed it stopped before reporting them), so a
+    replay after a reported commit yields nothing. One finals query per state and txid.
     """
-    if not outcome.applied:
-        return
     for fa in finals:
         done = completed_partitions(store, fa, outcome.txid)
+        if not outcome.applied:
+            known = set() if instance is None else instance.get_materialized_partitions(fa.key)
+            done = [(k, tw) for k, tw in done if instance is not None and k not in known]
         if not done:
             continue
         rows = finals_rows(store, fa.state, done[0][1].start, done[-1][1].end)
         starts = [_us(v) for v in rows.column("window_start").to_pylist()] if rows.num_rows else []
         late = _late_records(store, fa)
-        watermark = outcome.windows[fa.state.spec.name].watermark
+        watermark = _time(_watermarks(store, fa, outcome.txid)[1] or 0).replace(tzinfo=None)
         for key, tw in done:
             lo, hi = _us(tw.start), _us(tw.end)
             mask = pa.array([lo <= s < hi for s in starts], pa.bool_())
@@ -325,6 +331,7 @@ def finals_events(
                 partition=key,
                 metadata={
                     "windows": dg.MetadataValue.int(fp["windows"]),
+                    "reported_late": dg.MetadataValue.bool(not outcome.applied),
                     "total": dg.MetadataValue.float(float(fp["total"])),
                     "fingerprint": dg.MetadataValue.text(fp["hash"]),
                     "final_txids": dg.MetadataValue.json(txids),
