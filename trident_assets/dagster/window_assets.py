@@ -17,8 +17,10 @@ the one given to ``trident_definitions(window_partitions=...)``).
   non-executable ``AssetSpec`` (nothing computes it on its own); the topology's multi-asset
   step, after committing txid T, yields an ``AssetMaterialization`` for each time partition
   T's watermark completed and the previous txid's did not (Dagster accepts events for other
-  assets and other partitions definitions in a step, attributed to the run). A replay of a
-  committed txid yields nothing (its outcome is not applied). Partitions before the state's
+  assets and other partitions definitions in a step, attributed to the run). A re-run of a
+  committed txid yields only the partitions it completed that the instance has no
+  materialization of (its first run stopped between the commit and the events), so a
+  replay after a reported commit yields nothing. Partitions before the state's
   first window, and partitions not existing yet in the definition (before its start, in the
   future), are not reported.
 * **Loading:** the ``TridentIOManager`` loads a partition range as the finals rows with
