@@ -17,11 +17,16 @@ from trident_assets.dagster.resources import TridentResource
 from trident_assets.examples.downstream import downstream_assets
 from trident_assets.examples.gender_age import build_gender_age
 from trident_assets.examples.location_db import build_location_db
+from trident_assets.examples.page_views import build_page_views, daily_rollup
 from trident_assets.examples.word_count import build_word_count
 
 word_count = build_word_count(max_batch_size=int(os.environ.get("TRIDENT_MAX_BATCH_SIZE", "50000")))
 
-topologies = [word_count, build_gender_age(), build_location_db()]
+page_views = build_page_views()
+"""Views per page per 10 minutes (event time); seed it with
+``python -m trident_assets.examples.page_views $TRIDENT_HOME``."""
+
+topologies = [word_count, build_gender_age(), build_location_db(), page_views]
 """The topologies of this code location (``trident quarantine`` finds them here by name)."""
 
 defs = trident_definitions(
@@ -32,5 +37,5 @@ defs = trident_definitions(
         spark_remote=os.environ.get("TRIDENT_SPARK_REMOTE") or None,
     ),
     max_catch_up=int(os.environ.get("TRIDENT_MAX_CATCH_UP", "10")),
-    assets=downstream_assets(word_count.name),
+    assets=[*downstream_assets(word_count.name), *daily_rollup(page_views.name)],
 )

@@ -17,7 +17,7 @@ still commits the whole txid in one transaction, and outputs and checks it does 
 (a txid refused because an earlier one has not committed) show as skipped, not failed.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import dagster as dg
@@ -34,6 +34,7 @@ from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_gr
 from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, pool_name
 from trident_assets.dagster.partitions import parse_txid, txid_partitions
 from trident_assets.dagster.resources import TridentResource
+from trident_assets.dagster.window_assets import FinalsAsset, finals_events
 from trident_assets.errors import (
     ConfigError,
     OutOfOrderCommitError,
@@ -69,7 +70,9 @@ def _specs(topology: TridentTopology, partitions: dg.PartitionsDefinition) -> li
 
 
 def topology_assets(
-    topology: TridentTopology, checks: CheckSettings | None = None
+    topology: TridentTopology,
+    checks: CheckSettings | None = None,
+    finals: Sequence[FinalsAsset] = (),
 ) -> dg.AssetsDefinition:
     """The multi-asset that processes txids of ``topology`` (one partition = one txid).
 
@@ -77,7 +80,9 @@ def topology_assets(
     backfill: ``BackfillPolicy.single_run``) commits each txid of the range in order, each in
     its own transaction with its own materializations, paying the run's start-up once. The
     asset checks (see :mod:`trident_assets.dagster.checks`) run at the end of every run that
-    committed or re-ran a txid.
+    committed or re-ran a txid. ``finals``: the time-partitioned finals assets of its window
+    states (:mod:`.window_assets`); each applied txid materializes the time partitions it
+    completed.
     """
     partitions = txid_partitions(topology.name)
     keys = asset_keys(topology)
@@ -129,6 +134,7 @@ def topology_assets(
                     yield from batch_events(
                         topology, keys, outcome, attempt, len(txids) > 1, selected
                     )
+                    yield from finals_events(finals, store, outcome, context.instance)
             except OutOfOrderCommitError as exc:
                 refused = txids[len(outcomes)]
                 run_first = (runner.last_committed() or 0) + 1

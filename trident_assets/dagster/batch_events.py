@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from datetime import datetime
 from typing import Any
 
 import dagster as dg
@@ -66,6 +67,11 @@ def _dead_letters(outcome: BatchOutcome, spout_id: str) -> dict[str, Any]:
         if total > table.num_rows:
             text += f"\n\n{table.num_rows} of {total:,} dead letters"
     return {"dead_letters_preview": dg.MetadataValue.md(text)}
+
+
+def _epoch_s(value: datetime) -> float:
+    """A naive UTC datetime as epoch seconds."""
+    return (value - datetime(1970, 1, 1)).total_seconds()
 
 
 def _table_name(node: AssetNode) -> dict[str, Any]:
@@ -130,6 +136,10 @@ def _applied_metadata(
                     "unreadable_records": dg.MetadataValue.int(window.unreadable_records),
                     "partly_late_records": dg.MetadataValue.int(window.partly_late_records),
                 }
+                if window.watermark is not None:  # numeric: the UI plots it per txid
+                    meta["watermark_epoch_s"] = dg.MetadataValue.float(_epoch_s(window.watermark))
+                # the txid's late and unreadable records: dead letters of spout window:<state>
+                meta |= _dead_letters(outcome, f"window:{name}")
         role = f"state:{name}"
         events[role] = meta | _preview(outcome, role, keys_in) | _table_name(graph[role])
         extra = {"keys_in": dg.MetadataValue.int(keys_in)} if keys_in is not None else {}

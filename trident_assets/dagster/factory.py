@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -13,6 +13,12 @@ from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.io_manager import TridentIOManager
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
+from trident_assets.dagster.window_assets import (
+    DEFAULT_START,
+    check_partition_names,
+    finals_assets,
+    finals_check,
+)
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, use_worker_python
 from trident_assets.stream.topology import TridentTopology
 
@@ -62,6 +68,8 @@ def trident_definitions(
     max_attempts: int = 5,
     on_poison: str = "stop",
     assets: Sequence[dg.AssetsDefinition] = (),
+    window_partitions: Mapping[str, dg.TimeWindowPartitionsDefinition] | None = None,
+    window_partitions_start: str = DEFAULT_START,
 ) -> dg.Definitions:
     """Definitions for ``topologies``: their assets, checks and coordinator sensors.
 
@@ -80,9 +88,23 @@ def trident_definitions(
             ``"quarantine"`` (set the txid's records aside and move on, where sound).
         assets: your own assets over the topologies' states (they get the same resources,
             e.g. ``trident_io_manager``).
+        window_partitions: the time partitions of a window state's finals asset
+            ``<topology>/<state>_finals``, by state name (or ``<topology>/<state>``); default
+            hourly when the window's slide divides an hour, else daily when it divides a day
+            (:mod:`.window_assets`).
+        window_partitions_start: the first day (``YYYY-MM-DD``) of default finals partitions.
     """
+    finals = {
+        t.name: finals_assets(t, window_partitions, window_partitions_start) for t in topologies
+    }
+    check_partition_names(list(window_partitions or {}), [f for fs in finals.values() for f in fs])
     return dg.Definitions(
-        assets=[*(topology_assets(t, checks) for t in topologies), *assets],
+        assets=[
+            *(topology_assets(t, checks, finals[t.name]) for t in topologies),
+            *(f.spec() for fs in finals.values() for f in fs),
+            *assets,
+        ],
+        asset_checks=[finals_check(f) for fs in finals.values() for f in fs],
         sensors=[
             coordinator_sensor(
                 t,

@@ -208,6 +208,12 @@ class TridentIOManager(dg.ConfigurableIOManager):
         meta = dict(upstream.definition_metadata or {}) if upstream is not None else {}
         kind = meta.get("trident/kind")
         key = context.asset_key.to_user_string() if context.has_asset_key else "?"
+        if kind == "window_finals":  # window finals: the rows starting in the time range
+            from trident_assets.dagster.window_assets import read_finals_range
+
+            window = context.asset_partitions_time_window
+            table = read_finals_range(self.state_location, meta, window)
+            return _convert(table, context.dagster_type.typing_type)
         if kind not in (KIND_STATE, KIND_ROWS):
             msg = (
                 f"asset {key} is not a trident state, output or new-values asset; load it "
