@@ -183,7 +183,7 @@ def test_cli_state_rebuild(spark: Any, tmp_path: Path) -> None:
     assert (unknown.exit_code, unknown.output.replace("\n", " ")) == (
         1,
         "error: module trident_assets.definitions declares no topology 'wx' (declared: "
-        "gender_age, location_db, word_count); pass --module with the code "
+        "gender_age, location_db, page_views, word_count); pass --module with the code "
         "location that declares it ",
     )
 
