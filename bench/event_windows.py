@@ -358,6 +358,65 @@ def _db_bytes(path: Path) -> int:
     return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
+def _job_count(spark: Any, known: int) -> int:
+    """Spark jobs started so far in this session (probing ids from ``known`` on)."""
+    tracker = spark.sparkContext.statusTracker()
+    while tracker.getJobInfo(known) is not None:
+        known += 1
+    return known
+
+
+def catchup(
+    spark: Any,
+    topo: Any,
+    root: Path,
+    state_db: Path,
+    txids: list[int],
+    max_spout_pending: int = 10,
+) -> tuple[float, list[dict[str, Any]]]:
+    """Run ``txids`` through ``TopologyRunner.run_batches`` (one call); wall and per-txid state.
+
+    After each txid: its watermark, open and final window rows, late records, the DuckDB
+    file size (with its WAL), its stage timings and the Spark jobs it ran.
+    """
+    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.log.store import PartitionedLog
+    from trident_assets.spark.executor import TopologyRunner
+
+    store = DuckDBStore(state_db)
+    series: list[dict[str, Any]] = []
+    try:
+        runner = TopologyRunner(
+            topo, spark, store, PartitionedLog(root / "log"), max_spout_pending=max_spout_pending
+        )
+        finals = 0
+        jobs = _job_count(spark, 0)
+        start = time.perf_counter()
+        for outcome in runner.run_batches(txids):
+            w = outcome.windows[STATE]
+            finals += w.windows_final
+            now = _job_count(spark, jobs)
+            series.append(
+                {
+                    "txid": outcome.txid,
+                    "at_s": round(time.perf_counter() - start, 4),
+                    "watermark": w.watermark.isoformat(sep=" ") if w.watermark else None,
+                    "open_windows": w.open_windows,
+                    "final_windows": finals,
+                    "late_records": w.late_records,
+                    "duckdb_bytes": _db_bytes(state_db),
+                    "total_s": round(outcome.timings_s.get("total", 0.0), 4),
+                    "stages_s": {k: round(v, 4) for k, v in outcome.timings_s.items()},
+                    "spark_jobs": now - jobs,
+                }
+            )
+            jobs = now
+        wall_s = time.perf_counter() - start
+    finally:
+        store.close()
+    return wall_s, series
+
+
 def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     """Our windowed count over all txids in this process: catch-up or one Dagster run."""
     work = Path(args.work)
@@ -385,43 +444,14 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         pipeline.drive(topo, trident, instance, txids, catch_up=True)
         wall_s = time.perf_counter() - start
     else:
-        from trident_assets.backends.duckdb_store import DuckDBStore
-        from trident_assets.log.store import PartitionedLog
-        from trident_assets.spark.executor import TopologyRunner
         from trident_assets.spark.session import build_spark_session
 
         t0 = time.perf_counter()
         spark = build_spark_session(conf)
         startup_s = time.perf_counter() - t0
-        store = DuckDBStore(state_db)
-        runner = TopologyRunner(
-            topo,
-            spark,
-            store,
-            PartitionedLog(Path(args.root) / "log"),
-            max_spout_pending=args.max_spout_pending,
+        wall_s, series = catchup(
+            spark, topo, Path(args.root), state_db, txids, args.max_spout_pending
         )
-        finals = 0
-        start = time.perf_counter()
-        try:
-            for outcome in runner.run_batches(txids):
-                w = outcome.windows[STATE]
-                finals += w.windows_final
-                series.append(
-                    {
-                        "txid": outcome.txid,
-                        "at_s": round(time.perf_counter() - start, 4),
-                        "watermark": w.watermark.isoformat(sep=" ") if w.watermark else None,
-                        "open_windows": w.open_windows,
-                        "final_windows": finals,
-                        "late_records": w.late_records,
-                        "duckdb_bytes": _db_bytes(state_db),
-                        "total_s": round(outcome.timings_s.get("total", 0.0), 4),
-                    }
-                )
-            wall_s = time.perf_counter() - start
-        finally:
-            store.close()
     spark.stop()
     counts = export_windows(state_db, work / "windows")
     return {
@@ -460,11 +490,9 @@ def ours_in_subprocess(
 def run_spark_ss(args: argparse.Namespace) -> dict[str, Any]:
     """The windowed count as a Spark SS query in append mode over every file, in this process."""
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    sink = work / "sink"
     conf = {
         "spark.master": "local[2]",
         "spark.driver.memory": "2g",
@@ -484,6 +512,27 @@ def run_spark_ss(args: argparse.Namespace) -> dict[str, Any]:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     startup_s = time.perf_counter() - t0
+    try:
+        result = ss_query(spark, Path(args.files), work, args.lateness_s)
+    finally:
+        spark.stop()
+    return {
+        "provider": args.provider,
+        "shuffle_partitions": args.shuffle,
+        "spark_startup_s": round(startup_s, 3),
+        **result,
+    }
+
+
+def ss_query(spark: Any, files: Path, work: Path, lateness_s: int) -> dict[str, Any]:
+    """Run the append-mode windowed count over every file of ``files`` (one per micro-batch).
+
+    Writes the emitted windows to ``work/windows/finals.parquet``; returns the wall time, the
+    micro-batches' progress (state rows, watermark) and the final watermark.
+    """
+    from pyspark.sql import functions as F
+
+    sink = work / "sink"
 
     def write(batch: Any, batch_id: int) -> None:
         batch.select(
@@ -497,10 +546,10 @@ def run_spark_ss(args: argparse.Namespace) -> dict[str, Any]:
     lines = (
         spark.readStream.schema("value string, ts timestamp")
         .option("maxFilesPerTrigger", 1)
-        .parquet(str(args.files))
+        .parquet(str(files))
     )
     counts = (
-        lines.withWatermark("ts", f"{args.lateness_s} seconds")
+        lines.withWatermark("ts", f"{lateness_s} seconds")
         .select(F.explode(F.split("value", " ")).alias("word"), "ts")
         .groupBy(F.window("ts", "1 minute"), "word")
         .count()
@@ -517,10 +566,8 @@ def run_spark_ss(args: argparse.Namespace) -> dict[str, Any]:
     wall_s = time.perf_counter() - start
     if query.exception() is not None:
         raise RuntimeError(f"streaming query failed: {query.exception()}")
-    progress = list(query.recentProgress)
-    spark.stop()
     batches = []
-    for p in progress:
+    for p in query.recentProgress:
         ops = p.get("stateOperators") or [{}]
         batches.append(
             {
@@ -540,9 +587,6 @@ def run_spark_ss(args: argparse.Namespace) -> dict[str, Any]:
     finals = _read_sink(sink)
     pq.write_table(finals, out_dir / "finals.parquet")
     return {
-        "provider": args.provider,
-        "shuffle_partitions": args.shuffle,
-        "spark_startup_s": round(startup_s, 3),
         "wall_s": round(wall_s, 4),
         "micro_batches": len(batches),
         "data_batches": len(data),
