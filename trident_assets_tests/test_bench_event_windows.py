@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 from bench import event_windows as ev
 from trident_assets.core.event_windows import EventWindow, reference_windows
 
-SPEC = ev.EvSpec(batches=5, sentences=60, vocab=30, words_per_sentence=3, late=0.05, seed=3)
+SPEC = ev.EvSpec(
+    batches=4, sentences=60, vocab=30, words_per_sentence=3, batch_seconds=30, late=0.05, seed=5
+)
 
 
 def test_truth_matches_the_reference_model() -> None:
@@ -40,8 +42,9 @@ def test_truth_matches_the_reference_model() -> None:
     )
     assert finals == sorted(f[:4] for f in ref.finals)
     assert opened == sorted(ref.open)
-    assert truth.late_words == len(ref.late) == 18
-    assert truth.late_by_batch == [0, 0, 0, 6, 12]
+    assert truth.late_words == len(ref.late) == 24
+    assert (truth.finals.num_rows, truth.open.num_rows) == (32, 30)
+    assert truth.late_by_batch == [0, 0, 9, 15]
     assert truth.rules_differ == 0
 
 
@@ -50,7 +53,7 @@ def test_ours_and_spark_ss_windows_agree(spark: Any, tmp_path: Path) -> None:
     truth = ev.ground_truth(SPEC)
     topo = ev.build_topology(SPEC.sentences, SPEC.lateness_s)
     _wall, series = ev.catchup(
-        spark, topo, corpus.root, tmp_path / "state.duckdb", list(range(1, 6))
+        spark, topo, corpus.root, tmp_path / "state.duckdb", list(range(1, 5))
     )
     assert [s["late_records"] for s in series] == truth.late_by_batch
     assert [s["open_windows"] for s in series][-1] == truth.open.num_rows
@@ -71,7 +74,7 @@ def test_ours_and_spark_ss_windows_agree(spark: Any, tmp_path: Path) -> None:
             spark.conf.unset(provider)
         else:
             spark.conf.set(provider, before)
-    assert ss["data_batches"] == 5
+    assert ss["data_batches"] == 4
     assert ss["sentences"] == SPEC.batches * SPEC.sentences
     result = ev.compare(truth, tmp_path / "ours", sum(s["late_records"] for s in series),
                         tmp_path / "ss" / "windows", ss["final_watermark"])  # fmt: skip
