@@ -63,6 +63,7 @@ def test_ours_and_spark_ss_windows_agree(spark: Any, tmp_path: Path) -> None:
         "finals": truth.finals.num_rows,
         "open": truth.open.num_rows,
         "late_dead_letters": truth.late_words,
+        "new_values_rows": truth.finals.num_rows,
     }
     provider = "spark.sql.streaming.stateStore.providerClass"
     before = spark.conf.get(provider, None)
