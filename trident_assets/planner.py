@@ -16,7 +16,7 @@ from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
 from trident_assets.core.values import StateType
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
-from trident_assets.stream.windowing import TRIDENT_WINDOW
+from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spouts.ranges import BatchPlan

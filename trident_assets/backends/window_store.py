@@ -1,6 +1,6 @@
 """Event-time window state in the store (DuckDB), applied with set-based SQL per batch.
 
-Tables of a windowed state ``<topology>__<state>`` (see :mod:`trident_assets.stream.windowed`):
+Tables of a windowed state ``<topology>__<state>`` (see :mod:`trident_assets.stream.event_windows`):
 
 * the open windows, ``<topology>__<state>``: the key fields, ``window_start``,
   ``window_end`` (TIMESTAMP, UTC), the output field (the window's value so far) and ``txid``
@@ -31,7 +31,7 @@ from trident_assets.errors import ConfigError, TridentError
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
-    from trident_assets.stream.windowed import WindowedState
+    from trident_assets.stream.event_windows import WindowedState
 
 __all__ = [
     "WATERMARKS",

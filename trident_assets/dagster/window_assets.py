@@ -48,10 +48,11 @@ from trident_assets.backends.map_layout import quote_ident
 from trident_assets.backends.window_store import WATERMARKS
 from trident_assets.core.event_windows import MICROS
 from trident_assets.core.window_partitions import has_time_partitions, newly_complete
+from trident_assets.dagster.finals_reader import naive_utc, read_finals_range
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
-from trident_assets.stream.windowed import WindowedState
+from trident_assets.stream.event_windows import WindowedState
 
 if TYPE_CHECKING:
     from trident_assets.spark.outcomes import BatchOutcome
@@ -198,11 +199,6 @@ def _time(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
-def _naive(value: datetime) -> datetime:
-    """An aware instant as the naive UTC datetime the store's TIMESTAMP columns hold."""
-    return value.astimezone(UTC).replace(tzinfo=None)
-
-
 def finals_rows(store: Any, state: WindowedState, start: datetime, end: datetime) -> pa.Table:
     """The finals of ``state`` with ``start <= window_start < end``, ordered by key, window."""
     if not store.has_table(state.finals_table):
@@ -211,7 +207,7 @@ def finals_rows(store: Any, state: WindowedState, start: datetime, end: datetime
     return store.fetch_arrow(
         f"SELECT * FROM {quote_ident(state.finals_table)} WHERE window_start >= ? AND "
         f"window_start < ? ORDER BY {keys}window_start, window_end",
-        [_naive(start), _naive(end)],
+        [naive_utc(start), naive_utc(end)],
     )
 
 
@@ -343,27 +339,6 @@ def finals_events(
                     "dagster/row_count": dg.MetadataValue.int(fp["windows"]),
                 },
             )
-
-
-def read_finals_range(location: str, meta: Mapping[str, Any], window: dg.TimeWindow) -> pa.Table:
-    """The finals rows of a finals asset (``meta``) with window_start in ``window``.
-
-    Opens the state store read-only (a DuckDB file being written by a running batch is
-    locked: load finals between batches).
-    """
-    from trident_assets.backends.state_store import open_state_store
-
-    table = str(meta["trident/table"])
-    keys = "".join(f"{quote_ident(k)}, " for k in meta.get("trident/key_fields", []))
-    with open_state_store(location, read_only=True) as store:
-        if not store.has_table(table):
-            msg = f"finals table {table} does not exist yet: no window is final"
-            raise ConfigError(msg)
-        return store.fetch_arrow(
-            f"SELECT * FROM {quote_ident(table)} WHERE window_start >= ? AND window_start < ? "
-            f"ORDER BY {keys}window_start, window_end",
-            [_naive(window.start), _naive(window.end)],
-        )
 
 
 def finals_check(fa: FinalsAsset) -> dg.AssetChecksDefinition:

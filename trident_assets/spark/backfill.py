@@ -52,7 +52,7 @@ from trident_assets.spark.batch_tables import store_rows
 from trident_assets.spark.state_apply import apply_state
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
-from trident_assets.stream.windowing import TRIDENT_WINDOW
+from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.backends.replica import Replica

@@ -49,9 +49,9 @@ from trident_assets.spark.state_apply import apply_state, state_previews
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
 from trident_assets.spark.trident_windows import window_batch_table
+from trident_assets.stream.event_windows import EVENT_WINDOW
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
-from trident_assets.stream.windowed import EVENT_WINDOW
-from trident_assets.stream.windowing import TRIDENT_WINDOW
+from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.executor import TopologyRunner

@@ -1,4 +1,6 @@
-"""Running a windowed aggregation for one batch (declared by :mod:`trident_assets.stream.windowed`).
+"""Running an event-time windowed aggregation for one batch.
+
+Declared by :mod:`trident_assets.stream.event_windows`.
 
 Two halves around the commit, like a single join:
 
@@ -32,11 +34,11 @@ from trident_assets.core.event_windows import EventWindow
 from trident_assets.errors import ConfigError
 from trident_assets.spark.aggregation import sql_expr
 from trident_assets.spark.outcomes import StateOutcome
-from trident_assets.stream.windowed import EVENT_WINDOW, WindowedAggregation
+from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregation
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
-    from trident_assets.stream.windowed import WindowedState
+    from trident_assets.stream.event_windows import WindowedState
 
 __all__ = ["KIND", "WS", "apply_window_state", "window_dead_letters_key", "window_input"]
 

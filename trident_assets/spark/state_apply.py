@@ -34,9 +34,9 @@ from trident_assets.spark.event_windows import apply_window_state as apply_event
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome, head_rows, top_rows
 from trident_assets.spark.single_join import apply_join_state
 from trident_assets.spark.trident_windows import apply_window_state
+from trident_assets.stream.event_windows import EVENT_WINDOW
 from trident_assets.stream.single_join import SINGLE_JOIN
-from trident_assets.stream.windowed import EVENT_WINDOW
-from trident_assets.stream.windowing import TRIDENT_WINDOW
+from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore

@@ -1,4 +1,6 @@
-"""Running a Trident window for one batch (declared by :mod:`trident_assets.stream.windowing`).
+"""Running a Trident window for one batch.
+
+Declared by :mod:`trident_assets.stream.trident_windows`.
 
 Two halves around the commit, as for a single join: :func:`window_batch_table` runs the
 batch's Spark job (before the commit transaction) and :func:`apply_window_state` applies its
@@ -36,7 +38,7 @@ from trident_assets.core.user_code import guard
 from trident_assets.spark.aggregation import combine_partials
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow
 from trident_assets.spark.outcomes import StateOutcome
-from trident_assets.stream.windowing import TRIDENT_WINDOW
+from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
@@ -62,7 +64,7 @@ def _tagged(run: BatchRun, node: Node) -> Any:
         good, _dead = node.args["spout"].scheme.decode(raw, keep=_SOURCE)
         return good
     built = NodeFrames.row_wise(node, _tagged(run, node.parents[0]), keep=_SOURCE)
-    if built is None:  # refused at declaration (stream.windowing)
+    if built is None:  # refused at declaration (stream.trident_windows)
         msg = f"a count window cannot order tuples through {node.label}"
         raise AssertionError(msg)
     return built

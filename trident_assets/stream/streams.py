@@ -22,7 +22,7 @@ from trident_assets.stream.graph import Node, StateSpec, StateUpdater
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
 from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
-from trident_assets.stream.windowing import window_node
+from trident_assets.stream.trident_windows import window_node
 
 if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
@@ -259,7 +259,7 @@ class Stream:
         self.topology.queries.append(stream)
         return stream
 
-    # -- Trident windows (see trident_assets.stream.windowing) -------------------------------
+    # -- Trident windows (see trident_assets.stream.trident_windows) -------------------------------
 
     def window(
         self,
@@ -542,8 +542,8 @@ class GroupedStream:
     ) -> Any:
         """Aggregate per group and event-time ``window`` into state ``spec``, exactly once.
 
-        Returns a :class:`~trident_assets.stream.windowed.WindowedState`; each window's
-        final value is emitted once. See :mod:`trident_assets.stream.windowed`.
+        Returns a :class:`~trident_assets.stream.event_windows.WindowedState`; each window's
+        final value is emitted once. See :mod:`trident_assets.stream.event_windows`.
         """
         return self.stream.topology.window_aggregate(
             self, window, agg, output, spec=spec, inputs=inputs

@@ -27,11 +27,11 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import MAP_LOG_PREFIX, MAP_SEQ_PREFIX, MAX_IDENTIFIER_LENGTH
 from trident_assets.spouts.config import SpoutKind, validate_name
 from trident_assets.stream.batch_join import JoinType, merge_selections, plan_join
+from trident_assets.stream.event_windows import WindowedState, declare_window_aggregate
 from trident_assets.stream.graph import Node, PersistedState, StateSpec, StateUpdater
 from trident_assets.stream.single_join import declare_single_join
 from trident_assets.stream.static_state import StaticSource, StaticState
 from trident_assets.stream.streams import GroupedStream, Stream, TridentState
-from trident_assets.stream.windowed import WindowedState, declare_window_aggregate
 
 __all__ = [
     "ExactlyOnceWarning",
@@ -121,7 +121,7 @@ class TridentTopology:
     def window_aggregate(
         self, grouped: GroupedStream, window: Any, agg: Any, output: str, **kwargs: Any
     ) -> WindowedState:
-        """Declare ``grouped.window_aggregate(...)`` (see :mod:`trident_assets.stream.windowed`)."""
+        """Declare ``grouped.window_aggregate(...)``: see :mod:`.event_windows`."""
         return declare_window_aggregate(grouped, window, agg, output, **kwargs)
 
     def new_static_state(self, name: str, source: Any) -> TridentState:
