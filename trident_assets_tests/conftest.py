@@ -19,6 +19,7 @@ worker idle.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -28,6 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Every Spark JVM the suite starts through spark-submit (the session's, and those of the child
+# processes that inherit this environment: chaos children, soak workers, servers) compiles
+# with C1 only and collects with the serial collector: the JVMs are short-lived and the data
+# small, so C2's compiler threads cost more CPU than they return (on 2 cores, measured about
+# half the start-up and first-batch time of a fresh JVM). Changes no result.
+SPARK_SUBMIT_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_SUBMIT_OPTS)
 
 
 @pytest.fixture(scope="session")
