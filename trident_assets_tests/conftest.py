@@ -34,9 +34,12 @@ import pytest
 # processes that inherit this environment: chaos children, soak workers, servers) compiles
 # with C1 only and collects with the serial collector: the JVMs are short-lived and the data
 # small, so C2's compiler threads cost more CPU than they return (on 2 cores, measured about
-# half the start-up and first-batch time of a fresh JVM). Changes no result.
-SPARK_SUBMIT_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_SUBMIT_OPTS)
+# half the start-up and first-batch time of a fresh JVM). Changes no result. A value set
+# before the run wins (``SPARK_SUBMIT_OPTS= pytest ...``: the JVM's defaults).
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+JVM_ENV = {"SPARK_SUBMIT_OPTS": os.environ["SPARK_SUBMIT_OPTS"]}
+"""The same for a child started with a clean environment (a JVM setting, no project variable:
+what a command prints and does is the same with or without it)."""
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +77,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     done = subprocess.run(
         [str(trident), "demo", "--home", str(home), "--sentences", "2000", "--batch-size", "400"],
         cwd=cwd,
-        env={"HOME": str(cwd), "PATH": "/usr/local/bin:/usr/bin:/bin", "COLUMNS": "80"},
+        env={"HOME": str(cwd), "PATH": "/usr/local/bin:/usr/bin:/bin", "COLUMNS": "80", **JVM_ENV},
         capture_output=True,
         text=True,
         timeout=600,
