@@ -15,6 +15,9 @@ that needs them. Two refinements (``pytest_xdist_make_scheduler``): files that s
 expensive session fixture form one work unit (one worker starts it once), and work units are
 handed out longest first (``FILE_SECONDS``), so no long file starts last and leaves the other
 worker idle.
+
+``SPARK_SUBMIT_OPTS`` (C1-only JIT, serial GC) is set for every Spark JVM the suite starts,
+and ``JVM_ENV`` carries it into children started with a clean environment.
 """
 
 from __future__ import annotations
