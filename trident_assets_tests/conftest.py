@@ -143,13 +143,14 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 SHARED_WORKER = {"test_documented_commands.py": "test_demo_ui.py"}
 
 # Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
-# one second per test. Only the order matters: longest first. test_chaos.py and the demo unit:
-# that run's figure scaled by the file's own after/before ratio (run alone, back to back).
+# one second per test. Only the order matters: longest first. test_chaos.py, the demo unit and
+# test_dagster_dev.py: that run's figure scaled by the file's own after/before ratio (run
+# alone, back to back).
 FILE_SECONDS: dict[str, float] = {
     "test_chaos.py": 221,
     "test_executor.py": 141,
     "test_demo_ui.py": 205,  # with test_documented_commands.py (one demo run)
-    "test_dagster_dev.py": 115,
+    "test_dagster_dev.py": 96,
     "test_single_join.py": 110,
     "test_quarantine.py": 64,
     "test_stream_api.py": 57,
