@@ -2,7 +2,7 @@
 
 Run: ``python -m bench.chaos_soak [--batches 50] [--kills 15] [--seed 7]
 [--kind opaque|transactional|both] [--vocabulary N --zipf S] [--store duckdb|postgres]
-[--state-dsn DSN] [--root DIR] [--json PATH]``.
+[--state-dsn DSN] [--tick S] [--root DIR] [--json PATH]``.
 
 ``--store postgres`` keeps the state in PostgreSQL instead of the DuckDB file: a server is
 started for the run (``initdb``/``pg_ctl`` on 127.0.0.1, fsync on) and stopped at the end;
@@ -164,7 +164,8 @@ def run_producer(
 def producer_argv(root: Path, args: argparse.Namespace) -> list[str]:
     """The ``bench.chaos_soak producer`` command line for the driver's ``args``."""
     argv = [sys.executable, "-m", "bench.chaos_soak", "producer", str(root),
-            "--seed", str(args.seed), "--rate", str(args.rate)]  # fmt: skip
+            "--seed", str(args.seed), "--rate", str(args.rate),
+            "--tick", str(args.tick)]  # fmt: skip
     if args.vocabulary:
         argv += ["--vocabulary", str(args.vocabulary), "--zipf", str(args.zipf)]
     return argv
@@ -843,7 +844,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", help=argparse.SUPPRESS)
     parser.add_argument("--bad-ratio", type=float, default=0.03, help=argparse.SUPPRESS)
     parser.add_argument("--truth", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--tick", type=float, default=0.05, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--tick",
+        type=float,
+        default=0.05,
+        help="seconds between two flushes of the producer (one log segment per partition "
+        "each): a larger tick, fewer and bigger segments per batch",
+    )
     parser.add_argument("--no-queries", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.role == "producer":

@@ -404,18 +404,24 @@ def test_full_disk_fails_the_batch_and_leaves_the_state_as_before(
 # -- the short chaos soak -------------------------------------------------------------------------
 
 
+# The short soaks' producer: 10 sentences a second, flushed once a second (one segment per
+# partition a second, not one per record or two), so a batch reads tens of segment files, not
+# hundreds; the long soaks keep the command's defaults (30 a second, flushed every 50 ms).
+CI_PRODUCER = ("--rate", "10", "--tick", "1.0")
+
+
 @pytest.mark.timeout(1800)  # a loaded machine; nothing here asserts a duration
 @pytest.mark.parametrize(
-    ("batches", "kills", "store"),
+    ("batches", "kills", "store", "producer"),
     [
-        pytest.param(3, 2, "duckdb", id="ci"),
-        pytest.param(3, 2, "postgres", id="ci-postgres"),
-        pytest.param(12, 5, "duckdb", id="long", marks=pytest.mark.slow),
-        pytest.param(12, 5, "postgres", id="long-postgres", marks=pytest.mark.slow),
+        pytest.param(3, 2, "duckdb", CI_PRODUCER, id="ci"),
+        pytest.param(3, 2, "postgres", CI_PRODUCER, id="ci-postgres"),
+        pytest.param(12, 5, "duckdb", (), id="long", marks=pytest.mark.slow),
+        pytest.param(12, 5, "postgres", (), id="long-postgres", marks=pytest.mark.slow),
     ],
 )
 def test_short_chaos_soak_both_spout_kinds_exactly_once(
-    tmp_path: Path, batches: int, kills: int, store: str
+    tmp_path: Path, batches: int, kills: int, store: str, producer: tuple[str, ...]
 ) -> None:
     """The soak on DuckDB, and on PostgreSQL (a server the soak starts and stops)."""
     out = tmp_path / "soak.json"
@@ -423,7 +429,7 @@ def test_short_chaos_soak_both_spout_kinds_exactly_once(
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.chaos_soak", "--batches", str(batches), "--kills", str(kills),
          "--kind", "both", "--seed", "11", "--root", str(tmp_path / "soak"), "--json", str(out),
-         "--store", store],
+         "--store", store, *producer],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
         start_new_session=True,
     )  # fmt: skip

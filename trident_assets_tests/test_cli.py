@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.cli import app
 from trident_assets.core.values import OpaqueValue
-from trident_assets_tests.conftest import DemoRun
+from trident_assets_tests.conftest import JVM_ENV, DemoRun
 
 TRIDENT = Path(sys.executable).parent / "trident"
 DEAD_LETTERS_DDL = (
@@ -444,7 +444,7 @@ def test_a_locked_store_fails_fast_naming_the_file_and_wait(home: Path) -> None:
 
 
 def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **extra}
+    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **JVM_ENV, **extra}
 
 
 def _global_home(root: Path, with_replica: bool) -> Path:

@@ -30,7 +30,7 @@ from trident_assets.backends.state_drop import drop_state, plan_drop
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import ConfigError, StateContractError
 from trident_assets.spouts.ranges import PartitionRange
-from trident_assets_tests.conftest import OpenStore
+from trident_assets_tests.conftest import JVM_ENV, OpenStore
 from trident_assets_tests.test_cli import TRIDENT, make_home
 
 
@@ -143,7 +143,7 @@ def _snapshot(home: Path) -> dict[str, Any]:
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **extra}
+    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **JVM_ENV, **extra}
 
 
 def trident(

@@ -32,6 +32,7 @@ import pytest
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
+from trident_assets_tests.conftest import JVM_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 STATE = ["word_count", "word_counts"]
@@ -88,7 +89,7 @@ def _wait(what: str, condition: Any, timeout_s: float, log_file: Path) -> None:
                 return
         except (OSError, KeyError, TypeError):
             pass
-        time.sleep(1.0)
+        time.sleep(0.5)  # each probe is one local request
     tail = log_file.read_text(errors="replace")[-4000:]
     pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}; dagster dev log:\n{tail}")
 
@@ -120,6 +121,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         "DAGSTER_HOME": str(dagster_home),
         "TRIDENT_HOME": str(home),
         "TRIDENT_MAX_BATCH_SIZE": "8",
+        **JVM_ENV,
     }
     with log_file.open("wb") as out:
         proc = subprocess.Popen(

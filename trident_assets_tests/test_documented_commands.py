@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from trident_assets_tests.conftest import JVM_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -87,6 +89,7 @@ def _sh(command: str, demo: Any) -> subprocess.CompletedProcess[str]:
             "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
             "COLUMNS": "100",
             "TRIDENT_HOME": "h",
+            **JVM_ENV,
         },
         capture_output=True,
         text=True,
@@ -135,7 +138,8 @@ def test_the_demo_runs_again_in_its_home(demo_run: Any, tmp_path: Path) -> None:
     again = subprocess.run(
         [str(BIN / "trident"), "demo", "--home", "h", "--sentences", "400", "--batch-size", "200",
          "--kill-txid", "2"],
-        cwd=tmp_path, env={"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"},
+        cwd=tmp_path,
+        env={"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **JVM_ENV},
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr

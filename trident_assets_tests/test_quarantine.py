@@ -39,6 +39,7 @@ from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.graph import StateSpec
 from trident_assets.stream.topology import TridentTopology
+from trident_assets_tests.conftest import JVM_ENV
 from trident_assets_tests.userland.poison_app import build
 
 BATCHES = [["a b", "c d"], ["a poison", "b"], ["a c", "d d"]]
@@ -295,6 +296,7 @@ def test_sensor_quarantines_a_poison_txid_and_the_cli_replays_it(
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LANG": "C.UTF-8",
                 "PYTHONPATH": str(USERLAND),
+                **JVM_ENV,
                 "DAGSTER_HOME": instance.root_directory,  # records txid 4 there
                 **({"POISON_WORD": poison} if poison else {}),
             }

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from trident_assets.ui import stop_process_group
+from trident_assets_tests.conftest import JVM_ENV
 from trident_assets_tests.test_ui_warm_spark import _free_port, _gone, _wait
 
 TRIDENT = Path(sys.executable).parent / "trident"
@@ -53,6 +54,7 @@ def test_ui_module_loads_the_users_topology(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env.update(JVM_ENV)
     refused = subprocess.run(
         [str(TRIDENT), "ui", "--home", str(home), "--module", "nosuch_pkg.defs"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,

@@ -34,6 +34,7 @@ from trident_assets.ui import (
     stop_process_group,
     ui_environment,
 )
+from trident_assets_tests.conftest import JVM_ENV
 
 TRIDENT = Path(sys.executable).parent / "trident"
 
@@ -53,7 +54,7 @@ def _wait(what: str, probe: Callable[[], Any], timeout_s: float, log: Path) -> A
             got = None
         if got:
             return got
-        time.sleep(1)
+        time.sleep(0.5)  # each probe is one local request or a read of the instance
     pytest.fail(f"{what} not ready within {timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
 
 
@@ -82,6 +83,7 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "TRIDENT_MAX_BATCH_SIZE": "2",
+        **JVM_ENV,
     }
     with out_path.open("wb") as out:
         proc = subprocess.Popen(
@@ -172,7 +174,7 @@ def test_connect_server_stops_when_its_supervisor_is_killed(tmp_path: Path) -> N
         "print(server.process.pid, flush=True)\n"
         "import time; time.sleep(600)\n"
     )
-    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **JVM_ENV}
     supervisor = subprocess.Popen(
         [sys.executable, "-c", script, str(tmp_path / "connect.log")],
         env=env,
