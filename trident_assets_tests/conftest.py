@@ -147,26 +147,26 @@ SHARED_WORKER = {"test_documented_commands.py": "test_demo_ui.py"}
 # test_dagster_dev.py: that run's figure scaled by the file's own after/before ratio (run
 # alone, back to back).
 FILE_SECONDS: dict[str, float] = {
-    "test_chaos.py": 221,
-    "test_executor.py": 141,
-    "test_demo_ui.py": 205,  # with test_documented_commands.py (one demo run)
-    "test_dagster_dev.py": 96,
-    "test_single_join.py": 110,
-    "test_quarantine.py": 64,
-    "test_stream_api.py": 57,
-    "test_dagster.py": 57,
-    "test_ui_warm_spark.py": 53,
-    "test_code_shipping.py": 46,
-    "test_stream_ops.py": 42,
-    "test_backfill.py": 41,
-    "test_io_manager.py": 39,
-    # estimates (not yet measured in a full run): the window files
-    "test_trident_windows.py": 200,
-    "test_event_windows.py": 150,
-    "test_window_dagster_dev.py": 60,
-    "test_backfill_dagster.py": 45,
-    "test_bench_event_windows.py": 40,
-    "test_window_assets.py": 40,
+    # seconds per work unit from one full `make test` run on a quiet 2-core machine
+    "test_event_windows.py": 190,
+    "test_chaos.py": 167,
+    "test_demo_ui.py": 157,  # with test_documented_commands.py (one demo run)
+    "test_code_shipping.py": 138,
+    "test_trident_windows.py": 108,
+    "test_user_code.py": 98,
+    "test_dagster_dev.py": 97,
+    "test_executor.py": 91,
+    "test_window_dagster_dev.py": 88,
+    "test_stream_ops.py": 85,
+    "test_single_join.py": 75,
+    "test_quarantine.py": 75,
+    "test_stream_api.py": 74,
+    "test_ui_warm_spark.py": 45,
+    "test_backfill.py": 44,
+    "test_nulls_counted.py": 40,
+    "test_io_manager.py": 38,
+    "test_readme.py": 37,
+    "test_dagster.py": 35,
 }
 
 

@@ -264,12 +264,19 @@ def test_sessions_merge_across_txids_and_late_records(spark: Any, tmp_path: Path
 # -- long runs, epoch times ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("txids", "final_minutes", "still_open"),
+    [(14, 2, (8, 4)), pytest.param(30, 6, (3, 2), marks=pytest.mark.slow)],
+    ids=["14-txids", "30-txids"],
+)
 def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, txids: int, final_minutes: int, still_open: tuple[int, int]
 ) -> None:
+    """``make test`` runs 14 txids (two windows per page closed, a third open); ``make soak``
+    runs 30 (six closed)."""
     window = EventWindow.tumbling("1 minute", time_field="ts", allowed_lateness="5 s")
-    # 30 txids, 13 s of event time each, two pages, some records out of order
-    batches = [[("a", 13 * i), ("b", 13 * i + 2), ("a", max(0, 13 * i - 7))] for i in range(30)]
+    # 13 s of event time per txid, two pages, some records out of order
+    batches = [[("a", 13 * i), ("b", 13 * i + 2), ("a", max(0, 13 * i - 7))] for i in range(txids)]
     log = new_log(tmp_path)
     store = ta.DuckDBStore(tmp_path / "state.duckdb")
     topo = topology(window)
@@ -290,13 +297,17 @@ def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
         ("a", BASE_US, BASE_US + 60 * S, 11, 6),
         ("b", BASE_US, BASE_US + 60 * S, 5, 6),
     ]
-    # the last watermark is 379 - 5: [0, 60) .. [300, 360) are final for both pages
+    # the last watermark is 13 * (txids - 1) + 2 - 5 (166 for 14 txids, 374 for 30): the
+    # first `final_minutes` windows are final for both pages, the next one is open
     assert [(f[0], (f[1] - BASE_US) // S) for f in ref.finals] == [
-        (p, 60 * k) for p in "ab" for k in range(6)
+        (p, 60 * k) for p in "ab" for k in range(final_minutes)
     ]
+    start, end = BASE_US + 60 * final_minutes * S, BASE_US + 60 * (final_minutes + 1) * S
+    # 14 txids: a at 123, 130, 136, 143, 149, 156, 162, 169; b at 132, 145, 158, 171
+    # 30 txids: a at 364, 370, 377; b at 366, 379
     assert opened(state, store) == [
-        ("a", BASE_US + 360 * S, BASE_US + 420 * S, 3),  # a at 364, 377 and 370
-        ("b", BASE_US + 360 * S, BASE_US + 420 * S, 2),  # b at 366, 379
+        ("a", start, end, still_open[0]),
+        ("b", start, end, still_open[1]),
     ]
     assert max(sizes) <= 4
     store.close()
