@@ -143,11 +143,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 SHARED_WORKER = {"test_documented_commands.py": "test_demo_ui.py"}
 
 # Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
-# one second per test. Only the order matters: longest first. test_chaos.py, the demo unit and
-# test_dagster_dev.py: that run's figure scaled by the file's own after/before ratio (run
-# alone, back to back).
+# one second per test. Only the order matters: longest first.
 FILE_SECONDS: dict[str, float] = {
-    # seconds per work unit from one full `make test` run on a quiet 2-core machine
     "test_event_windows.py": 190,
     "test_chaos.py": 167,
     "test_demo_ui.py": 157,  # with test_documented_commands.py (one demo run)
