@@ -35,7 +35,15 @@ import pyarrow.parquet as pq
 
 from trident_assets.log.store import PartitionedLog
 
-__all__ = ["TOPIC", "CorpusSpec", "WrittenCorpus", "ground_truth", "sentences", "write_corpus"]
+__all__ = [
+    "TOPIC",
+    "CorpusSpec",
+    "WrittenCorpus",
+    "ground_truth",
+    "sentences",
+    "write_corpus",
+    "zipf_cdf",
+]
 
 TOPIC = "sentences"
 QUERY_TOPIC = "word_queries"
@@ -76,7 +84,8 @@ class CorpusSpec:
         return {**asdict(self), "total_words": self.total_words}
 
 
-def _cdf(spec: CorpusSpec) -> np.ndarray:
+def zipf_cdf(spec: CorpusSpec) -> np.ndarray:
+    """The cumulative Zipf distribution over ``spec.vocab`` words (exponent ``zipf_s``)."""
     weights = np.arange(1, spec.vocab + 1, dtype=np.float64) ** -spec.zipf_s
     cdf = np.cumsum(weights)
     cdf /= cdf[-1]
@@ -87,7 +96,7 @@ def word_ids(spec: CorpusSpec, batch: int, cdf: np.ndarray | None = None) -> np.
     """The word ids of ``batch`` as a ``(sentences, words_per_sentence)`` int64 matrix."""
     if not 0 <= batch < spec.batches:
         raise ValueError(f"batch {batch} outside 0..{spec.batches - 1}")
-    cdf = _cdf(spec) if cdf is None else cdf
+    cdf = zipf_cdf(spec) if cdf is None else cdf
     rng = np.random.default_rng([spec.seed, batch])
     u = rng.random(spec.words_per_batch)
     ids = np.searchsorted(cdf, u, side="right")
@@ -122,7 +131,7 @@ class WrittenCorpus:
 
 
 def _batches(spec: CorpusSpec) -> Iterator[tuple[int, np.ndarray]]:
-    cdf = _cdf(spec)
+    cdf = zipf_cdf(spec)
     for i in range(spec.batches):
         yield i, word_ids(spec, i, cdf)
 

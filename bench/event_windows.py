@@ -54,7 +54,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.corpus import CorpusSpec, zipf_cdf
 from bench.machine import describe, one_line, run_json_child
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -91,50 +92,24 @@ def log(msg: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class EvSpec:
-    """What to generate."""
+class EvSpec(CorpusSpec):
+    """What to generate: a word corpus (:class:`bench.corpus.CorpusSpec`) with event times."""
 
     batches: int = 40
     sentences: int = 100_000
     vocab: int = 10_000
-    words_per_sentence: int = 8
-    zipf_s: float = 1.0
     seed: int = 11
-    partitions: int = 2
     batch_seconds: int = 15
     lateness_s: int = 10
     disorder: float = 0.05
     late: float = 0.002
 
     def __post_init__(self) -> None:
-        for name in ("batches", "sentences", "vocab", "words_per_sentence", "partitions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        CorpusSpec.__post_init__(self)
         if self.batch_seconds < 1 or self.lateness_s < 0:
             raise ValueError("batch_seconds must be >= 1 and lateness_s >= 0")
         if not (0 <= self.disorder <= 1 and 0 <= self.late <= 1):
             raise ValueError("disorder and late are fractions in [0, 1]")
-
-    @property
-    def words_per_batch(self) -> int:
-        """Words in one batch."""
-        return self.sentences * self.words_per_sentence
-
-    @property
-    def total_words(self) -> int:
-        """Words in the whole corpus."""
-        return self.batches * self.words_per_batch
-
-    def as_dict(self) -> dict[str, Any]:
-        """The spec as JSON-friendly values (with the derived totals)."""
-        return {**asdict(self), "total_words": self.total_words}
-
-
-def _cdf(spec: EvSpec) -> np.ndarray:
-    weights = np.arange(1, spec.vocab + 1, dtype=np.float64) ** -spec.zipf_s
-    cdf = np.cumsum(weights)
-    cdf /= cdf[-1]
-    return cdf
 
 
 def batch_data(spec: EvSpec, batch: int, cdf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -211,7 +186,7 @@ def ground_truth(spec: EvSpec) -> Truth:
     A batch's records are late when their window's end is <= the watermark after the
     batches before it (max event time so far minus the lateness); then the watermark moves.
     """
-    cdf = _cdf(spec)
+    cdf = zipf_cdf(spec)
     lateness = spec.lateness_s * 1000
     first_win = (T0_MS - lateness - 2 * WINDOW_MS) // WINDOW_MS - 1
     last_win = (T0_MS + spec.batches * spec.batch_seconds * 1000) // WINDOW_MS + 1
@@ -274,7 +249,7 @@ def write_corpus(spec: EvSpec, root: Path) -> WrittenCorpus:
     plog = PartitionedLog(log_root)
     plog.create_topic(TOPIC, spec.partitions)
     files_dir.mkdir(parents=True, exist_ok=True)
-    cdf = _cdf(spec)
+    cdf = zipf_cdf(spec)
     mtime0 = int(time.time()) - spec.batches - 1
     bounds = np.cumsum([len(a) for a in np.array_split(np.arange(spec.sentences), spec.partitions)])
     for i in range(spec.batches):

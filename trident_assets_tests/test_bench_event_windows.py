@@ -23,7 +23,7 @@ SPEC = ev.EvSpec(
 
 def test_truth_matches_the_reference_model() -> None:
     truth = ev.ground_truth(SPEC)
-    cdf = ev._cdf(SPEC)
+    cdf = ev.zipf_cdf(SPEC)
     batches = []
     for i in range(SPEC.batches):
         ids, ts = ev.batch_data(SPEC, i, cdf)
