@@ -62,7 +62,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.corpus import CorpusSpec, zipf_cdf
+from bench.corpus import CorpusSpec, sentences, zipf_cdf
 from bench.machine import describe, one_line, run_json_child
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -129,17 +129,6 @@ def batch_data(spec: EvSpec, batch: int, cdf: np.ndarray) -> tuple[np.ndarray, n
         far = 2 * span + lateness + WINDOW_MS + 1000
         back[late] = far + rng.integers(0, WINDOW_MS, int(late.sum()))
     return ids.reshape(spec.sentences, spec.words_per_sentence), ts - back
-
-
-def sentences(ids: np.ndarray) -> pa.Array:
-    """Sentences ``"w<id> w<id> ..."`` of a word-id matrix, built column-wise in Arrow."""
-    import pyarrow.compute as pc
-
-    words = [
-        pc.binary_join_element_wise("w", pa.array(ids[:, j]).cast(pa.string()), "")
-        for j in range(ids.shape[1])
-    ]
-    return pc.binary_join_element_wise(*words, " ")
 
 
 @dataclass(frozen=True, slots=True)

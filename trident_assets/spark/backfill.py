@@ -348,9 +348,11 @@ def _read_plans(runner: Any, state: TridentState, txid: int) -> dict[str, BatchP
     topo = runner.topology
     spouts = state.contract().spouts
     plans = _plans(topo, txid, read_history(runner.store, topo.name, spouts, txid, txid))
-    joins = spout_joins(runner.store, topo.name)
-    for sid in spouts:
-        if sid not in plans and joins.absent(sid, txid):  # added later: it read nothing
+    unrecorded = [sid for sid in spouts if sid not in plans]
+    if unrecorded:  # the rare case: one grouped read of the history, not one per txid
+        joins = spout_joins(runner.store, topo.name)
+    for sid in unrecorded:
+        if joins.absent(sid, txid):  # added to the topology later: it read nothing here
             kind = topo.spouts[sid].args["spout"].config.kind
             plans[sid] = BatchPlan.of(topo.name, sid, txid, kind, [], replay=True)
     for sid in spouts:
