@@ -235,7 +235,7 @@ def plan_backfill(
         raise StateContractError(msg)
     joins = spout_joins(store, topology.name)
     spouts = state.contract().spouts
-    if all(joins.absent(s, t) for s in spouts for t in range(1, last + 1)):
+    if all(joins.absent_through(s, last) for s in spouts):
         return last + 1
     _, missing, gone = _unreadable(topology, store, log, spouts, last, joins)
     bad = missing | gone
