@@ -123,6 +123,29 @@ def ui(
     raise typer.Exit(code)
 
 
+@app.command("class-cache")
+def class_cache(
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Dump a new archive even if one exists.")
+    ] = False,
+) -> None:
+    """Build the class archive local Spark JVMs start from (about twice as fast).
+
+    Once per Java and Spark install (`make setup` runs it); about 160 MB under
+    ~/.cache/trident_assets, or at TRIDENT_CLASS_CACHE (`off` disables it). An archive that
+    no longer fits the installed Java or Spark is ignored; run this again with --rebuild.
+    """
+    from trident_assets.spark.class_cache import archive_path, build_archive
+
+    with cli_errors():
+        path = archive_path()
+        if path is not None and path.is_file() and not rebuild:
+            typer.echo(f"class archive {path} exists ({path.stat().st_size >> 20} MiB)")
+            return
+        built = build_archive(path)
+        typer.echo(f"class archive {built} built ({built.stat().st_size >> 20} MiB)")
+
+
 def main() -> None:
     """Entry point of the ``trident`` console script."""
     app()

@@ -16,8 +16,9 @@ expensive session fixture form one work unit (one worker starts it once), and wo
 handed out longest first (``FILE_SECONDS``), so no long file starts last and leaves the other
 worker idle.
 
-``SPARK_SUBMIT_OPTS`` (C1-only JIT, serial GC) is set for every Spark JVM the suite starts,
-and ``JVM_ENV`` carries it into children started with a clean environment.
+``SPARK_SUBMIT_OPTS`` (C1-only JIT, serial GC, the class archive of
+:mod:`trident_assets.spark.class_cache`) is set for every Spark JVM the suite starts, and
+``JVM_ENV`` carries it into children started with a clean environment.
 """
 
 from __future__ import annotations
@@ -43,6 +44,28 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 JVM_ENV = {"SPARK_SUBMIT_OPTS": os.environ["SPARK_SUBMIT_OPTS"]}
 """The same for a child started with a clean environment (a JVM setting, no project variable:
 what a command prints and does is the same with or without it)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every JVM of the run starts from the class archive (built here once if missing).
+
+    In the controller (or a run without workers), before any worker or JVM starts: the
+    archive's options join ``SPARK_SUBMIT_OPTS`` (and :data:`JVM_ENV`), so children whose
+    ``HOME`` is not this one's use it too. ``TRIDENT_CLASS_CACHE=off`` leaves it out.
+    """
+    from trident_assets.spark.class_cache import archive_options, archive_path, build_archive
+
+    if hasattr(config, "workerinput"):
+        return
+    path = archive_path()
+    if path is None:
+        return
+    if not path.is_file():
+        build_archive(path)
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if "SharedArchiveFile=" not in opts:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} {archive_options()}".strip()
+    JVM_ENV["SPARK_SUBMIT_OPTS"] = os.environ["SPARK_SUBMIT_OPTS"]
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from trident_assets.errors import TridentError
+from trident_assets.spark.session import JAVA_OPTIONS, driver_java_options
 
 __all__ = [
     "SparkServer",
@@ -159,6 +160,7 @@ def start_connect_server(
         "spark.pyspark.python": python,
         **(conf or {}),
     }
+    settings[JAVA_OPTIONS] = driver_java_options(settings, quiet_log=False)
     cmd = [
         str(home / "bin" / "spark-submit"),
         "--class",

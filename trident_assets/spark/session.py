@@ -5,9 +5,18 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_SPARK_CONF", "build_spark_session", "use_worker_python", "worker_python"]
+__all__ = [
+    "DEFAULT_SPARK_CONF",
+    "JAVA_OPTIONS",
+    "LOG4J2_CONFIG",
+    "build_spark_session",
+    "driver_java_options",
+    "use_worker_python",
+    "worker_python",
+]
 
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.master": "local[2]",
@@ -20,6 +29,29 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.adaptive.enabled": "true",
 }
 """Settings tuned for a small local machine; every key can be overridden."""
+
+
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+"""The driver's log configuration: errors only, to stderr, from the JVM's first line."""
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def driver_java_options(conf: Mapping[str, str], *, quiet_log: bool = True) -> str:
+    """``spark.driver.extraJavaOptions`` of ``conf`` with ours added.
+
+    Ours: the class archive of :mod:`~trident_assets.spark.class_cache` when there is one,
+    and with ``quiet_log`` :data:`LOG4J2_CONFIG`. The user's own options are kept and win:
+    their ``-Dlog4j2.configurationFile`` or ``-XX:SharedArchiveFile`` replaces ours.
+    """
+    from trident_assets.spark.class_cache import archive_options
+
+    own = conf.get(JAVA_OPTIONS, "").strip()
+    parts = [own]
+    if quiet_log and "-Dlog4j2.configurationFile=" not in own:
+        parts.append(f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}")
+    if "SharedArchiveFile=" not in own and "ArchiveClassesAtExit=" not in own:
+        parts.append(archive_options())
+    return " ".join(p for p in parts if p)
 
 
 def worker_python(conf: Mapping[str, str] | None = None) -> str:
@@ -50,7 +82,9 @@ def build_spark_session(conf: Mapping[str, str] | None = None, remote: str | Non
     """Return a SparkSession (``getOrCreate``) with the defaults overridden by ``conf``.
 
     ``remote`` (e.g. ``sc://host:15002``) connects through Spark Connect instead of starting
-    a local JVM; the same DataFrame code runs either way.
+    a local JVM; the same DataFrame code runs either way. A JVM started here logs errors
+    only, from its first line, and starts from the class archive when there is one
+    (:func:`driver_java_options`).
     """
     from pyspark.sql import SparkSession
 
@@ -62,6 +96,7 @@ def build_spark_session(conf: Mapping[str, str] | None = None, remote: str | Non
         return builder.getOrCreate()
     python = use_worker_python(conf)
     merged = {**DEFAULT_SPARK_CONF, "spark.pyspark.python": python, **(conf or {})}
+    merged[JAVA_OPTIONS] = driver_java_options(merged)
     for key, value in merged.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
