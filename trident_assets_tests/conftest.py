@@ -169,14 +169,13 @@ SHARED_WORKER = {"test_documented_commands.py": "test_demo_ui.py"}
 # one second per test. Only the order matters: longest first.
 FILE_SECONDS: dict[str, float] = {
     "test_event_windows.py": 190,
+    "test_dagster_dev.py": 185,  # the word count and the page views in one `dagster dev`
     "test_chaos.py": 167,
     "test_demo_ui.py": 157,  # with test_documented_commands.py (one demo run)
     "test_code_shipping.py": 138,
     "test_trident_windows.py": 108,
     "test_user_code.py": 98,
-    "test_dagster_dev.py": 97,
     "test_executor.py": 91,
-    "test_window_dagster_dev.py": 88,
     "test_stream_ops.py": 85,
     "test_single_join.py": 75,
     "test_quarantine.py": 75,

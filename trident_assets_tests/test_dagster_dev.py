@@ -1,15 +1,23 @@
-"""End to end: a real `dagster dev` on 127.0.0.1 whose coordinator sensor runs the word count.
+"""End to end: one real `dagster dev` on 127.0.0.1 whose coordinator sensors run two examples.
 
 The server is started once for the module with the repository's workspace.yaml and
-dagster.yaml, fed 20 sentences (3 batches of at most 8: one catch-up run), then 4 more
-(a 4th batch in its own run). The tests read what a user would see: GraphQL and the asset
-page in headless Chromium (Debian's ``chromium`` package; CI installs it). Later tests launch
-runs as the UI does (``launchRun`` with an asset selection, no sensor tags): the downstream
-example ``top_words`` and two runs of the state asset at once, which the shipped
-dagster.yaml's pool serialises. Screenshots of the asset pages are saved in the module's tmp
-directory and copied to ``/tmp/trident_screens/``.
-"""
+dagster.yaml. The word count is fed 20 sentences (3 batches of at most 8: one catch-up run),
+then 4 more (a 4th batch in its own run). Then the page-views example is seeded (49 views,
+batches of 16: 4 txids in one run of its own coordinator sensor), so the watermark completes
+every hourly finals partition of 2026-01-01. The two topologies share the state file, which a
+batch run holds for its whole run: the page-views seed waits for the word count's runs, so
+the runs of the two never wait for each other's lock.
 
+The tests read what a user would see: GraphQL and the asset page in headless Chromium
+(Debian's ``chromium`` package; CI installs it). Later tests launch runs as the UI does
+(``launchRun`` with an asset selection, no sensor tags): the downstream example
+``top_words``, two runs of the word count's state asset at once, which the shipped
+dagster.yaml's pool serialises, and (last) a replay of page-views txid 2, which materializes
+no hour again: each closed hour is materialized exactly once, read from the Dagster instance
+in the server's home (read-only, while the server runs). Tests that look at runs select
+their topology's. Screenshots of the asset pages are saved in the module's tmp directory and
+copied to ``/tmp/trident_screens/``.
+"""
 from __future__ import annotations
 
 import json
@@ -27,9 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pytest
+from dagster._core.instance.ref import InstanceRef
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.examples.page_views import produce_seed
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
 from trident_assets_tests.conftest import JVM_ENV
@@ -41,6 +52,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENS = Path("/tmp/trident_screens")
 """Where copies of the screenshots go, to look at them after the run."""
 TOP_WORDS = ["word_count", "top_words"]
+PV_STATE = ["page_views", "views_10m"]
+PV_FINALS = ["page_views", "views_10m_finals"]
+HOURS = [f"2026-01-01-{h:02d}:00" for h in range(24)]
 
 
 @dataclass
@@ -49,6 +63,7 @@ class Dev:
     home: Path
     sentences: list[str]
     log_file: Path
+    dagster_home: Path
 
 
 def _free_port() -> int:
@@ -146,12 +161,23 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         keys4 = [*keys, "0000000004"]
         _wait("txid 4", lambda: _materialized(url, STATE) == keys4, 300, log_file)
         _wait(
+            "the word count's runs to finish",
+            lambda: all(r["status"] == "SUCCESS" for r in _runs(url)),
+            120,
+            log_file,
+        )
+        produce_seed(log)  # now: its run never waits for the state file's lock
+        txids = [f"{t:010d}" for t in range(1, 5)]
+        _wait("page-views txids 1..4", lambda: _partitions(url, PV_STATE) == txids, 420, log_file)
+        hours = ["2026-01-01-00:00..2026-01-01-23:00:MATERIALIZED"]
+        _wait("the finals of Jan 1st", lambda: _partitions(url, PV_FINALS) == hours, 120, log_file)
+        _wait(
             "the runs to finish",
             lambda: all(r["status"] == "SUCCESS" for r in _runs(url)),
             120,
             log_file,
         )
-        yield Dev(url, home, first + more, log_file)
+        yield Dev(url, home, first + more, log_file, dagster_home)
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -161,17 +187,38 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
             proc.wait()
 
 
-def _runs(url: str) -> list[dict[str, Any]]:
+def _runs(url: str, topology: str | None = None) -> list[dict[str, Any]]:
+    """All runs, or (``topology``) those tagged ``trident/topology: <topology>`` (sensor runs)."""
     data = gql(
         url,
         "{ runsOrError { ... on Runs { results { runId status startTime endTime "
         "tags { key value } } } } }",
     )
-    return data["runsOrError"]["results"]
+    runs: list[dict[str, Any]] = data["runsOrError"]["results"]
+    if topology is None:
+        return runs
+    tag = {"key": "trident/topology", "value": topology}
+    return [r for r in runs if tag in r["tags"]]
+
+
+def _partitions(url: str, path: list[str]) -> list[str]:
+    """Materialized partitions: txid keys, or a time-partitioned asset's status ranges."""
+    data = gql(
+        url,
+        "{ assetNodeOrError(assetKey: {path: PATH}) { ... on AssetNode { assetPartitionStatuses "
+        "{ ... on DefaultPartitionStatuses { materializedPartitions } "
+        "... on TimePartitionStatuses { ranges { status startKey endKey } } } } } }".replace(
+            "PATH", json.dumps(path)
+        ),
+    )
+    statuses = data["assetNodeOrError"]["assetPartitionStatuses"]
+    if "ranges" in statuses:
+        return [f"{r['startKey']}..{r['endKey']}:{r['status']}" for r in statuses["ranges"]]
+    return sorted(statuses["materializedPartitions"])
 
 
 def test_sensor_runs_batches_in_order_with_one_catch_up_run(dev: Dev) -> None:
-    runs = sorted(_runs(dev.url), key=lambda r: r["startTime"])
+    runs = sorted(_runs(dev.url, "word_count"), key=lambda r: r["startTime"])
     tags = [{t["key"]: t["value"] for t in r["tags"]} for r in runs]
     assert [r["status"] for r in runs] == ["SUCCESS", "SUCCESS"]
     assert tags[0]["dagster/asset_partition_range_start"] == "0000000001"
@@ -392,3 +439,27 @@ def test_state_asset_page_shows_the_preview_schema_and_table(dev: Dev) -> None:
                 assert label in body, label
         finally:
             browser.close()
+
+
+def test_page_views_materializes_each_closed_hour_once(dev: Dev) -> None:
+    """Last in the module: its replay is a run the word count's tests do not expect."""
+    url = dev.url
+    txids = [f"{t:010d}" for t in range(1, 5)]
+    assert _partitions(url, PV_STATE) == txids
+    hours = ["2026-01-01-00:00..2026-01-01-23:00:MATERIALIZED"]
+    assert _partitions(url, PV_FINALS) == hours
+    assert all(r["status"] == "SUCCESS" for r in _runs(url, "page_views"))
+    replay = _launch(url, [PV_STATE], "0000000002")
+    _wait("the replay", lambda: _run(url, replay)["status"] == "SUCCESS", 300, dev.log_file)
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dev.dagster_home))) as instance:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(PV_FINALS)), limit=100
+        ).records
+    partitions = sorted(r.asset_materialization.partition for r in records)
+    assert partitions == HOURS, "each closed hour exactly once, none by the replay"
+    by_key = {r.asset_materialization.partition: r for r in records}
+    first = by_key[HOURS[0]].asset_materialization.metadata
+    assert (first["windows"].value, first["total"].value) == (18, 24.0)
+    assert {by_key[h].run_id for h in HOURS} != {replay}
+    replay_mats = [r for r in records if r.run_id == replay]
+    assert replay_mats == []
