@@ -121,6 +121,51 @@ def test_rows_tables_and_plain_maps(tmp_path: Path) -> None:
     assert replica.read_rows("t__out_words", 1) is None
 
 
+def _appended(replica: Replica, scope: str) -> list[tuple[str, int]]:
+    import duckdb
+
+    files = [str(f) for f in replica.appended_files("t__s__finals", scope)]
+    with duckdb.connect() as conn:
+        return conn.sql(
+            "SELECT w, final_txid FROM read_parquet(?) ORDER BY final_txid, w", params=[files]
+        ).fetchall()
+
+
+def test_append_tables_publish_whole_keep_every_row_and_compact_by_concatenation(
+    tmp_path: Path,
+) -> None:
+    """Finals-like tables: a home older than their publishing gets its rows published whole."""
+    replica = Replica(tmp_path / "replica")
+    plain = StateTarget("counts", ("word",), "n", StateType.NON_TRANSACTIONAL, Sum())
+    appends = {"t__s__finals": "final_txid"}
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        store.conn.execute('CREATE TABLE "t__s__finals" (w VARCHAR, final_txid BIGINT)')
+        for txid in (1, 2, 3):  # committed and published while the replica ignored finals
+            commit_state_batch(store, "counts", plain, _partials(BATCHES[txid]), txid)
+            store.conn.execute('INSERT INTO "t__s__finals" VALUES (?, ?)', [f"w{txid}", txid])
+            replica.publish(store, "counts", txid, ["counts"], [])
+        with pytest.raises(StateLayoutError, match=r"^t__s__finals is not published in the"):
+            replica.appended_files("t__s__finals", "counts")
+        assert replica.publish_missing(store, "counts", ["counts"], [], None, appends) == []
+        assert _appended(replica, "counts") == [("w1", 1), ("w2", 2), ("w3", 3)]
+        commit_state_batch(store, "counts", plain, _partials(BATCHES[4]), 4)
+        store.conn.execute("""INSERT INTO "t__s__finals" VALUES ('x4', 4), ('y4', 4)""")
+        replica.publish(store, "counts", 4, ["counts"], [], None, appends)
+        for txid in (5, 6):  # txid 5 made nothing final: no file
+            commit_state_batch(store, "counts", plain, _partials(BATCHES[4]), txid)
+            if txid == 6:
+                store.conn.execute("""INSERT INTO "t__s__finals" VALUES ('z6', 6)""")
+            replica.publish(store, "counts", txid, ["counts"], [], None, appends)
+    every = [("w1", 1), ("w2", 2), ("w3", 3), ("x4", 4), ("y4", 4), ("z6", 6)]
+    assert _appended(replica, "counts") == every
+    names = sorted(p.name for p in (tmp_path / "replica" / "t__s__finals").glob("*.parquet"))
+    assert names == ["0000000004.parquet", "0000000006.parquet", "base-0000000003.parquet"]
+    assert replica.compact("t__s__finals", keep_txids=1) == 4
+    assert _appended(replica, "counts") == every, "compaction drops no row"
+    names = sorted(p.name for p in (tmp_path / "replica" / "t__s__finals").glob("*.parquet"))
+    assert names == ["0000000006.parquet", "base-0000000004.parquet"]
+
+
 def test_errors(tmp_path: Path) -> None:
     replica = Replica(tmp_path / "replica")
     with pytest.raises(StateLayoutError, match="no published map 'nothing'"):

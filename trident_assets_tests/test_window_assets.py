@@ -8,6 +8,8 @@ just before it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,14 @@ FINALS = dg.AssetKey(["page_views", "views_10m_finals"])
 STATE = dg.AssetKey(["page_views", "views_10m"])
 ROLLUP = dg.AssetKey(["page_views", "daily_page_views"])
 M = 60_000_000
+LOCK_HOLDER = """
+import sys, time, duckdb
+conn = duckdb.connect(sys.argv[1])
+conn.execute("BEGIN TRANSACTION")
+print("locked", flush=True)
+time.sleep(600)
+"""
+"""A process holding the state file open for writing (as a running batch does)."""
 
 
 def hour(h: int) -> str:
@@ -166,10 +176,23 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
         "|  |  |  | late record: its window [2026-01-01 00:30:00.000000 UTC, 20… |"
     )
 
-    # the daily rollup loads the day's 24 hourly partitions through the IO manager
-    result = defs.resolve_job_def("rollup").execute_in_process(
-        partition_key="2026-01-01", instance=instance
+    # the daily rollup loads the day's 24 hourly partitions through the IO manager, from the
+    # read replica: it runs while another process holds the state file's write lock
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(trident.database)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "locked\n"
+        # (opening the store itself would wait 30 s, then raise StoreLockedError)
+        result = defs.resolve_job_def("rollup").execute_in_process(
+            partition_key="2026-01-01", instance=instance
+        )
+    finally:
+        holder.kill()
+        holder.wait()
     (mat,) = result.get_asset_materialization_events()
     rollup = mat.materialization.metadata
     assert rollup["views_per_page"].value == {"blog": 16, "docs": 16, "home": 16}

@@ -9,6 +9,13 @@ what that txid wrote, and readers (the IO manager, the CLI) read the replica:
   new-values table, the txid's rows). Cost: the batch's rows, never the whole state.
 * ``<root>/<table>/base-<txid:010d>.parquet``: a map's newest row per key as of that txid,
   written by :meth:`Replica.compact`, which folds deltas older than the last ``keep_txids``.
+* an *append* table (an event-window state's finals: rows are only ever added, each stamped
+  with the txid that added it): ``<root>/<table>/<txid:010d>.parquet`` holds the rows txid N
+  added (written only when it added some), ``base-<txid:010d>.parquet`` every row added up to
+  that txid, and ``_append.json`` marks the table as published whole: its first publish
+  writes the base of everything the store held before (a home older than the table's
+  publishing), so readers never see part of it. Nothing of it is ever dropped; compaction
+  concatenates old deltas into the base.
 * ``<root>/_scopes/<scope>.json``: ``{"txid": N}``, written last, atomically (temp + rename):
   readers see txid N only once every table of N is published, so they never see a half of
   a batch. A delta of a txid beyond the marker (a publish cut short) is ignored.
@@ -46,6 +53,7 @@ DEFAULT_KEEP_TXIDS = 100
 _DELTA = re.compile(r"^(\d{10})\.parquet$")
 _BASE = re.compile(r"^base-(\d{10})\.parquet$")
 _SEQ = "_trident_seq"
+_APPEND = "_append.json"
 DEAD_LETTERS_TABLE = "_trident_dead_letters"
 """The store's dead-letter table (``spark/batch_tables.py``), published per scope and txid."""
 
@@ -79,13 +87,15 @@ class Replica:
         maps: Sequence[str],
         row_tables: Sequence[str],
         described: Mapping[str, Mapping[str, Any]] | None = None,
+        appends: Mapping[str, str] | None = None,
     ) -> None:
-        """Publish what ``txid`` wrote to ``maps`` and ``row_tables``, then mark it visible.
+        """Publish what ``txid`` wrote to ``maps``, ``row_tables`` and ``appends``, then mark it.
 
         Call after ``txid`` committed in ``store`` (DuckDB or PostgreSQL), before compaction.
         ``described``: per map table, what readers name its parts (``value_field``: the
         state's value field; ``global``: a global state, keyed by one internal key), kept in
-        its ``_layout.json``. The txid's dead letters of ``scope`` are published too.
+        its ``_layout.json``. ``appends``: append tables and the column holding the txid
+        that added a row. The txid's dead letters of ``scope`` are published too.
         """
         for table in maps:
             layout = store.layout(table)
@@ -110,6 +120,8 @@ class Replica:
                 f'SELECT * FROM "{validate_identifier(table, "table")}" WHERE txid = ?', [txid]
             )
             self._write_delta(table, txid, rows)
+        for table, column in (appends or {}).items():
+            self._publish_appended(store, table, column, txid)
         marker = self.root / "_scopes" / f"{validate_identifier(scope, 'scope')}.json"
         _write_atomically(marker, lambda p: p.write_text(json.dumps({"txid": txid})))
 
@@ -120,16 +132,48 @@ class Replica:
         maps: Sequence[str],
         row_tables: Sequence[str],
         described: Mapping[str, Mapping[str, Any]] | None = None,
+        appends: Mapping[str, str] | None = None,
     ) -> list[int]:
-        """Publish the txids ``store`` committed after the replica's marker; return them."""
+        """Publish the txids ``store`` committed after the replica's marker; return them.
+
+        An append table not published yet is published whole up to the marker first.
+        """
         last = store.last_committed(scope)
         if last is None:
             return []
         done = self.latest(scope) or 0
+        for table, column in (appends or {}).items():
+            if done and _has_table(store, table):
+                self._publish_appended(store, table, column, done, whole=True)
         missing = list(range(done + 1, last + 1))
         for txid in missing:
-            self.publish(store, scope, txid, maps, row_tables, described)
+            self.publish(store, scope, txid, maps, row_tables, described, appends)
         return missing
+
+    def _publish_appended(
+        self, store: Any, table: str, column: str, txid: int, *, whole: bool = False
+    ) -> None:
+        """Publish the rows ``txid`` added to append ``table`` (with ``whole``: up to it).
+
+        The table's first publish writes a base of every row added before ``txid`` first.
+        """
+        if not _has_table(store, table):
+            return
+        name = f'"{validate_identifier(table, "table")}"'
+        col = _quote(column)
+        mark = self.root / table / _APPEND
+        if not mark.exists():
+            first = txid if whole else txid - 1
+            rows = store.fetch_arrow(f"SELECT * FROM {name} WHERE {col} <= ?", [first])
+            base = self.root / table / f"base-{first:010d}.parquet"
+            _write_atomically(base, lambda p: pq.write_table(rows, p))
+            body = json.dumps({"txid_column": column})
+            _write_atomically(mark, lambda p: p.write_text(body))
+            if whole:
+                return
+        rows = store.fetch_arrow(f"SELECT * FROM {name} WHERE {col} = ?", [txid])
+        if rows.num_rows:
+            self._write_delta(table, txid, rows)
 
     def replace_map(
         self, store: Any, table: str, up_to: int, described: Mapping[str, Any] | None = None
@@ -257,6 +301,15 @@ class Replica:
         if not old or len(old) < min_fold:
             return None
         base_txid = old[-1]
+        if (self.root / table / _APPEND).exists():  # an append table: concatenate
+            files = [*self._base_files(table), *(deltas[t] for t in old)]
+            rows = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+            base = self.root / table / f"base-{base_txid:010d}.parquet"
+            _write_atomically(base, lambda p: pq.write_table(rows, p))
+            for f in files:
+                if f != base:
+                    f.unlink()
+            return base_txid
         if not (self.root / table / "_layout.json").exists():  # per-txid rows: drop the old
             for t in old:
                 deltas[t].unlink()
@@ -345,6 +398,23 @@ class Replica:
             return None
         rows = pq.read_table(path)
         return rows.drop_columns(["txid"]) if "txid" in rows.column_names else rows
+
+    def appended_files(self, table: str, scope: str) -> list[Path]:
+        """The files of append ``table`` holding every row ``scope``'s published txids added.
+
+        Raises:
+            StateLayoutError: the table is not published (no batch has committed it since
+                the replica carried it).
+        """
+        if not (self.root / validate_identifier(table, "table") / _APPEND).exists():
+            msg = (
+                f"{table} is not published in the read replica {self.root} yet: it appears "
+                "with the next committed batch of its topology"
+            )
+            raise StateLayoutError(msg)
+        latest = self.latest(scope) or 0
+        deltas = self._deltas(table)
+        return [*self._base_files(table), *(deltas[t] for t in sorted(deltas) if t <= latest)]
 
     def _layout(self, table: str) -> dict[str, Any]:
         path = self.root / table / "_layout.json"

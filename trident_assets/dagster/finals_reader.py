@@ -1,6 +1,9 @@
-"""Reading an event-window state's finals for a time range (the IO manager's finals input).
+"""Reading an event-window state's finals for a time range.
 
-Apart from :mod:`.window_assets` so that the IO manager imports it without the asset graph.
+:func:`read_published_finals` reads the read replica (the IO manager's finals input: no lock,
+never waits for a batch); :func:`read_finals_range` reads the state store itself (the
+``finals_unchanged`` check compares what is stored). Apart from :mod:`.window_assets` so that
+the IO manager imports it without the asset graph.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import dagster as dg
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.replica import Replica
 from trident_assets.errors import ConfigError
 
-__all__ = ["naive_utc", "read_finals_range"]
+__all__ = ["naive_utc", "read_finals_range", "read_published_finals"]
 
 
 def naive_utc(value: datetime) -> datetime:
@@ -23,22 +27,50 @@ def naive_utc(value: datetime) -> datetime:
     return value.astimezone(UTC).replace(tzinfo=None)
 
 
+def _range_sql(source: str, meta: Mapping[str, Any]) -> str:
+    keys = "".join(f"{quote_ident(k)}, " for k in meta.get("trident/key_fields", []))
+    return (
+        f"SELECT * FROM {source} WHERE window_start >= ? AND window_start < ? "
+        f"ORDER BY {keys}window_start, window_end"
+    )
+
+
+def read_published_finals(
+    replica: Replica, meta: Mapping[str, Any], window: dg.TimeWindow
+) -> pa.Table:
+    """The finals rows of a finals asset (``meta``) with window_start in ``window``.
+
+    From the read replica: every window final in a published txid, without opening the state
+    store (no lock, never waiting for a batch).
+
+    Raises:
+        StateLayoutError: the finals are not published yet (no batch committed since the
+            replica carries them).
+    """
+    import duckdb
+
+    table = str(meta["trident/table"])
+    files = [str(f) for f in replica.appended_files(table, str(meta["trident/scope"]))]
+    bounds = [naive_utc(window.start), naive_utc(window.end)]
+    with duckdb.connect() as conn:
+        return conn.sql(
+            _range_sql("read_parquet(?, union_by_name = true)", meta), params=[files, *bounds]
+        ).to_arrow_table()
+
+
 def read_finals_range(location: str, meta: Mapping[str, Any], window: dg.TimeWindow) -> pa.Table:
     """The finals rows of a finals asset (``meta``) with window_start in ``window``.
 
     Opens the state store read-only (a DuckDB file being written by a running batch is
-    locked: load finals between batches).
+    locked: read it between batches; the IO manager reads :func:`read_published_finals`).
     """
     from trident_assets.backends.state_store import open_state_store
 
     table = str(meta["trident/table"])
-    keys = "".join(f"{quote_ident(k)}, " for k in meta.get("trident/key_fields", []))
     with open_state_store(location, read_only=True) as store:
         if not store.has_table(table):
             msg = f"finals table {table} does not exist yet: no window is final"
             raise ConfigError(msg)
         return store.fetch_arrow(
-            f"SELECT * FROM {quote_ident(table)} WHERE window_start >= ? AND window_start < ? "
-            f"ORDER BY {keys}window_start, window_end",
-            [naive_utc(window.start), naive_utc(window.end)],
+            _range_sql(quote_ident(table), meta), [naive_utc(window.start), naive_utc(window.end)]
         )

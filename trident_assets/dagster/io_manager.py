@@ -209,10 +209,10 @@ class TridentIOManager(dg.ConfigurableIOManager):
         kind = meta.get("trident/kind")
         key = context.asset_key.to_user_string() if context.has_asset_key else "?"
         if kind == "window_finals":  # window finals: the rows starting in the time range
-            from trident_assets.dagster.finals_reader import read_finals_range
+            from trident_assets.dagster.finals_reader import read_published_finals
 
             window = context.asset_partitions_time_window
-            table = read_finals_range(self.state_location, meta, window)
+            table = read_published_finals(self.replica, meta, window)
             return _convert(table, context.dagster_type.typing_type)
         if kind not in (KIND_STATE, KIND_ROWS):
             msg = (

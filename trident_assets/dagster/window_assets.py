@@ -24,11 +24,14 @@ the one given to ``trident_definitions(window_partitions=...)``).
   first window, and partitions not existing yet in the definition (before its start, in the
   future), are not reported.
 * **Loading:** the ``TridentIOManager`` loads a partition range as the finals rows with
-  ``window_start`` in the input's time window (:func:`read_finals_range`), so a downstream
+  ``window_start`` in the input's time window, from the read replica
+  (:func:`~trident_assets.dagster.finals_reader.read_published_finals`: no lock, so a rollup
+  runs while a batch commits), so a downstream
   asset with a coarser time partitioning (e.g. daily, with ``TimeWindowPartitionMapping``)
   gets all the finals of its day.
 * **Check** (:func:`finals_check`): each partition's materialization records a fingerprint
-  (windows, total, hash); the check recomputes it from the finals table and fails when a
+  (windows, total, hash); the check recomputes it from the finals table in the state store
+  (:func:`read_finals_range`) and fails when a
   partition was materialized twice, its windows changed, or a window is in the finals twice.
 """
 
@@ -121,6 +124,7 @@ class FinalsAsset:
             metadata={
                 "trident/kind": KIND_FINALS,
                 "trident/table": state.finals_table,
+                "trident/scope": self.topology.name,
                 "trident/key_fields": list(self.key_fields),
                 "trident/value_field": self.value_field,
                 "dagster/table_name": state.finals_table,

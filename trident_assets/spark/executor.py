@@ -209,8 +209,9 @@ class TopologyRunner:
         self.replica = replica
         self.keep_txids = keep_txids
         if replica is not None:
+            maps, rows = self._published_tables()
             replica.publish_missing(
-                store, self.scope, *self._published_tables(), described=self._described()
+                store, self.scope, maps, rows, self._described(), self._appended_tables()
             )
 
     @property
@@ -704,6 +705,16 @@ class TopologyRunner:
                 rows.append(state.partials_table)
         return maps, rows
 
+    def _appended_tables(self) -> dict[str, str]:
+        """The append tables the replica carries (event-window finals), with their txid column."""
+        from trident_assets.stream.event_windows import WindowedState
+
+        return {
+            s.finals_table: "final_txid"
+            for s in self.topology.states.values()
+            if isinstance(s, WindowedState)
+        }
+
     def _described(self) -> dict[str, dict[str, Any]]:
         """Per map state: its value field and whether it is global (for the replica's readers)."""
         return {
@@ -716,9 +727,10 @@ class TopologyRunner:
         """Publish committed ``txid`` to the replica, then fold what falls out of its window."""
         assert self.replica is not None
         maps, rows = self._published_tables()
-        self.replica.publish(self.store, self.scope, txid, maps, rows, self._described())
+        appends = self._appended_tables()
+        self.replica.publish(self.store, self.scope, txid, maps, rows, self._described(), appends)
         fold = max(1, self.keep_txids // 2)
-        for table in [*maps, *rows]:
+        for table in [*maps, *rows, *appends]:
             self.replica.compact(table, self.keep_txids, min_fold=fold)
 
     def _committed_plans(self, txid: int) -> dict[str, BatchPlan]:
