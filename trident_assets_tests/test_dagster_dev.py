@@ -40,6 +40,7 @@ import pytest
 from dagster._core.instance.ref import InstanceRef
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.examples.page_views import produce_seed
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
@@ -374,9 +375,8 @@ def _need_chromium() -> None:
 def test_ui_runs_without_sensor_tags_are_serialised_by_the_pool(dev: Dev) -> None:
     limits = gql(dev.url, "{ instance { concurrencyLimits { concurrencyKey slotCount } } }")
     # the pool exists once a run needed it: the sensor's runs did
-    assert {"concurrencyKey": "trident_word_count", "slotCount": 1} in limits["instance"][
-        "concurrencyLimits"
-    ]
+    pool = batches_pool("word_count", None, dev.home / "state.duckdb")
+    assert {"concurrencyKey": pool, "slotCount": 1} in limits["instance"]["concurrencyLimits"]
     ids = [_launch(dev.url, [STATE], "0000000004") for _ in range(2)]
     runs = sorted(_finished(dev.url, ids, dev.log_file), key=lambda r: r["startTime"])
     for run in runs:

@@ -23,11 +23,12 @@ from dagster._core.storage.asset_check_execution_record import (
 
 from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.dagster.factory import trident_definitions
-from trident_assets.dagster.in_flight import pool_name, touches_topology
+from trident_assets.dagster.in_flight import batches_pool, pool_name, touches_topology
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.runs import materialize_batches
 from trident_assets.dagster.sensors import decide_next
 from trident_assets.examples.downstream import downstream_assets
+from trident_assets.examples.page_views import build_page_views
 from trident_assets.examples.word_count import build_word_count
 
 NO_WAIT = ExponentialBackoff(initial_delay_s=0, delay_period_s=0, max_delay_s=0)
@@ -64,7 +65,9 @@ def test_untagged_runs_are_in_flight_for_the_coordinator(tmp_path: Path) -> None
         ui = instance.create_run_for_job(job, asset_selection={STATE})  # NOT_STARTED
         assert ui.tags == {}
         assert ui.run_op_concurrency is not None
-        assert ui.run_op_concurrency.all_pools == {pool_name("word_count")}
+        shared = batches_pool("word_count", None, trident.database)
+        assert shared.startswith("trident_duckdb_")
+        assert ui.run_op_concurrency.all_pools == {shared}
         waiting = decide_next(instance, topo, trident, NO_WAIT, max_attempts=3)
         assert isinstance(waiting, dg.SkipReason)
         assert waiting.skip_message == f"word_count: run {ui.run_id} is in flight"
@@ -75,14 +78,14 @@ def test_untagged_runs_are_in_flight_for_the_coordinator(tmp_path: Path) -> None
             job,
             asset_selection={dg.AssetKey(["word_count", "top_words"])},
         )
-        assert not touches_topology(top, "word_count", [STATE, SPOUT])
+        assert not touches_topology(top, "word_count", [STATE, SPOUT], shared)
         assert isinstance(decide_next(instance, topo, trident, NO_WAIT, 3), dg.SensorResult)
         instance.report_run_canceled(top)
 
         # a run without an asset selection (the whole asset job): seen through its pool
         whole = instance.create_run_for_job(job)
         assert whole.asset_selection is None
-        assert touches_topology(whole, "word_count", [STATE])
+        assert touches_topology(whole, "word_count", [STATE], shared)
         waiting = decide_next(instance, topo, trident, NO_WAIT, max_attempts=3)
         assert waiting.skip_message == f"word_count: run {whole.run_id} is in flight"
 
@@ -251,3 +254,35 @@ def test_sensors_tick_every_5_s_with_or_without_data(tmp_path: Path) -> None:
         (sensor,) = defs.sensors  # type: ignore[misc]
         intervals[name] = sensor.minimum_interval_seconds
     assert intervals == {"fed": 5, "empty": 5, "never": 5}
+
+
+def test_topologies_writing_one_duckdb_file_share_one_pool(tmp_path: Path) -> None:
+    """Their runs take turns in Dagster's queue (a run holds the file's write lock)."""
+    trident = _home(tmp_path, [b"a b"])
+    word_count, page_views = build_word_count(), build_page_views()
+    defs = trident_definitions([word_count, page_views], trident)
+    pv_state = dg.AssetKey(["page_views", "views_10m"])
+    pools = {defs.resolve_assets_def(k).op.pool for k in (STATE, pv_state)}
+    shared = batches_pool("word_count", None, tmp_path / "state.duckdb")
+    assert pools == {shared}
+    assert shared == batches_pool("page_views", None, trident.database)
+    other = batches_pool("word_count", None, tmp_path / "other.duckdb")
+    assert other.startswith("trident_duckdb_")
+    assert other != shared
+    job = defs.resolve_implicit_global_asset_job_def()
+    with dg.instance_for_test() as instance:
+        run = instance.create_run_for_job(job, asset_selection={pv_state})
+        assert run.run_op_concurrency is not None
+        assert run.run_op_concurrency.all_pools == {shared}
+        assert touches_topology(run, "word_count", [STATE, SPOUT], shared)
+        waiting = decide_next(instance, word_count, trident, NO_WAIT, max_attempts=3)
+        assert isinstance(waiting, dg.SkipReason)
+        assert waiting.skip_message == f"word_count: run {run.run_id} is in flight"
+        instance.report_run_canceled(run)
+
+    dsn = TridentResource(home=str(tmp_path), state_dsn="postgresql://u@127.0.0.1:5/db")
+    defs = trident_definitions([word_count, page_views], dsn)
+    assert [defs.resolve_assets_def(k).op.pool for k in (STATE, pv_state)] == [
+        pool_name("word_count"),
+        pool_name("page_views"),
+    ]

@@ -73,6 +73,7 @@ def topology_assets(
     topology: TridentTopology,
     checks: CheckSettings | None = None,
     finals: Sequence[FinalsAsset] = (),
+    pool: str | None = None,
 ) -> dg.AssetsDefinition:
     """The multi-asset that processes txids of ``topology`` (one partition = one txid).
 
@@ -95,7 +96,7 @@ def topology_assets(
         partitions_def=partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
         op_tags={TOPOLOGY_TAG: topology.name},
-        pool=pool_name(topology.name),
+        pool=pool or pool_name(topology.name),
         can_subset=True,
     )
     def _batches(

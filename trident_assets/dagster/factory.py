@@ -10,6 +10,7 @@ from dagster_pyspark import LazyPySparkResource
 from trident_assets.dagster.assets import topology_assets
 from trident_assets.dagster.checks import CheckSettings
 from trident_assets.dagster.graph import IO_MANAGER_KEY
+from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.dagster.io_manager import TridentIOManager
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
@@ -100,7 +101,15 @@ def trident_definitions(
     check_partition_names(list(window_partitions or {}), [f for fs in finals.values() for f in fs])
     return dg.Definitions(
         assets=[
-            *(topology_assets(t, checks, finals[t.name]) for t in topologies),
+            *(
+                topology_assets(
+                    t,
+                    checks,
+                    finals[t.name],
+                    batches_pool(t.name, trident.state_dsn, trident.database),
+                )
+                for t in topologies
+            ),
             *(f.spec() for fs in finals.values() for f in fs),
             *assets,
         ],

@@ -20,7 +20,12 @@ import dagster as dg
 
 from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.dagster.assets import asset_keys
-from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, in_flight_run
+from trident_assets.dagster.in_flight import (
+    QUARANTINE_TAG,
+    TOPOLOGY_TAG,
+    batches_pool,
+    in_flight_run,
+)
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
@@ -73,7 +78,8 @@ def decide_next(
     """
     now = time.time() if now is None else now
     keys = asset_keys(topology)
-    running = in_flight_run(instance, topology.name, keys.values())
+    pool = batches_pool(topology.name, trident.state_dsn, trident.database)
+    running = in_flight_run(instance, topology.name, keys.values(), pool)
     if running is not None:
         return dg.SkipReason(f"{topology.name}: run {running.run_id} is in flight")
     last, offsets = 0, {}
