@@ -53,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     archive's options join ``SPARK_SUBMIT_OPTS`` (and :data:`JVM_ENV`), so children whose
     ``HOME`` is not this one's use it too. ``TRIDENT_CLASS_CACHE=off`` leaves it out.
     """
+    from trident_assets.errors import ConfigError
     from trident_assets.spark.class_cache import archive_options, archive_path, build_archive
 
     if hasattr(config, "workerinput"):
@@ -61,7 +62,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if path is None:
         return
     if not path.is_file():
-        build_archive(path)
+        try:
+            build_archive(path)
+        except (ConfigError, OSError) as exc:  # only speed depends on it
+            print(f"note: no class archive, Spark JVMs start slower: {exc}", file=sys.stderr)
+            return
     opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if "SharedArchiveFile=" not in opts:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} {archive_options()}".strip()
