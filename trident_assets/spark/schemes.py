@@ -7,6 +7,7 @@ Nothing is dropped silently. All decoding runs as Spark column expressions.
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +37,11 @@ META_FIELDS = ("topic", "partition", "offset", "timestamp")
 
 DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "reason", "value")
 
+_COLUMNS: weakref.WeakKeyDictionary[Scheme, tuple[Any, tuple[dict[str, Any], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per scheme: the Spark session its Columns were built in, and the Columns."""
+
 
 class Scheme(ABC):
     """Decodes the ``value`` (and ``key``) bytes of log records into named fields."""
@@ -48,7 +54,28 @@ class Scheme(ABC):
 
     @abstractmethod
     def columns(self) -> tuple[dict[str, Any], Any]:
-        """Return ``({field: Column}, error Column)``; the error is null for good records."""
+        """Return ``({field: Column}, error Column)``; the error is null for good records.
+
+        Called once per Spark session (:meth:`decode` reuses the Columns for every batch),
+        so the Columns must depend on the scheme's settings only.
+        """
+
+    def _session_columns(self, session: Any) -> tuple[dict[str, Any], Any]:
+        """:meth:`columns`, built once per Spark session.
+
+        Building a Column costs a round trip to the JVM per function call (a strict
+        :class:`JsonScheme`'s checks take hundreds); the Columns are unresolved
+        expressions, valid in any DataFrame of the session.
+        """
+        try:
+            cached = _COLUMNS.get(self)
+        except TypeError:  # unhashable (a subclass defining __eq__ only): nothing cached
+            return self.columns()
+        if cached is not None and cached[0] is session:
+            return cached[1]
+        built = self.columns()
+        _COLUMNS[self] = (session, built)
+        return built
 
     def decode(
         self, raw: Any, *, keep: tuple[str, ...] = (), observation: Any = None
@@ -62,7 +89,7 @@ class Scheme(ABC):
         """
         from pyspark.sql import functions as F
 
-        values, error = self.columns()
+        values, error = self._session_columns(raw.sparkSession)
         meta = {name: F.col(name) for name in META_FIELDS} if self.with_metadata else {}
         staged = raw.select(
             *[col.alias(f"__f_{name}") for name, col in values.items()],
