@@ -10,6 +10,7 @@ from __future__ import annotations
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trident_assets.errors import ConfigError
@@ -37,10 +38,23 @@ META_FIELDS = ("topic", "partition", "offset", "timestamp")
 
 DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "reason", "value")
 
-_COLUMNS: weakref.WeakKeyDictionary[Scheme, tuple[Any, tuple[dict[str, Any], Any]]] = (
+
+@dataclass(frozen=True)
+class _Decoding:
+    """The Columns of :meth:`Scheme.decode` for one ``keep``: built once per Spark session."""
+
+    staged: list[Any]
+    dead_count: Any
+    is_good: Any
+    good: list[Any]
+    is_dead: Any
+    dead: list[Any]
+
+
+_DECODINGS: weakref.WeakKeyDictionary[Scheme, tuple[Any, dict[tuple[str, ...], _Decoding]]] = (
     weakref.WeakKeyDictionary()
 )
-"""Per scheme: the Spark session its Columns were built in, and the Columns."""
+"""Per scheme: the Spark session its Columns were built in, and its decodings per ``keep``."""
 
 
 class Scheme(ABC):
@@ -60,22 +74,53 @@ class Scheme(ABC):
         so the Columns must depend on the scheme's settings only.
         """
 
-    def _session_columns(self, session: Any) -> tuple[dict[str, Any], Any]:
-        """:meth:`columns`, built once per Spark session.
+    def _decoding(self, session: Any, keep: tuple[str, ...]) -> _Decoding:
+        """The Columns of :meth:`decode`, built once per Spark session and ``keep``.
 
-        Building a Column costs a round trip to the JVM per function call (a strict
-        :class:`JsonScheme`'s checks take hundreds); the Columns are unresolved
-        expressions, valid in any DataFrame of the session.
+        Building a Column costs JVM round trips per function call (a strict
+        :class:`JsonScheme`'s checks take hundreds); Columns are unresolved expressions,
+        valid in any DataFrame of the session.
         """
         try:
-            cached = _COLUMNS.get(self)
+            cached = _DECODINGS.get(self)
         except TypeError:  # unhashable (a subclass defining __eq__ only): nothing cached
-            return self.columns()
-        if cached is not None and cached[0] is session:
-            return cached[1]
-        built = self.columns()
-        _COLUMNS[self] = (session, built)
-        return built
+            return self._build_decoding(keep)
+        if cached is None or cached[0] is not session:
+            cached = (session, {})
+            _DECODINGS[self] = cached
+        if keep not in cached[1]:
+            cached[1][keep] = self._build_decoding(keep)
+        return cached[1][keep]
+
+    def _build_decoding(self, keep: tuple[str, ...]) -> _Decoding:
+        """The Columns of :meth:`decode` (see :meth:`_decoding`)."""
+        from pyspark.sql import functions as F
+
+        values, error = self.columns()
+        meta = META_FIELDS if self.with_metadata else ()
+        record = ("topic", "partition", "offset", "timestamp", "value", *keep)
+        failed = F.col("__error")
+        return _Decoding(
+            staged=[
+                *[col.alias(f"__f_{name}") for name, col in values.items()],
+                error.alias("__error"),
+                *[F.col(c) for c in record],
+            ],
+            dead_count=F.count(failed).alias("dead"),
+            is_good=failed.isNull(),
+            good=[
+                *[F.col(f"__f_{name}").alias(name) for name in values],
+                *[F.col(name) for name in meta],
+                *[F.col(c) for c in keep],
+            ],
+            is_dead=failed.isNotNull(),
+            dead=[
+                *[F.col(c) for c in ("topic", "partition", "offset")],
+                failed.alias("reason"),
+                F.col("value"),
+                *[F.col(c) for c in keep],
+            ],
+        )
 
     def decode(
         self, raw: Any, *, keep: tuple[str, ...] = (), observation: Any = None
@@ -87,30 +132,12 @@ class Scheme(ABC):
         records that failed, from the first action over the decoded tuples (so dead
         letters need a Spark job of their own only when there are any).
         """
-        from pyspark.sql import functions as F
-
-        values, error = self._session_columns(raw.sparkSession)
-        meta = {name: F.col(name) for name in META_FIELDS} if self.with_metadata else {}
-        staged = raw.select(
-            *[col.alias(f"__f_{name}") for name, col in values.items()],
-            error.alias("__error"),
-            *[F.col(c) for c in ("topic", "partition", "offset", "timestamp", "value", *keep)],
-        )
+        columns = self._decoding(raw.sparkSession, tuple(keep))
+        staged = raw.select(*columns.staged)
         if observation is not None:
-            staged = staged.observe(observation, F.count(F.col("__error")).alias("dead"))
-        good = staged.where(F.col("__error").isNull()).select(
-            *[F.col(f"__f_{name}").alias(name) for name in values],
-            *[F.col(name) for name in meta],
-            *[F.col(c) for c in keep],
-        )
-        dead = staged.where(F.col("__error").isNotNull()).select(
-            "topic",
-            "partition",
-            "offset",
-            F.col("__error").alias("reason"),
-            "value",
-            *[F.col(c) for c in keep],
-        )
+            staged = staged.observe(observation, columns.dead_count)
+        good = staged.where(columns.is_good).select(*columns.good)
+        dead = staged.where(columns.is_dead).select(*columns.dead)
         return good, dead
 
 

@@ -64,12 +64,13 @@ def _observed(run: BatchRun, node: Node, keep: tuple[str, ...]) -> tuple[Any, Ob
     spout through ``each``, ``filter``, ``project`` and ``peek`` only.
     """
     from pyspark.sql import Observation
-    from pyspark.sql import functions as F
 
     if node.kind == "spout":
         raw = run._raw(node)
-        if keep:
-            raw = raw.select("*", *[F.col(c).alias(k) for c, k in zip(_RECORD, keep, strict=True)])
+        if keep:  # SQL text: one JVM round trip per expression, not one per function call
+            raw = raw.selectExpr(
+                "*", *[f"`{c}` AS `{k}`" for c, k in zip(_RECORD, keep, strict=True)]
+            )
         observation = Observation()
         good, _dead = node.args["spout"].scheme.decode(raw, keep=keep, observation=observation)
         return good, (node.args["spout_id"], observation)
@@ -124,17 +125,15 @@ def window_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
     parent = state.node.parents[0]
     if window.config.by_count:
         if run.is_empty(parent):
-            inputs = [F.col(c) for c in window.inputs]
-            schema = empty_arrow(run.frame(parent).select(*inputs)).schema
+            schema = empty_arrow(run.frame(parent).select(*window.inputs)).schema
             for name, kind in zip(ORDER_COLUMNS, _ORDER_TYPES, strict=True):
                 schema = schema.append(pa.field(name, kind))
             return schema.empty_table()
         frame, observed = _tagged(run, parent)
         # rows of one record are adjacent in one Spark partition: the id orders them
-        table = frame.select(
-            *window.inputs,
-            *_SOURCE,
-            F.monotonically_increasing_id().alias(ORDER_COLUMNS[3]),
+        table = frame.selectExpr(  # field names are identifiers (stream.fields): no backtick
+            *[f"`{c}`" for c in (*window.inputs, *_SOURCE)],
+            f"monotonically_increasing_id() AS `{ORDER_COLUMNS[3]}`",
         ).toArrow()
         _count_dead(run, observed)
         return table
