@@ -38,7 +38,7 @@ from trident_assets.core.user_code import guard
 from trident_assets.spark.aggregation import combine_partials, sql_expr
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow
 from trident_assets.spark.outcomes import StateOutcome
-from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+from trident_assets.stream.trident_windows import ORDERED_KINDS, TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
@@ -65,6 +65,8 @@ def _observed(run: BatchRun, node: Node, keep: tuple[str, ...]) -> tuple[Any, Ob
     """
     from pyspark.sql import Observation
 
+    if node.kind not in ORDERED_KINDS:
+        return None
     if node.kind == "spout":
         raw = run._raw(node)
         if keep:  # SQL text: one JVM round trip per expression, not one per function call
