@@ -9,7 +9,7 @@ Nothing here imports Spark, the state store or Dagster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
@@ -86,13 +86,19 @@ def is_live(node: Node, live: set[str]) -> bool:
     return any(is_live(p, live) for p in node.parents)
 
 
-def is_empty(node: Node, live: set[str]) -> bool:
-    """True when ``node`` certainly has no tuples when only the ``live`` spouts read records."""
+def is_empty(node: Node, live: set[str], known_empty: Callable[[Node], bool] | None = None) -> bool:
+    """True when ``node`` certainly has no tuples when only the ``live`` spouts read records.
+
+    ``known_empty``: further nodes known to have no tuples (e.g. a new-values stream that
+    the batch's commit left empty).
+    """
     if node.kind == "spout":
         return node.args["spout_id"] not in live
+    if known_empty is not None and known_empty(node):
+        return True
     if node.kind == "aggregate" and node.args["group"]:
-        return is_empty(node.parents[0], live)
-    return node.kind in EMPTY_KEEPING and all(is_empty(p, live) for p in node.parents)
+        return is_empty(node.parents[0], live, known_empty)
+    return node.kind in EMPTY_KEEPING and all(is_empty(p, live, known_empty) for p in node.parents)
 
 
 def pipelinable(topology: TridentTopology) -> bool:

@@ -82,7 +82,8 @@ class BatchRun(NodeFrames):
         self.dead: dict[str, Any] = {}
         self.raws: dict[str, Any] = {}
         self.counted_dead: dict[str, int] = {}
-        """Spouts whose records an Arrow kernel decoded: the dead letters it counted."""
+        """Spouts whose dead letters a Spark job already counted (an Arrow kernel, or a
+        window's decode): how many."""
         self.new_values: dict[str, pa.Table] = {}
         self.expired: dict[str, pa.Table] = {}
         """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
@@ -98,8 +99,22 @@ class BatchRun(NodeFrames):
     # -- building DataFrames ---------------------------------------------------------------
 
     def is_empty(self, node: Node) -> bool:
-        """True when ``node`` certainly has no tuples this batch (its spouts read nothing)."""
-        return is_empty(node, self.live)
+        """True when ``node`` certainly has no tuples this batch.
+
+        Its spouts read nothing, or it reads only streams this batch's commit has already
+        written and left empty (a state's new values, a single join's expired halves).
+        """
+        return is_empty(node, self.live, self._written_empty)
+
+    def _written_empty(self, node: Node) -> bool:
+        """True for a new-values (or expired) stream the commit has written with no rows."""
+        if node.kind == "new_values":
+            written = self.new_values.get(node.args["state"].spec.name)
+        elif node.kind == SINGLE_JOIN_EXPIRED:
+            written = self.expired.get(node.args["state"].spec.name)
+        else:
+            return False
+        return written is not None and written.num_rows == 0
 
     def collect(self, node: Node) -> pa.Table:
         """The node's tuples as Arrow; an empty node costs no Spark job.

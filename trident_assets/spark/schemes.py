@@ -7,8 +7,10 @@ Nothing is dropped silently. All decoding runs as Spark column expressions.
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trident_assets.errors import ConfigError
@@ -37,6 +39,24 @@ META_FIELDS = ("topic", "partition", "offset", "timestamp")
 DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "reason", "value")
 
 
+@dataclass(frozen=True)
+class _Decoding:
+    """The Columns of :meth:`Scheme.decode` for one ``keep``: built once per Spark session."""
+
+    staged: list[Any]
+    dead_count: Any
+    is_good: Any
+    good: list[Any]
+    is_dead: Any
+    dead: list[Any]
+
+
+_DECODINGS: weakref.WeakKeyDictionary[Scheme, tuple[Any, dict[tuple[str, ...], _Decoding]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per scheme: the Spark session its Columns were built in, and its decodings per ``keep``."""
+
+
 class Scheme(ABC):
     """Decodes the ``value`` (and ``key``) bytes of log records into named fields."""
 
@@ -48,7 +68,59 @@ class Scheme(ABC):
 
     @abstractmethod
     def columns(self) -> tuple[dict[str, Any], Any]:
-        """Return ``({field: Column}, error Column)``; the error is null for good records."""
+        """Return ``({field: Column}, error Column)``; the error is null for good records.
+
+        Called once per Spark session (:meth:`decode` reuses the Columns for every batch),
+        so the Columns must depend on the scheme's settings only.
+        """
+
+    def _decoding(self, session: Any, keep: tuple[str, ...]) -> _Decoding:
+        """The Columns of :meth:`decode`, built once per Spark session and ``keep``.
+
+        Building a Column costs JVM round trips per function call (a strict
+        :class:`JsonScheme`'s checks take hundreds); Columns are unresolved expressions,
+        valid in any DataFrame of the session.
+        """
+        try:
+            cached = _DECODINGS.get(self)
+        except TypeError:  # unhashable (a subclass defining __eq__ only): nothing cached
+            return self._build_decoding(keep)
+        if cached is None or cached[0] is not session:
+            cached = (session, {})
+            _DECODINGS[self] = cached
+        if keep not in cached[1]:
+            cached[1][keep] = self._build_decoding(keep)
+        return cached[1][keep]
+
+    def _build_decoding(self, keep: tuple[str, ...]) -> _Decoding:
+        """The Columns of :meth:`decode` (see :meth:`_decoding`)."""
+        from pyspark.sql import functions as F
+
+        values, error = self.columns()
+        meta = META_FIELDS if self.with_metadata else ()
+        record = ("topic", "partition", "offset", "timestamp", "value", *keep)
+        failed = F.col("__error")
+        return _Decoding(
+            staged=[
+                *[col.alias(f"__f_{name}") for name, col in values.items()],
+                error.alias("__error"),
+                *[F.col(c) for c in record],
+            ],
+            dead_count=F.count(failed).alias("dead"),
+            is_good=failed.isNull(),
+            good=[
+                *[F.col(f"__f_{name}").alias(name) for name in values],
+                *[F.col(name) for name in meta],
+                *[F.col(c) for c in keep],
+            ],
+            is_dead=failed.isNotNull(),
+            dead=[
+                *[F.col(c) for c in ("topic", "partition", "offset")],
+                failed.alias("reason"),
+                F.col("value"),
+                *[F.col(c) for c in keep],
+            ],
+        )
 
     def decode(
         self, raw: Any, *, keep: tuple[str, ...] = (), observation: Any = None
@@ -60,30 +132,12 @@ class Scheme(ABC):
         records that failed, from the first action over the decoded tuples (so dead
         letters need a Spark job of their own only when there are any).
         """
-        from pyspark.sql import functions as F
-
-        values, error = self.columns()
-        meta = {name: F.col(name) for name in META_FIELDS} if self.with_metadata else {}
-        staged = raw.select(
-            *[col.alias(f"__f_{name}") for name, col in values.items()],
-            error.alias("__error"),
-            *[F.col(c) for c in ("topic", "partition", "offset", "timestamp", "value", *keep)],
-        )
+        columns = self._decoding(raw.sparkSession, tuple(keep))
+        staged = raw.select(*columns.staged)
         if observation is not None:
-            staged = staged.observe(observation, F.count(F.col("__error")).alias("dead"))
-        good = staged.where(F.col("__error").isNull()).select(
-            *[F.col(f"__f_{name}").alias(name) for name in values],
-            *[F.col(name) for name in meta],
-            *[F.col(c) for c in keep],
-        )
-        dead = staged.where(F.col("__error").isNotNull()).select(
-            "topic",
-            "partition",
-            "offset",
-            F.col("__error").alias("reason"),
-            "value",
-            *[F.col(c) for c in keep],
-        )
+            staged = staged.observe(observation, columns.dead_count)
+        good = staged.where(columns.is_good).select(*columns.good)
+        dead = staged.where(columns.is_dead).select(*columns.dead)
         return good, dead
 
 

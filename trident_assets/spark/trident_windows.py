@@ -35,10 +35,10 @@ from trident_assets.backends.window_tuples import (
 from trident_assets.core.aggregators import Count, Sum, is_sql_combiner
 from trident_assets.core.trident_windows import TridentWindow
 from trident_assets.core.user_code import guard
-from trident_assets.spark.aggregation import combine_partials
+from trident_assets.spark.aggregation import combine_partials, sql_expr
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow
 from trident_assets.spark.outcomes import StateOutcome
-from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+from trident_assets.stream.trident_windows import ORDERED_KINDS, TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
@@ -48,56 +48,114 @@ if TYPE_CHECKING:
 __all__ = ["apply_window_state", "output_type", "window_batch_table"]
 
 _SOURCE = ORDER_COLUMNS[:3]
+_RECORD = ("topic", "partition", "offset")
+"""The raw record's columns that :data:`_SOURCE` copies."""
+
+Observed = tuple[str, Any]
+"""A spout id and the ``Observation`` that counts its dead letters."""
 
 
-def _tagged(run: BatchRun, node: Node) -> Any:
-    """``node``'s DataFrame with the source columns of each tuple's record carried along."""
-    from pyspark.sql import functions as F
+def _observed(run: BatchRun, node: Node, keep: tuple[str, ...]) -> tuple[Any, Observed] | None:
+    """``node``'s DataFrame rebuilt from its spout, which counts the spout's dead letters.
 
+    ``keep``: the source columns (:data:`_SOURCE`) carried along, or none. The spout's decode
+    carries an ``Observation``: the first action over the returned DataFrame counts the
+    records that failed (see :func:`_count_dead`). None when ``node`` is not reached from one
+    spout through ``each``, ``filter``, ``project`` and ``peek`` only.
+    """
+    from pyspark.sql import Observation
+
+    if node.kind not in ORDERED_KINDS:
+        return None
     if node.kind == "spout":
-        raw = run._raw(node).select(
-            "*",
-            F.col("topic").alias(_SOURCE[0]),
-            F.col("partition").alias(_SOURCE[1]),
-            F.col("offset").alias(_SOURCE[2]),
-        )
-        good, _dead = node.args["spout"].scheme.decode(raw, keep=_SOURCE)
-        return good
-    built = NodeFrames.row_wise(node, _tagged(run, node.parents[0]), keep=_SOURCE)
-    if built is None:  # refused at declaration (stream.trident_windows)
+        raw = run._raw(node)
+        if keep:  # SQL text: one JVM round trip per expression, not one per function call
+            raw = raw.selectExpr(
+                "*", *[f"`{c}` AS `{k}`" for c, k in zip(_RECORD, keep, strict=True)]
+            )
+        observation = Observation()
+        good, _dead = node.args["spout"].scheme.decode(raw, keep=keep, observation=observation)
+        return good, (node.args["spout_id"], observation)
+    if len(node.parents) != 1:
+        return None
+    parent = _observed(run, node.parents[0], keep)
+    if parent is None:
+        return None
+    built = NodeFrames.row_wise(node, parent[0], keep=keep)
+    return None if built is None else (built, parent[1])
+
+
+def _count_dead(run: BatchRun, observed: Observed) -> None:
+    """After the first action over an :func:`_observed` DataFrame: its spout's dead letters.
+
+    ``BatchRun.prepare`` fetches the spout's dead letters only when there are any.
+    """
+    sid, observation = observed
+    run.counted_dead[sid] = int(observation.get["dead"])
+
+
+def _tagged(run: BatchRun, node: Node) -> tuple[Any, Observed]:
+    """``node``'s DataFrame carrying each tuple's source record columns; its :data:`Observed`."""
+    observed = _observed(run, node, _SOURCE)
+    if observed is None:  # refused at declaration (stream.trident_windows)
         msg = f"a count window cannot order tuples through {node.label}"
         raise AssertionError(msg)
-    return built
+    return observed
+
+
+def _global_partial(agg: Any, column: str) -> Any:
+    """A SQL combiner's partial over a whole batch, as :func:`combine_partials` computes it."""
+    from pyspark.sql import functions as F
+
+    value = sql_expr(agg, column)
+    zero = agg.zero()
+    return value if zero is None else F.coalesce(value, F.lit(zero))
 
 
 def window_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
-    """What the commit adds to the window (one Spark job; none for an empty batch)."""
+    """What the commit adds to the window; no Spark job for an empty batch.
+
+    Count windows: one Spark job (no shuffle). Duration windows: one aggregation of the
+    partial and the count (a Python combiner's partial is cross-joined with the count).
+    Where the window's input comes from one spout through row-wise operations only (and is
+    read once), the same job counts the spout's dead letters, so the batch fetches them
+    only when there are any.
+    """
     from pyspark.sql import functions as F
 
     window: TridentWindow = state.node.args[TRIDENT_WINDOW]
     parent = state.node.parents[0]
     if window.config.by_count:
-        inputs = [F.col(c) for c in window.inputs]
         if run.is_empty(parent):
-            schema = empty_arrow(run.frame(parent).select(*inputs)).schema
+            schema = empty_arrow(run.frame(parent).select(*window.inputs)).schema
             for name, kind in zip(ORDER_COLUMNS, _ORDER_TYPES, strict=True):
                 schema = schema.append(pa.field(name, kind))
             return schema.empty_table()
-        frame = _tagged(run, parent)
+        frame, observed = _tagged(run, parent)
         # rows of one record are adjacent in one Spark partition: the id orders them
-        return frame.select(
-            *inputs,
-            *[F.col(c) for c in _SOURCE],
-            F.monotonically_increasing_id().alias(ORDER_COLUMNS[3]),
+        table = frame.selectExpr(  # field names are identifiers (stream.fields): no backtick
+            *[f"`{c}`" for c in (*window.inputs, *_SOURCE)],
+            f"monotonically_increasing_id() AS `{ORDER_COLUMNS[3]}`",
         ).toArrow()
+        _count_dead(run, observed)
+        return table
     agg = guard(window.aggregator, state.node.label)
-    frame = run.frame(parent)
-    partial = combine_partials(frame, (), window.inputs[0], agg, PARTIAL_COLUMN)
+    column = window.inputs[0]
     if run.is_empty(parent):
+        partial = combine_partials(run.frame(parent), (), column, agg, PARTIAL_COLUMN)
         empty = empty_arrow(partial).schema.empty_table()
         return empty.append_column(COUNT_COLUMN, pa.array([], pa.int64()))
-    counted = frame.agg(F.count(F.lit(1)).alias(COUNT_COLUMN))
-    return partial.crossJoin(counted).toArrow()
+    counted = F.count(F.lit(1)).alias(COUNT_COLUMN)
+    if not is_sql_combiner(agg):  # its input is read twice: no observation over it
+        frame = run.frame(parent)
+        partial = combine_partials(frame, (), column, agg, PARTIAL_COLUMN)
+        return partial.crossJoin(frame.agg(counted)).toArrow()
+    built = _observed(run, parent, ())
+    frame = run.frame(parent) if built is None else built[0]
+    table = frame.agg(_global_partial(agg, column).alias(PARTIAL_COLUMN), counted).toArrow()
+    if built is not None:
+        _count_dead(run, built[1])
+    return table
 
 
 _ORDER_TYPES = (pa.string(), pa.int32(), pa.int64(), pa.int64())
