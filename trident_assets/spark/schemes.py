@@ -2,7 +2,8 @@
 
 Every scheme returns ``(good, dead)``: ``good`` has the scheme's fields; ``dead`` has
 ``topic, partition, offset, reason, value`` for each record that could not be decoded.
-Nothing is dropped silently. All decoding runs as Spark column expressions.
+Nothing is dropped silently. All decoding runs as Spark column expressions, built once per
+scheme and reused by every batch (:mod:`trident_assets.spark.column_cache`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trident_assets.errors import ConfigError
+from trident_assets.spark.column_cache import reuse
 from trident_assets.stream.fields import as_fields
 from trident_assets.stream.sql_types import (
     INTEGER_TYPES,
@@ -62,29 +64,44 @@ class Scheme(ABC):
         """
         from pyspark.sql import functions as F
 
+        key = repr(sorted(vars(self).items()))  # a changed declaration builds them anew
+        staged_cols, is_good, good_cols, is_dead, dead_cols = reuse(
+            self, f"decode{keep!r}", key, raw, lambda: self._decode_columns(keep)
+        )
+        staged = raw.select(*staged_cols)
+        if observation is not None:
+            staged = staged.observe(observation, F.count(F.col("__error")).alias("dead"))
+        good = staged.where(is_good).select(*good_cols)
+        dead = staged.where(is_dead).select(*dead_cols)
+        return good, dead
+
+    def _decode_columns(
+        self, keep: tuple[str, ...]
+    ) -> tuple[list[Any], Any, list[Any], Any, list[Any]]:
+        """``(staged columns, good filter, good columns, dead filter, dead columns)`` of decode."""
+        from pyspark.sql import functions as F
+
         values, error = self.columns()
         meta = {name: F.col(name) for name in META_FIELDS} if self.with_metadata else {}
-        staged = raw.select(
+        staged = [
             *[col.alias(f"__f_{name}") for name, col in values.items()],
             error.alias("__error"),
             *[F.col(c) for c in ("topic", "partition", "offset", "timestamp", "value", *keep)],
-        )
-        if observation is not None:
-            staged = staged.observe(observation, F.count(F.col("__error")).alias("dead"))
-        good = staged.where(F.col("__error").isNull()).select(
+        ]
+        good = [
             *[F.col(f"__f_{name}").alias(name) for name in values],
             *[F.col(name) for name in meta],
             *[F.col(c) for c in keep],
-        )
-        dead = staged.where(F.col("__error").isNotNull()).select(
-            "topic",
-            "partition",
-            "offset",
+        ]
+        dead = [
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
             F.col("__error").alias("reason"),
-            "value",
+            F.col("value"),
             *[F.col(c) for c in keep],
-        )
-        return good, dead
+        ]
+        return staged, F.col("__error").isNull(), good, F.col("__error").isNotNull(), dead
 
 
 def _utf8(column: str) -> tuple[Any, Any]:
