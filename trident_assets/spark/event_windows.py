@@ -4,13 +4,19 @@ Declared by :mod:`trident_assets.stream.event_windows`.
 
 Two halves around the commit, like a single join:
 
-* :func:`window_input` (batch phase, before the commit transaction): one Spark job computes
-  the batch's partials per (key, window) (tumbling/sliding by column arithmetic, sliding
-  exploded to each window of a record; sessions per key within the batch, as gap islands
-  of the sorted events), the records that go to dead letters (null, unparseable or late
-  event time, with their reason) and the batch's largest event time. Late is decided
-  against the watermark committed before this txid (the rules of
-  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table.
+* :func:`window_input` (batch phase, before the commit transaction): one Spark action over
+  two branches of the batch's records. The partials branch groups per (key, window)
+  (tumbling/sliding by column arithmetic, sliding exploded to each window of a record;
+  sessions per key within the batch, as gap islands of the sorted events) and also keeps
+  each partial's largest event time (the batch's largest is their maximum: a late record
+  is below the watermark, so it could not raise it) and, for sliding windows, the partly
+  late records, counted in the row of each one's last window. The dead-letter branch is
+  one filter over the records: a null or unparseable event time, or a late one. Late is
+  decided against the watermark committed before this txid (the rules of
+  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table; the
+  records are read twice rather than cached (a cache is one more Spark job under AQE). The
+  watermark-free column expressions are built once per state and reused
+  (:mod:`trident_assets.spark.column_cache`).
 * :func:`apply_window_state` (inside the commit transaction): the partials go to the store
   (:mod:`trident_assets.backends.window_store`), the dead letters to the batch's dead
   letters, the windows the new watermark made final to the state's new values.
@@ -135,7 +141,7 @@ class _Columns:
     rows: list[Any]
     """Select list of a partial row: every column of the result but ``__n``."""
     dead_rows: list[Any]
-    """Select list of an unreadable record's row (the missing columns are typed nulls)."""
+    """Select list of a dead letter's row but its reason (missing columns: typed nulls)."""
     islands: dict[str, Any] | None = None
     """Session: ``__new`` (the record opens a session) and ``__island`` (its session)."""
     bounds: dict[str, Any] | None = None
@@ -185,7 +191,7 @@ def _columns(parent: Any, spec: WindowedAggregation) -> _Columns:
             F.lit(None).cast("binary").alias(VALUE),
             t.cast("bigint").alias(T),
         ],
-        "dead_rows": [*[F.col(g) for g in group], F.lit(DEAD).alias(KIND), REASON, VALUE],
+        "dead_rows": [*[F.col(g) for g in group], F.lit(DEAD).alias(KIND), F.col(VALUE)],
     }
     agg_value = sql_expr(spec.agg, "__in").alias(out)
     if w.kind == "session":
@@ -270,11 +276,12 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
                 partly = F.col(N)
         partials = exploded.groupBy(*group, WS, WE).agg(*aggs)
     part_rows = partials.select(*c.rows, partly.alias(N))
-    dead_rows = base.where(c.unreadable).select(*c.dead_rows)
-    if late is not None:
-        reason = _late_reason(w, wm_lit).alias(REASON)
-        late_rows = valid.where(late).select(*group, F.lit(DEAD).alias(KIND), reason, VALUE)
-        dead_rows = dead_rows.unionByName(late_rows)
+    if late is None:
+        dead_rows = base.where(c.unreadable).select(*c.dead_rows, REASON)
+    else:  # one scan for both; _split puts the unreadable records first (by __t null)
+        records = base if w.kind == "session" else base.withColumns(c.bounds)
+        reason = F.coalesce(F.col(REASON), _late_reason(w, wm_lit)).alias(REASON)
+        dead_rows = records.where(c.unreadable | late).select(*c.dead_rows, reason, T)
     table = part_rows.unionByName(dead_rows, allowMissingColumns=True).toArrow()
     meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}
     return table.replace_schema_metadata(meta)
@@ -316,6 +323,7 @@ def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, i
     rows = table.filter(pc.equal(kinds, PARTIAL))
     partials = rows.select([*spec.group, WS, WE, spec.output])
     dead = table.filter(pc.equal(kinds, DEAD))
+    dead = dead.take(pc.sort_indices(pc.is_valid(dead.column(T))))  # stable: unreadable first
     top = pc.max(rows.column(T)).as_py()
     partly = pc.sum(rows.column(N)).as_py() or 0
     n = dead.num_rows
