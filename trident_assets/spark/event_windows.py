@@ -58,8 +58,12 @@ T, WS, WE, KIND, REASON, VALUE, N = (
     "__value",
     "__n",
 )
-PARTIAL, DEAD = 0, 1
-"""``__kind`` of a row: a partial of one (key, window), or a dead letter."""
+PARTIAL, DEAD, SPOUT_DEAD = 0, 1, 2
+"""``__kind`` of a row: a partial of one (key, window), a dead letter of the state, a dead
+letter of the spout's scheme (collected for :class:`BatchRun`, not part of the result)."""
+SPOUT_DEAD_COLUMNS = {"topic": "__topic", "partition": "__partition", "offset": "__offset"}
+"""The spout dead letters' own columns in the job's table (``reason``/``value``: ``__reason``,
+``__value``)."""
 
 
 def window_dead_letters_key(state: str) -> str:
@@ -282,9 +286,42 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
         records = base if w.kind == "session" else base.withColumns(c.bounds)
         reason = F.coalesce(F.col(REASON), _late_reason(w, wm_lit)).alias(REASON)
         dead_rows = records.where(c.unreadable | late).select(*c.dead_rows, reason, T)
-    table = part_rows.unionByName(dead_rows, allowMissingColumns=True).toArrow()
+    result = part_rows.unionByName(dead_rows, allowMissingColumns=True)
+    fold = run.fold_dead(state.node)
+    if fold is not None:
+        spout_rows = fold[1].select(*reuse(state, "spout_dead", None, parent, _spout_dead_rows))
+        result = result.unionByName(spout_rows, allowMissingColumns=True)
+    table = result.toArrow()
+    if fold is not None:
+        table = _take_spout_dead(run, fold, table)
     meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}
     return table.replace_schema_metadata(meta)
+
+
+def _spout_dead_rows() -> list[Any]:
+    """Select list of a spout dead letter's row in the job's table."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.lit(SPOUT_DEAD).alias(KIND),
+        *[F.col(name).alias(alias) for name, alias in SPOUT_DEAD_COLUMNS.items()],
+        F.col("reason").alias(REASON),
+        F.col("value").alias(VALUE),
+    ]
+
+
+def _take_spout_dead(run: BatchRun, fold: tuple[str, Any], table: pa.Table) -> pa.Table:
+    """Leave the spout's dead letters in ``run.folded_dead``; return the other rows."""
+    from trident_assets.spark.node_frames import empty_arrow
+
+    sid, frame = fold
+    schema = empty_arrow(frame).schema  # exactly what ``frame.toArrow()`` would give
+    mine = pc.equal(table.column(KIND), SPOUT_DEAD)
+    rows = table.filter(mine)
+    source = {**SPOUT_DEAD_COLUMNS, "reason": REASON, "value": VALUE}
+    columns = [rows.column(source[f.name]).cast(f.type) for f in schema]
+    run.folded_dead[sid] = pa.Table.from_arrays(columns, schema=schema)
+    return table.filter(pc.invert(mine)).drop_columns(list(SPOUT_DEAD_COLUMNS.values()))
 
 
 def _late_reason(window: EventWindow, wm_lit: Any) -> Any:
