@@ -44,6 +44,7 @@ from trident_assets.spark.kernel_plan import (
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import BatchOutcome, Prepared, dead_letter_rows, head_rows
 from trident_assets.spark.pipelined import TXID_COLUMN
+from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 from trident_assets.spark.single_join import join_batch_table
 from trident_assets.spark.state_apply import apply_state, state_previews
 from trident_assets.spark.state_query import query_frame
@@ -95,6 +96,10 @@ class BatchRun(NodeFrames):
         """Dead letters a state's apply produced (e.g. late records of an event window)."""
         self.windows: dict[str, Any] = {}
         """What the batch did to each event-window state (see ``BatchOutcome.windows``)."""
+        self.folded_dead: dict[str, pa.Table] = {}
+        """Spouts whose dead letters a state's own Spark job collected (see :meth:`fold_dead`)."""
+        self.dead_collected = False
+        """True once :meth:`prepare` has collected the spouts' dead letters."""
 
     # -- building DataFrames ---------------------------------------------------------------
 
@@ -208,13 +213,44 @@ class BatchRun(NodeFrames):
         for spout_id in topo.spouts:
             self.frame(topo.spouts[spout_id])
         dead = {  # no Spark job where nothing was read or a kernel counted no dead letter
-            sid: empty_arrow(df)
+            sid: self.folded_dead[sid]
+            if sid in self.folded_dead
+            else empty_arrow(df)
             if self.plans[sid].record_count == 0 or self.counted_dead.get(sid) == 0
             else df.toArrow()
             for sid, df in self.dead.items()
         }
+        self.dead_collected = True
         tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
         return Prepared(partials, outputs, dead, tuples_in, dict(self.nulls))
+
+    def fold_dead(self, node: Node) -> tuple[str, Any] | None:
+        """``(spout id, dead letters frame)`` a state's job over ``node`` may collect, or None.
+
+        Only the one spout upstream of ``node`` (through its parents), in the batch phase
+        before :meth:`prepare` collects dead letters, when the spout read records, no Arrow
+        kernel counted them and no other job collected them. The collector leaves the table
+        (with the frame's Arrow schema) in :attr:`folded_dead`, saving their own Spark job.
+        """
+        spouts: set[str] = set()
+        todo = [node]
+        while todo:
+            current = todo.pop()
+            if current.kind == "spout":
+                spouts.add(current.args["spout_id"])
+            todo.extend(current.parents)
+        if self.dead_collected or len(spouts) != 1:
+            return None
+        (sid,) = spouts
+        if (
+            sid not in self.dead
+            or sid in self.folded_dead
+            or sid in self.counted_dead
+            or self.plans[sid].record_count == 0
+            or tuple(self.dead[sid].columns) != DEAD_LETTER_COLUMNS
+        ):
+            return None
+        return sid, self.dead[sid]
 
     def state_input(self, state: TridentState) -> pa.Table:
         """What the commit applies to ``state``: per-key partials, grouped tuples or rows.

@@ -4,13 +4,19 @@ Declared by :mod:`trident_assets.stream.event_windows`.
 
 Two halves around the commit, like a single join:
 
-* :func:`window_input` (batch phase, before the commit transaction): one Spark job computes
-  the batch's partials per (key, window) (tumbling/sliding by column arithmetic, sliding
-  exploded to each window of a record; sessions per key within the batch, as gap islands
-  of the sorted events), the records that go to dead letters (null, unparseable or late
-  event time, with their reason) and the batch's largest event time. Late is decided
-  against the watermark committed before this txid (the rules of
-  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table.
+* :func:`window_input` (batch phase, before the commit transaction): one Spark action over
+  two branches of the batch's records. The partials branch groups per (key, window)
+  (tumbling/sliding by column arithmetic, sliding exploded to each window of a record;
+  sessions per key within the batch, as gap islands of the sorted events) and also keeps
+  each partial's largest event time (the batch's largest is their maximum: a late record
+  is below the watermark, so it could not raise it) and, for sliding windows, the partly
+  late records, counted in the row of each one's last window. The dead-letter branch is
+  one filter over the records: a null or unparseable event time, or a late one. Late is
+  decided against the watermark committed before this txid (the rules of
+  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table; the
+  records are read twice rather than cached (a cache is one more Spark job under AQE). The
+  watermark-free column expressions are built once per state and reused
+  (:mod:`trident_assets.spark.column_cache`).
 * :func:`apply_window_state` (inside the commit transaction): the partials go to the store
   (:mod:`trident_assets.backends.window_store`), the dead letters to the batch's dead
   letters, the windows the new watermark made final to the state's new values.
@@ -18,7 +24,7 @@ Two halves around the commit, like a single join:
 
 from __future__ import annotations
 
-from functools import reduce
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,6 +39,7 @@ from trident_assets.backends.window_store import (
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.errors import ConfigError
 from trident_assets.spark.aggregation import sql_expr
+from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.outcomes import StateOutcome
 from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregation
 
@@ -51,8 +58,12 @@ T, WS, WE, KIND, REASON, VALUE, N = (
     "__value",
     "__n",
 )
-PARTIAL, DEAD, STATS = 0, 1, 2
-"""``__kind`` of a row: a partial of one (key, window), a dead letter, the batch's stats."""
+PARTIAL, DEAD, SPOUT_DEAD = 0, 1, 2
+"""``__kind`` of a row: a partial of one (key, window), a dead letter of the state, a dead
+letter of the spout's scheme (collected for :class:`BatchRun`, not part of the result)."""
+SPOUT_DEAD_COLUMNS = {"topic": "__topic", "partition": "__partition", "offset": "__offset"}
+"""The spout dead letters' own columns in the job's table (``reason``/``value``: ``__reason``,
+``__value``)."""
 
 
 def window_dead_letters_key(state: str) -> str:
@@ -118,145 +129,240 @@ def _utc(micros: Any) -> Any:
     return F.concat(text, F.lit(" UTC"))
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """The watermark-free column expressions of one windowed state (built once, reused)."""
+
+    base: list[Any]
+    """Select list of the batch's records: key fields, ``__in``, ``__t``, reason, ``__value``."""
+    readable: Any
+    """Filter: the event time could be read."""
+    unreadable: Any
+    """Filter: the event time is null or could not be read."""
+    aggs: list[Any]
+    """The aggregates per (key, window): the partial and ``__t`` (its largest event time);
+    sessions also the window bounds."""
+    rows: list[Any]
+    """Select list of a partial row: every column of the result but ``__n``."""
+    dead_rows: list[Any]
+    """Select list of a dead letter's row but its reason (missing columns: typed nulls)."""
+    islands: dict[str, Any] | None = None
+    """Session: ``__new`` (the record opens a session) and ``__island`` (its session)."""
+    bounds: dict[str, Any] | None = None
+    """Tumbling/sliding: ``__last``/``__first``, the starts of a record's last/first window."""
+    explode: list[Any] | None = None
+    """Tumbling/sliding: every column, then ``__ws`` once per window of the record."""
+    window_end: Any = None
+    """Tumbling/sliding: ``__we`` of a row's window."""
+    last_end: Any = None
+    """Tumbling/sliding: the end of a record's last window."""
+    first_end: Any = None
+    """Tumbling/sliding: the end of a record's first window."""
+    is_last: Any = None
+    """Tumbling/sliding: the row's window is the record's last one."""
+
+
+def _columns(parent: Any, spec: WindowedAggregation) -> _Columns:
+    """Build :class:`_Columns` for ``spec`` over ``parent``'s fields.
+
+    Raises:
+        ConfigError: the time field's type does not fit ``spec.window.time_unit``.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w, group, out = spec.window, list(spec.group), spec.output
+    micros, reason = _event_micros(parent, w)
+    value = F.to_json(F.struct(*[F.col(f) for f in parent.columns])).cast("binary")
+    t = F.col(T)
+    common = {
+        "base": [
+            *[F.col(g) for g in group],
+            F.col(spec.input or w.time_field).alias("__in"),
+            micros.alias(T),
+            reason.alias(REASON),
+            value.alias(VALUE),
+        ],
+        "readable": t.isNotNull(),
+        "unreadable": t.isNull(),
+        "rows": [
+            *[F.col(g) for g in group],
+            F.col(WS).cast("bigint").alias(WS),
+            F.col(WE).cast("bigint").alias(WE),
+            F.col(out),
+            F.lit(PARTIAL).alias(KIND),
+            F.lit(None).cast("string").alias(REASON),
+            F.lit(None).cast("binary").alias(VALUE),
+            t.cast("bigint").alias(T),
+        ],
+        "dead_rows": [*[F.col(g) for g in group], F.lit(DEAD).alias(KIND), F.col(VALUE)],
+    }
+    agg_value = sql_expr(spec.agg, "__in").alias(out)
+    if w.kind == "session":
+        order = Window.partitionBy(*group).orderBy(T)
+        gap = F.lit(w.gap_us).cast("bigint")
+        prev_end = F.max(t + gap).over(order.rowsBetween(Window.unboundedPreceding, -1))
+        islands = {
+            "__new": F.when(prev_end.isNull() | (t >= prev_end), 1).otherwise(0),
+            "__island": F.sum("__new").over(order.rowsBetween(Window.unboundedPreceding, 0)),
+        }
+        aggs = [F.min(T).alias(WS), (F.max(T) + gap).alias(WE), agg_value, F.max(T).alias(T)]
+        return _Columns(**common, aggs=aggs, islands=islands)
+    size, slide = F.lit(w.size_us).cast("bigint"), F.lit(w.slide_us).cast("bigint")
+    start = t - t % slide  # % is the remainder; fixed below for t < 0
+    start = F.when(t % slide < 0, start - slide).otherwise(start)
+    first = t - size
+    first_start = F.when(first % slide < 0, first - first % slide - slide).otherwise(
+        first - first % slide
+    )
+    return _Columns(
+        **common,
+        aggs=[agg_value, F.max(T).alias(T)],
+        bounds={"__last": start, "__first": first_start + slide},
+        explode=[
+            F.col("*"),
+            F.explode(F.sequence(F.col("__first"), F.col("__last"), slide)).alias(WS),
+        ],
+        window_end=F.col(WS) + size,
+        last_end=F.col("__last") + size,
+        first_end=F.col("__first") + size,
+        is_last=F.col(WS) == F.col("__last"),
+    )
+
+
 def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
-    """The batch's partials, dead letters and stats for ``state`` as one Arrow table.
+    """The batch's partials and dead letters for ``state`` as one Arrow table (one action).
 
     Columns: the key fields, ``__ws``/``__we`` (window bounds in epoch microseconds), the
-    output field (the partial), ``__kind`` (partial, dead letter or stats), ``__reason`` and
-    ``__value`` (a dead letter's reason and its record as JSON) and ``__n``. The stats row
-    holds the batch's largest event time in ``__ws`` and its partly late records (sliding
-    records with some of their windows final) in ``__n``. The table's metadata records the
-    watermark the batch was decided against.
+    output field (the partial), ``__kind`` (partial or dead letter), ``__reason`` and
+    ``__value`` (a dead letter's reason and its record as JSON), ``__t`` (the largest event
+    time of a partial's records) and ``__n`` (sliding, once a watermark exists: the partly
+    late records, i.e. with some of their windows final, each counted in the row of its
+    last window). The table's metadata records the watermark the batch was decided against.
 
     Raises:
         ConfigError: the store cannot hold event windows, or the time field's type does
             not fit the declaration; nothing was written.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     store = run.runner.store
     check_window_store(store)
     spec: WindowedAggregation = state.node.args[EVENT_WINDOW]
-    w, group, out = spec.window, list(spec.group), spec.output
+    w, group = spec.window, list(spec.group)
     wm = last_watermark_us(store, state)
     parent = run.frame(state.node.parents[0])
-    fields = list(parent.columns)
-    micros, reason = _event_micros(parent, w)
-    value = F.to_json(F.struct(*[F.col(f) for f in fields])).cast("binary")
-    column = spec.input or w.time_field
-    base = parent.select(
-        *[F.col(g) for g in group],
-        F.col(column).alias("__in"),
-        micros.alias(T),
-        reason.alias(REASON),
-        value.alias(VALUE),
-    )
-    base = base.persist()  # read and decoded once for the three parts below
-    agg_value = sql_expr(spec.agg, "__in").alias(out)
-    wm_lit = F.lit(wm).cast("bigint")
-    valid = base.where(F.col(T).isNotNull())
+    key = (spec, parent.schema.json())
+    c = reuse(state, "window_input", key, parent, lambda: _columns(parent, spec))
+    base = parent.select(*c.base)
+    valid = base.where(c.readable)
+    wm_lit = None if wm is None else F.lit(wm).cast("bigint")
+    late = None
+    partly = F.lit(None).cast("bigint")
     if w.kind == "session":
-        late = wm_lit.isNotNull() & (F.col(T) < wm_lit)
-        late_reason = F.concat(
+        live = valid
+        if wm_lit is not None:
+            late = F.col(T) < wm_lit
+            live = valid.where(~late)
+        for name, column in c.islands.items():  # __island reads __new
+            live = live.withColumn(name, column)
+        partials = live.groupBy(*group, "__island").agg(*c.aggs)
+    else:
+        valid = valid.withColumns(c.bounds)
+        exploded = valid.select(*c.explode).withColumn(WE, c.window_end)
+        aggs = c.aggs
+        if wm_lit is not None:
+            late = c.last_end <= wm_lit
+            exploded = exploded.where(F.col(WE) > wm_lit)
+            if w.slide_us != w.size_us:  # else (tumbling) the first window is the last one
+                counted = F.when(c.is_last & (c.first_end <= wm_lit), 1).otherwise(0)
+                aggs = [*aggs, F.sum(counted).cast("bigint").alias(N)]
+                partly = F.col(N)
+        partials = exploded.groupBy(*group, WS, WE).agg(*aggs)
+    part_rows = partials.select(*c.rows, partly.alias(N))
+    if late is None:
+        dead_rows = base.where(c.unreadable).select(*c.dead_rows, REASON)
+    else:  # one scan for both; _split puts the unreadable records first (by __t null)
+        records = base if w.kind == "session" else base.withColumns(c.bounds)
+        reason = F.coalesce(F.col(REASON), _late_reason(w, wm_lit)).alias(REASON)
+        dead_rows = records.where(c.unreadable | late).select(*c.dead_rows, reason, T)
+    result = part_rows.unionByName(dead_rows, allowMissingColumns=True)
+    fold = run.fold_dead(state.node)
+    if fold is not None:
+        spout_rows = fold[1].select(*reuse(state, "spout_dead", None, parent, _spout_dead_rows))
+        result = result.unionByName(spout_rows, allowMissingColumns=True)
+    table = result.toArrow()
+    if fold is not None:
+        table = _take_spout_dead(run, fold, table)
+    meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}
+    return table.replace_schema_metadata(meta)
+
+
+def _spout_dead_rows() -> list[Any]:
+    """Select list of a spout dead letter's row in the job's table."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.lit(SPOUT_DEAD).alias(KIND),
+        *[F.col(name).alias(alias) for name, alias in SPOUT_DEAD_COLUMNS.items()],
+        F.col("reason").alias(REASON),
+        F.col("value").alias(VALUE),
+    ]
+
+
+def _take_spout_dead(run: BatchRun, fold: tuple[str, Any], table: pa.Table) -> pa.Table:
+    """Leave the spout's dead letters in ``run.folded_dead``; return the other rows."""
+    from trident_assets.spark.node_frames import empty_arrow
+
+    sid, frame = fold
+    schema = empty_arrow(frame).schema  # exactly what ``frame.toArrow()`` would give
+    mine = pc.equal(table.column(KIND), SPOUT_DEAD)
+    rows = table.filter(mine)
+    source = {**SPOUT_DEAD_COLUMNS, "reason": REASON, "value": VALUE}
+    columns = [rows.column(source[f.name]).cast(f.type) for f in schema]
+    run.folded_dead[sid] = pa.Table.from_arrays(columns, schema=schema)
+    return table.filter(pc.invert(mine)).drop_columns(list(SPOUT_DEAD_COLUMNS.values()))
+
+
+def _late_reason(window: EventWindow, wm_lit: Any) -> Any:
+    """A late record's dead-letter reason (a string column), naming the watermark."""
+    from pyspark.sql import functions as F
+
+    if window.kind == "session":
+        return F.concat(
             F.lit("late record: event time "),
             _utc(F.col(T)),
             F.lit(" is before the watermark "),
             _utc(wm_lit),
             F.lit(" (sessions ending at or before the watermark are final)"),
         )
-        live = valid.where(~late) if wm is not None else valid
-        order = Window.partitionBy(*group).orderBy(T)
-        gap = F.lit(w.gap_us).cast("bigint")
-        prev_end = F.max(F.col(T) + gap).over(order.rowsBetween(Window.unboundedPreceding, -1))
-        fresh = F.when(prev_end.isNull() | (F.col(T) >= prev_end), 1).otherwise(0)
-        islands = live.withColumn("__new", fresh).withColumn(
-            "__island", F.sum("__new").over(order.rowsBetween(Window.unboundedPreceding, 0))
-        )
-        partials = islands.groupBy(*group, "__island").agg(
-            F.min(T).alias(WS), (F.max(T) + gap).alias(WE), agg_value
-        )
-        partly = F.lit(0).cast("bigint")
-    else:
-        size, slide = F.lit(w.size_us).cast("bigint"), F.lit(w.slide_us).cast("bigint")
-        start = F.col(T) - F.col(T) % slide  # % is the remainder; fixed below for t < 0
-        start = F.when(F.col(T) % slide < 0, start - slide).otherwise(start)
-        first = F.col(T) - size
-        first_start = F.when(first % slide < 0, first - first % slide - slide).otherwise(
-            first - first % slide
-        )
-        first_start = first_start + slide
-        valid = valid.withColumn("__last", start).withColumn("__first", first_start)
-        last_end = F.col("__last") + size
-        first_end = F.col("__first") + size
-        late = wm_lit.isNotNull() & (last_end <= wm_lit)
-        late_reason = F.concat(
-            F.lit("late record: its window ["),
-            _utc(F.col("__last")),
-            F.lit(", "),
-            _utc(last_end),
-            F.lit(") is final (window_end <= watermark "),
-            _utc(wm_lit),
-            F.lit(")"),
-        )
-        partly = F.sum(
-            F.when(wm_lit.isNotNull() & (first_end <= wm_lit) & (last_end > wm_lit), 1).otherwise(0)
-        ).cast("bigint")
-        exploded = valid.withColumn(
-            WS, F.explode(F.sequence(F.col("__first"), F.col("__last"), slide))
-        ).withColumn(WE, F.col(WS) + size)
-        if wm is not None:
-            exploded = exploded.where(F.col(WE) > wm_lit)
-        partials = exploded.groupBy(*group, WS, WE).agg(agg_value)
-    part_rows = partials.select(
-        *group,
-        F.col(WS).cast("bigint").alias(WS),
-        F.col(WE).cast("bigint").alias(WE),
-        F.col(out),
-        F.lit(PARTIAL).alias(KIND),
-        F.lit(None).cast("string").alias(REASON),
-        F.lit(None).cast("binary").alias(VALUE),
-        F.lit(None).cast("bigint").alias(N),
+    last_end = F.col("__last") + F.lit(window.size_us).cast("bigint")
+    return F.concat(
+        F.lit("late record: its window ["),
+        _utc(F.col("__last")),
+        F.lit(", "),
+        _utc(last_end),
+        F.lit(") is final (window_end <= watermark "),
+        _utc(wm_lit),
+        F.lit(")"),
     )
-    unreadable = base.where(F.col(T).isNull()).select(*group, REASON, VALUE)
-    late_rows = valid.where(late).select(*group, late_reason.alias(REASON), VALUE)
-    dead_rows = unreadable.unionByName(late_rows).select(
-        *group,
-        F.lit(None).cast("bigint").alias(WS),
-        F.lit(None).cast("bigint").alias(WE),
-        F.lit(None).cast(part_rows.schema[out].dataType).alias(out),
-        F.lit(DEAD).alias(KIND),
-        REASON,
-        VALUE,
-        F.lit(None).cast("bigint").alias(N),
-    )
-    stats = valid.agg(F.max(T).alias(WS), partly.alias(N)).select(
-        *[F.lit(None).cast(parent.schema[g].dataType).alias(g) for g in group],
-        F.col(WS).cast("bigint").alias(WS),
-        F.lit(None).cast("bigint").alias(WE),
-        F.lit(None).cast(part_rows.schema[out].dataType).alias(out),
-        F.lit(STATS).alias(KIND),
-        F.lit(None).cast("string").alias(REASON),
-        F.lit(None).cast("binary").alias(VALUE),
-        F.col(N),
-    )
-    try:
-        table = reduce(lambda a, b: a.unionByName(b), [part_rows, dead_rows, stats]).toArrow()
-    finally:
-        base.unpersist()
-    meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}
-    return table.replace_schema_metadata(meta)
 
 
 def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, int | None, int]:
-    """``(partials, dead letters, batch max event time, partly late records)``."""
+    """``(partials, dead letters, batch max event time, partly late records)``.
+
+    The batch's largest event time is the largest of its partials': a late record's event
+    time is below the watermark it was decided against, hence below the committed maximum,
+    so leaving it out changes no stored maximum; a batch without partials has none (None).
+    """
     spec: WindowedAggregation = state.node.args[EVENT_WINDOW]
     kinds = table.column(KIND)
-    partials = table.filter(pc.equal(kinds, PARTIAL)).select([*spec.group, WS, WE, spec.output])
+    rows = table.filter(pc.equal(kinds, PARTIAL))
+    partials = rows.select([*spec.group, WS, WE, spec.output])
     dead = table.filter(pc.equal(kinds, DEAD))
-    stats = table.filter(pc.equal(kinds, STATS))
-    top = stats.column(WS)[0].as_py() if stats.num_rows else None
-    partly = (stats.column(N)[0].as_py() or 0) if stats.num_rows else 0
+    dead = dead.take(pc.sort_indices(pc.is_valid(dead.column(T))))  # stable: unreadable first
+    top = pc.max(rows.column(T)).as_py()
+    partly = pc.sum(rows.column(N)).as_py() or 0
     n = dead.num_rows
     letters = pa.table(
         {
