@@ -173,24 +173,26 @@ SHARED_WORKER = {"test_documented_commands.py": "test_demo_ui.py"}
 # Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
 # one second per test. Only the order matters: longest first.
 FILE_SECONDS: dict[str, float] = {
-    "test_event_windows.py": 190,
-    "test_dagster_dev.py": 185,  # the word count and the page views in one `dagster dev`
-    "test_chaos.py": 167,
-    "test_demo_ui.py": 157,  # with test_documented_commands.py (one demo run)
-    "test_code_shipping.py": 138,
-    "test_trident_windows.py": 108,
-    "test_user_code.py": 98,
-    "test_executor.py": 91,
-    "test_stream_ops.py": 85,
-    "test_single_join.py": 75,
-    "test_quarantine.py": 75,
-    "test_stream_api.py": 74,
-    "test_ui_warm_spark.py": 45,
-    "test_backfill.py": 44,
-    "test_nulls_counted.py": 40,
-    "test_io_manager.py": 38,
-    "test_readme.py": 37,
-    "test_dagster.py": 35,
+    "test_event_windows.py": 139,
+    "test_demo_ui.py": 108,  # with test_documented_commands.py (one demo run)
+    "test_code_shipping.py": 100,
+    "test_dagster_dev.py": 97,  # the word count and the page views in one `dagster dev`
+    "test_chaos.py": 81,
+    "test_user_code.py": 81,
+    "test_executor.py": 68,
+    "test_trident_windows.py": 57,
+    "test_single_join.py": 56,
+    "test_stream_ops.py": 52,
+    "test_stream_api.py": 49,
+    "test_quarantine.py": 41,
+    "test_cli.py": 37,
+    "test_io_manager.py": 34,
+    "test_class_cache.py": 30,
+    "test_readme.py": 29,
+    "test_nulls_counted.py": 28,
+    "test_ui_warm_spark.py": 26,
+    "test_dagster.py": 23,
+    "test_backfill.py": 23,
 }
 
 
