@@ -72,6 +72,7 @@ def archive_options() -> str:
 
 _WORKLOAD = """
 import sys
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 from trident_assets.spark.session import build_spark_session
 
@@ -88,6 +89,12 @@ counts = parsed.groupBy("word").agg(F.count("*").alias("n"), F.max("v.ts").alias
 joined = counts.join(read.select("word").distinct(), "word", "left")
 table = joined.orderBy("word").toArrow()
 spark.createDataFrame(table.to_pandas()).selectExpr("sum(n)").collect()
+ranked = parsed.select(
+    "word",
+    F.explode(F.sequence(F.lit(0), F.lit(2))).alias("k"),
+    F.row_number().over(Window.partitionBy("word").orderBy("v.id")).alias("r"),
+)
+ranked.mapInArrow(lambda batches: batches, ranked.schema).groupBy("k").count().toArrow()
 gateway = spark.sparkContext._gateway
 spark.stop()
 proc = getattr(gateway, "proc", None)
@@ -101,7 +108,8 @@ def build_archive(path: Path | None = None, *, timeout_s: float = 600.0) -> Path
     """Dump the archive (replacing an existing one) from a child process's Spark workload.
 
     The child starts local Spark with ``-XX:ArchiveClassesAtExit``, runs a small job (Parquet,
-    JSON, a shuffle, a join, Arrow both ways) and exits; the archive is written to a temporary
+    JSON, a shuffle, a join, a window function, a Python Arrow map, Arrow both ways) and
+    exits; the archive is written to a temporary
     file that then replaces ``path`` (default :func:`archive_path`) atomically, so a JVM
     starting meanwhile sees either the old archive or the new one.
 
