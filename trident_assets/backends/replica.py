@@ -301,27 +301,21 @@ class Replica:
         if not old or len(old) < min_fold:
             return None
         base_txid = old[-1]
+        files = [*self._base_files(table), *(deltas[t] for t in old)]
         if (self.root / table / _APPEND).exists():  # an append table: concatenate
-            files = [*self._base_files(table), *(deltas[t] for t in old)]
             rows = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
-            base = self.root / table / f"base-{base_txid:010d}.parquet"
-            _write_atomically(base, lambda p: pq.write_table(rows, p))
-            for f in files:
-                if f != base:
-                    f.unlink()
-            return base_txid
-        if not (self.root / table / "_layout.json").exists():  # per-txid rows: drop the old
+        elif not (self.root / table / "_layout.json").exists():  # per-txid rows: drop the old
             for t in old:
                 deltas[t].unlink()
             return base_txid + 1
-        files = [*self._base_files(table), *(deltas[t] for t in old)]
-        keys = ", ".join(_quote(k) for k in self._layout(table)["key_columns"])
-        with duckdb.connect() as conn:
-            rows = conn.sql(
-                f"SELECT * FROM read_parquet(?, union_by_name = true) QUALIFY row_number() "
-                f"OVER (PARTITION BY {keys} ORDER BY {_SEQ} DESC) = 1",
-                params=[[str(f) for f in files]],
-            ).to_arrow_table()
+        else:
+            keys = ", ".join(_quote(k) for k in self._layout(table)["key_columns"])
+            with duckdb.connect() as conn:
+                rows = conn.sql(
+                    f"SELECT * FROM read_parquet(?, union_by_name = true) QUALIFY row_number() "
+                    f"OVER (PARTITION BY {keys} ORDER BY {_SEQ} DESC) = 1",
+                    params=[[str(f) for f in files]],
+                ).to_arrow_table()
         base = self.root / table / f"base-{base_txid:010d}.parquet"
         _write_atomically(base, lambda p: pq.write_table(rows, p))
         for f in files:
