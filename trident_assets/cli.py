@@ -131,7 +131,7 @@ def class_cache(
 ) -> None:
     """Build the class archive local Spark JVMs start from (about twice as fast).
 
-    Once per Java and Spark install (`make setup` runs it); about 160 MB under
+    Once per Java and Spark install (`make setup` runs it); about 180 MB under
     ~/.cache/trident_assets, or at TRIDENT_CLASS_CACHE (`off` disables it). An archive that
     no longer fits the installed Java or Spark is ignored; run this again with --rebuild.
     """

@@ -14,7 +14,7 @@ as without one. It changes how fast classes load, never what runs.
 
 Where it lives: ``TRIDENT_CLASS_CACHE`` (a file path; ``off`` disables the archive), else
 ``$XDG_CACHE_HOME/trident_assets`` (default ``~/.cache/trident_assets``), one file per Java
-and Spark install (about 160 MB).
+and Spark install (about 180 MB).
 """
 
 from __future__ import annotations
