@@ -64,6 +64,7 @@ import pyarrow.parquet as pq
 
 from bench.corpus import CorpusSpec, sentences, zipf_cdf
 from bench.machine import describe, one_line, run_json_child
+from bench.spark_ss import run_available_now
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOPIC = "timed_sentences"
@@ -521,18 +522,7 @@ def ss_query(spark: Any, files: Path, work: Path, lateness_s: int) -> dict[str, 
         .groupBy(F.window("ts", "1 minute"), "word")
         .count()
     )
-    start = time.perf_counter()
-    query = (
-        counts.writeStream.outputMode("append")
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .foreachBatch(write)
-        .start()
-    )
-    query.awaitTermination()
-    wall_s = time.perf_counter() - start
-    if query.exception() is not None:
-        raise RuntimeError(f"streaming query failed: {query.exception()}")
+    query, wall_s = run_available_now(counts, "append", work / "checkpoint", write)
     batches = []
     for p in query.recentProgress:
         ops = p.get("stateOperators") or [{}]

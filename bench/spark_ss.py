@@ -23,6 +23,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,32 @@ def _session(shuffle: int, provider: str, local_dir: Path) -> Any:
     return spark
 
 
+def run_available_now(
+    counts: Any, mode: str, checkpoint: Path, write: Callable[[Any, int], None]
+) -> tuple[Any, float]:
+    """Run streaming ``counts`` over every available file (``Trigger.AvailableNow``).
+
+    Each micro-batch goes to ``write``; returns the finished query and its wall seconds
+    (from ``start()`` to the end of ``awaitTermination()``).
+
+    Raises:
+        RuntimeError: the query failed.
+    """
+    start = time.perf_counter()
+    query = (
+        counts.writeStream.outputMode(mode)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .foreachBatch(write)
+        .start()
+    )
+    query.awaitTermination()
+    wall_s = time.perf_counter() - start
+    if query.exception() is not None:
+        raise RuntimeError(f"streaming query failed: {query.exception()}")
+    return query, wall_s
+
+
 def run_query(args: argparse.Namespace) -> dict[str, Any]:
     """Run the streaming word count over every file of ``args.files``; its measurements."""
     from pyspark.sql import functions as F
@@ -77,18 +104,7 @@ def run_query(args: argparse.Namespace) -> dict[str, Any]:
         .parquet(str(Path(args.files)))
     )
     counts = lines.select(F.explode(F.split("value", " ")).alias("word")).groupBy("word").count()
-    start = time.perf_counter()
-    query = (
-        counts.writeStream.outputMode("update")
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(availableNow=True)
-        .foreachBatch(write)
-        .start()
-    )
-    query.awaitTermination()
-    wall_s = time.perf_counter() - start
-    if query.exception() is not None:
-        raise RuntimeError(f"streaming query failed: {query.exception()}")
+    query, wall_s = run_available_now(counts, "update", work / "checkpoint", write)
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
     latencies = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     state_rows = progress[-1]["stateOperators"][0]["numRowsTotal"] if progress else 0
