@@ -189,6 +189,41 @@ def test_tumbling_windows_late_and_unreadable_records(spark: Any, tmp_path: Path
     store.close()
 
 
+@pytest.mark.parametrize("window", [TUMBLING, EventWindow.sliding("10 s", "5 s", time_field="ts")])
+def test_identical_dead_letters_are_each_kept(
+    spark: Any, tmp_path: Path, window: EventWindow
+) -> None:
+    # the batch's partials and dead letters come from one aggregation: identical late or
+    # unreadable records must still give one dead letter each
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    topo = topology(window)
+    runner = ta.TopologyRunner(topo, spark, store, log)
+    batches: list[list[Record]] = [
+        [("a", 30)],
+        [("a", 1), ("b", None), ("a", 1), ("a", 31), ("b", None), ("a", 31), ("a", 1)],
+    ]
+    outcomes = run_all(runner, log, batches)
+    ref = reference(window, batches)
+    state = state_of(topo)
+    assert (finals(state, store), opened(state, store)) == (ref.finals, ref.open)
+    assert [r[3] for r in ref.open if r[0] == "a"][-1] == 3  # a@30 and a@31 twice
+    assert [o.windows["page_views"].late_records for o in outcomes] == [0, 3]
+    assert [o.windows["page_views"].unreadable_records for o in outcomes] == [0, 2]
+    rows = dead_letters(store)
+    assert [(t, v) for t, _, _, v in rows] == [
+        (2, '{"page":"b","n":1}'),
+        (2, '{"page":"b","n":1}'),
+        *[(2, '{"page":"a","ts":"2026-01-01 00:00:01","n":1}')] * 3,
+    ]
+    assert {r[2] for r in rows[2:]} == {
+        f"late record: its window [{w(0)}, {w(10)}) is final (window_end <= watermark {w(25)})"
+        if window is TUMBLING
+        else f"late record: its window [{w(0)}, {w(10)}) is final (window_end <= watermark {w(30)})"
+    }
+    store.close()
+
+
 # -- sliding ------------------------------------------------------------------------------------
 
 SLIDING = EventWindow.sliding("10 s", "5 s", time_field="ts")

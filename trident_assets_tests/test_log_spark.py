@@ -124,6 +124,28 @@ def test_partial_segments_and_empty_ranges(spark: Any, log: PartitionedLog) -> N
     assert _rows(df.toArrow()) == _rows(log.read("events", 2, 12, 13))
 
 
+def _has_filter(df: Any) -> bool:
+    return "Filter" in df._jdf.queryExecution().optimizedPlan().toString()
+
+
+def test_whole_segments_are_read_without_an_offset_filter(
+    spark: Any, log: PartitionedLog
+) -> None:
+    # partition 1 holds segments 0..10, 11..21, 22..32: ranges of whole segments need no
+    # filter (its offsets would be literals compiled into Spark's code every batch)
+    whole = [("events", 1, 11, 32), ("events", 0, 0, 9), ("other", 0, 0, 1)]
+    df = read_ranges(spark, log, whole)
+    assert not _has_filter(df)
+    direct = pa.concat_tables([log.read(*r) for r in whole])
+    assert _rows(df.toArrow()) == _rows(direct)
+    assert direct.num_rows == 22 + 10 + 2
+    # one range ending inside a segment: the filter stays, for every range of the read
+    partial = [("events", 1, 11, 31), ("events", 0, 0, 9)]
+    df = read_ranges(spark, log, partial)
+    assert _has_filter(df)
+    assert _rows(df.toArrow()) == _rows(pa.concat_tables([log.read(*r) for r in partial]))
+
+
 def test_empty_inputs_give_empty_frame_with_schema(spark: Any, log: PartitionedLog) -> None:
     for ranges in ([], [("events", 1, 0, -1)], [("events", 1, 33, 32)]):
         df = read_ranges(spark, log, ranges)

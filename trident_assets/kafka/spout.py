@@ -179,9 +179,9 @@ class KafkaSpout:
     def read_many(
         self, spark: Any, log: Any, plans: Sequence[tuple[int, BatchPlan]], column: str
     ) -> Any:
-        """Several batches as one DataFrame, the txid in the bigint ``column``.
+        """Several batches as one DataFrame, each batch's tag in the bigint ``column``.
 
-        ``plans`` are ``(txid, plan)``; each is read, cached and gap-checked as by
+        ``plans`` are ``(tag, plan)``; each is read, cached and gap-checked as by
         :meth:`read` (all stay cached until the next read).
 
         Raises:
@@ -191,8 +191,8 @@ class KafkaSpout:
 
         self._release()
         frames = [
-            self._read_checked(spark, plan).withColumn(column, F.lit(txid).cast("bigint"))
-            for txid, plan in plans
+            self._read_checked(spark, plan).withColumn(column, F.lit(tag).cast("bigint"))
+            for tag, plan in plans
         ]
         return reduce(lambda a, b: a.unionByName(b), frames)
 

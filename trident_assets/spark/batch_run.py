@@ -186,7 +186,8 @@ class BatchRun(NodeFrames):
         sid = spout.args["spout_id"]
         if not arrow_kernels_on(self.spark, self.plans[sid].record_count):
             return None
-        raw = self._raw(spout).withColumn(TXID_COLUMN, F.lit(self.txid).cast("bigint"))
+        # tag 0, not the txid: the same generated code for every batch
+        raw = self._raw(spout).withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
         try:
             tasks = kernel_frame(raw, spec).toArrow()
         except Exception as exc:

@@ -4,17 +4,18 @@ Declared by :mod:`trident_assets.stream.event_windows`.
 
 Two halves around the commit, like a single join:
 
-* :func:`window_input` (batch phase, before the commit transaction): one Spark action over
-  two branches of the batch's records. The partials branch groups per (key, window)
-  (tumbling/sliding by column arithmetic, sliding exploded to each window of a record;
-  sessions per key within the batch, as gap islands of the sorted events) and also keeps
-  each partial's largest event time (the batch's largest is their maximum: a late record
-  is below the watermark, so it could not raise it) and, for sliding windows, the partly
-  late records, counted in the row of each one's last window. The dead-letter branch is
-  one filter over the records: a null or unparseable event time, or a late one. Late is
-  decided against the watermark committed before this txid (the rules of
-  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table; the
-  records are read twice rather than cached (a cache is one more Spark job under AQE). The
+* :func:`window_input` (batch phase, before the commit transaction): one Spark action.
+  Tumbling and sliding windows read the batch's records once: each live record gives a
+  row per window of it that is not final (a tumbling record its one window, by column
+  arithmetic; a sliding one exploded), each dead record (a null or unparseable event time,
+  or late) one row with its reason, and ONE aggregation per (key, window, reason, value)
+  gives the partials and the dead letters together. Sessions group per key within the
+  batch, as gap islands of the sorted live events, and filter the dead letters in a second
+  branch. Each partial also keeps its largest event time (the batch's largest is their
+  maximum: a late record is below the watermark, so it could not raise it) and, for
+  sliding windows, the partly late records, counted in the row of each one's last window.
+  Late is decided against the watermark committed before this txid (the rules of
+  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table. The
   watermark-free column expressions are built once per state and reused
   (:mod:`trident_assets.spark.column_cache`).
 * :func:`apply_window_state` (inside the commit transaction): the partials go to the store
@@ -27,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KIND", "WS", "apply_window_state", "window_dead_letters_key", "window_input"]
 
-T, WS, WE, KIND, REASON, VALUE, N = (
+T, WS, WE, KIND, REASON, VALUE, N, DUP = (
     "__t",
     "__ws",
     "__we",
@@ -57,6 +59,7 @@ T, WS, WE, KIND, REASON, VALUE, N = (
     "__reason",
     "__value",
     "__n",
+    "__dup",
 )
 PARTIAL, DEAD, SPOUT_DEAD = 0, 1, 2
 """``__kind`` of a row: a partial of one (key, window), a dead letter of the state, a dead
@@ -150,8 +153,9 @@ class _Columns:
     """Session: ``__new`` (the record opens a session) and ``__island`` (its session)."""
     bounds: dict[str, Any] | None = None
     """Tumbling/sliding: ``__last``/``__first``, the starts of a record's last/first window."""
-    explode: list[Any] | None = None
-    """Tumbling/sliding: every column, then ``__ws`` once per window of the record."""
+    windows: Any = None
+    """Tumbling/sliding: ``__ws`` of a live record's row; sliding: an array of the starts of
+    its windows (exploded), tumbling: the start of its one window (no explode)."""
     window_end: Any = None
     """Tumbling/sliding: ``__we`` of a row's window."""
     last_end: Any = None
@@ -219,10 +223,9 @@ def _columns(parent: Any, spec: WindowedAggregation) -> _Columns:
         **common,
         aggs=[agg_value, F.max(T).alias(T)],
         bounds={"__last": start, "__first": first_start + slide},
-        explode=[
-            F.col("*"),
-            F.explode(F.sequence(F.col("__first"), F.col("__last"), slide)).alias(WS),
-        ],
+        windows=F.col("__last")
+        if w.slide_us == w.size_us  # a tumbling record's first window is its last one
+        else F.sequence(F.col("__first"), F.col("__last"), slide),
         window_end=F.col(WS) + size,
         last_end=F.col("__last") + size,
         first_end=F.col("__first") + size,
@@ -236,9 +239,10 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
     Columns: the key fields, ``__ws``/``__we`` (window bounds in epoch microseconds), the
     output field (the partial), ``__kind`` (partial or dead letter), ``__reason`` and
     ``__value`` (a dead letter's reason and its record as JSON), ``__t`` (the largest event
-    time of a partial's records) and ``__n`` (sliding, once a watermark exists: the partly
+    time of a partial's records), ``__n`` (sliding, once a watermark exists: the partly
     late records, i.e. with some of their windows final, each counted in the row of its
-    last window). The table's metadata records the watermark the batch was decided against.
+    last window) and, tumbling/sliding, ``__dup`` (a dead letter row stands for this many
+    identical ones). The table's metadata records the watermark the batch was decided against.
 
     Raises:
         ConfigError: the store cannot hold event windows, or the time field's type does
@@ -255,38 +259,11 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
     key = (spec, parent.schema.json())
     c = reuse(state, "window_input", key, parent, lambda: _columns(parent, spec))
     base = parent.select(*c.base)
-    valid = base.where(c.readable)
     wm_lit = None if wm is None else F.lit(wm).cast("bigint")
-    late = None
-    partly = F.lit(None).cast("bigint")
     if w.kind == "session":
-        live = valid
-        if wm_lit is not None:
-            late = F.col(T) < wm_lit
-            live = valid.where(~late)
-        for name, column in c.islands.items():  # __island reads __new
-            live = live.withColumn(name, column)
-        partials = live.groupBy(*group, "__island").agg(*c.aggs)
+        result = _sessions(base, c, w, group, wm_lit)
     else:
-        valid = valid.withColumns(c.bounds)
-        exploded = valid.select(*c.explode).withColumn(WE, c.window_end)
-        aggs = c.aggs
-        if wm_lit is not None:
-            late = c.last_end <= wm_lit
-            exploded = exploded.where(F.col(WE) > wm_lit)
-            if w.slide_us != w.size_us:  # else (tumbling) the first window is the last one
-                counted = F.when(c.is_last & (c.first_end <= wm_lit), 1).otherwise(0)
-                aggs = [*aggs, F.sum(counted).cast("bigint").alias(N)]
-                partly = F.col(N)
-        partials = exploded.groupBy(*group, WS, WE).agg(*aggs)
-    part_rows = partials.select(*c.rows, partly.alias(N))
-    if late is None:
-        dead_rows = base.where(c.unreadable).select(*c.dead_rows, REASON)
-    else:  # one scan for both; _split puts the unreadable records first (by __t null)
-        records = base if w.kind == "session" else base.withColumns(c.bounds)
-        reason = F.coalesce(F.col(REASON), _late_reason(w, wm_lit)).alias(REASON)
-        dead_rows = records.where(c.unreadable | late).select(*c.dead_rows, reason, T)
-    result = part_rows.unionByName(dead_rows, allowMissingColumns=True)
+        result = _one_pass(base, c, w, group, spec.output, wm_lit)
     fold = run.fold_dead(state.node)
     if fold is not None:
         spout_rows = fold[1].select(*reuse(state, "spout_dead", None, parent, _spout_dead_rows))
@@ -296,6 +273,83 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
         table = _take_spout_dead(run, fold, table)
     meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}
     return table.replace_schema_metadata(meta)
+
+
+def _sessions(base: Any, c: _Columns, w: EventWindow, group: list[str], wm_lit: Any) -> Any:
+    """Sessions: partials of the live records (islands need them sorted), then dead letters.
+
+    Two branches of one action: the records are read twice.
+    """
+    from pyspark.sql import functions as F
+
+    live = base.where(c.readable)
+    late = None
+    if wm_lit is not None:
+        late = F.col(T) < wm_lit
+        live = live.where(~late)
+    for name, column in c.islands.items():  # __island reads __new
+        live = live.withColumn(name, column)
+    partials = live.groupBy(*group, "__island").agg(*c.aggs)
+    part_rows = partials.select(*c.rows, F.lit(None).cast("bigint").alias(N))
+    if late is None:
+        dead_rows = base.where(c.unreadable).select(*c.dead_rows, REASON)
+    else:  # _split puts the unreadable records first (by __t null)
+        reason = F.coalesce(F.col(REASON), _late_reason(w, wm_lit)).alias(REASON)
+        dead_rows = base.where(c.unreadable | late).select(*c.dead_rows, reason, T)
+    return part_rows.unionByName(dead_rows, allowMissingColumns=True)
+
+
+def _one_pass(
+    base: Any, c: _Columns, w: EventWindow, group: list[str], out: str, wm_lit: Any
+) -> Any:
+    """Tumbling/sliding: partials and dead letters from ONE scan and one aggregation.
+
+    A dead record (unreadable event time, or late: its last window is final) keeps one row
+    with a null ``__ws``, its reason and its value; a live one a row per window of it that
+    is not final. Grouping by (key, window, reason, value) gives the partials (reason and
+    value null) and the dead letters (window null), identical dead letters counted in
+    ``__dup``.
+    """
+    from pyspark.sql import functions as F
+
+    late = None if wm_lit is None else c.last_end <= wm_lit
+    records = base.withColumns(c.bounds).withColumn(
+        "__dead", c.unreadable if late is None else c.unreadable | late
+    )
+    dead = F.col("__dead")
+    reason = F.col(REASON) if late is None else F.coalesce(F.col(REASON), _late_reason(w, wm_lit))
+    sliding = w.slide_us != w.size_us
+    ws = F.when(~dead, c.windows)
+    rows = records.select(
+        *[F.col(g) for g in group],
+        F.col("__in"),
+        F.col(T),
+        F.col("__first"),
+        F.col("__last"),
+        F.when(dead, reason).alias(REASON),
+        F.when(dead, F.col(VALUE)).alias(VALUE),
+        (F.explode_outer(ws) if sliding else ws).alias(WS),
+    ).withColumn(WE, c.window_end)
+    aggs = [*c.aggs, F.count(F.lit(1)).alias(DUP)]
+    partly = F.lit(None).cast("bigint")
+    if wm_lit is not None and sliding:  # drop a partly late record's final windows
+        rows = rows.where(F.col(WS).isNull() | (F.col(WE) > wm_lit))
+        counted = F.when(c.is_last & (c.first_end <= wm_lit), 1).otherwise(0)
+        aggs.append(F.sum(counted).cast("bigint").alias(N))
+        partly = F.col(N)
+    grouped = rows.groupBy(*group, WS, WE, REASON, VALUE).agg(*aggs)
+    return grouped.select(
+        *[F.col(g) for g in group],
+        F.col(WS).cast("bigint").alias(WS),
+        F.col(WE).cast("bigint").alias(WE),
+        F.col(out),
+        F.when(F.col(WS).isNull(), F.lit(DEAD)).otherwise(F.lit(PARTIAL)).alias(KIND),
+        F.col(REASON).cast("string").alias(REASON),
+        F.col(VALUE).cast("binary").alias(VALUE),
+        F.col(T).cast("bigint").alias(T),
+        partly.alias(N),
+        F.col(DUP),
+    )
 
 
 def _spout_dead_rows() -> list[Any]:
@@ -360,7 +414,14 @@ def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, i
     rows = table.filter(pc.equal(kinds, PARTIAL))
     partials = rows.select([*spec.group, WS, WE, spec.output])
     dead = table.filter(pc.equal(kinds, DEAD))
-    dead = dead.take(pc.sort_indices(pc.is_valid(dead.column(T))))  # stable: unreadable first
+    if DUP in dead.column_names:  # one row per group of identical dead letters: expand
+        dup = dead.column(DUP).fill_null(1).to_numpy(zero_copy_only=False)
+        dead = dead.take(pa.array(np.repeat(np.arange(dead.num_rows), dup)))
+    order = dead.select([T, VALUE]).append_column("__valid", pc.is_valid(dead.column(T)))
+    # unreadable first, then by event time and value: the same order on every replay
+    dead = dead.take(
+        pc.sort_indices(order, [("__valid", "ascending"), (T, "ascending"), (VALUE, "ascending")])
+    )
     top = pc.max(rows.column(T)).as_py()
     partly = pc.sum(rows.column(N)).as_py() or 0
     n = dead.num_rows

@@ -2,7 +2,9 @@
 
 The log's segments are plain Parquet files, so Spark reads them natively: the files that
 overlap the requested ranges are passed to ``spark.read.parquet`` with the log's schema, and
-a filter on ``(topic, partition, offset)`` keeps exactly the requested records. Spark splits
+a filter on ``(topic, partition, offset)`` keeps exactly the requested records (no filter
+when every file lies wholly inside the ranges, the usual case for one batch: its offsets
+would be literals in Spark's generated code, compiled anew for every batch). Spark splits
 the files into tasks itself (by ``spark.sql.files.maxPartitionBytes`` /
 ``openCostInBytes`` and the default parallelism); with pushdown, row groups outside the
 ranges are skipped using their ``offset`` statistics. Nothing passes through the driver.
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError
 from trident_assets.log.names import TOPIC_PATTERN
+from trident_assets.log.store import SEGMENT_PATTERN
 from trident_assets.log.verify import check_segment_files
 
 if TYPE_CHECKING:
@@ -111,9 +114,11 @@ def read_ranges(
     """
     from pyspark.sql import functions as F
 
-    df, indices = _scan(spark, log, ranges)
+    df, indices, whole = _scan(spark, log, ranges)
     if df is None:
         return spark.createDataFrame([], log_spark_schema())
+    if whole:  # the files hold exactly the ranges' records (names checked against footers)
+        return df
     spans = " OR ".join(_range_sql(*ranges[i]) for i in indices)
     return df.where(F.expr(spans))
 
@@ -127,17 +132,21 @@ def read_ranges_tagged(
     """Like :func:`read_ranges` for several batches in ONE scan, tagging each record.
 
     ``ranges`` are ``(tag, topic, partition, first, last)``; every record gets the ``tag``
-    of its range in the bigint ``column``. Ranges must not overlap. One file index and one
+    of its range in the bigint ``column``. Ranges must not overlap. Files wholly inside the
+    ranges of one tag are read without a filter. One file index and one
     scan over the union of the files serve every batch, instead of one per batch; per
     source partition the filter is the merged offset spans and the tag a comparison chain
     on ``offset`` (consecutive batches of a partition are adjacent ranges).
     """
     from pyspark.sql import functions as F
 
-    df, indices = _scan(spark, log, [r[1:] for r in ranges])
+    df, indices, whole = _scan(spark, log, [r[1:] for r in ranges])
     if df is None:
         empty = spark.createDataFrame([], log_spark_schema())
         return empty.withColumn(column, F.lit(None).cast("bigint"))
+    tags = {int(ranges[i][0]) for i in indices}
+    if whole and len(tags) == 1:  # one batch of whole files: no filter, one tag
+        return df.withColumn(column, F.lit(tags.pop()).cast("bigint"))
     groups: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
     for index in indices:
         tag, topic, partition, first, last = ranges[index]
@@ -224,16 +233,29 @@ def scoped_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
                     spark.conf.set(key, value)
 
 
+def _inside(path: str, first: int, last: int) -> bool:
+    """Whether the segment file at ``path`` holds only offsets in ``first .. last``.
+
+    By its name, which :func:`check_segment_files` has checked against the file's footer
+    (row count and offsets) and checksum; a file not named like a segment is never inside.
+    """
+    match = SEGMENT_PATTERN.fullmatch(os.path.basename(path))
+    return match is not None and first <= int(match.group(1)) and int(match.group(2)) <= last
+
+
 def _scan(
     spark: Any, log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]]
-) -> tuple[DataFrame | None, list[int]]:
-    """The DataFrame over the files holding ``ranges`` and the indices of the non-empty ranges.
+) -> tuple[DataFrame | None, list[int], bool]:
+    """``(DataFrame over the files holding ranges, indices of the non-empty ranges, whole)``.
 
-    None when every range is empty.
+    The DataFrame is None when every range is empty. ``whole``: every file lies wholly
+    inside a range, so the files hold exactly the union of the ranges' records (the log
+    lists every file a range overlaps, and refuses a range it cannot read whole).
     """
     schema = log_spark_schema()
     files: dict[str, None] = {}
     indices: list[int] = []
+    whole = True
     for index, item in enumerate(ranges):
         if not isinstance(item, tuple | list) or len(item) != 4:
             msg = f"a range must be (topic, partition, first, last), got {item!r}"
@@ -244,14 +266,15 @@ def _scan(
             continue
         # checksum of every byte on every read, footer once per file
         check_segment_files(topic, int(partition), paths, log.checksums_required(topic))
+        whole = whole and all(_inside(p, int(first), int(last)) for p in paths)
         files.update(dict.fromkeys(paths))
         indices.append(index)
     if not files:
-        return None, []
+        return None, [], True
     uris = [_file_uri(log, p) for p in files]
     with _driver_side_listing(spark, len(uris)):
         df = spark.read.schema(schema).parquet(*uris)
-    return df, indices
+    return df, indices, whole
 
 
 @contextmanager

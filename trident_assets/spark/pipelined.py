@@ -64,20 +64,25 @@ __all__ = [
 ]
 
 TXID_COLUMN = "__trident_txid"
-"""The column that tags every tuple of a pipelined chunk with its txid."""
+"""The column that tags every tuple of a pipelined chunk with its batch: the position of its
+txid in the chunk (0, 1, ...), never the txid itself, so a chunk's Spark code is the same
+from one chunk to the next (a literal txid would be compiled anew for every chunk)."""
 
 Batches = Sequence[tuple[int, dict[str, BatchPlan]]]
 """The chunk: ``(txid, {spout id: plan})`` for consecutive txids, ascending."""
 
 
 def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
-    """``table`` split on :data:`TXID_COLUMN` (dropped); every txid gets a table, maybe empty."""
+    """``table`` split on :data:`TXID_COLUMN` (dropped): tag ``i`` is ``txids[i]``'s.
+
+    Every txid gets a table, maybe empty.
+    """
     ordered = table.sort_by(TXID_COLUMN) if table.num_rows else table
     tags = ordered.column(TXID_COLUMN).to_numpy() if ordered.num_rows else np.array([], np.int64)
     body = ordered.drop_columns([TXID_COLUMN])
     out: dict[int, pa.Table] = {}
-    for txid in txids:
-        lo, hi = np.searchsorted(tags, [txid, txid + 1])
+    for position, txid in enumerate(txids):
+        lo, hi = np.searchsorted(tags, [position, position + 1])
         out[txid] = body.slice(int(lo), int(hi - lo))
     return out
 
@@ -104,14 +109,14 @@ class PipelinedRun(NodeFrames):
         """Per Sum/Min/Max state, per txid: the null values its partials skipped."""
 
     def _raw(self, node: Node) -> Any:
-        """The spout's raw records of the whole chunk, tagged with their txids (built once)."""
+        """The spout's raw records of the whole chunk, tagged with their batch (built once)."""
         from pyspark.sql import functions as F
 
         sid, spout = node.args["spout_id"], node.args["spout"]
         if sid in self.raws:
             return self.raws[sid]
-        mine = [(txid, plans[sid]) for txid, plans in self.batches]
-        nonempty = [(txid, plan) for txid, plan in mine if plan.record_count > 0]
+        mine = [(tag, plans[sid]) for tag, (_, plans) in enumerate(self.batches)]
+        nonempty = [(tag, plan) for tag, plan in mine if plan.record_count > 0]
         if hasattr(spout, "read_many"):  # one scan for the whole chunk
             raw = spout.read_many(self.spark, self.runner.log, nonempty, TXID_COLUMN)
             if len(self.batches) > 1 and hasattr(spout, "split_conf"):
@@ -119,9 +124,9 @@ class PipelinedRun(NodeFrames):
         else:
             reads = [
                 spout.read(self.spark, self.runner.log, plan).withColumn(
-                    TXID_COLUMN, F.lit(txid).cast("bigint")
+                    TXID_COLUMN, F.lit(tag).cast("bigint")
                 )
-                for txid, plan in nonempty
+                for tag, plan in nonempty
             ]
             raw = reduce(lambda x, y: x.unionByName(y), reads)
         self.raws[sid] = raw

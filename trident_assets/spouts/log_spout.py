@@ -100,15 +100,15 @@ class LogSpout:
     def read_many(
         self, spark: Any, log: PartitionedLog, plans: Sequence[tuple[int, BatchPlan]], column: str
     ) -> Any:
-        """The raw records of several batches in ONE Spark scan, each tagged with its txid.
+        """The raw records of several batches in ONE Spark scan, each tagged with its batch.
 
-        ``plans`` are ``(txid, plan)``; the txid goes to the bigint ``column``.
+        ``plans`` are ``(tag, plan)``; the tag goes to the bigint ``column``.
         """
         from trident_assets.spark.log_reader import read_ranges_tagged
 
         ranges = [
-            (txid, r.topic, r.partition_number, r.first_offset, r.last_offset)
-            for txid, plan in plans
+            (tag, r.topic, r.partition_number, r.first_offset, r.last_offset)
+            for tag, plan in plans
             for r in plan.non_empty()
         ]
         return read_ranges_tagged(spark, log, ranges, column)
