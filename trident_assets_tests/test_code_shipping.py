@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from trident_assets.examples.gender_age import seed_rows
+from trident_assets.spark.class_cache import archive_options
 from trident_assets.spark.code_shipping import package_zip, user_modules
 from trident_assets.spark.local_servers import (
     SparkServer,
@@ -234,6 +235,14 @@ def test_topologies_on_a_standalone_cluster(
     """A master URL: executors run an interpreter without trident_assets, in the worker's
     directory, seeing the driver's home only for its log; they read Kafka on 127.0.0.1."""
     _check(_run_app(standalone, broker, tmp_path), standalone)
+    # master, worker and every executor the worker forked started from the class archive
+    work = standalone.home.parent / "cluster" / "work"
+    executor_logs = [p.read_text(errors="replace") for p in work.glob("app-*/*/stderr")]
+    assert executor_logs, f"no executor ran under {work}"
+    archive = archive_options()
+    if archive:
+        for text in executor_logs:
+            assert f"Picked up JAVA_TOOL_OPTIONS: {archive}" in text
     if not standalone.hidden:
         pytest.skip("ran with the driver's filesystem view: `unshare -m` is not allowed here")
 

@@ -212,7 +212,8 @@ def start_standalone(
     """Start a standalone master and one worker on 127.0.0.1 (logs and work dir in ``directory``).
 
     The executors run in the worker's work directory: they see the driver's files only by
-    path (one machine), and import nothing from the driver's working directory.
+    path (one machine), and import nothing from the driver's working directory. Master,
+    worker and executors start from the class archive when there is one.
     ``worker_prefix``: a command the worker runs under (e.g. :func:`own_view`: executors with
     a filesystem view of their own).
 
@@ -228,6 +229,9 @@ def start_standalone(
         "SPARK_LOG_DIR": str(directory),
         "SPARK_WORKER_DIR": str(directory / "work"),
     }
+    tool_options = _with_archive(full_env.get("JAVA_TOOL_OPTIONS", ""))
+    if tool_options:
+        full_env["JAVA_TOOL_OPTIONS"] = tool_options
     spark_class = str(home / "bin" / "spark-class")
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
@@ -248,6 +252,21 @@ def start_standalone(
         master.stop()
         raise
     return StandaloneCluster(master, worker)
+
+
+def _with_archive(options: str) -> str:
+    """``JAVA_TOOL_OPTIONS`` for a local cluster's JVMs: the class archive added when there is one.
+
+    Every JVM of the cluster (master, worker and the executors the worker forks, which
+    inherit its environment) then starts from the archive of this Spark install
+    (:mod:`~trident_assets.spark.class_cache`); each notes "Picked up JAVA_TOOL_OPTIONS" in
+    its own log. Options that already name an archive are kept as they are.
+    """
+    from trident_assets.spark.class_cache import archive_options
+
+    if "SharedArchiveFile=" in options or "ArchiveClassesAtExit=" in options:
+        return options
+    return " ".join(p for p in (options.strip(), archive_options()) if p)
 
 
 def own_view(hidden: Path, keep: Path, stage: Path) -> list[str]:
