@@ -224,6 +224,38 @@ def test_identical_dead_letters_are_each_kept(
     store.close()
 
 
+@pytest.mark.parametrize(
+    "window", [TUMBLING, EventWindow.session("10 s", time_field="ts")], ids=["tumbling", "session"]
+)
+def test_spout_dead_letters_recorded_once_in_their_txid(
+    spark: Any, tmp_path: Path, window: EventWindow
+) -> None:
+    # tumbling: the window's one scan counts the scheme's dead letters, fetched only when
+    # there are any; session: its job collects them along
+    log = new_log(tmp_path)
+    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    runner = ta.TopologyRunner(topology(window), spark, store, log)
+    good = json.dumps({"page": "a", "ts": at(1).isoformat(sep=" "), "n": 1}).encode()
+    batches = [[good], [good, b"[1]", good, b'{"page": "a", "n": "x"}'], [good]]
+    counts = []
+    for txid, records in enumerate(batches, start=1):
+        producer = log.producer("clicks")
+        for value in records:
+            producer.send(value)
+        producer.flush()
+        counts.append(runner.run_batch(txid).dead_letters)
+    assert counts == [0, 2, 0]
+    assert store.fetch_rows(
+        'SELECT txid, spout, "offset", reason FROM _trident_dead_letters ORDER BY txid, "offset"'
+    ) == [
+        (2, "clicks", 2, "value is not a JSON object"),
+        (2, "clicks", 4, "member 'n' is a string, declared bigint"),
+    ]
+    state = state_of(runner.topology)
+    assert [r[3] for r in opened(state, store)] == [4]
+    store.close()
+
+
 # -- sliding ------------------------------------------------------------------------------------
 
 SLIDING = EventWindow.sliding("10 s", "5 s", time_field="ts")

@@ -15,7 +15,9 @@ Two halves around the commit, like a single join:
   maximum: a late record is below the watermark, so it could not raise it) and, for
   sliding windows, the partly late records, counted in the row of each one's last window.
   Late is decided against the watermark committed before this txid (the rules of
-  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table. The
+  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table;
+  the spout's dead letters are counted by the same scan (:mod:`.observed`) and fetched
+  only when there are any (sessions: collected in a branch of the same job). The
   watermark-free column expressions are built once per state and reused
   (:mod:`trident_assets.spark.column_cache`).
 * :func:`apply_window_state` (inside the commit transaction): the partials go to the store
@@ -42,6 +44,7 @@ from trident_assets.core.event_windows import EventWindow
 from trident_assets.errors import ConfigError
 from trident_assets.spark.aggregation import sql_expr
 from trident_assets.spark.column_cache import reuse
+from trident_assets.spark.observed import count_dead, observed_frame
 from trident_assets.spark.outcomes import StateOutcome
 from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregation
 
@@ -255,7 +258,14 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
     spec: WindowedAggregation = state.node.args[EVENT_WINDOW]
     w, group = spec.window, list(spec.group)
     wm = last_watermark_us(store, state)
-    parent = run.frame(state.node.parents[0])
+    observed = None
+    fold = run.fold_dead(state.node)
+    if fold is not None and w.kind != "session":  # one scan: the job counts dead letters too
+        observed = observed_frame(run, state.node.parents[0], ())
+    if observed is not None:
+        parent, fold = observed[0], None
+    else:
+        parent = run.frame(state.node.parents[0])
     key = (spec, parent.schema.json())
     c = reuse(state, "window_input", key, parent, lambda: _columns(parent, spec))
     base = parent.select(*c.base)
@@ -264,11 +274,12 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
         result = _sessions(base, c, w, group, wm_lit)
     else:
         result = _one_pass(base, c, w, group, spec.output, wm_lit)
-    fold = run.fold_dead(state.node)
     if fold is not None:
         spout_rows = fold[1].select(*reuse(state, "spout_dead", None, parent, _spout_dead_rows))
         result = result.unionByName(spout_rows, allowMissingColumns=True)
     table = result.toArrow()
+    if observed is not None:  # BatchRun.prepare reads the dead letters only if there are any
+        count_dead(run, observed[1])
     if fold is not None:
         table = _take_spout_dead(run, fold, table)
     meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}

@@ -36,9 +36,10 @@ from trident_assets.core.aggregators import Count, Sum, is_sql_combiner
 from trident_assets.core.trident_windows import TridentWindow
 from trident_assets.core.user_code import guard
 from trident_assets.spark.aggregation import combine_partials, sql_expr
-from trident_assets.spark.node_frames import NodeFrames, empty_arrow
+from trident_assets.spark.node_frames import empty_arrow
+from trident_assets.spark.observed import Observed, count_dead, observed_frame
 from trident_assets.spark.outcomes import StateOutcome
-from trident_assets.stream.trident_windows import ORDERED_KINDS, TRIDENT_WINDOW
+from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
@@ -48,55 +49,11 @@ if TYPE_CHECKING:
 __all__ = ["apply_window_state", "output_type", "window_batch_table"]
 
 _SOURCE = ORDER_COLUMNS[:3]
-_RECORD = ("topic", "partition", "offset")
-"""The raw record's columns that :data:`_SOURCE` copies."""
-
-Observed = tuple[str, Any]
-"""A spout id and the ``Observation`` that counts its dead letters."""
-
-
-def _observed(run: BatchRun, node: Node, keep: tuple[str, ...]) -> tuple[Any, Observed] | None:
-    """``node``'s DataFrame rebuilt from its spout, which counts the spout's dead letters.
-
-    ``keep``: the source columns (:data:`_SOURCE`) carried along, or none. The spout's decode
-    carries an ``Observation``: the first action over the returned DataFrame counts the
-    records that failed (see :func:`_count_dead`). None when ``node`` is not reached from one
-    spout through ``each``, ``filter``, ``project`` and ``peek`` only.
-    """
-    from pyspark.sql import Observation
-
-    if node.kind not in ORDERED_KINDS:
-        return None
-    if node.kind == "spout":
-        raw = run._raw(node)
-        if keep:  # SQL text: one JVM round trip per expression, not one per function call
-            raw = raw.selectExpr(
-                "*", *[f"`{c}` AS `{k}`" for c, k in zip(_RECORD, keep, strict=True)]
-            )
-        observation = Observation()
-        good, _dead = node.args["spout"].scheme.decode(raw, keep=keep, observation=observation)
-        return good, (node.args["spout_id"], observation)
-    if len(node.parents) != 1:
-        return None
-    parent = _observed(run, node.parents[0], keep)
-    if parent is None:
-        return None
-    built = NodeFrames.row_wise(node, parent[0], keep=keep)
-    return None if built is None else (built, parent[1])
-
-
-def _count_dead(run: BatchRun, observed: Observed) -> None:
-    """After the first action over an :func:`_observed` DataFrame: its spout's dead letters.
-
-    ``BatchRun.prepare`` fetches the spout's dead letters only when there are any.
-    """
-    sid, observation = observed
-    run.counted_dead[sid] = int(observation.get["dead"])
 
 
 def _tagged(run: BatchRun, node: Node) -> tuple[Any, Observed]:
     """``node``'s DataFrame carrying each tuple's source record columns; its :data:`Observed`."""
-    observed = _observed(run, node, _SOURCE)
+    observed = observed_frame(run, node, _SOURCE)
     if observed is None:  # refused at declaration (stream.trident_windows)
         msg = f"a count window cannot order tuples through {node.label}"
         raise AssertionError(msg)
@@ -137,7 +94,7 @@ def window_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
             *[f"`{c}`" for c in (*window.inputs, *_SOURCE)],
             f"monotonically_increasing_id() AS `{ORDER_COLUMNS[3]}`",
         ).toArrow()
-        _count_dead(run, observed)
+        count_dead(run, observed)
         return table
     agg = guard(window.aggregator, state.node.label)
     column = window.inputs[0]
@@ -150,11 +107,11 @@ def window_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
         frame = run.frame(parent)
         partial = combine_partials(frame, (), column, agg, PARTIAL_COLUMN)
         return partial.crossJoin(frame.agg(counted)).toArrow()
-    built = _observed(run, parent, ())
+    built = observed_frame(run, parent, ())
     frame = run.frame(parent) if built is None else built[0]
     table = frame.agg(_global_partial(agg, column).alias(PARTIAL_COLUMN), counted).toArrow()
     if built is not None:
-        _count_dead(run, built[1])
+        count_dead(run, built[1])
     return table
 
 

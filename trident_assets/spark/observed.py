@@ -1,0 +1,67 @@
+"""A node's DataFrame whose first action also counts its spout's dead letters.
+
+Rebuilt from the spout with an ``Observation`` on the scheme's decode: the action that
+computes a state over it counts the records that failed too, so ``BatchRun.prepare`` runs
+a dead-letter job only when there are any (usually none), instead of reading the batch
+again. The plan must read the observed records once (an observation counted twice would
+count them twice).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.spark.node_frames import NodeFrames
+from trident_assets.stream.trident_windows import ORDERED_KINDS
+
+if TYPE_CHECKING:
+    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.stream.graph import Node
+
+__all__ = ["RECORD_COLUMNS", "Observed", "count_dead", "observed_frame"]
+
+RECORD_COLUMNS = ("topic", "partition", "offset")
+"""The raw record's columns a ``keep`` list copies, in its order."""
+
+Observed = tuple[str, Any]
+"""A spout id and the ``Observation`` that counts its dead letters."""
+
+
+def observed_frame(run: BatchRun, node: Node, keep: tuple[str, ...]) -> tuple[Any, Observed] | None:
+    """``node``'s DataFrame rebuilt from its spout, which counts the spout's dead letters.
+
+    ``keep``: names under which the record's :data:`RECORD_COLUMNS` are carried along (as
+    many, in order), or none. The spout's decode
+    carries an ``Observation``: the first action over the returned DataFrame counts the
+    records that failed (see :func:`count_dead`). None when ``node`` is not reached from one
+    spout through ``each``, ``filter``, ``project`` and ``peek`` only.
+    """
+    from pyspark.sql import Observation
+
+    if node.kind not in ORDERED_KINDS:
+        return None
+    if node.kind == "spout":
+        raw = run._raw(node)
+        if keep:  # SQL text: one JVM round trip per expression, not one per function call
+            raw = raw.selectExpr(
+                "*", *[f"`{c}` AS `{k}`" for c, k in zip(RECORD_COLUMNS, keep, strict=True)]
+            )
+        observation = Observation()
+        good, _dead = node.args["spout"].scheme.decode(raw, keep=keep, observation=observation)
+        return good, (node.args["spout_id"], observation)
+    if len(node.parents) != 1:
+        return None
+    parent = observed_frame(run, node.parents[0], keep)
+    if parent is None:
+        return None
+    built = NodeFrames.row_wise(node, parent[0], keep=keep)
+    return None if built is None else (built, parent[1])
+
+
+def count_dead(run: BatchRun, observed: Observed) -> None:
+    """After the first action over an :func:`observed_frame` DataFrame: its spout's dead letters.
+
+    ``BatchRun.prepare`` fetches the spout's dead letters only when there are any.
+    """
+    sid, observation = observed
+    run.counted_dead[sid] = int(observation.get["dead"])
