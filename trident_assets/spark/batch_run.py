@@ -233,6 +233,21 @@ class BatchRun(NodeFrames):
         kernel counted them and no other job collected them. The collector leaves the table
         (with the frame's Arrow schema) in :attr:`folded_dead`, saving their own Spark job.
         """
+        sid = self.uncounted_spout(node)
+        if (
+            sid is None
+            or sid not in self.dead
+            or tuple(self.dead[sid].columns) != DEAD_LETTER_COLUMNS
+        ):
+            return None
+        return sid, self.dead[sid]
+
+    def uncounted_spout(self, node: Node) -> str | None:
+        """The one spout upstream of ``node`` whose dead letters are still to collect, or None.
+
+        In the batch phase (before :meth:`prepare` collects dead letters), when the spout
+        read records and no job collected or counted its dead letters yet.
+        """
         spouts: set[str] = set()
         todo = [node]
         while todo:
@@ -243,15 +258,9 @@ class BatchRun(NodeFrames):
         if self.dead_collected or len(spouts) != 1:
             return None
         (sid,) = spouts
-        if (
-            sid not in self.dead
-            or sid in self.folded_dead
-            or sid in self.counted_dead
-            or self.plans[sid].record_count == 0
-            or tuple(self.dead[sid].columns) != DEAD_LETTER_COLUMNS
-        ):
+        if sid in self.folded_dead or sid in self.counted_dead or self.plans[sid].record_count == 0:
             return None
-        return sid, self.dead[sid]
+        return sid
 
     def state_input(self, state: TridentState) -> pa.Table:
         """What the commit applies to ``state``: per-key partials, grouped tuples or rows.

@@ -259,13 +259,14 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
     w, group = spec.window, list(spec.group)
     wm = last_watermark_us(store, state)
     observed = None
-    fold = run.fold_dead(state.node)
-    if fold is not None and w.kind != "session":  # one scan: the job counts dead letters too
-        observed = observed_frame(run, state.node.parents[0], ())
+    if w.kind != "session" and run.uncounted_spout(state.node) is not None:
+        observed = observed_frame(run, state.node.parents[0], ())  # its one scan counts them
+    fold = None
     if observed is not None:
-        parent, fold = observed[0], None
+        parent = observed[0]
     else:
         parent = run.frame(state.node.parents[0])
+        fold = run.fold_dead(state.node)
     key = (spec, parent.schema.json())
     c = reuse(state, "window_input", key, parent, lambda: _columns(parent, spec))
     base = parent.select(*c.base)
