@@ -18,6 +18,7 @@ in the server's home (read-only, while the server runs). Tests that look at runs
 their topology's. Screenshots of the asset pages are saved in the module's tmp directory and
 copied to ``/tmp/trident_screens/``.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,12 +87,11 @@ def gql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[s
 
 
 def _materialized(url: str, path: list[str]) -> list[str]:
-    data = gql(
-        url,
+    query = (
         "{ assetNodeOrError(assetKey: {path: PATH}) { ... on AssetNode { assetPartitionStatuses "
         "{ ... on DefaultPartitionStatuses { materializedPartitions failedPartitions } } } } }"
-        .replace("PATH", json.dumps(path)),
     )
+    data = gql(url, query.replace("PATH", json.dumps(path)))
     statuses = data["assetNodeOrError"]["assetPartitionStatuses"]
     assert statuses["failedPartitions"] == [], statuses
     return sorted(statuses["materializedPartitions"])
@@ -142,8 +142,18 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     }
     with log_file.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
-             "-w", "workspace.yaml"],
+            [
+                sys.executable,
+                "-m",
+                "dagster",
+                "dev",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-w",
+                "workspace.yaml",
+            ],
             cwd=REPO,
             env=env,
             stdout=out,
@@ -154,8 +164,12 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait("the webserver", lambda: urllib.request.urlopen(f"{url}/server_info", timeout=5),
-              180, log_file)
+        _wait(
+            "the webserver",
+            lambda: urllib.request.urlopen(f"{url}/server_info", timeout=5),
+            180,
+            log_file,
+        )
         keys = [f"{t:010d}" for t in range(1, 4)]
         _wait("txids 1..3", lambda: _materialized(url, STATE) == keys, 420, log_file)
         more = list(SENTENCES[:4])
@@ -283,8 +297,9 @@ def test_state_asset_page_shows_txids_and_plots_in_chromium(dev: Dev) -> None:
             assert page.locator("canvas").count() >= 5, "one chart per numeric metadata key"
             plots = page.inner_text("body")
             assert "graphing values by partition" in plots
-            page.goto(f"{dev.url}/assets/word_count/word_counts?view=partitions",
-                      wait_until="networkidle")
+            page.goto(
+                f"{dev.url}/assets/word_count/word_counts?view=partitions", wait_until="networkidle"
+            )
             page.get_by_text("0000000004").first.wait_for(timeout=60_000)
             partitions = page.inner_text("body")
             assert all(f"{t:010d}" in partitions for t in range(1, 5))

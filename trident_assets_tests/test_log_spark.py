@@ -128,9 +128,7 @@ def _has_filter(df: Any) -> bool:
     return "Filter" in df._jdf.queryExecution().optimizedPlan().toString()
 
 
-def test_whole_segments_are_read_without_an_offset_filter(
-    spark: Any, log: PartitionedLog
-) -> None:
+def test_whole_segments_are_read_without_an_offset_filter(spark: Any, log: PartitionedLog) -> None:
     # partition 1 holds segments 0..10, 11..21, 22..32: ranges of whole segments need no
     # filter (its offsets would be literals compiled into Spark's code every batch)
     whole = [("events", 1, 11, 32), ("events", 0, 0, 9), ("other", 0, 0, 1)]

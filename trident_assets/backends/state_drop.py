@@ -213,10 +213,13 @@ def _drop_statements(
             )
         )
         rows.append(CONTRACTS_TABLE)
-    if store.has_table(LEFT_TABLE) and store.fetch_rows(
-        f"SELECT count(*) FROM {LEFT_TABLE} WHERE topology = ? AND state = ?",
-        [found.topology, found.state],
-    )[0][0]:
+    if (
+        store.has_table(LEFT_TABLE)
+        and store.fetch_rows(
+            f"SELECT count(*) FROM {LEFT_TABLE} WHERE topology = ? AND state = ?",
+            [found.topology, found.state],
+        )[0][0]
+    ):
         statements.append(
             (
                 f"DELETE FROM {LEFT_TABLE} WHERE topology = ? AND state = ?",

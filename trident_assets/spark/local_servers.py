@@ -178,9 +178,7 @@ def start_connect_server(
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": python,
     }
-    return _start(
-        cmd, port, f"sc://127.0.0.1:{port}", log_path, full_env, with_parent=with_parent
-    )
+    return _start(cmd, port, f"sc://127.0.0.1:{port}", log_path, full_env, with_parent=with_parent)
 
 
 @dataclass

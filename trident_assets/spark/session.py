@@ -62,8 +62,10 @@ def worker_python(conf: Mapping[str, str] | None = None) -> str:
     pyarrow and pandas installed (the project and user modules are shipped: see
     :mod:`trident_assets.spark.code_shipping`).
     """
-    return (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or (
-        sys.executable
+    return (
+        (conf or {}).get("spark.pyspark.python")
+        or os.environ.get("PYSPARK_PYTHON")
+        or (sys.executable)
     )
 
 
