@@ -19,9 +19,14 @@ import pytest
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.core.window_partitions import completion_time, newly_complete
 from trident_assets.dagster.factory import trident_definitions
+from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.dagster.partitions import txid_key
 from trident_assets.dagster.resources import TridentResource
-from trident_assets.dagster.window_assets import fingerprint, read_finals_range
+from trident_assets.dagster.window_assets import (
+    FINALS_CHECKS_SENSOR,
+    fingerprint,
+    read_finals_range,
+)
 from trident_assets.errors import ConfigError
 from trident_assets.examples.page_views import (
     TOPIC,
@@ -122,18 +127,39 @@ def check_result(defs: dg.Definitions, instance: dg.DagsterInstance) -> tuple[bo
     return evaluation.passed, {k: v.value for k, v in evaluation.metadata.items()}
 
 
+@pytest.mark.filterwarnings("ignore::dagster.BetaWarning")  # evaluate_automation_conditions
 def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -> None:
     trident, defs, instance = world
     rows = seed_rows()
+    # the finals check runs after each run that materialized finals partitions, and only then
+    # (its sensor's only target is that check: the count of requests is that check's)
+    sensor = defs.resolve_sensor_def(FINALS_CHECKS_SENSOR)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    check = next(iter(defs.asset_checks))
+    assert check.check_keys == {dg.AssetCheckKey(FINALS, "finals_unchanged")}
+    assert check.node_def.pool == batches_pool("page_views", None, trident.database)
+    cursor = None
+
+    def check_requested() -> int:
+        nonlocal cursor
+        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+        cursor = result.cursor
+        return result.total_requested
+
     produce(trident, rows[:24])  # 00:00 .. 00:57:30: watermark 00:56:30
     assert run_txid(defs, instance, 1) == []
+    assert check_requested() == 0
     produce(trident, rows[24:48])  # 01:00 .. 01:57:30: watermark 01:56:30 completes 00:00
     assert run_txid(defs, instance, 2) == [hour(0)]
+    assert check_requested() == 1
     produce(trident, [{"page": "docs", "ts": "2026-01-01 00:30:00"}])  # late: a dead letter
     assert run_txid(defs, instance, 3) == []
+    assert check_requested() == 0
     produce(trident, rows[48:])  # 2026-01-02 00:05: watermark 00:04 completes all of Jan 1st
     assert run_txid(defs, instance, 4) == [hour(h) for h in range(1, 24)]
+    assert check_requested() == 1
     assert run_txid(defs, instance, 2) == [], "a replayed txid materializes nothing"
+    assert check_requested() == 0
     assert instance.get_materialized_partitions(FINALS) == {hour(h) for h in range(24)}
 
     first = finals_metadata(instance, hour(0))

@@ -19,6 +19,7 @@ from trident_assets.dagster.window_assets import (
     check_partition_names,
     finals_assets,
     finals_check,
+    finals_checks_sensor,
 )
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, use_worker_python
 from trident_assets.stream.topology import TridentTopology
@@ -72,7 +73,10 @@ def trident_definitions(
     window_partitions: Mapping[str, dg.TimeWindowPartitionsDefinition] | None = None,
     window_partitions_start: str = DEFAULT_START,
 ) -> dg.Definitions:
-    """Definitions for ``topologies``: their assets, checks and coordinator sensors.
+    """Definitions for ``topologies``: their assets, checks and sensors.
+
+    Sensors: a coordinator per topology, and ``trident_finals_checks``, which runs each
+    finals asset's ``finals_unchanged`` check after a run materialized finals partitions.
 
     Runs use the in-process executor: one SparkSession (one JVM) per run process instead of
     one per step, and one process holding the DuckDB file's lock. Runs use
@@ -99,6 +103,8 @@ def trident_definitions(
         t.name: finals_assets(t, window_partitions, window_partitions_start) for t in topologies
     }
     check_partition_names(list(window_partitions or {}), [f for fs in finals.values() for f in fs])
+    pools = {t.name: batches_pool(t.name, trident.state_dsn, trident.database) for t in topologies}
+    finals_checks = [finals_check(f, pools[name]) for name, fs in finals.items() for f in fs]
     return dg.Definitions(
         assets=[
             *(
@@ -106,22 +112,25 @@ def trident_definitions(
                     t,
                     checks,
                     finals[t.name],
-                    batches_pool(t.name, trident.state_dsn, trident.database),
+                    pools[t.name],
                 )
                 for t in topologies
             ),
             *(f.spec() for fs in finals.values() for f in fs),
             *assets,
         ],
-        asset_checks=[finals_check(f) for fs in finals.values() for f in fs],
+        asset_checks=finals_checks,
         sensors=[
-            coordinator_sensor(
-                t,
-                max_attempts=max_attempts,
-                max_catch_up=max_catch_up,
-                on_poison=on_poison,
-            )
-            for t in topologies
+            *(
+                coordinator_sensor(
+                    t,
+                    max_attempts=max_attempts,
+                    max_catch_up=max_catch_up,
+                    on_poison=on_poison,
+                )
+                for t in topologies
+            ),
+            *([finals_checks_sensor(finals_checks)] if finals_checks else []),
         ],
         resources={
             "trident": trident,

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_START",
+    "FINALS_CHECKS_SENSOR",
     "KIND_FINALS",
     "FinalsAsset",
     "check_partition_names",
@@ -70,6 +71,7 @@ __all__ = [
     "default_finals_partitions",
     "finals_assets",
     "finals_check",
+    "finals_checks_sensor",
     "finals_events",
     "fingerprint",
     "read_finals_range",
@@ -345,19 +347,27 @@ def finals_events(
             )
 
 
-def finals_check(fa: FinalsAsset) -> dg.AssetChecksDefinition:
+FINALS_CHECKS_SENSOR = "trident_finals_checks"
+"""The sensor that runs the finals checks after new finals partitions."""
+
+
+def finals_check(fa: FinalsAsset, pool: str | None = None) -> dg.AssetChecksDefinition:
     """The check of a finals asset: each window emitted once, no closed partition changed.
 
     Fails (with the offending partitions and windows as metadata) when a time partition was
     materialized more than once, when the finals of a materialized partition no longer match
     the fingerprint its materialization recorded, or when a (key, window_start, window_end)
-    appears twice in the finals table.
+    appears twice in the finals table. Requested by :func:`finals_checks_sensor` whenever
+    the asset got new partitions (``AutomationCondition.any_deps_updated``); ``pool``: the
+    topology's batches pool, so that its run reads the store between batch runs.
     """
     from trident_assets.backends.state_store import open_state_store
 
     @dg.asset_check(
         asset=fa.key,
         name="finals_unchanged",
+        automation_condition=dg.AutomationCondition.any_deps_updated(),
+        pool=pool,
         description=(
             "Each window emitted once; the finals of every materialized partition still match "
             "the fingerprint recorded when it was materialized."
@@ -425,3 +435,18 @@ def finals_check(fa: FinalsAsset) -> dg.AssetChecksDefinition:
         )
 
     return _check
+
+
+def finals_checks_sensor(checks: Sequence[dg.AssetChecksDefinition]) -> dg.SensorDefinition:
+    """The sensor (running by default, every 15 s) that runs the finals checks.
+
+    It requests each check whose asset got new partitions since its last tick: a check runs
+    once after the batch run that materialized them, never while nothing changed.
+    """
+    return dg.AutomationConditionSensorDefinition(
+        FINALS_CHECKS_SENSOR,
+        target=dg.AssetSelection.checks(*checks),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=15,
+        description="Runs each finals asset's finals_unchanged check after new finals partitions.",
+    )
