@@ -1,9 +1,11 @@
-"""Event-time windows on Spark + DuckDB: exact windows, late records, exactly-once finals.
+"""Event-time windows on Spark + DuckDB or PostgreSQL: exact windows, late records, exactly-once
+finals.
 
 Every expected window comes from the plain-Python model of
 :func:`trident_assets.core.event_windows.reference_windows` over the same records, or by hand.
 Records are produced into a one-partition topic just before their txid runs, so txid ``i``
-reads exactly batch ``i``.
+reads exactly batch ``i``. The tests taking ``open_store`` run on both stores with the same
+expected values.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from trident_assets.backends.window_store import WATERMARKS, last_watermark, rea
 from trident_assets.core.event_windows import EventWindow, reference_windows
 from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
+from trident_assets_tests.conftest import OpenStore
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = datetime(2026, 1, 1)
@@ -108,8 +111,13 @@ def _us(value: datetime) -> int:
 
 
 def dead_letters(store: Any) -> list[tuple[Any, ...]]:
+    """The dead letters, reasons ordered by code point on both stores."""
+    pg = store.dialect.is_postgres
+    text, reason = (
+        ("convert_from(value, 'UTF8')", 'reason COLLATE "C"') if pg else ("decode(value)", "reason")
+    )
     return store.fetch_rows(
-        "SELECT txid, spout, reason, decode(value) FROM _trident_dead_letters ORDER BY txid, reason"
+        f"SELECT txid, spout, reason, {text} FROM _trident_dead_letters ORDER BY txid, {reason}"
     )
 
 
@@ -128,9 +136,11 @@ TUMBLING_BATCHES: list[list[Record]] = [
 ]
 
 
-def test_tumbling_windows_late_and_unreadable_records(spark: Any, tmp_path: Path) -> None:
+def test_tumbling_windows_late_and_unreadable_records(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(TUMBLING)
     runner = ta.TopologyRunner(topo, spark, store, log)
     outcomes = run_all(runner, log, TUMBLING_BATCHES)
@@ -200,10 +210,10 @@ SLIDING_BATCHES: list[list[Record]] = [
 
 
 def test_sliding_windows_partly_late_record_goes_to_its_open_windows(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(SLIDING)
     runner = ta.TopologyRunner(topo, spark, store, log)
     outcomes = run_all(runner, log, SLIDING_BATCHES)
@@ -235,9 +245,11 @@ SESSION_BATCHES: list[list[Record]] = [
 ]
 
 
-def test_sessions_merge_across_txids_and_late_records(spark: Any, tmp_path: Path) -> None:
+def test_sessions_merge_across_txids_and_late_records(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(SESSION)
     runner = ta.TopologyRunner(topo, spark, store, log)
     outcomes = run_all(runner, log, SESSION_BATCHES)
@@ -270,7 +282,12 @@ def test_sessions_merge_across_txids_and_late_records(spark: Any, tmp_path: Path
     ids=["14-txids", "30-txids"],
 )
 def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
-    spark: Any, tmp_path: Path, txids: int, final_minutes: int, still_open: tuple[int, int]
+    spark: Any,
+    tmp_path: Path,
+    open_store: OpenStore,
+    txids: int,
+    final_minutes: int,
+    still_open: tuple[int, int],
 ) -> None:
     """``make test`` runs 14 txids (two windows per page closed, a third open); ``make soak``
     runs 30 (six closed)."""
@@ -278,7 +295,7 @@ def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
     # 13 s of event time per txid, two pages, some records out of order
     batches = [[("a", 13 * i), ("b", 13 * i + 2), ("a", max(0, 13 * i - 7))] for i in range(txids)]
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(window)
     runner = ta.TopologyRunner(topo, spark, store, log)
     state = state_of(topo)
@@ -313,7 +330,9 @@ def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
     store.close()
 
 
-def test_epoch_millisecond_field_with_sum(spark: Any, tmp_path: Path) -> None:
+def test_epoch_millisecond_field_with_sum(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     topo = ta.TridentTopology("clicks")
     scheme = ta.JsonScheme({"page": "string", "ms": "bigint", "n": "bigint"})
     stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
@@ -325,7 +344,7 @@ def test_epoch_millisecond_field_with_sum(spark: Any, tmp_path: Path) -> None:
         inputs="n",
     )
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = ta.TopologyRunner(topo, spark, store, log)
     producer = log.producer("clicks")
     for ms, n in ((1_000, 2), (1_999, 3), (2_000, 10), (5_000, 1)):
@@ -434,6 +453,7 @@ import os, signal, sys
 from pathlib import Path
 
 import trident_assets as ta
+from trident_assets.backends.state_store import open_state_store
 from trident_assets.spark.session import build_spark_session
 from trident_assets_tests.test_event_windows import SESSION, topology
 
@@ -446,7 +466,7 @@ def fault(point):
     if point == {point!r}:
         os.kill(os.getpid(), signal.SIGKILL)
 
-store = ta.DuckDBStore(root / "state.duckdb")
+store = open_state_store(sys.argv[2])
 runner = ta.TopologyRunner(topology(SESSION), spark, store, ta.PartitionedLog(root / "log"),
                            fault=fault)
 runner.run_batch(3)
@@ -455,10 +475,10 @@ runner.run_batch(3)
 
 @pytest.mark.parametrize("point", ["after_state_write", "before_commit"])
 def test_sigkill_between_window_write_and_commit_emits_each_window_once(
-    spark: Any, tmp_path: Path, point: str
+    spark: Any, tmp_path: Path, open_store: OpenStore, point: str
 ) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(SESSION)
     run_all(ta.TopologyRunner(topo, spark, store, log), log, SESSION_BATCHES[:2])
     state = state_of(topo)
@@ -469,10 +489,13 @@ def test_sigkill_between_window_write_and_commit_emits_each_window_once(
     script.write_text(textwrap.dedent(CHILD.format(point=point)))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path, timeout=300
+        [sys.executable, str(script), str(tmp_path), open_store.location],
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert proc.returncode == -signal.SIGKILL
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     assert store.last_committed("clicks") == 2
     assert (finals(state, store), opened(state, store), dead_letters(store)) == before
     assert store.fetch_rows(f"SELECT max(txid) FROM {WATERMARKS}") == [(2,)]
@@ -487,16 +510,44 @@ def test_sigkill_between_window_write_and_commit_emits_each_window_once(
     store.close()
 
 
-def test_stores_quarantine_and_backfill_that_cannot_hold_windows_are_refused() -> None:
-    from types import SimpleNamespace
+def test_the_same_topology_runs_on_postgres_with_the_duckdb_results(
+    spark: Any, tmp_path: Path, pg_dsn: str
+) -> None:
+    """Once refused on PostgreSQL: the same batches give the same rows in both stores."""
+    from trident_assets.backends.state_store import open_state_store
 
-    from trident_assets.backends.window_store import check_window_store
+    results = []
+    for location in (str(tmp_path / "state.duckdb"), pg_dsn):
+        log = new_log(tmp_path / f"run{len(results)}")
+        topo = topology(TUMBLING)
+        with open_state_store(location) as store:
+            runner = ta.TopologyRunner(topo, spark, store, log)
+            outcomes = run_all(runner, log, TUMBLING_BATCHES)
+            state = state_of(topo)
+            results.append(
+                (
+                    type(store).__name__,
+                    [o.windows["page_views"] for o in outcomes],
+                    read_finals(store, state),
+                    read_open(store, state),
+                    dead_letters(store),
+                    store.fetch_rows(f"SELECT * FROM {WATERMARKS} ORDER BY txid"),
+                    store.fetch_rows(
+                        'SELECT * FROM "clicks__page_views__new_values" ORDER BY txid, page'
+                    ),
+                )
+            )
+    duck, pg = results
+    assert (duck[0], pg[0]) == ("DuckDBStore", "PostgresStore")
+    assert pg[1:] == duck[1:]
+    assert [r["window_start"] for r in pg[2]] == [at(0), at(10), at(20), at(10)]
+    assert pg[5][-1] == ("clicks", "page_views", 4, at(40), at(35))
+
+
+def test_quarantine_and_backfill_of_a_window_state_are_refused() -> None:
     from trident_assets.planner import quarantine_refusal
     from trident_assets.spark.backfill import replay_refusal
 
-    postgres = SimpleNamespace(dialect=SimpleNamespace(is_postgres=True))
-    with pytest.raises(ConfigError, match=r"event-time windows \(window_aggregate\) need a DuckDB"):
-        check_window_store(postgres)  # type: ignore[arg-type]
     topo = topology(TUMBLING)
     assert quarantine_refusal(topo) == (
         "state 'page_views' is an event window: its watermark depends on txid order"
@@ -504,7 +555,9 @@ def test_stores_quarantine_and_backfill_that_cannot_hold_windows_are_refused() -
     assert "event-window state" in str(replay_refusal(state_of(topo)))
 
 
-def test_finals_stream_timestamp_field_and_null_keys(spark: Any, tmp_path: Path) -> None:
+def test_finals_stream_timestamp_field_and_null_keys(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     topo = ta.TridentTopology("clicks")
     scheme = ta.JsonScheme({"page": "string", "ts": "timestamp"}, optional=("page",))
     stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
@@ -513,7 +566,7 @@ def test_finals_stream_timestamp_field_and_null_keys(spark: Any, tmp_path: Path)
     )
     state.new_values_stream().as_output("final_n")
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = ta.TopologyRunner(topo, spark, store, log)
     batches = [[(None, 1), ("p", 2), (None, 3)], [(None, 12), ("p", 21)]]
     for txid, batch in enumerate(batches, start=1):
