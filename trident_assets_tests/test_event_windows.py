@@ -558,6 +558,28 @@ def test_quarantine_and_backfill_of_a_window_state_are_refused() -> None:
 def test_finals_stream_timestamp_field_and_null_keys(
     spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
+    check_finals_stream(spark, tmp_path, open_store())
+
+
+def test_a_postgres_session_in_another_time_zone_stores_utc(
+    spark: Any, tmp_path: Path, pg_dsn: str
+) -> None:
+    """A server or client default zone other than UTC changes no stored instant."""
+    import adbc_driver_postgresql.dbapi as pgdbapi
+
+    from trident_assets.backends.state_store import open_state_store
+
+    dsn = f"{pg_dsn}?options=-c%20TimeZone%3DAmerica%2FNew_York"
+    with pgdbapi.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT current_setting('TimeZone')")
+        assert cur.fetchall() == [("America/New_York",)]  # the DSN's zone reaches the server
+    with open_state_store(dsn) as store:
+        check_finals_stream(spark, tmp_path, store)
+        assert store.fetch_rows("SELECT current_setting('TimeZone')") == [("UTC",)]
+
+
+def check_finals_stream(spark: Any, tmp_path: Path, store: Any) -> None:
+    """Null keys, a TIMESTAMP event-time field and the finals as an output stream."""
     topo = ta.TridentTopology("clicks")
     scheme = ta.JsonScheme({"page": "string", "ts": "timestamp"}, optional=("page",))
     stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
@@ -566,7 +588,6 @@ def test_finals_stream_timestamp_field_and_null_keys(
     )
     state.new_values_stream().as_output("final_n")
     log = new_log(tmp_path)
-    store = open_store()
     runner = ta.TopologyRunner(topo, spark, store, log)
     batches = [[(None, 1), ("p", 2), (None, 3)], [(None, 12), ("p", 21)]]
     for txid, batch in enumerate(batches, start=1):
@@ -593,4 +614,3 @@ def test_finals_stream_timestamp_field_and_null_keys(
         (2, None, at(10), at(20), 1),
     ]
     assert [(r["page"], r["window_start"]) for r in read_open(store, state)] == [("p", at(20))]
-    store.close()
