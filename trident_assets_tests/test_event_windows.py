@@ -614,3 +614,75 @@ def check_finals_stream(spark: Any, tmp_path: Path, store: Any) -> None:
         (2, None, at(10), at(20), 1),
     ]
     assert [(r["page"], r["window_start"]) for r in read_open(store, state)] == [("p", at(20))]
+
+
+def test_window_rows_keep_duckdb_order_in_a_collated_postgres_database(
+    tmp_path: Path, postgres_server: Any
+) -> None:
+    """Keys ordered by code point on both stores, also where PostgreSQL's collation is en-US."""
+    import uuid
+
+    import adbc_driver_postgresql.dbapi as pgdbapi
+    import pyarrow as pa
+
+    from trident_assets.backends.state_store import open_state_store
+    from trident_assets.backends.window_store import (
+        WindowBatch,
+        apply_window_batch,
+        last_watermark_us,
+    )
+
+    name = f"icu_{uuid.uuid4().hex[:12]}"
+    with pgdbapi.connect(postgres_server.dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(
+            f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
+            "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+        )
+    dsn = postgres_server.dsn.rsplit("/", 1)[0] + f"/{name}"
+    pages = ["b", "B", None, "a", "Z"]
+    batches = [  # (pages, window index, views), the batch's largest event time (seconds)
+        ([(p, 0, 1) for p in pages] + [(p, 1, 2) for p in pages[:3]], 12),
+        ([(p, 1, 3) for p in pages[2:]] + [("a", 4, 1)], 40),
+    ]
+    results = []
+    for location in (str(tmp_path / "state.duckdb"), dsn):
+        topo = topology(TUMBLING)
+        state = state_of(topo)
+        emitted = []
+        with open_state_store(location) as store:
+            for txid, (rows, top) in enumerate(batches, start=1):
+                partials = pa.table(
+                    {
+                        "page": pa.array([r[0] for r in rows], pa.string()),
+                        "__ws": [BASE_US + r[1] * 10 * S for r in rows],
+                        "__we": [BASE_US + (r[1] + 1) * 10 * S for r in rows],
+                        "views": pa.array([r[2] for r in rows], pa.int64()),
+                    }
+                )
+                batch = WindowBatch(partials, BASE_US + top * S, last_watermark_us(store, state))
+                with store.transaction():
+                    applied = apply_window_batch(store, state, txid, batch)
+                emitted.append(applied.finals.to_pylist())
+            if store.dialect.is_postgres:  # the database's own order differs
+                assert store.fetch_rows(
+                    f'SELECT DISTINCT page FROM "{state.finals_table}" ORDER BY page'
+                ) == [("a",), ("b",), ("B",), ("Z",), (None,)]
+            results.append((emitted, finals(state, store), opened(state, store)))
+    duck, pg = results
+    assert pg == duck
+    w0, w1 = (BASE_US, BASE_US + 10 * S), (BASE_US + 10 * S, BASE_US + 20 * S)
+    assert pg[1] == [
+        ("B", *w0, 1, 2),
+        ("B", *w1, 2, 2),
+        ("Z", *w0, 1, 2),
+        ("Z", *w1, 3, 2),
+        ("a", *w0, 1, 2),
+        ("a", *w1, 3, 2),
+        ("b", *w0, 1, 2),
+        ("b", *w1, 2, 2),
+        (None, *w0, 1, 2),
+        (None, *w1, 5, 2),
+    ]
+    assert pg[0][0] == []
+    assert [(r["page"], r["views"]) for r in pg[0][1]] == [(f[0], f[3]) for f in pg[1]]
+    assert pg[2] == [("a", BASE_US + 40 * S, BASE_US + 50 * S, 1)]

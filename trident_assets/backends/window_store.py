@@ -213,6 +213,19 @@ def _merge_sql(store: StateStore, state: WindowedState, staged: str) -> tuple[st
     return select, delete
 
 
+def _key_order(store: StateStore, state: WindowedState, table: pa.Table) -> pa.Table:
+    """``table`` ordered by key, window_start, window_end as DuckDB orders it, on any store.
+
+    DuckDB compares text by code point; a PostgreSQL database orders text by its collation
+    (``en_US`` puts ``a`` before ``B``), so its rows are sorted again by Arrow (code point,
+    NULLs last), giving both stores the same order.
+    """
+    if not store.dialect.is_postgres or table.num_rows < 2:
+        return table
+    names = [*state.windowed.group, "window_start", "window_end"]
+    return table.sort_by([(n, "ascending") for n in names])
+
+
 def apply_window_batch(
     store: StateStore, state: WindowedState, txid: int, batch: WindowBatch
 ) -> _Applied:
@@ -268,6 +281,7 @@ def apply_window_batch(
             f"ORDER BY {order}window_start, window_end",
             [wm_after],
         )
+        finals = _key_order(store, state, finals)
     if finals.num_rows:
         store.execute(
             f"INSERT INTO {finals_t} SELECT {k}window_start, window_end, {out}, ? FROM {open_t} "
@@ -286,7 +300,7 @@ def read_finals(store: StateStore, state: WindowedState) -> list[dict[str, Any]]
         return []
     order = "".join(f"{c}, " for c in keys)
     table = store.fetch_arrow(f"SELECT * FROM {finals_t} ORDER BY {order}window_start, window_end")
-    return table.to_pylist()
+    return _key_order(store, state, table).to_pylist()
 
 
 def read_open(store: StateStore, state: WindowedState) -> list[dict[str, Any]]:
@@ -298,7 +312,7 @@ def read_open(store: StateStore, state: WindowedState) -> list[dict[str, Any]]:
     table = store.fetch_arrow(
         f"SELECT *, FALSE AS final FROM {open_t} ORDER BY {order}window_start, window_end"
     )
-    return table.to_pylist()
+    return _key_order(store, state, table).to_pylist()
 
 
 def utc(value: datetime) -> datetime:
