@@ -686,3 +686,38 @@ def test_window_rows_keep_duckdb_order_in_a_collated_postgres_database(
     assert pg[0][0] == []
     assert [(r["page"], r["views"]) for r in pg[0][1]] == [(f[0], f[3]) for f in pg[1]]
     assert pg[2] == [("a", BASE_US + 40 * S, BASE_US + 50 * S, 1)]
+
+
+EDGE_MICROS = [
+    0,
+    1,
+    -1,
+    BASE_US + 123_456,
+    -86_400_000_001,
+    253_402_300_799_999_999,  # 9999-12-31 23:59:59.999999
+    -62_135_596_800_000_000,  # 0001-01-01 00:00:00
+]
+
+
+def test_timestamps_and_epoch_micros_convert_exactly_on_both_stores(
+    open_store: OpenStore,
+) -> None:
+    """The dialect's conversions: a column, a bound parameter and back, to the microsecond."""
+    import pyarrow as pa
+
+    store = open_store()
+    d = store.dialect
+    expected = [datetime(1970, 1, 1) + timedelta(microseconds=m) for m in EDGE_MICROS]
+    with store.staged(pa.table({"i": list(range(len(EDGE_MICROS))), "v": EDGE_MICROS})) as name:
+        rows = store.fetch_rows(
+            f'SELECT {d.timestamp_of_micros("v")} AS t FROM "{name}" ORDER BY i'
+        )
+        assert [r[0] for r in rows] == expected
+        back = store.fetch_rows(
+            f"SELECT {d.micros_of('t')} FROM (SELECT i, {d.timestamp_of_micros('v')} AS t "
+            f'FROM "{name}") AS s ORDER BY i'
+        )
+        assert [r[0] for r in back] == EDGE_MICROS
+    for micros, when in zip(EDGE_MICROS, expected, strict=True):
+        assert store.fetch_rows(f"SELECT {d.timestamp_param()}", [micros]) == [(when,)]
+    assert store.fetch_rows(f"SELECT {d.timestamp_param()}", [None]) == [(None,)]
