@@ -402,12 +402,27 @@ def test_declarations_are_checked_before_anything_runs() -> None:
         grouped.window_aggregate(tumbling, ta.Count(), "n", spec=ta.StateSpec("ok"))
 
 
-def test_a_changed_window_is_refused_before_any_write(spark: Any, tmp_path: Path) -> None:
+def snapshot(store: Any, state: Any) -> tuple[Any, ...]:
+    """Every map table's rows, the open and final windows and the watermarks."""
+    maps = {t: sorted(store.fetch_rows(f'SELECT * FROM "{t}"'), key=repr) for t in store.tables()}
+    marks = store.fetch_rows(f"SELECT * FROM {WATERMARKS} ORDER BY txid")
+    return maps, opened(state, store), finals(state, store), marks
+
+
+def test_a_changed_window_is_refused_before_any_write(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
-    runner = ta.TopologyRunner(topology(TUMBLING), spark, store, log)
+    store = open_store()
+    topo = topology(TUMBLING)
+    runner = ta.TopologyRunner(topo, spark, store, log)
     run_all(runner, log, TUMBLING_BATCHES[:1])
-    tables = {t: store.fetch_rows(f'SELECT * FROM "{t}" ORDER BY ALL') for t in store.tables()}
+    tables = snapshot(store, state_of(topo))
+    assert tables[1] == [
+        ("a", BASE_US, BASE_US + 10 * S, 1),
+        ("a", BASE_US + 10 * S, BASE_US + 20 * S, 1),
+    ]
+    assert tables[3] == [("clicks", "page_views", 1, at(12), at(7))]
     wider = EventWindow.tumbling("20 s", time_field="ts", allowed_lateness="5 s")
     with pytest.raises(StateContractError) as err:
         ta.TopologyRunner(topology(wider), spark, store, log)
@@ -418,7 +433,7 @@ def test_a_changed_window_is_refused_before_any_write(spark: Any, tmp_path: Path
     session = EventWindow.session("10 s", time_field="ts", allowed_lateness="5 s")
     with pytest.raises(StateContractError, match=r"window\.kind"):
         ta.TopologyRunner(topology(session), spark, store, log)
-    after = {t: store.fetch_rows(f'SELECT * FROM "{t}" ORDER BY ALL') for t in store.tables()}
+    after = snapshot(store, state_of(topo))
     assert after == tables
     # the same declaration continues
     again = ta.TopologyRunner(topology(TUMBLING), spark, store, log)
