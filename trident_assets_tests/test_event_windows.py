@@ -1,9 +1,11 @@
-"""Event-time windows on Spark + DuckDB: exact windows, late records, exactly-once finals.
+"""Event-time windows on Spark + DuckDB or PostgreSQL: exact windows, late records, exactly-once
+finals.
 
 Every expected window comes from the plain-Python model of
 :func:`trident_assets.core.event_windows.reference_windows` over the same records, or by hand.
 Records are produced into a one-partition topic just before their txid runs, so txid ``i``
-reads exactly batch ``i``.
+reads exactly batch ``i``. The tests taking ``open_store`` run on both stores with the same
+expected values.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from trident_assets.backends.window_store import WATERMARKS, last_watermark, rea
 from trident_assets.core.event_windows import EventWindow, reference_windows
 from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
+from trident_assets_tests.conftest import OpenStore
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = datetime(2026, 1, 1)
@@ -108,8 +111,13 @@ def _us(value: datetime) -> int:
 
 
 def dead_letters(store: Any) -> list[tuple[Any, ...]]:
+    """The dead letters, reasons ordered by code point on both stores."""
+    pg = store.dialect.is_postgres
+    text, reason = (
+        ("convert_from(value, 'UTF8')", 'reason COLLATE "C"') if pg else ("decode(value)", "reason")
+    )
     return store.fetch_rows(
-        "SELECT txid, spout, reason, decode(value) FROM _trident_dead_letters ORDER BY txid, reason"
+        f"SELECT txid, spout, reason, {text} FROM _trident_dead_letters ORDER BY txid, {reason}"
     )
 
 
@@ -128,9 +136,11 @@ TUMBLING_BATCHES: list[list[Record]] = [
 ]
 
 
-def test_tumbling_windows_late_and_unreadable_records(spark: Any, tmp_path: Path) -> None:
+def test_tumbling_windows_late_and_unreadable_records(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(TUMBLING)
     runner = ta.TopologyRunner(topo, spark, store, log)
     outcomes = run_all(runner, log, TUMBLING_BATCHES)
@@ -267,10 +277,10 @@ SLIDING_BATCHES: list[list[Record]] = [
 
 
 def test_sliding_windows_partly_late_record_goes_to_its_open_windows(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(SLIDING)
     runner = ta.TopologyRunner(topo, spark, store, log)
     outcomes = run_all(runner, log, SLIDING_BATCHES)
@@ -302,9 +312,11 @@ SESSION_BATCHES: list[list[Record]] = [
 ]
 
 
-def test_sessions_merge_across_txids_and_late_records(spark: Any, tmp_path: Path) -> None:
+def test_sessions_merge_across_txids_and_late_records(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(SESSION)
     runner = ta.TopologyRunner(topo, spark, store, log)
     outcomes = run_all(runner, log, SESSION_BATCHES)
@@ -337,7 +349,12 @@ def test_sessions_merge_across_txids_and_late_records(spark: Any, tmp_path: Path
     ids=["14-txids", "30-txids"],
 )
 def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
-    spark: Any, tmp_path: Path, txids: int, final_minutes: int, still_open: tuple[int, int]
+    spark: Any,
+    tmp_path: Path,
+    open_store: OpenStore,
+    txids: int,
+    final_minutes: int,
+    still_open: tuple[int, int],
 ) -> None:
     """``make test`` runs 14 txids (two windows per page closed, a third open); ``make soak``
     runs 30 (six closed)."""
@@ -345,7 +362,7 @@ def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
     # 13 s of event time per txid, two pages, some records out of order
     batches = [[("a", 13 * i), ("b", 13 * i + 2), ("a", max(0, 13 * i - 7))] for i in range(txids)]
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(window)
     runner = ta.TopologyRunner(topo, spark, store, log)
     state = state_of(topo)
@@ -380,7 +397,9 @@ def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
     store.close()
 
 
-def test_epoch_millisecond_field_with_sum(spark: Any, tmp_path: Path) -> None:
+def test_epoch_millisecond_field_with_sum(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     topo = ta.TridentTopology("clicks")
     scheme = ta.JsonScheme({"page": "string", "ms": "bigint", "n": "bigint"})
     stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
@@ -392,7 +411,7 @@ def test_epoch_millisecond_field_with_sum(spark: Any, tmp_path: Path) -> None:
         inputs="n",
     )
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     runner = ta.TopologyRunner(topo, spark, store, log)
     producer = log.producer("clicks")
     for ms, n in ((1_000, 2), (1_999, 3), (2_000, 10), (5_000, 1)):
@@ -450,12 +469,27 @@ def test_declarations_are_checked_before_anything_runs() -> None:
         grouped.window_aggregate(tumbling, ta.Count(), "n", spec=ta.StateSpec("ok"))
 
 
-def test_a_changed_window_is_refused_before_any_write(spark: Any, tmp_path: Path) -> None:
+def snapshot(store: Any, state: Any) -> tuple[Any, ...]:
+    """Every map table's rows, the open and final windows and the watermarks."""
+    maps = {t: sorted(store.fetch_rows(f'SELECT * FROM "{t}"'), key=repr) for t in store.tables()}
+    marks = store.fetch_rows(f"SELECT * FROM {WATERMARKS} ORDER BY txid")
+    return maps, opened(state, store), finals(state, store), marks
+
+
+def test_a_changed_window_is_refused_before_any_write(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
-    runner = ta.TopologyRunner(topology(TUMBLING), spark, store, log)
+    store = open_store()
+    topo = topology(TUMBLING)
+    runner = ta.TopologyRunner(topo, spark, store, log)
     run_all(runner, log, TUMBLING_BATCHES[:1])
-    tables = {t: store.fetch_rows(f'SELECT * FROM "{t}" ORDER BY ALL') for t in store.tables()}
+    tables = snapshot(store, state_of(topo))
+    assert tables[1] == [
+        ("a", BASE_US, BASE_US + 10 * S, 1),
+        ("a", BASE_US + 10 * S, BASE_US + 20 * S, 1),
+    ]
+    assert tables[3] == [("clicks", "page_views", 1, at(12), at(7))]
     wider = EventWindow.tumbling("20 s", time_field="ts", allowed_lateness="5 s")
     with pytest.raises(StateContractError) as err:
         ta.TopologyRunner(topology(wider), spark, store, log)
@@ -466,7 +500,7 @@ def test_a_changed_window_is_refused_before_any_write(spark: Any, tmp_path: Path
     session = EventWindow.session("10 s", time_field="ts", allowed_lateness="5 s")
     with pytest.raises(StateContractError, match=r"window\.kind"):
         ta.TopologyRunner(topology(session), spark, store, log)
-    after = {t: store.fetch_rows(f'SELECT * FROM "{t}" ORDER BY ALL') for t in store.tables()}
+    after = snapshot(store, state_of(topo))
     assert after == tables
     # the same declaration continues
     again = ta.TopologyRunner(topology(TUMBLING), spark, store, log)
@@ -501,6 +535,7 @@ import os, signal, sys
 from pathlib import Path
 
 import trident_assets as ta
+from trident_assets.backends.state_store import open_state_store
 from trident_assets.spark.session import build_spark_session
 from trident_assets_tests.test_event_windows import SESSION, topology
 
@@ -513,7 +548,7 @@ def fault(point):
     if point == {point!r}:
         os.kill(os.getpid(), signal.SIGKILL)
 
-store = ta.DuckDBStore(root / "state.duckdb")
+store = open_state_store(sys.argv[2])
 runner = ta.TopologyRunner(topology(SESSION), spark, store, ta.PartitionedLog(root / "log"),
                            fault=fault)
 runner.run_batch(3)
@@ -522,10 +557,10 @@ runner.run_batch(3)
 
 @pytest.mark.parametrize("point", ["after_state_write", "before_commit"])
 def test_sigkill_between_window_write_and_commit_emits_each_window_once(
-    spark: Any, tmp_path: Path, point: str
+    spark: Any, tmp_path: Path, open_store: OpenStore, point: str
 ) -> None:
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     topo = topology(SESSION)
     run_all(ta.TopologyRunner(topo, spark, store, log), log, SESSION_BATCHES[:2])
     state = state_of(topo)
@@ -536,10 +571,13 @@ def test_sigkill_between_window_write_and_commit_emits_each_window_once(
     script.write_text(textwrap.dedent(CHILD.format(point=point)))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path, timeout=300
+        [sys.executable, str(script), str(tmp_path), open_store.location],
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert proc.returncode == -signal.SIGKILL
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
+    store = open_store()
     assert store.last_committed("clicks") == 2
     assert (finals(state, store), opened(state, store), dead_letters(store)) == before
     assert store.fetch_rows(f"SELECT max(txid) FROM {WATERMARKS}") == [(2,)]
@@ -554,16 +592,44 @@ def test_sigkill_between_window_write_and_commit_emits_each_window_once(
     store.close()
 
 
-def test_stores_quarantine_and_backfill_that_cannot_hold_windows_are_refused() -> None:
-    from types import SimpleNamespace
+def test_the_same_topology_runs_on_postgres_with_the_duckdb_results(
+    spark: Any, tmp_path: Path, pg_dsn: str
+) -> None:
+    """Once refused on PostgreSQL: the same batches give the same rows in both stores."""
+    from trident_assets.backends.state_store import open_state_store
 
-    from trident_assets.backends.window_store import check_window_store
+    results = []
+    for location in (str(tmp_path / "state.duckdb"), pg_dsn):
+        log = new_log(tmp_path / f"run{len(results)}")
+        topo = topology(TUMBLING)
+        with open_state_store(location) as store:
+            runner = ta.TopologyRunner(topo, spark, store, log)
+            outcomes = run_all(runner, log, TUMBLING_BATCHES)
+            state = state_of(topo)
+            results.append(
+                (
+                    type(store).__name__,
+                    [o.windows["page_views"] for o in outcomes],
+                    read_finals(store, state),
+                    read_open(store, state),
+                    dead_letters(store),
+                    store.fetch_rows(f"SELECT * FROM {WATERMARKS} ORDER BY txid"),
+                    store.fetch_rows(
+                        'SELECT * FROM "clicks__page_views__new_values" ORDER BY txid, page'
+                    ),
+                )
+            )
+    duck, pg = results
+    assert (duck[0], pg[0]) == ("DuckDBStore", "PostgresStore")
+    assert pg[1:] == duck[1:]
+    assert [r["window_start"] for r in pg[2]] == [at(0), at(10), at(20), at(10)]
+    assert pg[5][-1] == ("clicks", "page_views", 4, at(40), at(35))
+
+
+def test_quarantine_and_backfill_of_a_window_state_are_refused() -> None:
     from trident_assets.planner import quarantine_refusal
     from trident_assets.spark.backfill import replay_refusal
 
-    postgres = SimpleNamespace(dialect=SimpleNamespace(is_postgres=True))
-    with pytest.raises(ConfigError, match=r"event-time windows \(window_aggregate\) need a DuckDB"):
-        check_window_store(postgres)  # type: ignore[arg-type]
     topo = topology(TUMBLING)
     assert quarantine_refusal(topo) == (
         "state 'page_views' is an event window: its watermark depends on txid order"
@@ -571,7 +637,31 @@ def test_stores_quarantine_and_backfill_that_cannot_hold_windows_are_refused() -
     assert "event-window state" in str(replay_refusal(state_of(topo)))
 
 
-def test_finals_stream_timestamp_field_and_null_keys(spark: Any, tmp_path: Path) -> None:
+def test_finals_stream_timestamp_field_and_null_keys(
+    spark: Any, tmp_path: Path, open_store: OpenStore
+) -> None:
+    check_finals_stream(spark, tmp_path, open_store())
+
+
+def test_a_postgres_session_in_another_time_zone_stores_utc(
+    spark: Any, tmp_path: Path, pg_dsn: str
+) -> None:
+    """A server or client default zone other than UTC changes no stored instant."""
+    import adbc_driver_postgresql.dbapi as pgdbapi
+
+    from trident_assets.backends.state_store import open_state_store
+
+    dsn = f"{pg_dsn}?options=-c%20TimeZone%3DAmerica%2FNew_York"
+    with pgdbapi.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT current_setting('TimeZone')")
+        assert cur.fetchall() == [("America/New_York",)]  # the DSN's zone reaches the server
+    with open_state_store(dsn) as store:
+        check_finals_stream(spark, tmp_path, store)
+        assert store.fetch_rows("SELECT current_setting('TimeZone')") == [("UTC",)]
+
+
+def check_finals_stream(spark: Any, tmp_path: Path, store: Any) -> None:
+    """Null keys, a TIMESTAMP event-time field and the finals as an output stream."""
     topo = ta.TridentTopology("clicks")
     scheme = ta.JsonScheme({"page": "string", "ts": "timestamp"}, optional=("page",))
     stream = topo.new_stream("clicks", ta.LogSpout("clicks", scheme))
@@ -580,7 +670,6 @@ def test_finals_stream_timestamp_field_and_null_keys(spark: Any, tmp_path: Path)
     )
     state.new_values_stream().as_output("final_n")
     log = new_log(tmp_path)
-    store = ta.DuckDBStore(tmp_path / "state.duckdb")
     runner = ta.TopologyRunner(topo, spark, store, log)
     batches = [[(None, 1), ("p", 2), (None, 3)], [(None, 12), ("p", 21)]]
     for txid, batch in enumerate(batches, start=1):
@@ -607,4 +696,110 @@ def test_finals_stream_timestamp_field_and_null_keys(spark: Any, tmp_path: Path)
         (2, None, at(10), at(20), 1),
     ]
     assert [(r["page"], r["window_start"]) for r in read_open(store, state)] == [("p", at(20))]
-    store.close()
+
+
+def test_window_rows_keep_duckdb_order_in_a_collated_postgres_database(
+    tmp_path: Path, postgres_server: Any
+) -> None:
+    """Keys ordered by code point on both stores, also where PostgreSQL's collation is en-US."""
+    import uuid
+
+    import adbc_driver_postgresql.dbapi as pgdbapi
+    import pyarrow as pa
+
+    from trident_assets.backends.state_store import open_state_store
+    from trident_assets.backends.window_store import (
+        WindowBatch,
+        apply_window_batch,
+        last_watermark_us,
+    )
+
+    name = f"icu_{uuid.uuid4().hex[:12]}"
+    with pgdbapi.connect(postgres_server.dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(
+            f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
+            "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+        )
+    dsn = postgres_server.dsn.rsplit("/", 1)[0] + f"/{name}"
+    pages = ["b", "B", None, "a", "Z"]
+    batches = [  # (pages, window index, views), the batch's largest event time (seconds)
+        ([(p, 0, 1) for p in pages] + [(p, 1, 2) for p in pages[:3]], 12),
+        ([(p, 1, 3) for p in pages[2:]] + [("a", 4, 1)], 40),
+    ]
+    results = []
+    for location in (str(tmp_path / "state.duckdb"), dsn):
+        topo = topology(TUMBLING)
+        state = state_of(topo)
+        emitted = []
+        with open_state_store(location) as store:
+            for txid, (rows, top) in enumerate(batches, start=1):
+                partials = pa.table(
+                    {
+                        "page": pa.array([r[0] for r in rows], pa.string()),
+                        "__ws": [BASE_US + r[1] * 10 * S for r in rows],
+                        "__we": [BASE_US + (r[1] + 1) * 10 * S for r in rows],
+                        "views": pa.array([r[2] for r in rows], pa.int64()),
+                    }
+                )
+                batch = WindowBatch(partials, BASE_US + top * S, last_watermark_us(store, state))
+                with store.transaction():
+                    applied = apply_window_batch(store, state, txid, batch)
+                emitted.append(applied.finals.to_pylist())
+            if store.dialect.is_postgres:  # the database's own order differs
+                assert store.fetch_rows(
+                    f'SELECT DISTINCT page FROM "{state.finals_table}" ORDER BY page'
+                ) == [("a",), ("b",), ("B",), ("Z",), (None,)]
+            results.append((emitted, finals(state, store), opened(state, store)))
+    duck, pg = results
+    assert pg == duck
+    w0, w1 = (BASE_US, BASE_US + 10 * S), (BASE_US + 10 * S, BASE_US + 20 * S)
+    assert pg[1] == [
+        ("B", *w0, 1, 2),
+        ("B", *w1, 2, 2),
+        ("Z", *w0, 1, 2),
+        ("Z", *w1, 3, 2),
+        ("a", *w0, 1, 2),
+        ("a", *w1, 3, 2),
+        ("b", *w0, 1, 2),
+        ("b", *w1, 2, 2),
+        (None, *w0, 1, 2),
+        (None, *w1, 5, 2),
+    ]
+    assert pg[0][0] == []
+    assert [(r["page"], r["views"]) for r in pg[0][1]] == [(f[0], f[3]) for f in pg[1]]
+    assert pg[2] == [("a", BASE_US + 40 * S, BASE_US + 50 * S, 1)]
+
+
+EDGE_MICROS = [
+    0,
+    1,
+    -1,
+    BASE_US + 123_456,
+    -86_400_000_001,
+    253_402_300_799_999_999,  # 9999-12-31 23:59:59.999999
+    -62_135_596_800_000_000,  # 0001-01-01 00:00:00
+]
+
+
+def test_timestamps_and_epoch_micros_convert_exactly_on_both_stores(
+    open_store: OpenStore,
+) -> None:
+    """The dialect's conversions: a column, a bound parameter and back, to the microsecond."""
+    import pyarrow as pa
+
+    store = open_store()
+    d = store.dialect
+    expected = [datetime(1970, 1, 1) + timedelta(microseconds=m) for m in EDGE_MICROS]
+    with store.staged(pa.table({"i": list(range(len(EDGE_MICROS))), "v": EDGE_MICROS})) as name:
+        rows = store.fetch_rows(
+            f'SELECT {d.timestamp_of_micros("v")} AS t FROM "{name}" ORDER BY i'
+        )
+        assert [r[0] for r in rows] == expected
+        back = store.fetch_rows(
+            f"SELECT {d.micros_of('t')} FROM (SELECT i, {d.timestamp_of_micros('v')} AS t "
+            f'FROM "{name}") AS s ORDER BY i'
+        )
+        assert [r[0] for r in back] == EDGE_MICROS
+    for micros, when in zip(EDGE_MICROS, expected, strict=True):
+        assert store.fetch_rows(f"SELECT {d.timestamp_param()}", [micros]) == [(when,)]
+    assert store.fetch_rows(f"SELECT {d.timestamp_param()}", [None]) == [(None,)]

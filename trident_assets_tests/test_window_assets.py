@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +85,10 @@ def produce(trident: TridentResource, rows: list[dict[str, Any]]) -> None:
     producer.flush()
 
 
-@pytest.fixture
-def world(tmp_path: Path, spark):
-    trident = TridentResource(home=str(tmp_path))
+@contextmanager
+def make_world(tmp_path: Path, state_dsn: str | None = None) -> Iterator[Any]:
+    """The page-views definitions, their resource and a test instance (state: DuckDB or PG)."""
+    trident = TridentResource(home=str(tmp_path), state_dsn=state_dsn)
     trident.log().create_topic(TOPIC, 1)
     topo = build_page_views(max_batch_size=None)
     defs = trident_definitions([topo], trident, assets=daily_rollup())
@@ -96,6 +99,12 @@ def world(tmp_path: Path, spark):
     defs = dg.Definitions.merge(defs, dg.Definitions(jobs=[checks, rollup]))
     with dg.instance_for_test() as instance:
         yield trident, defs, instance
+
+
+@pytest.fixture
+def world(tmp_path: Path, spark):
+    with make_world(tmp_path) as made:
+        yield made
 
 
 def run_txid(defs: dg.Definitions, instance: dg.DagsterInstance, txid: int) -> list[str]:
@@ -281,3 +290,54 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
     assert run_txid(defs, instance, 2) == [hour(0)]
     assert finals_metadata(instance, hour(0))["reported_late"] is True
     assert run_txid(defs, instance, 2) == [], "reported once: nothing on the next replay"
+
+
+def test_finals_partitions_on_a_postgres_state_store(tmp_path: Path, spark, pg_dsn: str) -> None:
+    """The same partitions, metadata, replica rollup and check with the state in PostgreSQL."""
+    with make_world(tmp_path, pg_dsn) as (trident, defs, instance):
+        rows = seed_rows()
+        produce(trident, rows[:24])
+        assert run_txid(defs, instance, 1) == []
+        produce(trident, rows[24:48])
+        assert run_txid(defs, instance, 2) == [hour(0)]
+        produce(trident, [{"page": "docs", "ts": "2026-01-01 00:30:00"}])  # late
+        assert run_txid(defs, instance, 3) == []
+        produce(trident, rows[48:])
+        assert run_txid(defs, instance, 4) == [hour(h) for h in range(1, 24)]
+        assert run_txid(defs, instance, 2) == [], "a replayed txid materializes nothing"
+        with trident.store() as store:
+            assert type(store).__name__ == "PostgresStore"
+        first = finals_metadata(instance, hour(0))
+        assert {k: first[k] for k in ("windows", "total", "final_txids", "txid", "watermark")} == {
+            "windows": 18,
+            "total": 24.0,
+            "final_txids": [1, 2],
+            "txid": 2,
+            "watermark": "2026-01-01 01:56:30",
+        }
+        second = finals_metadata(instance, hour(1))
+        assert (second["final_txids"], second["late_records"], second["watermark"]) == (
+            [2, 4],
+            1,
+            "2026-01-02 00:04:00",
+        )
+        record = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=STATE, asset_partitions=[txid_key(4)]), limit=1
+        ).records[0]
+        assert record.asset_materialization.metadata["watermark_epoch_s"].value == 1767312240.0
+        result = defs.resolve_job_def("rollup").execute_in_process(
+            partition_key="2026-01-01", instance=instance
+        )
+        (mat,) = result.get_asset_materialization_events()
+        rollup = mat.materialization.metadata
+        assert rollup["views_per_page"].value == {"blog": 16, "docs": 16, "home": 16}
+        assert (rollup["total_views"].value, rollup["windows"].value) == (48, 36)
+        assert check_result(defs, instance) == (
+            True,
+            {
+                "partitions_checked": 24,
+                "materialized_twice": [],
+                "changed_partitions": {},
+                "duplicate_windows": [],
+            },
+        )

@@ -41,9 +41,12 @@ __all__ = ["PostgresStore", "PostgresTransaction", "is_postgres_dsn", "redact_ds
 
 WORK_MEM = "64MB"
 """The session's ``work_mem``: a batch's grouping and joins stay in memory (default 4MB spills)."""
-SESSION_SETTINGS = {"work_mem": WORK_MEM, "jit": "off"}
+SESSION_SETTINGS = {"work_mem": WORK_MEM, "jit": "off", "TimeZone": "UTC"}
 """Set on every store connection. ``jit=off``: a batch's statement is costed high enough to
-JIT-compile, which took about 300 ms per merge (more than the merge's own work at 100k keys)."""
+JIT-compile, which took about 300 ms per merge (more than the merge's own work at 100k keys).
+``TimeZone=UTC``: the store keeps instants as naive UTC ``TIMESTAMP``; a time-zone-aware value
+(Spark's timestamps arrive with a zone) is stored as its UTC time, whatever the server's or the
+client's (``PGTZ``) default zone."""
 _DML_RE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 _INIT_LOCK = 7_291_604_115
 """The advisory lock serializing the creation of the base tables by concurrent stores."""

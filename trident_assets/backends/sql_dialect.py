@@ -2,8 +2,9 @@
 
 A :class:`Dialect` turns the few constructs the two spell differently into SQL text: the
 latest version of each key (DuckDB ``QUALIFY row_number()``, PostgreSQL ``DISTINCT ON``),
-column types, sequences, raising an error from inside a statement, compaction, and bound
-parameter markers (``?`` everywhere in the shared SQL; ``$n`` for PostgreSQL).
+column types, sequences, raising an error from inside a statement, compaction, timestamps
+from and to epoch microseconds, and bound parameter markers (``?`` everywhere in the shared
+SQL; ``$n`` for PostgreSQL).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ __all__ = ["DUCKDB", "POSTGRES", "Dialect"]
 PG_ERROR_FUNCTION = "_trident_error"
 """The PL/pgSQL function a PostgreSQL store creates to raise an error from an expression."""
 
+_DAY_US = 86_400_000_000
+"""Microseconds in a day."""
 _PG_TYPES = {
     "BIGINT": "BIGINT",
     "DOUBLE": "DOUBLE PRECISION",
@@ -107,6 +110,37 @@ class Dialect:
             cond = f"{expr} IS NOT NULL" + (f" AND ({where})" if where else "")
             return f"(array_agg({expr}) FILTER (WHERE {cond}))[1]"
         return f"any_value({expr})" + (f" FILTER (WHERE {where})" if where else "")
+
+    def timestamp_of_micros(self, expr: str) -> str:
+        """A naive UTC ``TIMESTAMP`` from ``expr``, a BIGINT of epoch microseconds (exact).
+
+        ``expr`` must be a column or a constant: PostgreSQL's spelling reads it twice (whole
+        days plus the microseconds of the day; a ``make_interval`` of days and seconds is
+        exact to the microsecond over the whole ``timestamp`` range). Bound parameters go
+        through :meth:`timestamp_param`.
+        """
+        if self.is_postgres:
+            return (
+                f"(TIMESTAMP '1970-01-01' + make_interval(days => CAST(({expr}) / {_DAY_US} "
+                f"AS INTEGER), secs => (({expr}) % {_DAY_US}) / 1000000.0))"
+            )
+        return f"make_timestamp({expr})"
+
+    def timestamp_param(self) -> str:
+        """A naive UTC ``TIMESTAMP`` from one bound BIGINT parameter of epoch microseconds."""
+        if self.is_postgres:
+            inner = self.timestamp_of_micros("p.v")
+            return f"(SELECT {inner} FROM (SELECT CAST(? AS BIGINT) AS v) AS p)"
+        return "make_timestamp(CAST(? AS BIGINT))"
+
+    def micros_of(self, expr: str) -> str:
+        """The epoch microseconds (BIGINT) of ``expr``, a naive UTC ``TIMESTAMP`` (exact).
+
+        PostgreSQL's ``EXTRACT`` returns an exact NUMERIC of seconds (version 14 and later).
+        """
+        if self.is_postgres:
+            return f"CAST(EXTRACT(EPOCH FROM {expr}) * 1000000 AS BIGINT)"
+        return f"epoch_us({expr})"
 
     def nextval(self, quoted_seq: str) -> str:
         """One number of sequence ``quoted_seq`` for a whole statement."""

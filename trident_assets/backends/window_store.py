@@ -1,4 +1,4 @@
-"""Event-time window state in the store (DuckDB), applied with set-based SQL per batch.
+"""Event-time window state in the store (DuckDB or PostgreSQL), set-based SQL per batch.
 
 Tables of a windowed state ``<topology>__<state>`` (see :mod:`trident_assets.stream.event_windows`):
 
@@ -16,6 +16,10 @@ touches; sessions: the key's sessions and the batch's sorted by start, gap islan
 with window functions, each island one session), the new watermark row is written, and the
 windows it makes final (``window_end <= watermark``) move from the open table to the finals.
 A handful of statements per batch, whatever its size; no row loops.
+
+The statements are shared by both stores; the store's :class:`~trident_assets.backends.
+sql_dialect.Dialect` spells the conversions between epoch microseconds and the naive UTC
+``TIMESTAMP`` columns (exact to the microsecond on both).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
-from trident_assets.errors import ConfigError, TridentError
+from trident_assets.errors import TridentError
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -38,7 +42,6 @@ __all__ = [
     "WindowBatch",
     "WindowOutcome",
     "apply_window_batch",
-    "check_window_store",
     "last_watermark",
     "last_watermark_us",
     "read_finals",
@@ -50,20 +53,6 @@ WATERMARKS = "_trident_window_watermarks"
 _EPOCH = datetime(1970, 1, 1)
 
 
-def check_window_store(store: StateStore) -> None:
-    """Refuse a store that cannot hold event windows (PostgreSQL, for now).
-
-    Raises:
-        ConfigError: naming the store kind and the way out.
-    """
-    if store.dialect.is_postgres:
-        msg = (
-            "event-time windows (window_aggregate) need a DuckDB state store; PostgreSQL is "
-            "not supported for them yet. Nothing was written"
-        )
-        raise ConfigError(msg)
-
-
 def _as_time(micros: int | None) -> datetime | None:
     """Epoch microseconds as a naive UTC datetime."""
     return None if micros is None else _EPOCH + timedelta(microseconds=micros)
@@ -73,8 +62,9 @@ def _last(store: StateStore, state: WindowedState) -> tuple[int | None, int | No
     """``(max event time, watermark)`` in epoch microseconds after the last committed txid."""
     if not store.has_table(WATERMARKS):
         return None, None
+    micros = store.dialect.micros_of
     rows = store.fetch_rows(
-        f"SELECT epoch_us(max_event_time), epoch_us(watermark) FROM {WATERMARKS} "
+        f"SELECT {micros('max_event_time')}, {micros('watermark')} FROM {WATERMARKS} "
         "WHERE topology = ? AND state = ? ORDER BY txid DESC LIMIT 1",
         [state.topology.name, state.spec.name],
     )
@@ -160,9 +150,10 @@ def _names(state: WindowedState) -> tuple[list[str], str, str, str]:
 def _ensure_tables(store: StateStore, state: WindowedState, staged: str) -> None:
     keys, out, open_t, finals_t = _names(state)
     k = "".join(f"{c}, " for c in keys)
+    ts = store.dialect.timestamp_of_micros
     store.execute(
-        f"CREATE TABLE IF NOT EXISTS {open_t} AS SELECT {k}make_timestamp(__ws) AS window_start, "
-        f'make_timestamp(__we) AS window_end, {out}, CAST(NULL AS BIGINT) AS txid FROM "{staged}" '
+        f"CREATE TABLE IF NOT EXISTS {open_t} AS SELECT {k}{ts('__ws')} AS window_start, "
+        f'{ts("__we")} AS window_end, {out}, CAST(NULL AS BIGINT) AS txid FROM "{staged}" '
         "LIMIT 0"
     )
     store.execute(
@@ -176,16 +167,16 @@ def _ensure_tables(store: StateStore, state: WindowedState, staged: str) -> None
     )
 
 
-def _merge_sql(state: WindowedState, staged: str) -> tuple[str, str]:
+def _merge_sql(store: StateStore, state: WindowedState, staged: str) -> tuple[str, str]:
     """``(select merged windows, delete the open windows they replace)`` for one batch."""
     spec = state.windowed
+    ts = store.dialect.timestamp_of_micros
     keys, out, open_t, _ = _names(state)
     comb = spec.agg.sql_combine
     k = "".join(f"{c}, " for c in keys)
     same_key = " AND ".join(f"b.{c} IS NOT DISTINCT FROM o.{c}" for c in keys)
     batch = (
-        f"SELECT {k}make_timestamp(__ws) AS window_start, make_timestamp(__we) AS window_end, "
-        f'{out} FROM "{staged}"'
+        f'SELECT {k}{ts("__ws")} AS window_start, {ts("__we")} AS window_end, {out} FROM "{staged}"'
     )
     if spec.window.kind != "session":
         match = f"{same_key} AND b.window_start = o.window_start AND b.window_end = o.window_end"
@@ -195,8 +186,8 @@ def _merge_sql(state: WindowedState, staged: str) -> tuple[str, str]:
         )
         select = (
             f"SELECT {k}window_start, window_end, {comb}({out}) AS {out} FROM ("
-            f"{batch} UNION ALL SELECT {k}window_start, window_end, {out} FROM ({touched})) "
-            f"GROUP BY {k}window_start, window_end"
+            f"{batch} UNION ALL SELECT {k}window_start, window_end, {out} FROM ({touched}) "
+            f"AS t) AS u GROUP BY {k}window_start, window_end"
         )
         delete = f"DELETE FROM {open_t} AS o USING ({batch}) AS b WHERE {match}"
         return select, delete
@@ -207,7 +198,7 @@ def _merge_sql(state: WindowedState, staged: str) -> tuple[str, str]:
     )
     select = (
         f"WITH c AS ({batch} UNION ALL SELECT {k}window_start, window_end, {out} FROM "
-        f"({touched})), m AS (SELECT *, CASE WHEN window_start < max(window_end) OVER ("
+        f"({touched}) AS t), m AS (SELECT *, CASE WHEN window_start < max(window_end) OVER ("
         f"PARTITION BY {part} ORDER BY window_start, window_end ROWS BETWEEN UNBOUNDED "
         "PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END AS fresh FROM c), "
         f"i AS (SELECT *, sum(fresh) OVER (PARTITION BY {part} ORDER BY window_start, "
@@ -222,6 +213,19 @@ def _merge_sql(state: WindowedState, staged: str) -> tuple[str, str]:
     return select, delete
 
 
+def _key_order(store: StateStore, state: WindowedState, table: pa.Table) -> pa.Table:
+    """``table`` ordered by key, window_start, window_end as DuckDB orders it, on any store.
+
+    DuckDB compares text by code point; a PostgreSQL database orders text by its collation
+    (``en_US`` puts ``a`` before ``B``), so its rows are sorted again by Arrow (code point,
+    NULLs last), giving both stores the same order.
+    """
+    if not store.dialect.is_postgres or table.num_rows < 2:
+        return table
+    names = [*state.windowed.group, "window_start", "window_end"]
+    return table.sort_by([(n, "ascending") for n in names])
+
+
 def apply_window_batch(
     store: StateStore, state: WindowedState, txid: int, batch: WindowBatch
 ) -> _Applied:
@@ -231,7 +235,6 @@ def apply_window_batch(
         TridentError: the committed watermark is not the one the batch was decided against
             (another process committed meanwhile); the transaction rolls back.
     """
-    check_window_store(store)
     spec = state.windowed
     keys, out, open_t, finals_t = _names(state)
     k = "".join(f"{c}, " for c in keys)
@@ -245,7 +248,7 @@ def apply_window_batch(
     with store.staged(batch.partials) as staged:
         _ensure_tables(store, state, staged)
         if batch.partials.num_rows:
-            select, delete = _merge_sql(state, staged)
+            select, delete = _merge_sql(store, state, staged)
             merged = store.fetch_arrow(select)
             store.execute(delete)
             with store.staged(merged) as name:
@@ -261,12 +264,12 @@ def apply_window_batch(
         f"DELETE FROM {WATERMARKS} WHERE topology = ? AND state = ? AND txid = ?",
         [state.topology.name, state.spec.name, txid],
     )
+    param = store.dialect.timestamp_param()
     store.execute(
-        f"INSERT INTO {WATERMARKS} VALUES (?, ?, ?, make_timestamp(CAST(? AS BIGINT)), "
-        "make_timestamp(CAST(? AS BIGINT)))",
+        f"INSERT INTO {WATERMARKS} VALUES (?, ?, ?, {param}, {param})",
         [state.topology.name, state.spec.name, txid, top, wm_after],
     )
-    final_where = "window_end <= make_timestamp(CAST(? AS BIGINT))"
+    final_where = f"window_end <= {param}"
     order = "".join(f"{c}, " for c in keys)
     if wm_after is None:
         finals = store.fetch_arrow(
@@ -278,6 +281,7 @@ def apply_window_batch(
             f"ORDER BY {order}window_start, window_end",
             [wm_after],
         )
+        finals = _key_order(store, state, finals)
     if finals.num_rows:
         store.execute(
             f"INSERT INTO {finals_t} SELECT {k}window_start, window_end, {out}, ? FROM {open_t} "
@@ -296,7 +300,7 @@ def read_finals(store: StateStore, state: WindowedState) -> list[dict[str, Any]]
         return []
     order = "".join(f"{c}, " for c in keys)
     table = store.fetch_arrow(f"SELECT * FROM {finals_t} ORDER BY {order}window_start, window_end")
-    return table.to_pylist()
+    return _key_order(store, state, table).to_pylist()
 
 
 def read_open(store: StateStore, state: WindowedState) -> list[dict[str, Any]]:
@@ -308,7 +312,7 @@ def read_open(store: StateStore, state: WindowedState) -> list[dict[str, Any]]:
     table = store.fetch_arrow(
         f"SELECT *, FALSE AS final FROM {open_t} ORDER BY {order}window_start, window_end"
     )
-    return table.to_pylist()
+    return _key_order(store, state, table).to_pylist()
 
 
 def utc(value: datetime) -> datetime:

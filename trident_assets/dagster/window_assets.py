@@ -235,7 +235,8 @@ def fingerprint(rows: pa.Table, key_fields: Sequence[str], value: str) -> dict[s
 def _watermarks(store: Any, fa: FinalsAsset, txid: int) -> tuple[int | None, int | None]:
     """``(watermark before txid, watermark after txid)`` in epoch microseconds."""
     rows = store.fetch_rows(
-        f"SELECT txid, epoch_us(watermark) FROM {WATERMARKS} WHERE topology = ? AND state = ? "
+        f"SELECT txid, {store.dialect.micros_of('watermark')} FROM {WATERMARKS} "
+        "WHERE topology = ? AND state = ? "
         "AND txid <= ? ORDER BY txid DESC LIMIT 2",
         [fa.topology.name, fa.state.spec.name, txid],
     )
@@ -247,9 +248,9 @@ def _watermarks(store: Any, fa: FinalsAsset, txid: int) -> tuple[int | None, int
 def _first_start(store: Any, state: WindowedState) -> int | None:
     """The earliest window start the state holds (final or open), epoch microseconds."""
     rows = store.fetch_rows(
-        f"SELECT epoch_us(min(window_start)) FROM (SELECT window_start FROM "
+        f"SELECT {store.dialect.micros_of('min(window_start)')} FROM (SELECT window_start FROM "
         f"{quote_ident(state.finals_table)} UNION ALL SELECT window_start FROM "
-        f"{quote_ident(state.open_table)})"
+        f"{quote_ident(state.open_table)}) AS w"
     )
     return None if not rows or rows[0][0] is None else int(rows[0][0])
 

@@ -37,7 +37,6 @@ import pyarrow.compute as pc
 from trident_assets.backends.window_store import (
     WindowBatch,
     apply_window_batch,
-    check_window_store,
     last_watermark_us,
 )
 from trident_assets.core.event_windows import EventWindow
@@ -248,13 +247,12 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
     identical ones). The table's metadata records the watermark the batch was decided against.
 
     Raises:
-        ConfigError: the store cannot hold event windows, or the time field's type does
-            not fit the declaration; nothing was written.
+        ConfigError: the time field's type does not fit the declaration; nothing was
+            written.
     """
     from pyspark.sql import functions as F
 
     store = run.runner.store
-    check_window_store(store)
     spec: WindowedAggregation = state.node.args[EVENT_WINDOW]
     w, group = spec.window, list(spec.group)
     wm = last_watermark_us(store, state)
