@@ -26,10 +26,14 @@ from typing import Any
 PARTS: list[tuple[str, str, str]] = [
     ("run (execute_in_process)", "job_definition.py", "execute_in_process"),
     ("batches (run_batches)", "spark/executor.py", "run_batches"),
-    ("dagster: create run", "instance/__init__.py", "create_run_for_job"),
-    ("dagster: handle_new_event (event writes)", "instance/__init__.py", "handle_new_event"),
-    ("dagster: store_event", "event_log/sqlite/sqlite_event_log.py", "store_event"),
-    ("dagster: store_event_batch", "event_log/sqlite/sqlite_event_log.py", "store_event_batch"),
+    ("dagster: create run", "instance/methods/run_methods.py", "create_run_for_job"),
+    ("dagster: .. planned events", "instance/runs/run_domain.py", "_log_asset_planned_events"),
+    ("dagster: handle_new_event (event writes)", "methods/event_methods.py", "handle_new_event"),
+    ("dagster: .. sqlite store_event", "event_log/sqlite/sqlite_event_log.py", "store_event"),
+    ("dagster: .. sqlite connect", "event_log/sqlite/sqlite_event_log.py", "_connect"),
+    ("dagster: .. sqlite commit", "sqlalchemy/engine/default.py", "do_commit"),
+    ("dagster: logging (context.log, engine events)", "dagster/_core/log_manager.py", "emit"),
+    ("dagster: store outputs", "execution/plan/execute_step.py", "_store_output"),
     ("dagster: resource init", "execution/resources_init.py", "resource_initialization_manager"),
     ("trident: store open (TridentResource.store)", "dagster/resources.py", "store"),
     ("trident: TopologyRunner init", "spark/executor.py", "__init__"),
@@ -42,7 +46,9 @@ PARTS: list[tuple[str, str, str]] = [
     ("checks: ranges (_previous_ends)", "dagster/checks.py", "_previous_ends"),
     ("checks: exactly_once (verify_state)", "spark/verify.py", "verify_state"),
     ("checks: exactly_once (incremental)", "spark/verify.py", "verify_increment"),
-    ("checks: checkpoint read/write", "dagster/checks.py", "_exactly_once"),
+    ("checks: exactly_once plan (checkpoint read)", "dagster/checks.py", "_plans"),
+    ("checks: exactly_once ranges since", "dagster/checks.py", "_since_ranges"),
+    ("checks: exactly_once checkpoint write", "backends/verified.py", "write_checkpoint"),
 ]
 
 
