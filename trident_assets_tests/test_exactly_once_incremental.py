@@ -246,3 +246,17 @@ def test_full_every_is_validated(bad: Any) -> None:
         "CheckSettings.full_every must be an integer >= 1 (1: every exactly_once evaluation "
         f"recomputes from scratch), got {bad!r}"
     )
+
+
+def test_dropping_the_state_drops_its_checkpoint(world: Any) -> None:
+    from trident_assets.backends.state_drop import drop_state
+
+    _topo, trident, _instance = world
+    assert run(world, 1, CheckSettings()).passed
+    with trident.store() as store:
+        dropped = drop_state(store, "word_count", "word_counts")
+        assert values_table(STATE) in dropped.tables
+        assert "_trident_verified" in dropped.rows
+        assert read_checkpoint(store, "word_count", "word_counts") is None
+        assert not store.has_table(values_table(STATE))
+        assert store.fetch_rows("SELECT count(*) FROM _trident_verified") == [(0,)]
