@@ -60,6 +60,42 @@ def _cumulative(stats: pstats.Stats, suffix: str, name: str) -> float:
     return total
 
 
+def _reuse_sqlite_engines() -> None:
+    """Experiment only: patch Dagster's SQLite event log to reuse one engine per shard.
+
+    ``SqliteEventLogStorage._connect`` creates a SQLAlchemy engine (``NullPool``) for every
+    statement batch and disposes it; this keeps the engine per shard (still a new SQLite
+    connection per use, same transactions). It measures what that creation costs a run; it
+    is not how the project runs Dagster.
+    """
+    from contextlib import contextmanager
+
+    from dagster._core.storage.event_log.sqlite import sqlite_event_log as mod
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    engines: dict[tuple[int, str], Any] = {}
+
+    @contextmanager
+    def _connect(self: Any, shard: str) -> Any:
+        with self._db_lock:
+            engine = engines.get((id(self), shard))
+            if engine is None:
+                engine = create_engine(
+                    self.conn_string_for_shard(shard),
+                    poolclass=NullPool,
+                    connect_args={"timeout": mod.SQLITE_BUSY_TIMEOUT_SECONDS},
+                )
+                if shard not in self._initialized_dbs:
+                    self._initdb(engine)
+                    self._initialized_dbs.add(shard)
+                engines[(id(self), shard)] = engine
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    mod.SqliteEventLogStorage._connect = _connect
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", required=True, help="corpus root (holds log/)")
@@ -70,10 +106,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--exactly-once-check", action="store_true")
     parser.add_argument("--full-every", type=int, default=None, help="CheckSettings field")
     parser.add_argument("--top", type=int, default=0, help="also print the top N by cumtime")
+    parser.add_argument(
+        "--reuse-sqlite-engines",
+        action="store_true",
+        help="experiment: Dagster's SQLite event log keeps one SQLAlchemy engine per shard "
+        "instead of creating and disposing one per event write (see _reuse_sqlite_engines)",
+    )
     parser.add_argument("--out", default=None, help="result JSON")
     args = parser.parse_args(argv)
 
     from bench.pipeline import _instance, _trident, batch_timings, build_topology, drive
+
+    if args.reuse_sqlite_engines:
+        _reuse_sqlite_engines()
 
     work = Path(args.work)
     trident = _trident(Path(args.corpus), work / "state.duckdb", None, 2)

@@ -1,13 +1,13 @@
 """The exactly-once check's verified checkpoint of a state, kept in the state store.
 
 Table ``_trident_verified``: one row per (topology, state) with the txid the state was last
-verified through, the state's contract (JSON) and the quarantine's held txids at that time,
-and how many incremental checks ran since the last full recompute. Table
+verified through, the contracts of the topology's states (JSON) and the quarantine's held
+txids at that time, and how many incremental checks ran since the last full recompute. Table
 ``_trident_verified_<state table>``: the verified value of every key of the state as of that
 txid (the key columns and ``value``). The exactly-once check writes both, in their own
-transaction, only after it passed (:func:`write_checkpoint`); it compares the txids committed
-since against them (:func:`trident_assets.spark.verify.verify_increment`), and recomputes
-from scratch when the checkpoint does not describe the stored state any more.
+transaction, only after it passed (:func:`write_checkpoint`); it compares the txids
+committed since against them (:func:`trident_assets.spark.verify.verify_increment`), and
+recomputes from scratch when the checkpoint does not describe the stored state any more.
 
 The checkpoint lives in the state's store, so a backup and its restore carry it with the
 state; dropping a state drops its checkpoint (:mod:`~trident_assets.backends.state_drop`).
@@ -47,7 +47,7 @@ class VerifiedCheckpoint:
     through_txid: int
     """Every txid up to this one (from the contract's first txid) is in the verified values."""
     contract: str
-    """The state's stored contract (JSON) when it was verified."""
+    """The stored contracts of the topology's states (JSON) when it was verified."""
     held: str
     """The quarantine's held txids of the topology when it was verified (JSON)."""
     incremental_runs: int

@@ -15,18 +15,19 @@ On each spout-batch asset:
 On each count/sum state fed only by spouts and functions (``spark.verify.recomputable``):
 
 * ``exactly_once``: the state equals the aggregate of the source records of every committed
-  batch from the state's first txid on (its contract's ``first_txid``). A *full* evaluation
-  recomputes it from scratch over every committed batch's ranges (from Dagster's history).
-  An *incremental* one starts from the state's verified checkpoint in the state store
-  (:mod:`trident_assets.backends.verified`: every key's value as verified through txid C):
-  it recomputes only the records of the txids committed after C (their ranges from this
-  run's batches and those txids' own materializations) and compares, exactly, every key
-  those records feed or the state stored a version of after C with its checkpoint value
-  plus that aggregate. A passed evaluation records the checkpoint through the last
-  committed txid in its own transaction (not when the store committed more txids during
-  the check); a failed one deletes it, so the next evaluation is full again. Full when
-  there is no checkpoint, when it was taken under another contract (first txid) or another
-  set of held quarantined txids, when it is ahead of the store (a restored backup), every
+  batch from the state's first txid on (its contract's ``first_txid``). A *full*
+  evaluation recomputes it from scratch over every committed batch's ranges (from
+  Dagster's history). An *incremental* one starts from the state's verified checkpoint in
+  the state store (:mod:`trident_assets.backends.verified`: every key's value as verified
+  through txid C): it recomputes only the records of the txids committed after C (their
+  ranges from this run's batches and those txids' own materializations) and compares,
+  exactly, every key those records feed or the state stored a version of after C with its
+  checkpoint value plus that aggregate. A passed evaluation records the checkpoint through
+  the last committed txid in its own transaction (not when the store committed more txids
+  during the check); a failed one deletes it, so the next evaluation is full again. Full
+  when there is no checkpoint, when it was taken under other contracts of the topology's
+  states (a state added, rebuilt or changed; its first txid) or another set of held
+  quarantined txids, when it is ahead of the store (a restored backup), every
   ``CheckSettings.full_every``-th evaluation, and on request (run tag
   ``trident/exactly_once=full``). A key the run did not touch is compared only by a full
   evaluation.
@@ -437,6 +438,11 @@ def _held_signature(runner: TopologyRunner) -> str:
     return json.dumps(sorted([e.txid, e.spout] for e in runner.quarantined()))
 
 
+def _contracts_signature(contracts: dict[str, Any]) -> str:
+    """The stored contracts of the topology's states (by state), as stable JSON."""
+    return json.dumps([contracts[name].to_json() for name in sorted(contracts)])
+
+
 def _plans(
     topology: TridentTopology,
     keys: dict[str, dg.AssetKey],
@@ -457,12 +463,13 @@ def _plans(
         return []
     contracts = {c.state: c for c in stored_contracts(runner.store) if c.topology == runner.scope}
     held = _held_signature(runner)
+    # every state's contract: a deploy that adds, rebuilds or changes a state re-verifies all
+    text = _contracts_signature(contracts)
     last = runner.last_committed() or 0
     plans: list[_Plan] = []
     for name in names:
         contract = contracts.get(name)
         first = contract.first_txid if contract is not None else 1
-        text = contract.to_json() if contract is not None else ""
         table = topology.states[name].table
         now = VerifiedCheckpoint(runner.scope, name, table, last, text, held, 0)
         old = read_checkpoint(runner.store, runner.scope, name)
