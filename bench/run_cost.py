@@ -60,40 +60,17 @@ def _cumulative(stats: pstats.Stats, suffix: str, name: str) -> float:
     return total
 
 
-def _reuse_sqlite_engines() -> None:
-    """Experiment only: patch Dagster's SQLite event log to reuse one engine per shard.
-
-    ``SqliteEventLogStorage._connect`` creates a SQLAlchemy engine (``NullPool``) for every
-    statement batch and disposes it; this keeps the engine per shard (still a new SQLite
-    connection per use, same transactions). It measures what that creation costs a run; it
-    is not how the project runs Dagster.
-    """
-    from contextlib import contextmanager
-
-    from dagster._core.storage.event_log.sqlite import sqlite_event_log as mod
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
-
-    engines: dict[tuple[int, str], Any] = {}
-
-    @contextmanager
-    def _connect(self: Any, shard: str) -> Any:
-        with self._db_lock:
-            engine = engines.get((id(self), shard))
-            if engine is None:
-                engine = create_engine(
-                    self.conn_string_for_shard(shard),
-                    poolclass=NullPool,
-                    connect_args={"timeout": mod.SQLITE_BUSY_TIMEOUT_SECONDS},
-                )
-                if shard not in self._initialized_dbs:
-                    self._initdb(engine)
-                    self._initialized_dbs.add(shard)
-                engines[(id(self), shard)] = engine
-            with engine.connect() as conn, conn.begin():
-                yield conn
-
-    mod.SqliteEventLogStorage._connect = _connect
+def _reuse_sqlite_engines(instance_dir: Path) -> None:
+    """Make the Dagster instance in ``instance_dir`` use
+    :class:`~trident_assets.dagster.event_log.ReusingSqliteEventLogStorage` (its dagster.yaml)."""
+    instance_dir.mkdir(parents=True, exist_ok=True)
+    runs = instance_dir / "history" / "runs"
+    (instance_dir / "dagster.yaml").write_text(
+        "event_log_storage:\n"
+        "  module: trident_assets.dagster.event_log\n"
+        "  class: ReusingSqliteEventLogStorage\n"
+        f"  config:\n    base_dir: {runs}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,8 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--reuse-sqlite-engines",
         action="store_true",
-        help="experiment: Dagster's SQLite event log keeps one SQLAlchemy engine per shard "
-        "instead of creating and disposing one per event write (see _reuse_sqlite_engines)",
+        help="the instance's event log is trident_assets.dagster.event_log's "
+        "ReusingSqliteEventLogStorage (one SQLAlchemy engine per database, not per write)",
     )
     parser.add_argument("--out", default=None, help="result JSON")
     args = parser.parse_args(argv)
@@ -118,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     from bench.pipeline import _instance, _trident, batch_timings, build_topology, drive
 
     if args.reuse_sqlite_engines:
-        _reuse_sqlite_engines()
+        _reuse_sqlite_engines(Path(args.work) / "dagster")
 
     work = Path(args.work)
     trident = _trident(Path(args.corpus), work / "state.duckdb", None, 2)
