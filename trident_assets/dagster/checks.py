@@ -533,11 +533,14 @@ def _exactly_once(
 ) -> dg.AssetCheckResult:
     """Evaluate one ``exactly_once`` check (see the module); record or drop its checkpoint."""
     first, name = plan.first, plan.name
-    base = plan.checkpoint.through_txid if plan.full_reason is None else first - 1
     last = runner.last_committed() or 0
     since = None
     if plan.full_reason is None:
-        since = _since_ranges(instance, topology, keys, outcomes, base + 1, last)
+        since = _since_ranges(
+            instance, topology, keys, outcomes, plan.checkpoint.through_txid + 1, last
+        )
+    # the txids verified from: after the checkpoint, or all of them from the state's first
+    base = plan.checkpoint.through_txid if since is not None else first - 1
     mode = "incremental" if since is not None else "full"
     try:
         if since is not None:
