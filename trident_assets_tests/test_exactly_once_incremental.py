@@ -261,3 +261,20 @@ def test_dropping_the_state_drops_its_checkpoint(world: Any) -> None:
         assert read_checkpoint(store, "word_count", "word_counts") is None
         assert not store.has_table(values_table(STATE))
         assert store.fetch_rows("SELECT count(*) FROM _trident_verified") == [(0,)]
+
+
+def test_a_txid_dagster_does_not_know_makes_the_check_full(world: Any, spark: Any) -> None:
+    topo, trident, _instance = world
+    settings = CheckSettings(full_every=50)
+    assert run(world, 1, settings).passed
+    with trident.store() as store:  # txid 2 committed outside Dagster: no materialization
+        assert TopologyRunner(topo, spark, store, trident.log()).run_batch(2).applied
+    third = run(world, 3, settings)
+    assert not third.passed, "Dagster's history lacks txid 2's records, the state has them"
+    m = meta(third)
+    assert (m["mode"], m["full_because"]) == ("full", "a txid since the checkpoint is unknown")
+    assert (m["verified_from_txid"], m["verified_through_txid"]) == (1, 3)
+    assert m["keys_in_state"] == len(truth(3))
+    assert m["mismatches"] == len(words_of(2)), "every word txid 2 counted"
+    assert m["checkpoint_recorded"] is False
+    assert checkpoint(trident)[0] is None
