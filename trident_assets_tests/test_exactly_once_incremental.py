@@ -278,3 +278,18 @@ def test_a_txid_dagster_does_not_know_makes_the_check_full(world: Any, spark: An
     assert m["mismatches"] == len(words_of(2)), "every word txid 2 counted"
     assert m["checkpoint_recorded"] is False
     assert checkpoint(trident)[0] is None
+
+
+def test_a_rebuilt_state_is_checked_in_full(world: Any, spark: Any) -> None:
+    from trident_assets.spark.backfill import rebuild_state
+
+    topo, trident, _instance = world
+    settings = CheckSettings(full_every=50)
+    assert run(world, 1, settings).passed
+    assert checkpoint(trident)[0] is not None
+    with trident.store() as store:
+        rebuild_state(topo, "word_counts", spark, store, trident.log())
+        assert read_checkpoint(store, "word_count", "word_counts") is None
+    second = run(world, 2, settings)
+    assert second.passed
+    assert (meta(second)["mode"], meta(second)["full_because"]) == ("full", "no checkpoint")
