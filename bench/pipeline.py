@@ -72,13 +72,14 @@ def drive(
     *,
     catch_up: bool,
     exactly_once_check: bool = False,
+    full_every: int | None = None,
 ) -> list[float]:
     """Materialize ``txids`` (one run, or one run per txid); wall seconds of each run.
 
     Runs go through :func:`trident_assets.dagster.runs.materialize_batches`, the job resolved
-    once. The ``exactly_once`` asset check recomputes the whole state from the log on every
-    run (its cost grows with history), so it is off unless ``exactly_once_check``; the other
-    checks run.
+    once. The ``exactly_once`` asset check is off unless ``exactly_once_check`` (a full
+    evaluation recomputes the whole state from the log; ``full_every`` is its
+    ``CheckSettings.full_every``, default the shipped one); the other checks run.
 
     Raises:
         RuntimeError: a run failed.
@@ -87,7 +88,11 @@ def drive(
     from trident_assets.dagster.factory import trident_definitions
     from trident_assets.dagster.runs import materialize_batches
 
-    checks = CheckSettings(exactly_once=exactly_once_check)
+    checks = (
+        CheckSettings(exactly_once=exactly_once_check)
+        if full_every is None
+        else CheckSettings(exactly_once=exactly_once_check, full_every=full_every)
+    )
     defs = trident_definitions([topo], trident, checks=checks)
     job = defs.resolve_implicit_global_asset_job_def()
     walls: list[float] = []
@@ -196,6 +201,7 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
         txids,
         catch_up=args.mode == "catchup",
         exactly_once_check=args.exactly_once_check,
+        full_every=args.full_every,
     )
     wall_s = time.perf_counter() - start
     stages = batch_timings(instance, limit=len(txids) + 10)
@@ -367,6 +373,12 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--shuffle-partitions", type=int, default=None)
     run.add_argument(
         "--exactly-once-check", action="store_true", help="also run the exactly_once asset check"
+    )
+    run.add_argument(
+        "--full-every",
+        type=int,
+        default=None,
+        help="CheckSettings.full_every of the exactly_once check (1: always full)",
     )
     run.add_argument(
         "--no-arrow-kernel",

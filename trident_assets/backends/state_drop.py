@@ -7,7 +7,9 @@ A state ``S`` of topology ``T`` lives in the store as table ``T__S`` and what de
   ``_trident_compactions`` and ``_trident_totals``;
 * a single join: the pending table ``T__S`` and its row in ``_trident_join_meta``;
 * either: the per-txid tables ``T__S__new_values`` and ``T__S__partials`` and the state's row
-  in ``_trident_state_contracts``.
+  in ``_trident_state_contracts``;
+* a checked count/sum state: its ``exactly_once`` checkpoint, the table
+  ``_trident_verified_T__S`` and its row in ``_trident_verified``.
 
 :func:`drop_state` removes all of these in one store transaction (DuckDB and PostgreSQL both
 drop tables transactionally), then the state's directories in the read replica. The topology's
@@ -40,6 +42,8 @@ from trident_assets.backends.state_batches import TOTALS_TABLE
 from trident_assets.backends.state_contracts import LEFT_TABLE, stored_contracts
 from trident_assets.backends.state_contracts import TABLE as CONTRACTS_TABLE
 from trident_assets.backends.state_store import StateStore
+from trident_assets.backends.verified import META_TABLE as VERIFIED_TABLE
+from trident_assets.backends.verified import values_table
 from trident_assets.backends.window_tuples import META_TABLE as WINDOW_META_TABLE
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
@@ -227,6 +231,24 @@ def _drop_statements(
             )
         )
         rows.append(LEFT_TABLE)
+    verified = values_table(table)
+    if store.has_table(verified):
+        statements.append((f"DROP TABLE {quote_ident(verified)}", []))
+        dropped.append(verified)
+    if (
+        store.has_table(VERIFIED_TABLE)
+        and store.fetch_rows(
+            f"SELECT count(*) FROM {VERIFIED_TABLE} WHERE topology = ? AND state = ?",
+            [found.topology, found.state],
+        )[0][0]
+    ):
+        statements.append(
+            (
+                f"DELETE FROM {VERIFIED_TABLE} WHERE topology = ? AND state = ?",
+                [found.topology, found.state],
+            )
+        )
+        rows.append(VERIFIED_TABLE)
     return statements, dropped, rows
 
 
@@ -258,7 +280,8 @@ def drop_state(
     """Drop ``topology``'s ``state`` from ``store`` (one transaction), then from ``replica``.
 
     Removes the state's tables, views and sequences, its derived per-txid tables, its rows in
-    the catalog, compaction, totals and join bookkeeping tables and its contract; nothing
+    the catalog, compaction, totals and join bookkeeping tables, its contract and its
+    ``exactly_once`` checkpoint; nothing
     else (the topology's commit marker and spout metadata, its other states, outputs and
     dead letters stay). The replica's copies (``<root>/T__S``, ``T__S__new_values``,
     ``T__S__partials``) are removed after the store commits: each is first renamed to a

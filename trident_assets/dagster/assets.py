@@ -29,7 +29,12 @@ from trident_assets.dagster.batch_events import (
     refusal_observations,
     summary,
 )
-from trident_assets.dagster.checks import CheckSettings, check_specs, evaluate_checks
+from trident_assets.dagster.checks import (
+    FULL_CHECK_TAG,
+    CheckSettings,
+    check_specs,
+    evaluate_checks,
+)
 from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_graph
 from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, pool_name
 from trident_assets.dagster.partitions import parse_txid, txid_partitions
@@ -153,6 +158,7 @@ def topology_assets(
                     runner,
                     outcomes,
                     selected=set(context.selected_asset_check_keys),
+                    full_exactly_once=context.run.tags.get(FULL_CHECK_TAG) == "full",
                 )
 
     return _batches

@@ -14,31 +14,66 @@ On each spout-batch asset:
 
 On each count/sum state fed only by spouts and functions (``spark.verify.recomputable``):
 
-* ``exactly_once``: the state equals the aggregate recomputed from scratch over the
-  source records of every committed batch from the state's first txid on (its contract's
-  ``first_txid``; their ranges come from Dagster's history).
+* ``exactly_once``: the state equals the aggregate of the source records of every committed
+  batch from the state's first txid on (its contract's ``first_txid``). A *full*
+  evaluation recomputes it from scratch over every committed batch's ranges (from
+  Dagster's history). An *incremental* one starts from the state's verified checkpoint in
+  the state store (:mod:`trident_assets.backends.verified`: every key's value as verified
+  through txid C): it recomputes only the records of the txids committed after C (their
+  ranges from this run's batches and those txids' own materializations) and compares,
+  exactly, every key those records feed or the state stored a version of after C with its
+  checkpoint value plus that aggregate. A passed evaluation records the checkpoint through
+  the last committed txid in its own transaction (not when the store committed more txids
+  during the check); a failed one deletes it, so the next evaluation is full again. Full
+  when there is no checkpoint, when it was taken under other contracts of the topology's
+  states (a state added, rebuilt or changed; its first txid) or another set of held
+  quarantined txids, when it is ahead of the store (a restored backup), every
+  ``CheckSettings.full_every``-th evaluation, and on request (run tag
+  ``trident/exactly_once=full``). A key the run did not touch is compared only by a full
+  evaluation.
 """
 
+import json
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dagster as dg
 
+from trident_assets.backends.state_contracts import stored_contracts
+from trident_assets.backends.verified import (
+    VerifiedCheckpoint,
+    forget_checkpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
 from trident_assets.dagster.partitions import txid_key
 from trident_assets.errors import BatchUnavailableError, ConfigError
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
-from trident_assets.spark.verify import recomputable, verify_state
+from trident_assets.spark.verify import (
+    StateComparison,
+    recomputable,
+    verify_increment,
+    verify_state,
+)
 from trident_assets.spouts.ranges import PartitionRange, partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["CheckSettings", "check_specs", "committed_ranges", "evaluate_checks"]
+__all__ = [
+    "FULL_CHECK_TAG",
+    "CheckSettings",
+    "check_specs",
+    "committed_ranges",
+    "evaluate_checks",
+]
 
 TXIDS = "txids_contiguous"
 RANGES = "ranges_contiguous"
 DEAD = "dead_letters_below_threshold"
 LAG = "lag_below_threshold"
 EXACTLY_ONCE = "exactly_once"
+FULL_CHECK_TAG = "trident/exactly_once"
+"""Run tag: ``full`` makes the run's ``exactly_once`` evaluations full recomputes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +81,10 @@ class CheckSettings:
     """What the checks verify."""
 
     exactly_once: bool = True
-    """Recompute count/sum states from the source every run (cost grows with history)."""
+    """Check count/sum states against their source records every run (see the module)."""
+    full_every: int = 50
+    """Every how many ``exactly_once`` evaluations of a state one is a full recompute (its
+    cost grows with history); the others are incremental. 1: every evaluation is full."""
     dead_letter_threshold: float = 0.01
     """Highest tolerated fraction of dead letters among the records of a run's batches."""
     max_lag: int = 100_000
@@ -60,6 +98,13 @@ class CheckSettings:
         """
         if not isinstance(self.exactly_once, bool):
             msg = f"CheckSettings.exactly_once must be True or False, got {self.exactly_once!r}"
+            raise ConfigError(msg)
+        every = self.full_every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            msg = (
+                "CheckSettings.full_every must be an integer >= 1 (1: every exactly_once "
+                f"evaluation recomputes from scratch), got {every!r}"
+            )
             raise ConfigError(msg)
         threshold = self.dead_letter_threshold
         if (
@@ -98,8 +143,7 @@ def check_specs(
             dg.AssetCheckSpec(
                 LAG,
                 asset=key,
-                description=f"At most {settings.max_lag:,} records wait in the source after "
-                "a run.",
+                description=f"At most {settings.max_lag:,} records wait in the source after a run.",
             ),
         ]
     if settings.exactly_once:
@@ -376,6 +420,202 @@ def _lag_check(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one state's ``exactly_once`` is evaluated in this run."""
+
+    name: str
+    key: dg.AssetKey
+    first: int
+    checkpoint: VerifiedCheckpoint
+    """The checkpoint a pass records (the previous one when incremental)."""
+    full_reason: str | None
+    """Why it recomputes from scratch (None: incremental from ``checkpoint``)."""
+
+
+def _held_signature(runner: TopologyRunner) -> str:
+    """The pending quarantined (txid, spout) pairs, as stable JSON."""
+    return json.dumps(sorted([e.txid, e.spout] for e in runner.quarantined()))
+
+
+def _contracts_signature(contracts: dict[str, Any]) -> str:
+    """The stored contracts of the topology's states (by state), as stable JSON."""
+    return json.dumps([contracts[name].to_json() for name in sorted(contracts)])
+
+
+def _plans(
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    settings: CheckSettings,
+    runner: TopologyRunner,
+    wanted: Any,
+    full_requested: bool,
+) -> list[_Plan]:
+    """The ``exactly_once`` evaluations of this run, full or incremental."""
+    names = [
+        name
+        for name, state in topology.states.items()
+        if settings.exactly_once
+        and recomputable(state)
+        and wanted(keys[f"state:{name}"], EXACTLY_ONCE)
+    ]
+    if not names:
+        return []
+    contracts = {c.state: c for c in stored_contracts(runner.store) if c.topology == runner.scope}
+    held = _held_signature(runner)
+    # every state's contract: a deploy that adds, rebuilds or changes a state re-verifies all
+    text = _contracts_signature(contracts)
+    last = runner.last_committed() or 0
+    plans: list[_Plan] = []
+    for name in names:
+        contract = contracts.get(name)
+        first = contract.first_txid if contract is not None else 1
+        table = topology.states[name].table
+        now = VerifiedCheckpoint(runner.scope, name, table, last, text, held, 0)
+        old = read_checkpoint(runner.store, runner.scope, name)
+        reason: str | None = None
+        if full_requested:
+            reason = "requested"
+        elif old is None:
+            reason = "no checkpoint"
+        elif contract is None or old.contract != text or old.table != table:
+            reason = "the contract changed"
+        elif old.held != held:
+            reason = "the quarantine changed"
+        elif old.through_txid > last:
+            reason = "the checkpoint is ahead of the store"
+        elif old.incremental_runs + 1 >= settings.full_every:
+            reason = f"every {settings.full_every} evaluations"
+        if reason is None and old is not None:
+            now = replace(old, incremental_runs=old.incremental_runs + 1)
+        plans.append(_Plan(name, keys[f"state:{name}"], first, now, reason))
+    return plans
+
+
+def _since_ranges(
+    instance: dg.DagsterInstance,
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    outcomes: Sequence[BatchOutcome],
+    first: int,
+    last: int,
+) -> dict[str, list[PartitionRange]] | None:
+    """Per spout, the merged ranges of the txids ``first..last`` (None: one is unknown).
+
+    A txid this run applied takes its plan's ranges; another its latest applied
+    materialization (read per partition: O(txids since the checkpoint)).
+    """
+    applied = {o.txid: o for o in outcomes if o.applied}
+    out: dict[str, list[PartitionRange]] = {}
+    for sid in topology.spouts:
+        history: dict[int, dict[str, Any]] = {}
+        run: list[BatchOutcome] = []
+        for txid in range(first, last + 1):
+            if txid in applied:
+                run.append(applied[txid])
+                continue
+            offsets = _latest_applied(instance, keys[f"spout:{sid}"], txid)
+            if offsets is None:
+                return None
+            history[txid] = offsets
+        out[sid] = committed_ranges(history, run, sid)
+    return out
+
+
+def _exactly_once(
+    plan: _Plan,
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    instance: dg.DagsterInstance,
+    runner: TopologyRunner,
+    outcomes: Sequence[BatchOutcome],
+    histories: dict[str, dict[int, dict[str, Any]]],
+) -> dg.AssetCheckResult:
+    """Evaluate one ``exactly_once`` check (see the module); record or drop its checkpoint."""
+    first, name = plan.first, plan.name
+    last = runner.last_committed() or 0
+    since = None
+    if plan.full_reason is None:
+        since = _since_ranges(
+            instance, topology, keys, outcomes, plan.checkpoint.through_txid + 1, last
+        )
+    # the txids verified from: after the checkpoint, or all of them from the state's first
+    base = plan.checkpoint.through_txid if since is not None else first - 1
+    mode = "incremental" if since is not None else "full"
+    try:
+        if since is not None:
+            result: StateComparison = verify_increment(runner, name, since, base)
+        else:
+            pending = runner.quarantined()
+            history = (
+                histories
+                if histories
+                else {
+                    sid: _spout_history(instance, keys[f"spout:{sid}"]) for sid in topology.spouts
+                }
+            )
+            histories.update(history)
+            # a state built from a later txid (backfill="from_retained") covers txids >= first
+            ranges = {
+                sid: committed_ranges(
+                    {t: offsets for t, offsets in history[sid].items() if t >= first},
+                    [o for o in outcomes if o.txid >= first],
+                    sid,
+                    [r for e in pending if e.spout == sid and e.txid >= first for r in e.ranges],
+                )
+                for sid in topology.spouts
+            }
+            result = verify_state(runner, name, ranges)
+    except BatchUnavailableError as exc:
+        forget_checkpoint(runner.store, runner.scope, name)
+        return dg.AssetCheckResult(
+            asset_key=plan.key,
+            check_name=EXACTLY_ONCE,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"cannot recompute: {exc}",
+            metadata={"first_txid": first, "mode": mode},
+        )
+    moved = (runner.last_committed() or 0) != last
+    layout = runner.store.layout(topology.states[name].table)
+    recorded = result.passed and not moved and result.verified is not None and layout is not None
+    if recorded and layout is not None and result.verified is not None:
+        checkpoint = (
+            plan.checkpoint if since is not None else replace(plan.checkpoint, incremental_runs=0)
+        )
+        write_checkpoint(
+            runner.store,
+            replace(checkpoint, through_txid=last),
+            layout,
+            result.verified,
+            replace=since is None,
+        )
+    elif not result.passed:
+        forget_checkpoint(runner.store, runner.scope, name)
+    metadata: dict[str, Any] = {
+        "first_txid": first,
+        "mode": mode,
+        "verified_from_txid": base + 1,
+        "verified_through_txid": last,
+        "keys_in_state": result.keys_in_state,
+        "keys_recomputed": result.keys_expected,
+        "mismatches": result.mismatches,
+        "sample": dg.MetadataValue.json(result.sample),
+        "checkpoint_recorded": recorded,
+    }
+    if mode == "full":
+        metadata["full_because"] = plan.full_reason or "a txid since the checkpoint is unknown"
+    return dg.AssetCheckResult(
+        asset_key=plan.key,
+        check_name=EXACTLY_ONCE,
+        passed=result.passed,
+        description=None
+        if not moved
+        else "the store committed txids during the check: no checkpoint recorded",
+        metadata=metadata,
+    )
+
+
 def evaluate_checks(
     topology: TridentTopology,
     keys: dict[str, dg.AssetKey],
@@ -384,21 +624,22 @@ def evaluate_checks(
     runner: TopologyRunner,
     outcomes: Sequence[BatchOutcome],
     selected: Collection[dg.AssetCheckKey] | None = None,
+    *,
+    full_exactly_once: bool = False,
 ) -> Iterator[dg.AssetCheckResult]:
     """Evaluate the checks of :func:`check_specs` after a run's batches (store still open).
 
     ``selected``: the checks the run selected (None: all); the others are not evaluated.
+    ``full_exactly_once``: every ``exactly_once`` evaluation recomputes from scratch.
     """
 
     def wanted(key: dg.AssetKey, name: str) -> bool:
         return selected is None or dg.AssetCheckKey(key, name) in selected
 
     run_txids = [o.txid for o in outcomes]
-    # Only exactly_once needs every committed range; the other checks read O(recent) records.
-    full_history = settings.exactly_once and any(
-        recomputable(state) and wanted(keys[f"state:{name}"], EXACTLY_ONCE)
-        for name, state in topology.states.items()
-    )
+    plans = _plans(topology, keys, settings, runner, wanted, full_exactly_once)
+    # Only a full exactly_once needs every committed range; the rest read O(recent) records.
+    full_history = any(p.full_reason is not None for p in plans)
     histories: dict[str, dict[int, dict[str, Any]]] = {}
     for sid in topology.spouts:
         key = keys[f"spout:{sid}"]
@@ -413,46 +654,5 @@ def evaluate_checks(
             yield _dead_letters_check(key, sid, outcomes, settings.dead_letter_threshold)
         if wanted(key, LAG):
             yield _lag_check(key, sid, outcomes, settings.max_lag)
-    if not full_history:
-        return
-    firsts = runner.first_txids()
-    for name, state in topology.states.items():
-        key = keys[f"state:{name}"]
-        if not recomputable(state) or not wanted(key, EXACTLY_ONCE):
-            continue
-        pending = runner.quarantined()
-        # a state built from a later txid (backfill="from_retained") covers txids >= first
-        first = firsts.get(name, 1)
-        ranges = {
-            sid: committed_ranges(
-                {t: offsets for t, offsets in histories[sid].items() if t >= first},
-                [o for o in outcomes if o.txid >= first],
-                sid,
-                [r for e in pending if e.spout == sid and e.txid >= first for r in e.ranges],
-            )
-            for sid in topology.spouts
-        }
-        try:
-            result = verify_state(runner, name, ranges)
-        except BatchUnavailableError as exc:
-            yield dg.AssetCheckResult(
-                asset_key=key,
-                check_name=EXACTLY_ONCE,
-                passed=False,
-                severity=dg.AssetCheckSeverity.WARN,
-                description=f"cannot recompute: {exc}",
-                metadata={"first_txid": first},
-            )
-            continue
-        yield dg.AssetCheckResult(
-            asset_key=key,
-            check_name=EXACTLY_ONCE,
-            passed=result.passed,
-            metadata={
-                "first_txid": first,
-                "keys_in_state": result.keys_in_state,
-                "keys_recomputed": result.keys_expected,
-                "mismatches": result.mismatches,
-                "sample": dg.MetadataValue.json(result.sample),
-            },
-        )
+    for plan in plans:
+        yield _exactly_once(plan, topology, keys, instance, runner, outcomes, histories)

@@ -7,7 +7,7 @@ runs in this process, so the SparkSession is created once and reused by later ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -41,12 +41,14 @@ def materialize_batches(
     catch_up: bool,
     checks: CheckSettings | None = None,
     job: Any = None,
+    tags: Mapping[str, str] | None = None,
 ) -> list[dg.ExecuteInProcessResult]:
     """Run ``txids`` (contiguous, ascending) of ``topology`` through Dagster in this process.
 
     ``catch_up``: ONE run over the whole range (each txid committed separately, in order,
     with its own materializations); else one run per txid. Failed runs are returned, not
-    raised (``result.success``). ``job`` reuses an already resolved asset job.
+    raised (``result.success``). ``job`` reuses an already resolved asset job. ``tags``: more
+    run tags (e.g. ``{"trident/exactly_once": "full"}``: a full ``exactly_once`` check).
 
     Raises:
         ConfigError: ``txids`` is empty or not contiguous ascending.
@@ -62,7 +64,7 @@ def materialize_batches(
     instance.add_dynamic_partitions(
         txid_partitions(topology.name).name, [txid_key(t) for t in ordered]
     )
-    base = {TOPOLOGY_TAG: topology.name, "trident/attempt": "0"}
+    base = {**(tags or {}), TOPOLOGY_TAG: topology.name, "trident/attempt": "0"}
     if catch_up:
         tags = {**base, TXID_TAG: txid_key(ordered[0]), **range_tags(ordered[0], ordered[-1])}
         return [job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)]

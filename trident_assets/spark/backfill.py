@@ -44,6 +44,7 @@ from trident_assets.backends.state_contracts import (
     stored_contracts,
     write_contracts,
 )
+from trident_assets.backends.verified import forget_checkpoint
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import BatchUnavailableError, ConfigError, StateContractError
 from trident_assets.planner import upstream
@@ -582,7 +583,10 @@ def rebuild_state(
 
 
 def _swap(store: StateStore, table: str, shadow: str, contract: StateContract) -> None:
-    """Replace ``table``'s rows, recent partials and contract by the shadow's (one transaction)."""
+    """Replace ``table``'s rows, recent partials and contract by the shadow's (one transaction).
+
+    The state's ``exactly_once`` checkpoint is dropped with them.
+    """
     old, new = store.layout(table), store.layout(shadow)
     if new is None:  # no txid wrote a key: the rebuilt state is empty
         new = old
@@ -628,3 +632,5 @@ def _swap(store: StateStore, table: str, shadow: str, contract: StateContract) -
         [contract.topology, contract.state],
     )
     write_contracts(store, [contract])
+    # the rebuilt values were never verified: the next exactly_once check recomputes them all
+    forget_checkpoint(store, contract.topology, contract.state)

@@ -11,12 +11,15 @@ qualify is :func:`~trident_assets.planner.recomputable` (re-exported here).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.map_layout import log_table, quote_ident
+from trident_assets.backends.verified import values_table
+from trident_assets.errors import StateLayoutError
 from trident_assets.planner import recomputable
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.outcomes import GLOBAL_COLUMN
@@ -25,7 +28,7 @@ from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 if TYPE_CHECKING:
     from trident_assets.spark.executor import TopologyRunner
 
-__all__ = ["StateComparison", "recomputable", "verify_state"]
+__all__ = ["StateComparison", "recomputable", "verify_increment", "verify_state"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,9 @@ class StateComparison:
     keys_expected: int
     mismatches: int
     sample: list[dict[str, object]]
+    verified: pa.Table | None = field(default=None, compare=False, repr=False)
+    """The recomputed value of every compared key (key columns and ``value``; keys whose
+    recomputed value is none are left out): what a checkpoint records once the check passed."""
 
     @property
     def passed(self) -> bool:
@@ -57,15 +63,8 @@ def verify_state(
     Raises:
         BatchUnavailableError: some of the records are no longer in the source (retention).
     """
-    topo = runner.topology
-    state = topo.states[state_name]
-    plans = {
-        sid: BatchPlan.of(
-            topo.name, sid, 0, node.args["spout"].config.kind, ranges.get(sid, ()), replay=True
-        )
-        for sid, node in topo.spouts.items()
-    }
-    expected = BatchRun(runner, 0, plans).state_input(state)
+    expected = _recompute(runner, state_name, ranges)
+    state = runner.topology.states[state_name]
     keys = list(state.group) or [GLOBAL_COLUMN]
     out = state.node.args["output"]
     store = runner.store
@@ -92,7 +91,95 @@ def verify_state(
         count = int(store.fetch_rows(f"SELECT count(*) FROM ({diff}) AS d")[0][0])
         rows = store.fetch_arrow(f"{diff} LIMIT {int(sample_size)}").to_pylist()
     sample = [{k: _plain(v) for k, v in row.items()} for row in rows]
-    return StateComparison(stored.num_rows, expected.num_rows, count, sample)
+    verified = expected.select([*keys, out]).rename_columns([*keys, "value"])
+    return StateComparison(stored.num_rows, expected.num_rows, count, sample, verified)
+
+
+def _recompute(
+    runner: TopologyRunner, state_name: str, ranges: Mapping[str, Sequence[PartitionRange]]
+) -> pa.Table:
+    """The state's stream rerun as ONE batch over ``ranges``: its value per key."""
+    topo = runner.topology
+    state = topo.states[state_name]
+    plans = {
+        sid: BatchPlan.of(
+            topo.name, sid, 0, node.args["spout"].config.kind, ranges.get(sid, ()), replay=True
+        )
+        for sid, node in topo.spouts.items()
+    }
+    return BatchRun(runner, 0, plans).state_input(state)
+
+
+def verify_increment(
+    runner: TopologyRunner,
+    state_name: str,
+    ranges: Mapping[str, Sequence[PartitionRange]],
+    since_txid: int,
+    sample_size: int = 10,
+) -> StateComparison:
+    """Compare the keys state ``state_name`` changed since ``since_txid`` with their checkpoint.
+
+    ``ranges`` are the source ranges of exactly the txids committed after ``since_txid``
+    (merged per partition). The compared keys are those the records of ``ranges`` feed and
+    those the state stored a version of after ``since_txid``; each must hold exactly its
+    verified value in the checkpoint (:mod:`trident_assets.backends.verified`, none: 0) plus
+    the recomputed aggregate of those records (a key in neither must not be stored). The
+    other keys are not read. Call between batches.
+
+    Raises:
+        BatchUnavailableError: some of the records are no longer in the source (retention).
+        StateLayoutError: the state or its checkpoint table does not exist.
+    """
+    delta = _recompute(runner, state_name, ranges)
+    state = runner.topology.states[state_name]
+    store = runner.store
+    layout = store.layout(state.table)
+    checkpoint = values_table(state.table)
+    if layout is None or not store.has_table(checkpoint):
+        msg = f"state {state_name!r} has no stored table or verified checkpoint to compare"
+        raise StateLayoutError(msg)
+    keys = list(layout.key_columns)
+    key_list = ", ".join(quote_ident(k) for k in keys)
+    pick = store.dialect.any_value
+    changed = delta.select([*keys, state.node.args["output"]]).rename_columns([*keys, "dv"])
+    not_null = " AND ".join(f"{quote_ident(k)} IS NOT NULL" for k in keys)
+    with store.staged(changed) as d_name:
+        touched = store.fetch_arrow(
+            f'SELECT {key_list} FROM "{d_name}" WHERE {not_null} UNION '
+            f"SELECT {key_list} FROM {log_table(state.table)} WHERE txid > ?",
+            [since_txid],
+        )
+        with store.staged(touched) as t_name:
+            stored = store.latest_sql(layout, f'"{t_name}"')
+            on = " AND ".join(f"c.{quote_ident(k)} = t.{quote_ident(k)}" for k in keys)
+            c_keys = ", ".join(f"c.{quote_ident(k)}" for k in keys)
+            both = (
+                f"SELECT {key_list}, 0 AS side, curr AS v FROM "
+                f"({stored}) AS s UNION ALL "
+                f"SELECT {c_keys}, 1 AS side, c.value AS v FROM {quote_ident(checkpoint)} c "
+                f'JOIN "{t_name}" t ON {on} UNION ALL '
+                f'SELECT {key_list}, 2 AS side, dv AS v FROM "{d_name}"'
+            )
+            grouped = (
+                f"SELECT {key_list}, {pick('v', 'side = 0')} AS stored, "
+                f"{pick('v', 'side = 1')} AS verified, {pick('v', 'side = 2')} AS delta "
+                f"FROM ({both}) AS b GROUP BY {key_list}"
+            )
+            result = store.fetch_arrow(
+                f"SELECT {key_list}, stored, expected, stored IS DISTINCT FROM expected AS differs "
+                f"FROM (SELECT {key_list}, stored, CASE WHEN verified IS NULL AND delta IS NULL "
+                "THEN NULL ELSE COALESCE(verified, 0) + COALESCE(delta, 0) END AS expected "
+                f"FROM ({grouped}) AS g) AS e ORDER BY {key_list}"
+            )
+    differs = result.filter(result["differs"])
+    rows = differs.select([*keys, "stored", "expected"]).slice(0, sample_size).to_pylist()
+    sample = [{k: _plain(v) for k, v in row.items()} for row in rows]
+    has_expected = pc.is_valid(result["expected"])
+    verified = (
+        result.filter(has_expected).select([*keys, "expected"]).rename_columns([*keys, "value"])
+    )
+    stored_keys = int(pc.sum(pc.is_valid(result["stored"])).as_py() or 0)
+    return StateComparison(stored_keys, verified.num_rows, differs.num_rows, sample, verified)
 
 
 def _plain(value: object) -> object:
