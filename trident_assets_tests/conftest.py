@@ -173,26 +173,34 @@ SHARED_WORKER = {"test_documented_commands.py": "test_demo_ui.py"}
 # Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
 # one second per test. Only the order matters: longest first.
 FILE_SECONDS: dict[str, float] = {
-    "test_event_windows.py": 139,
-    "test_demo_ui.py": 108,  # with test_documented_commands.py (one demo run)
-    "test_code_shipping.py": 100,
-    "test_dagster_dev.py": 97,  # the word count and the page views in one `dagster dev`
-    "test_chaos.py": 81,
-    "test_user_code.py": 81,
-    "test_executor.py": 68,
-    "test_trident_windows.py": 57,
-    "test_single_join.py": 56,
-    "test_stream_ops.py": 52,
-    "test_stream_api.py": 49,
-    "test_quarantine.py": 41,
-    "test_cli.py": 37,
-    "test_io_manager.py": 34,
-    "test_class_cache.py": 30,
-    "test_readme.py": 29,
-    "test_nulls_counted.py": 28,
-    "test_ui_warm_spark.py": 26,
-    "test_dagster.py": 23,
-    "test_backfill.py": 23,
+    "test_event_windows.py": 215,
+    "test_code_shipping.py": 131,
+    "test_demo_ui.py": 125,  # with test_documented_commands.py (one demo run)
+    "test_dagster_dev.py": 108,  # the word count and the page views in one `dagster dev`
+    "test_chaos.py": 101,
+    "test_user_code.py": 98,
+    "test_executor.py": 91,
+    "test_single_join.py": 67,
+    "test_stream_ops.py": 65,
+    "test_trident_windows.py": 63,
+    "test_stream_api.py": 57,
+    "test_cli.py": 53,
+    "test_quarantine.py": 47,
+    "test_class_cache.py": 43,
+    "test_exactly_once_incremental.py": 41,
+    "test_ui_warm_spark.py": 39,
+    "test_nulls_counted.py": 38,
+    "test_io_manager.py": 37,
+    "test_backfill.py": 35,
+    "test_dagster.py": 34,
+    "test_readme.py": 33,
+    "test_kafka.py": 28,
+    "test_cli_state_drop.py": 28,
+    "test_window_assets.py": 22,
+    "test_long_run.py": 21,
+    "test_ui_module.py": 18,
+    "test_duckdb_merge.py": 16,
+    "test_location_db.py": 15,
 }
 
 

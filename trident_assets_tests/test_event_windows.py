@@ -348,6 +348,10 @@ def test_sessions_merge_across_txids_and_late_records(
     [(14, 2, (8, 4)), pytest.param(30, 6, (3, 2), marks=pytest.mark.slow)],
     ids=["14-txids", "30-txids"],
 )
+# the long run on PostgreSQL runs in `make soak` (the store's steps are each tested above)
+@pytest.mark.parametrize(
+    "open_store", ["duckdb", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True
+)
 def test_window_open_at_txid_1_final_at_txid_5_and_open_table_stays_bounded(
     spark: Any,
     tmp_path: Path,
@@ -555,7 +559,18 @@ runner.run_batch(3)
 """
 
 
-@pytest.mark.parametrize("point", ["after_state_write", "before_commit"])
+# both crash points on DuckDB, one on PostgreSQL (the other in `make soak`): each is a child
+# process with a Spark JVM of its own
+@pytest.mark.parametrize(
+    ("open_store", "point"),
+    [
+        ("duckdb", "after_state_write"),
+        ("duckdb", "before_commit"),
+        ("postgres", "before_commit"),
+        pytest.param("postgres", "after_state_write", marks=pytest.mark.slow),
+    ],
+    indirect=["open_store"],
+)
 def test_sigkill_between_window_write_and_commit_emits_each_window_once(
     spark: Any, tmp_path: Path, open_store: OpenStore, point: str
 ) -> None:
