@@ -217,38 +217,16 @@ def _drop_statements(
             )
         )
         rows.append(CONTRACTS_TABLE)
-    if (
-        store.has_table(LEFT_TABLE)
-        and store.fetch_rows(
-            f"SELECT count(*) FROM {LEFT_TABLE} WHERE topology = ? AND state = ?",
-            [found.topology, found.state],
-        )[0][0]
-    ):
-        statements.append(
-            (
-                f"DELETE FROM {LEFT_TABLE} WHERE topology = ? AND state = ?",
-                [found.topology, found.state],
-            )
-        )
-        rows.append(LEFT_TABLE)
     verified = values_table(table)
     if store.has_table(verified):
         statements.append((f"DROP TABLE {quote_ident(verified)}", []))
         dropped.append(verified)
-    if (
-        store.has_table(VERIFIED_TABLE)
-        and store.fetch_rows(
-            f"SELECT count(*) FROM {VERIFIED_TABLE} WHERE topology = ? AND state = ?",
-            [found.topology, found.state],
-        )[0][0]
-    ):
-        statements.append(
-            (
-                f"DELETE FROM {VERIFIED_TABLE} WHERE topology = ? AND state = ?",
-                [found.topology, found.state],
-            )
-        )
-        rows.append(VERIFIED_TABLE)
+    for meta in (LEFT_TABLE, VERIFIED_TABLE):  # the state's rows in per-topology tables
+        where = f"FROM {meta} WHERE topology = ? AND state = ?"
+        params = [found.topology, found.state]
+        if store.has_table(meta) and store.fetch_rows(f"SELECT count(*) {where}", params)[0][0]:
+            statements.append((f"DELETE {where}", params))
+            rows.append(meta)
     return statements, dropped, rows
 
 
