@@ -136,6 +136,26 @@ def check_result(defs: dg.Definitions, instance: dg.DagsterInstance) -> tuple[bo
     return evaluation.passed, {k: v.value for k, v in evaluation.metadata.items()}
 
 
+PASSED = (
+    True,
+    {
+        "partitions_checked": 24,
+        "materialized_twice": [],
+        "changed_partitions": {},
+        "duplicate_windows": [],
+    },
+)
+"""The finals check over the seeded day: every partition checked, nothing wrong."""
+
+
+def assert_day_rollup(result: Any) -> None:
+    """The daily rollup of the seeded day: 16 views per page in 36 windows."""
+    (mat,) = result.get_asset_materialization_events()
+    rollup = mat.materialization.metadata
+    assert rollup["views_per_page"].value == {"blog": 16, "docs": 16, "home": 16}
+    assert (rollup["total_views"].value, rollup["windows"].value) == (48, 36)
+
+
 @pytest.mark.filterwarnings("ignore::dagster.BetaWarning")  # evaluate_automation_conditions
 def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -> None:
     trident, defs, instance = world
@@ -228,21 +248,10 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
     finally:
         holder.kill()
         holder.wait()
-    (mat,) = result.get_asset_materialization_events()
-    rollup = mat.materialization.metadata
-    assert rollup["views_per_page"].value == {"blog": 16, "docs": 16, "home": 16}
-    assert (rollup["total_views"].value, rollup["windows"].value) == (48, 36)
+    assert_day_rollup(result)
 
     # the check passes; a changed final row or a window emitted twice fails it
-    assert check_result(defs, instance) == (
-        True,
-        {
-            "partitions_checked": 24,
-            "materialized_twice": [],
-            "changed_partitions": {},
-            "duplicate_windows": [],
-        },
-    )
+    assert check_result(defs, instance) == PASSED
     with trident.store() as store:
         store.execute(
             "UPDATE page_views__views_10m__finals SET views = views + 1 WHERE page = 'home' "
@@ -328,16 +337,5 @@ def test_finals_partitions_on_a_postgres_state_store(tmp_path: Path, spark, pg_d
         result = defs.resolve_job_def("rollup").execute_in_process(
             partition_key="2026-01-01", instance=instance
         )
-        (mat,) = result.get_asset_materialization_events()
-        rollup = mat.materialization.metadata
-        assert rollup["views_per_page"].value == {"blog": 16, "docs": 16, "home": 16}
-        assert (rollup["total_views"].value, rollup["windows"].value) == (48, 36)
-        assert check_result(defs, instance) == (
-            True,
-            {
-                "partitions_checked": 24,
-                "materialized_twice": [],
-                "changed_partitions": {},
-                "duplicate_windows": [],
-            },
-        )
+        assert_day_rollup(result)
+        assert check_result(defs, instance) == PASSED
