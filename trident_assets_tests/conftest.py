@@ -168,14 +168,17 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 
 
 # Files that share an expensive session fixture run in one worker: file -> the unit's name.
-SHARED_WORKER = {"test_documented_commands.py": "test_demo_ui.py"}
+SHARED_WORKER = {
+    "test_documented_commands.py": "test_demo_ui.py",
+    "test_cli.py": "test_demo_ui.py",  # its two tests over the demo's home
+}
 
 # Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
 # one second per test. Only the order matters: longest first.
 FILE_SECONDS: dict[str, float] = {
     "test_event_windows.py": 215,
     "test_code_shipping.py": 131,
-    "test_demo_ui.py": 125,  # with test_documented_commands.py (one demo run)
+    "test_demo_ui.py": 145,  # with test_documented_commands.py and test_cli.py (one demo run)
     "test_dagster_dev.py": 108,  # the word count and the page views in one `dagster dev`
     "test_chaos.py": 101,
     "test_user_code.py": 98,
@@ -184,7 +187,6 @@ FILE_SECONDS: dict[str, float] = {
     "test_stream_ops.py": 65,
     "test_trident_windows.py": 63,
     "test_stream_api.py": 57,
-    "test_cli.py": 53,
     "test_quarantine.py": 47,
     "test_class_cache.py": 43,
     "test_exactly_once_incremental.py": 41,
