@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
 from trident_assets.core.values import StateType
 from trident_assets.spouts.config import SpoutKind
+from trident_assets.stream.event_windows import EVENT_WINDOW
 from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
 from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
@@ -36,6 +37,7 @@ __all__ = [
     "live_spouts",
     "pipelinable",
     "recomputable",
+    "record_time_spout",
 ]
 
 ROW_WISE = frozenset({"spout", "each", "filter", "project", "peek"})
@@ -104,14 +106,46 @@ def is_empty(node: Node, live: set[str], known_empty: Callable[[Node], bool] | N
 def pipelinable(topology: TridentTopology) -> bool:
     """True when the topology's batches can ever share a Spark job.
 
-    Its states must all be persistent aggregates with a SQL combiner (Count, Sum, Min, Max),
-    and nothing may read this batch's new values (those run batch by batch).
+    Its states must all be persistent aggregates with a SQL combiner (Count, Sum, Min, Max)
+    or event-time windows over record timestamps (:func:`record_time_spout`), and nothing
+    may read this batch's new values (those run batch by batch).
     """
     for state in topology.states.values():
         a = state.node.args
+        if EVENT_WINDOW in a:
+            if record_time_spout(state) is None:
+                return False
+            continue
         if SINGLE_JOIN in a or "updater" in a or not is_sql_combiner(a.get("agg")):
             return False
     return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in all_nodes(topology))
+
+
+def record_time_spout(state: TridentState) -> Node | None:
+    """The spout whose record timestamps are an event-time window's times, if any.
+
+    For a tumbling or sliding window with a SQL combiner whose time field is the record
+    timestamp of a spout (``with_metadata``), passed unchanged through row-wise nodes
+    (``each`` only appends fields, ``filter`` drops tuples, ``project`` keeps them), and
+    whose spout bounds a batch's timestamps before reading it (``max_timestamp_ms``).
+    Such a window's txids can share one Spark job: which records could be late is known
+    from the bounds before the job (:mod:`trident_assets.spark.event_window_chunks`).
+    """
+    spec = state.node.args.get(EVENT_WINDOW)
+    if spec is None or spec.window.kind == "session" or not is_sql_combiner(spec.agg):
+        return None
+    if spec.window.time_unit != "timestamp":
+        return None
+    node = state.node.parents[0]
+    while node.kind in ROW_WISE and node.kind != "spout":
+        node = node.parents[0]
+    if node.kind != "spout" or spec.window.time_field != "timestamp":
+        return None
+    spout = node.args["spout"]
+    scheme = getattr(spout, "scheme", None)
+    if not getattr(scheme, "with_metadata", False) or not hasattr(spout, "max_timestamp_ms"):
+        return None
+    return node
 
 
 def quarantine_refusal(topology: TridentTopology) -> str | None:
@@ -134,7 +168,7 @@ def quarantine_refusal(topology: TridentTopology) -> str | None:
             return f"state {name!r} is a single join: its matches depend on arrival order"
         if TRIDENT_WINDOW in a:
             return f"state {name!r} is a window: which tuples it holds depends on their order"
-        if "event_window" in a:
+        if EVENT_WINDOW in a:
             return f"state {name!r} is an event window: its watermark depends on txid order"
         if "updater" in a:
             return f"state {name!r} is a partition_persist: its updater sees tuples in order"

@@ -182,6 +182,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_dagster_dev.py": 108,  # the word count and the page views in one `dagster dev`
     "test_chaos.py": 101,
     "test_user_code.py": 98,
+    "test_event_window_chunks.py": 85,
     "test_executor.py": 91,
     "test_single_join.py": 67,
     "test_stream_ops.py": 65,

@@ -42,6 +42,7 @@ __all__ = [
     "WindowBatch",
     "WindowOutcome",
     "apply_window_batch",
+    "last_max_event_us",
     "last_watermark",
     "last_watermark_us",
     "read_finals",
@@ -72,6 +73,11 @@ def _last(store: StateStore, state: WindowedState) -> tuple[int | None, int | No
         return None, None
     top, wm = rows[0]
     return (None if top is None else int(top)), (None if wm is None else int(wm))
+
+
+def last_max_event_us(store: StateStore, state: WindowedState) -> int | None:
+    """The largest event time ``state`` committed, in epoch microseconds (None before any)."""
+    return _last(store, state)[0]
 
 
 def last_watermark_us(store: StateStore, state: WindowedState) -> int | None:

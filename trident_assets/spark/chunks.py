@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trident_assets.planner import chunk_pipelinable, live_spouts
@@ -39,6 +39,8 @@ class Chunk:
     """When the chunk's job started in the worker (set by the worker)."""
     plan_s: float = 0.0
     """Seconds spent building the chunk's DataFrames on the driver."""
+    event_tops: dict[str, int | None] = field(default_factory=dict)
+    """Per event-time window: an upper bound of its largest event time after the chunk."""
 
 
 def chunk_limit(ordered: list[int], i: int, max_spout_pending: int) -> int:

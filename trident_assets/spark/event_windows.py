@@ -1,6 +1,8 @@
 """Running an event-time windowed aggregation for one batch.
 
-Declared by :mod:`trident_assets.stream.event_windows`.
+Declared by :mod:`trident_assets.stream.event_windows`. A window timed by the record
+timestamp runs several txids in one job instead (:mod:`.event_window_chunks`); its commit
+half is :func:`apply_window_state` too.
 
 Two halves around the commit, like a single join:
 
@@ -49,6 +51,7 @@ from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregatio
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.spark.event_window_chunks import WindowSlice
     from trident_assets.stream.event_windows import WindowedState
 
 __all__ = ["KIND", "WS", "apply_window_state", "window_dead_letters_key", "window_input"]
@@ -168,8 +171,11 @@ class _Columns:
     """Tumbling/sliding: the row's window is the record's last one."""
 
 
-def _columns(parent: Any, spec: WindowedAggregation) -> _Columns:
+def _columns(parent: Any, spec: WindowedAggregation, skip: tuple[str, ...] = ()) -> _Columns:
     """Build :class:`_Columns` for ``spec`` over ``parent``'s fields.
+
+    ``skip``: columns of ``parent`` that are not fields of the stream (a chunk's batch tag),
+    left out of a dead letter's value.
 
     Raises:
         ConfigError: the time field's type does not fit ``spec.window.time_unit``.
@@ -179,7 +185,8 @@ def _columns(parent: Any, spec: WindowedAggregation) -> _Columns:
 
     w, group, out = spec.window, list(spec.group), spec.output
     micros, reason = _event_micros(parent, w)
-    value = F.to_json(F.struct(*[F.col(f) for f in parent.columns])).cast("binary")
+    fields = [f for f in parent.columns if f not in skip]
+    value = F.to_json(F.struct(*[F.col(f) for f in fields])).cast("binary")
     t = F.col(T)
     common = {
         "base": [
@@ -447,13 +454,23 @@ def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, i
     return partials, letters, top, int(partly)
 
 
-def apply_window_state(run: BatchRun, state: WindowedState, table: pa.Table) -> StateOutcome:
-    """Apply the batch (from :func:`window_input`) inside the open commit transaction.
+def apply_window_state(
+    run: BatchRun, state: WindowedState, table: pa.Table | WindowSlice
+) -> StateOutcome:
+    """Apply the batch inside the open commit transaction.
+
+    ``table`` is :func:`window_input`'s, or a chunk's slice
+    (:class:`~trident_assets.spark.event_window_chunks.WindowSlice`), decided here against
+    the committed watermark.
 
     Leaves the windows this txid made final in ``run.new_values``, the dead letters in
     ``run.extra_dead`` and what it did in ``run.windows``.
     """
+    from trident_assets.spark.event_window_chunks import WindowSlice
+
     store = run.runner.store
+    if isinstance(table, WindowSlice):  # a chunk's rows: decided against the committed watermark
+        table = table.resolve(last_watermark_us(store, state))
     partials, letters, top, partly = _split(table, state)
     raw = (table.schema.metadata or {}).get(b"watermark_us", b"")
     decided = int(raw) if raw else None

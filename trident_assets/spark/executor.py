@@ -428,17 +428,21 @@ class TopologyRunner:
         pool: ThreadPoolExecutor,
         batches: list[tuple[int, dict[str, BatchPlan]]],
         emit_s: float,
+        event_tops: dict[str, int | None] | None = None,
     ) -> Chunk:
         """Build the chunk's DataFrames here, run its Spark jobs in ``pool``.
+
+        ``event_tops``: the chunk in flight before it's (:attr:`Chunk.event_tops`).
 
         The chunk's ``t_spark`` is when its job starts in the pool (it may queue behind the
         previous chunk's), ``plan_s`` what building its DataFrames took here.
         """
         t_plan = time.perf_counter()
         base = BatchRun(self, *batches[0])
-        work = PipelinedRun(self, batches, base).plan()
+        prun = PipelinedRun(self, batches, base, event_tops)
+        work = prun.plan()
         now = time.perf_counter()
-        chunk = Chunk(batches, emit_s, base, Future(), now, now - t_plan)
+        chunk = Chunk(batches, emit_s, base, Future(), now, now - t_plan, prun.event_tops)
 
         def run() -> dict[int, Prepared]:
             chunk.t_spark = time.perf_counter()
@@ -470,7 +474,7 @@ class TopologyRunner:
             return None
         emit_s = time.perf_counter() - started
         self.fault("after_emit")
-        return self._start(pool, batches, emit_s)
+        return self._start(pool, batches, emit_s, chunk.event_tops)
 
     def _run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
         """The one-batch path: run every stream on Spark, then commit."""

@@ -10,11 +10,13 @@ earlier txids committed and the later ones to be replayed (opaque: re-planned fr
 commit; transactional: the ranges recorded at their first emission).
 
 A chunk is pipelined only when the topology's states are all persistent aggregates with a
-SQL combiner (Count, Sum, Min, Max) and every node that receives tuples in the chunk is
-row-wise (``spout``, ``each``, ``filter``, ``project``, ``peek``). Whatever reads the state a
-batch leaves behind (a state query over a non-empty stream, new-values streams, single joins,
-updaters, reducers) runs batch by batch. Streams that receive no tuples in the chunk cost no
-Spark job: their (empty) results are typed from the DataFrame schema.
+SQL combiner (Count, Sum, Min, Max) or event-time windows timed by the record timestamp
+(:mod:`.event_window_chunks`: late records decided at each commit), and every node that
+receives tuples in the chunk is row-wise (``spout``, ``each``, ``filter``, ``project``,
+``peek``). Whatever reads the state a batch leaves behind (a state query over a non-empty
+stream, new-values streams, single joins, updaters, reducers) runs batch by batch. Streams
+that receive no tuples in the chunk cost no Spark job: their (empty) results are typed from
+the DataFrame schema.
 
 Dead letters are counted by an ``Observation`` during the partials job; a second Spark job
 fetches them only when there are any.
@@ -34,9 +36,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_assets.planner import chunk_pipelinable, is_live, live_spouts, pipelinable
+from trident_assets.backends.window_store import last_max_event_us
+from trident_assets.log.timestamps import UNKNOWN
+from trident_assets.planner import (
+    chunk_pipelinable,
+    is_live,
+    live_spouts,
+    pipelinable,
+    record_time_spout,
+)
 from trident_assets.spark.aggregation import split_nulls, state_partials
 from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials
+from trident_assets.spark.event_window_chunks import WindowSlice, chunk_bounds, chunk_window_job
 from trident_assets.spark.kernel_plan import (
     arrow_kernel,
     arrow_kernels_on,
@@ -47,10 +58,12 @@ from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import Prepared
 from trident_assets.spouts.ranges import BatchPlan
+from trident_assets.stream.event_windows import EVENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
     from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.stream.event_windows import WindowedState
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
@@ -67,6 +80,9 @@ TXID_COLUMN = "__trident_txid"
 """The column that tags every tuple of a pipelined chunk with its batch: the position of its
 txid in the chunk (0, 1, ...), never the txid itself, so a chunk's Spark code is the same
 from one chunk to the next (a literal txid would be compiled anew for every chunk)."""
+
+UNBOUNDED = 1 << 62
+"""A batch's largest event time when the log cannot bound it: every record a candidate."""
 
 Batches = Sequence[tuple[int, dict[str, BatchPlan]]]
 """The chunk: ``(txid, {spout id: plan})`` for consecutive txids, ascending."""
@@ -90,8 +106,18 @@ def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
 class PipelinedRun(NodeFrames):
     """The Spark side of a pipelined chunk: builds tagged DataFrames, returns per-txid inputs."""
 
-    def __init__(self, runner: TopologyRunner, batches: Batches, empty: BatchRun) -> None:
-        """``empty`` builds the nodes that receive no tuples in the chunk (no Spark job)."""
+    def __init__(
+        self,
+        runner: TopologyRunner,
+        batches: Batches,
+        empty: BatchRun,
+        event_tops: dict[str, int | None] | None = None,
+    ) -> None:
+        """``empty`` builds the nodes that receive no tuples in the chunk (no Spark job).
+
+        ``event_tops``: per event-time window, an upper bound of the largest event time of
+        the chunk in flight before this one (see :mod:`.event_window_chunks`).
+        """
         self.runner = runner
         self.spark = runner.spark
         self.batches = list(batches)
@@ -107,6 +133,9 @@ class PipelinedRun(NodeFrames):
         """Spark settings for the chunk's jobs (how the reads split into tasks)."""
         self.nulls: dict[str, dict[int, int]] = {}
         """Per Sum/Min/Max state, per txid: the null values its partials skipped."""
+        self.event_tops: dict[str, int | None] = dict(event_tops or {})
+        """Per event-time window: an upper bound of its largest event time after the chunk
+        (before :meth:`plan`: after the chunk in flight)."""
 
     def _raw(self, node: Node) -> Any:
         """The spout's raw records of the whole chunk, tagged with their batch (built once)."""
@@ -149,8 +178,10 @@ class PipelinedRun(NodeFrames):
         msg = f"node kind {node.kind!r} cannot be pipelined"
         raise AssertionError(msg)
 
-    def _partials_job(self, state: TridentState) -> Callable[[], dict[int, pa.Table]]:
+    def _partials_job(self, state: TridentState) -> Callable[[], dict[int, Any]]:
         """Build the state's partials DataFrame now; the returned call runs its Spark job."""
+        if EVENT_WINDOW in state.node.args:
+            return self._window_job(state)  # type: ignore[arg-type]
         parent = state.node.parents[0]
         if not is_live(parent, self.live):
             table = self.empty.state_input(state)
@@ -187,6 +218,24 @@ class PipelinedRun(NodeFrames):
             return result
 
         return run
+
+    def _window_job(self, state: WindowedState) -> Callable[[], dict[int, WindowSlice]]:
+        """An event-time window's job: lateness bounded by the log's timestamps."""
+        spout = record_time_spout(state)
+        assert spout is not None  # pipelinable() admits no other window
+        sid, reader = spout.args["spout_id"], spout.args["spout"]
+        spec = state.windowed
+        committed = last_max_event_us(self.runner.store, state)
+        inflight = self.event_tops.get(state.spec.name)
+        before = max((t for t in (committed, inflight) if t is not None), default=None)
+        tops: list[int | None] = []
+        for _, plans in self.batches:
+            plan = plans[sid]
+            top = reader.max_timestamp_ms(self.runner.log, plan) if plan.record_count else None
+            tops.append(UNBOUNDED if top is UNKNOWN else None if top is None else top * 1000)
+        bounds, after = chunk_bounds(before, tops, spec.window.lateness_us)
+        self.event_tops[state.spec.name] = after
+        return chunk_window_job(self, state, bounds)
 
     def _records(self, spout: Node) -> int:
         """How many records ``spout`` reads in the chunk."""

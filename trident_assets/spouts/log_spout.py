@@ -97,6 +97,19 @@ class LogSpout:
         ]
         return read_ranges(spark, log, ranges)
 
+    def max_timestamp_ms(self, log: PartitionedLog, plan: BatchPlan) -> int | object | None:
+        """An upper bound of ``plan``'s record timestamps (epoch ms) without reading a record.
+
+        From the segments' Parquet statistics (:mod:`trident_assets.log.timestamps`): None
+        when the plan reads nothing, ``UNKNOWN`` when a footer lacks the statistics.
+        """
+        from trident_assets.log.timestamps import max_timestamp_ms
+
+        ranges = [
+            (r.topic, r.partition_number, r.first_offset, r.last_offset) for r in plan.non_empty()
+        ]
+        return max_timestamp_ms(log, ranges)
+
     def read_many(
         self, spark: Any, log: PartitionedLog, plans: Sequence[tuple[int, BatchPlan]], column: str
     ) -> Any:
