@@ -49,8 +49,9 @@ from trident_assets.spark.event_windows import (
     WS,
     N,
     T,
-    _columns,
+    window_columns,
 )
+from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.stream.event_windows import EVENT_WINDOW
 
 if TYPE_CHECKING:
@@ -217,7 +218,6 @@ def chunk_window_job(
 
     from trident_assets.planner import is_live
     from trident_assets.spark.node_frames import empty_arrow
-    from trident_assets.spark.pipelined import TXID_COLUMN, split_by_txid
 
     parent = state.node.parents[0]
     txids = prun.txids
@@ -238,12 +238,12 @@ def _chunk_frame(parent: Any, state: WindowedState, bounds: Sequence[int | None]
     """The chunk job's DataFrame over ``parent`` (the state's input, tagged by batch)."""
     from pyspark.sql import functions as F
 
-    from trident_assets.spark.pipelined import TXID_COLUMN
-
     spec: WindowedAggregation = state.node.args[EVENT_WINDOW]
     w, group = spec.window, list(spec.group)
     key = (spec, parent.schema.json(), "chunk")
-    c = reuse(state, "window_chunk", key, parent, lambda: _columns(parent, spec, (TXID_COLUMN,)))
+    c = reuse(
+        state, "window_chunk", key, parent, lambda: window_columns(parent, spec, (TXID_COLUMN,))
+    )
     tag = F.col(TXID_COLUMN)
     bound = F.element_at(F.array(*[F.lit(b).cast("bigint") for b in bounds]), (tag + 1).cast("int"))
     records = parent.select(*c.base, tag).withColumns(c.bounds)

@@ -51,10 +51,16 @@ from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregatio
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
-    from trident_assets.spark.event_window_chunks import WindowSlice
     from trident_assets.stream.event_windows import WindowedState
 
-__all__ = ["KIND", "WS", "apply_window_state", "window_dead_letters_key", "window_input"]
+__all__ = [
+    "KIND",
+    "WS",
+    "apply_window_state",
+    "window_columns",
+    "window_dead_letters_key",
+    "window_input",
+]
 
 T, WS, WE, KIND, REASON, VALUE, N, DUP = (
     "__t",
@@ -138,7 +144,7 @@ def _utc(micros: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class _Columns:
+class WindowColumns:
     """The watermark-free column expressions of one windowed state (built once, reused)."""
 
     base: list[Any]
@@ -171,8 +177,10 @@ class _Columns:
     """Tumbling/sliding: the row's window is the record's last one."""
 
 
-def _columns(parent: Any, spec: WindowedAggregation, skip: tuple[str, ...] = ()) -> _Columns:
-    """Build :class:`_Columns` for ``spec`` over ``parent``'s fields.
+def window_columns(
+    parent: Any, spec: WindowedAggregation, skip: tuple[str, ...] = ()
+) -> WindowColumns:
+    """Build :class:`WindowColumns` for ``spec`` over ``parent``'s fields.
 
     ``skip``: columns of ``parent`` that are not fields of the stream (a chunk's batch tag),
     left out of a dead letter's value.
@@ -220,7 +228,7 @@ def _columns(parent: Any, spec: WindowedAggregation, skip: tuple[str, ...] = ())
             "__island": F.sum("__new").over(order.rowsBetween(Window.unboundedPreceding, 0)),
         }
         aggs = [F.min(T).alias(WS), (F.max(T) + gap).alias(WE), agg_value, F.max(T).alias(T)]
-        return _Columns(**common, aggs=aggs, islands=islands)
+        return WindowColumns(**common, aggs=aggs, islands=islands)
     size, slide = F.lit(w.size_us).cast("bigint"), F.lit(w.slide_us).cast("bigint")
     start = t - t % slide  # % is the remainder; fixed below for t < 0
     start = F.when(t % slide < 0, start - slide).otherwise(start)
@@ -228,7 +236,7 @@ def _columns(parent: Any, spec: WindowedAggregation, skip: tuple[str, ...] = ())
     first_start = F.when(first % slide < 0, first - first % slide - slide).otherwise(
         first - first % slide
     )
-    return _Columns(
+    return WindowColumns(
         **common,
         aggs=[agg_value, F.max(T).alias(T)],
         bounds={"__last": start, "__first": first_start + slide},
@@ -273,7 +281,7 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
         parent = run.frame(state.node.parents[0])
         fold = run.fold_dead(state.node)
     key = (spec, parent.schema.json())
-    c = reuse(state, "window_input", key, parent, lambda: _columns(parent, spec))
+    c = reuse(state, "window_input", key, parent, lambda: window_columns(parent, spec))
     base = parent.select(*c.base)
     wm_lit = None if wm is None else F.lit(wm).cast("bigint")
     if w.kind == "session":
@@ -292,7 +300,7 @@ def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
     return table.replace_schema_metadata(meta)
 
 
-def _sessions(base: Any, c: _Columns, w: EventWindow, group: list[str], wm_lit: Any) -> Any:
+def _sessions(base: Any, c: WindowColumns, w: EventWindow, group: list[str], wm_lit: Any) -> Any:
     """Sessions: partials of the live records (islands need them sorted), then dead letters.
 
     Two branches of one action: the records are read twice.
@@ -317,7 +325,7 @@ def _sessions(base: Any, c: _Columns, w: EventWindow, group: list[str], wm_lit: 
 
 
 def _one_pass(
-    base: Any, c: _Columns, w: EventWindow, group: list[str], out: str, wm_lit: Any
+    base: Any, c: WindowColumns, w: EventWindow, group: list[str], out: str, wm_lit: Any
 ) -> Any:
     """Tumbling/sliding: partials and dead letters from ONE scan and one aggregation.
 
@@ -454,23 +462,16 @@ def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, i
     return partials, letters, top, int(partly)
 
 
-def apply_window_state(
-    run: BatchRun, state: WindowedState, table: pa.Table | WindowSlice
-) -> StateOutcome:
+def apply_window_state(run: BatchRun, state: WindowedState, table: pa.Table) -> StateOutcome:
     """Apply the batch inside the open commit transaction.
 
-    ``table`` is :func:`window_input`'s, or a chunk's slice
-    (:class:`~trident_assets.spark.event_window_chunks.WindowSlice`), decided here against
-    the committed watermark.
+    ``table``: :func:`window_input`'s, or a chunk's resolved
+    :class:`~trident_assets.spark.event_window_chunks.WindowSlice`.
 
     Leaves the windows this txid made final in ``run.new_values``, the dead letters in
     ``run.extra_dead`` and what it did in ``run.windows``.
     """
-    from trident_assets.spark.event_window_chunks import WindowSlice
-
     store = run.runner.store
-    if isinstance(table, WindowSlice):  # a chunk's rows: decided against the committed watermark
-        table = table.resolve(last_watermark_us(store, state))
     partials, letters, top, partly = _split(table, state)
     raw = (table.schema.metadata or {}).get(b"watermark_us", b"")
     decided = int(raw) if raw else None

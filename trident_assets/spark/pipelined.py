@@ -32,7 +32,6 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -57,6 +56,7 @@ from trident_assets.spark.kernel_plan import (
 from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import Prepared
+from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.event_windows import EVENT_WINDOW
 
@@ -76,31 +76,11 @@ __all__ = [
     "split_by_txid",
 ]
 
-TXID_COLUMN = "__trident_txid"
-"""The column that tags every tuple of a pipelined chunk with its batch: the position of its
-txid in the chunk (0, 1, ...), never the txid itself, so a chunk's Spark code is the same
-from one chunk to the next (a literal txid would be compiled anew for every chunk)."""
-
 UNBOUNDED = 1 << 62
 """A batch's largest event time when the log cannot bound it: every record a candidate."""
 
 Batches = Sequence[tuple[int, dict[str, BatchPlan]]]
 """The chunk: ``(txid, {spout id: plan})`` for consecutive txids, ascending."""
-
-
-def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
-    """``table`` split on :data:`TXID_COLUMN` (dropped): tag ``i`` is ``txids[i]``'s.
-
-    Every txid gets a table, maybe empty.
-    """
-    ordered = table.sort_by(TXID_COLUMN) if table.num_rows else table
-    tags = ordered.column(TXID_COLUMN).to_numpy() if ordered.num_rows else np.array([], np.int64)
-    body = ordered.drop_columns([TXID_COLUMN])
-    out: dict[int, pa.Table] = {}
-    for position, txid in enumerate(txids):
-        lo, hi = np.searchsorted(tags, [position, position + 1])
-        out[txid] = body.slice(int(lo), int(hi - lo))
-    return out
 
 
 class PipelinedRun(NodeFrames):

@@ -24,12 +24,14 @@ import pyarrow as pa
 
 from trident_assets.backends.duckdb_merge import MergeResult
 from trident_assets.backends.state_batches import StateTarget, apply_state_batch, state_total
+from trident_assets.backends.window_store import last_watermark_us
 from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
 from trident_assets.spark.batch_tables import store_rows
+from trident_assets.spark.event_window_chunks import WindowSlice
 from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome, head_rows, top_rows
 from trident_assets.spark.single_join import apply_join_state
@@ -74,6 +76,8 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
     if TRIDENT_WINDOW in a:
         return apply_window_state(run, state, batch)
     if EVENT_WINDOW in a:
+        if isinstance(batch, WindowSlice):  # a chunk's rows: decided on the committed watermark
+            batch = batch.resolve(last_watermark_us(store, state))  # type: ignore[arg-type]
         return apply_event_window(run, state, batch)  # type: ignore[arg-type]
     if "updater" in a:
         updater = a["updater"]

@@ -1,0 +1,33 @@
+"""The batch tag of a pipelined chunk: a column of positions, and the split by it.
+
+See :mod:`trident_assets.spark.pipelined`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["TXID_COLUMN", "split_by_txid"]
+
+TXID_COLUMN = "__trident_txid"
+"""The column that tags every tuple of a pipelined chunk with its batch: the position of its
+txid in the chunk (0, 1, ...), never the txid itself, so a chunk's Spark code is the same
+from one chunk to the next (a literal txid would be compiled anew for every chunk)."""
+
+
+def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
+    """``table`` split on :data:`TXID_COLUMN` (dropped): tag ``i`` is ``txids[i]``'s.
+
+    Every txid gets a table, maybe empty.
+    """
+    ordered = table.sort_by(TXID_COLUMN) if table.num_rows else table
+    tags = ordered.column(TXID_COLUMN).to_numpy() if ordered.num_rows else np.array([], np.int64)
+    body = ordered.drop_columns([TXID_COLUMN])
+    out: dict[int, pa.Table] = {}
+    for position, txid in enumerate(txids):
+        lo, hi = np.searchsorted(tags, [position, position + 1])
+        out[txid] = body.slice(int(lo), int(hi - lo))
+    return out
