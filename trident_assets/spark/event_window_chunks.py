@@ -119,15 +119,15 @@ class WindowSlice:
         rows = self.rows
         ws = rows.column(WS)
         readable = pc.is_valid(ws)
-        candidate = pc.and_(readable, pc.is_valid(rows.column(VALUE)))
+        candidate = pc.and_kleene(readable, pc.is_valid(rows.column(VALUE)))
         n = pa.nulls(rows.num_rows, pa.int64())
         if wm is None:
             keep = readable
             late = pa.array([False] * rows.num_rows)
         else:
             final = pc.less_equal(rows.column(WE), wm)
-            ordinary = pc.and_(readable, pc.invert(candidate))
-            if pc.any(pc.and_(ordinary, final)).as_py():
+            ordinary = pc.and_kleene(readable, pc.invert(candidate))
+            if pc.any(pc.and_kleene(ordinary, final)).as_py():
                 msg = (
                     f"windowed state {self.state.spec.name!r}: a record not expected to be "
                     f"late falls in a window final at watermark {_utc(wm)} (the log's "
@@ -135,15 +135,15 @@ class WindowSlice:
                     "written. Check the log with `trident log verify`, then run the txid again"
                 )
                 raise TridentError(msg)
-            is_last = pc.and_(candidate, pc.equal(ws, rows.column(LAST)))
-            late = pc.and_(is_last, final)
+            is_last = pc.and_kleene(candidate, pc.equal(ws, rows.column(LAST)))
+            late = pc.and_kleene(is_last, final)
             first_final = pc.less_equal(pc.add(rows.column(FIRST), size), wm)
-            partly = pc.and_(pc.and_(is_last, pc.invert(final)), first_final)
+            partly = pc.and_kleene(pc.and_kleene(is_last, pc.invert(final)), first_final)
             n = pc.if_else(partly, rows.column(DUP), 0)
-            keep = pc.and_(readable, pc.invert(final))
+            keep = pc.and_kleene(readable, pc.invert(final))
         partials = rows.append_column("__n", n).filter(keep)
         partials = _combine(partials, group, out, spec.agg.sql_combine)
-        dead = rows.filter(pc.or_(pc.invert(readable), late))
+        dead = rows.filter(pc.or_kleene(pc.invert(readable), late))
         return _window_table(partials, dead, group, out, size, wm)
 
 
