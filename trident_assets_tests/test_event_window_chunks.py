@@ -114,8 +114,10 @@ def outcome_rows(store: Any, state: Any) -> dict[str, Any]:
     }
 
 
-def run(spark: Any, tmp: Path, window: EventWindow, how: str, agg: Any = None) -> Any:
-    """Run txids 1..TXIDS one way; return (every txid's windows outcome, stored rows)."""
+def run(
+    spark: Any, tmp: Path, window: EventWindow, how: str, agg: Any = None, txids: int = TXIDS
+) -> Any:
+    """Run txids 1..``txids`` one way; return (every txid's windows outcome, stored rows)."""
     rows = records(7)
     log = new_log(tmp / "log", rows)
     topo = topology(window, agg, "n" if agg is not None else None)
@@ -125,10 +127,10 @@ def run(spark: Any, tmp: Path, window: EventWindow, how: str, agg: Any = None) -
         if how == "one-batch path":
             runner.pipelinable = False  # Spark decides lateness before each commit
         if how == "chunks":
-            outcomes = list(runner.run_batches(list(range(1, TXIDS + 1))))
+            outcomes = list(runner.run_batches(list(range(1, txids + 1))))
         else:
-            outcomes = [runner.run_batch(txid) for txid in range(1, TXIDS + 1)]
-        assert [o.txid for o in outcomes if o.applied] == list(range(1, TXIDS + 1))
+            outcomes = [runner.run_batch(txid) for txid in range(1, txids + 1)]
+        assert [o.txid for o in outcomes if o.applied] == list(range(1, txids + 1))
         return [o.windows for o in outcomes], outcome_rows(store, topo.states["page_views"]), rows
 
 
@@ -141,7 +143,10 @@ def test_chunks_give_exactly_the_one_batch_results(
     spark: Any, tmp_path: Path, window: EventWindow, agg: str | None
 ) -> None:
     make = (lambda: ta.Sum()) if agg == "sum" else (lambda: None)
-    ref_outcomes, ref_rows, rows = run(spark, tmp_path / "ref", window, "one-batch path", make())
+    txids = TXIDS
+    ref_outcomes, ref_rows, rows = run(
+        spark, tmp_path / "ref", window, "one-batch path", make(), txids
+    )
     # the corpus exercises what it should: late, partly late (sliding), duplicates
     late = sum(w["page_views"].late_records for w in ref_outcomes)
     assert late >= 10
@@ -150,11 +155,11 @@ def test_chunks_give_exactly_the_one_batch_results(
     assert len(set(rows)) < len(rows)
     # run_batch runs a chunk of one txid (the path of a Dagster run per txid)
     for how in ("chunks", "one txid per run_batch") if window is TUMBLING else ("chunks",):
-        outcomes, got, _ = run(spark, tmp_path / how.replace(" ", "-"), window, how, make())
+        outcomes, got, _ = run(spark, tmp_path / how.replace(" ", "-"), window, how, make(), txids)
         assert outcomes == ref_outcomes, how
         assert got == ref_rows, how
     # and the model agrees on what is final and open, and on the late records
-    batches = [rows[i * BATCH : (i + 1) * BATCH] for i in range(TXIDS)]
+    batches = [rows[i * BATCH : (i + 1) * BATCH] for i in range(txids)]
     model = reference_windows(
         window,
         [[(NULL if p is None else p, t * 1000, n) for p, t, n in b] for b in batches],
@@ -164,6 +169,38 @@ def test_chunks_give_exactly_the_one_batch_results(
     assert _sorted(finals) == _sorted(model.finals)
     assert _sorted([_row(r) for r in ref_rows["open"]]) == _sorted(model.open)
     assert late == len(model.late)
+
+
+def test_a_chunk_without_records_runs_no_spark_job_and_changes_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Txids 3-6 read nothing: their chunks run no Spark job and commit what a txid alone
+    would (the same watermark, no window, no dead letter)."""
+    got = []
+    for how in ("one-batch path", "chunks"):
+        log = new_log(tmp_path / how / "log", records(7)[: 2 * BATCH])
+        topo = topology(TUMBLING)
+        with ta.DuckDBStore(tmp_path / how / "state.duckdb") as store:
+            runner = ta.TopologyRunner(topo, spark, store, log, max_spout_pending=2)
+            runner.pipelinable = how == "chunks"
+            before = _last_job(spark)
+            outcomes = list(runner.run_batches([1, 2]))
+            jobs = _last_job(spark)
+            assert jobs > before  # the records of txids 1-2 ran a job (jobs are seen)
+            outcomes += list(runner.run_batches([3, 4, 5, 6]))
+            if how == "chunks":
+                assert _last_job(spark) == jobs
+            assert [o.applied for o in outcomes] == [True] * 6
+            assert [o.plans["clicks"].record_count for o in outcomes] == [BATCH] * 2 + [0] * 4
+            got.append(
+                ([o.windows for o in outcomes], outcome_rows(store, topo.states["page_views"]))
+            )
+    assert got[1] == got[0]
+
+
+def _last_job(spark: Any) -> int:
+    """The id of the session's latest Spark job (ids only grow; -1 before any)."""
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(), default=-1)
 
 
 def _us(value: datetime) -> int:
