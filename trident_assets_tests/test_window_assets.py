@@ -128,6 +128,19 @@ def finals_metadata(instance: dg.DagsterInstance, partition: str) -> dict[str, A
     return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
 
 
+def assert_first_hour(instance: dg.DagsterInstance) -> dict[str, Any]:
+    """The seeded day's first hour: 18 windows, final in txids 1 and 2; its metadata."""
+    first = finals_metadata(instance, hour(0))
+    assert {k: first[k] for k in ("windows", "total", "final_txids", "txid", "watermark")} == {
+        "windows": 18,
+        "total": 24.0,
+        "final_txids": [1, 2],
+        "txid": 2,
+        "watermark": "2026-01-01 01:56:30",
+    }
+    return first
+
+
 def check_result(defs: dg.Definitions, instance: dg.DagsterInstance) -> tuple[bool, dict]:
     result = defs.resolve_job_def("finals_checks").execute_in_process(
         instance=instance, raise_on_error=False
@@ -203,14 +216,7 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
     assert check_requested() == 0
     assert instance.get_materialized_partitions(FINALS) == {hour(h) for h in range(24)}
 
-    first = finals_metadata(instance, hour(0))
-    assert {k: first[k] for k in ("windows", "total", "final_txids", "txid", "watermark")} == {
-        "windows": 18,
-        "total": 24.0,
-        "final_txids": [1, 2],
-        "txid": 2,
-        "watermark": "2026-01-01 01:56:30",
-    }
+    first = assert_first_hour(instance)
     assert first["late_records"] == 0
     assert first["reported_late"] is False
     second = finals_metadata(instance, hour(1))
@@ -328,14 +334,7 @@ def test_finals_partitions_on_a_postgres_state_store(tmp_path: Path, spark, pg_d
         assert run_txid(defs, instance, 2) == [], "a replayed txid materializes nothing"
         with trident.store() as store:
             assert type(store).__name__ == "PostgresStore"
-        first = finals_metadata(instance, hour(0))
-        assert {k: first[k] for k in ("windows", "total", "final_txids", "txid", "watermark")} == {
-            "windows": 18,
-            "total": 24.0,
-            "final_txids": [1, 2],
-            "txid": 2,
-            "watermark": "2026-01-01 01:56:30",
-        }
+        assert_first_hour(instance)
         second = finals_metadata(instance, hour(1))
         assert (second["final_txids"], second["late_records"], second["watermark"]) == (
             [2, 4],
