@@ -118,3 +118,27 @@ def test_spark_batch_job_alone_counts_exactly(corpus, spark, tmp_path: Path) -> 
     assert (res["jobs"], res["sentences"]) == (2, 602)
     assert verify(corpus.truth, pq.read_table(tmp_path / "alone.parquet"))["identical"]
     assert spark_batch.summarize(res, 8)["words"] == 4816
+
+
+def test_dagster_floor_runs_the_do_nothing_job_with_our_event_count(tmp_path: Path) -> None:
+    """`python -m bench.dagster_floor`, as documented, in a clean child process."""
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.dagster_floor", "--runs", "3", "--warm", "1",
+         "--reuse-engines"],
+        cwd=repo, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["assets"], result["checks"]) == (6, 9)
+    assert result["event_log_storage"] == "ReusingSqliteEventLogStorage"
+    # run start/success, 6 + 9 planned, 6 + 9 written, step events: the ~54 of a batch run
+    assert result["events_per_run"] == 54
+    assert len(result["run_walls_s"]) == 3
+    after_warm = result["run_walls_s"][1:]
+    assert min(after_warm) - 0.001 <= result["median_run_s"] <= max(after_warm) + 0.001
