@@ -39,7 +39,7 @@ import pytest
 # with the serial collector: they are short-lived and their data small, so C2's compiler
 # threads cost more CPU than they return (on 2 cores, measured about half the start-up and
 # first-batch time of a fresh JVM). The session's own JVM (the ``spark`` fixture) lives for
-# the whole run and keeps C2 (LONG_LIVED_JIT). Changes no result. A value set before the run
+# the whole run and keeps C2 (see the fixture). Changes no result. A value set before the run
 # wins (``SPARK_SUBMIT_OPTS= pytest ...``: the JVM's defaults).
 SHORT_LIVED_JIT = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{SHORT_LIVED_JIT} -XX:+UseSerialGC")
