@@ -20,13 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REUSING_YAML = """\
-event_log_storage:
-  module: trident_assets.dagster.event_log
-  class: ReusingSqliteEventLogStorage
-  config:
-    base_dir: {base}
-"""
+from bench.run_cost import reuse_sqlite_engines
 
 
 def measure(assets: int, checks: int, runs: int, warm: int, reuse_engines: bool) -> dict[str, Any]:
@@ -56,8 +50,7 @@ def measure(assets: int, checks: int, runs: int, warm: int, reuse_engines: bool)
     ).resolve_job_def("floor")
     with tempfile.TemporaryDirectory() as home:
         if reuse_engines:
-            base = Path(home) / "history" / "runs"
-            (Path(home) / "dagster.yaml").write_text(REUSING_YAML.format(base=base))
+            reuse_sqlite_engines(Path(home))
         instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(home))
         walls = []
         for key in range(1, runs + 1):

@@ -60,7 +60,7 @@ def _cumulative(stats: pstats.Stats, suffix: str, name: str) -> float:
     return total
 
 
-def _reuse_sqlite_engines(instance_dir: Path) -> None:
+def reuse_sqlite_engines(instance_dir: Path) -> None:
     """Make the Dagster instance in ``instance_dir`` use
     :class:`~trident_assets.dagster.event_log.ReusingSqliteEventLogStorage` (its dagster.yaml)."""
     instance_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     from bench.pipeline import _instance, _trident, batch_timings, build_topology, drive
 
     if args.reuse_sqlite_engines:
-        _reuse_sqlite_engines(Path(args.work) / "dagster")
+        reuse_sqlite_engines(Path(args.work) / "dagster")
 
     work = Path(args.work)
     trident = _trident(Path(args.corpus), work / "state.duckdb", None, 2)
