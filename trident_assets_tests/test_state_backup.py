@@ -35,9 +35,9 @@ WRITER = """
 import sys
 from trident_assets.backends.duckdb_store import DuckDBStore
 db, stop = sys.argv[1], sys.argv[2]
-import os
-txid = 0
-while not os.path.exists(stop) and txid < 400:
+import os, time
+txid, deadline = 0, time.monotonic() + 300  # commits until told to stop (the deadline: a guard)
+while not os.path.exists(stop) and time.monotonic() < deadline:
     txid += 1
     with DuckDBStore(db, lock_timeout_s=30) as store:
         with store.transaction() as tx:

@@ -92,6 +92,8 @@ from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.batch_tables import DEAD_LETTERS, ensure_dead_letters_table
 from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
+from trident_assets.spark.codegen_conf import codegen_conf
+from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
 from trident_assets.spark.pipelined import PipelinedRun
 from trident_assets.spouts.coordinator import BatchCoordinator
@@ -479,10 +481,12 @@ class TopologyRunner:
     def _run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
         """The one-batch path: run every stream on Spark, then commit."""
         t_spark = time.perf_counter()
-        run = BatchRun(self, txid, plans)
-        prepared = run.prepare()
-        spark_s = time.perf_counter() - t_spark
-        return self._commit_one(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
+        records = sum(plan.record_count for plan in plans.values())
+        with scoped_conf(self.spark, codegen_conf(self.spark, records)):  # commit's jobs too
+            run = BatchRun(self, txid, plans)
+            prepared = run.prepare()
+            spark_s = time.perf_counter() - t_spark
+            return self._commit_one(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
 
     def _commit_chunk(
         self, chunk: Chunk, prepared: dict[int, Prepared], spark_s: float

@@ -46,6 +46,7 @@ from trident_assets.planner import (
 )
 from trident_assets.spark.aggregation import split_nulls, state_partials
 from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials
+from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.event_window_chunks import WindowSlice, chunk_bounds, chunk_window_job
 from trident_assets.spark.kernel_plan import (
     arrow_kernel,
@@ -279,6 +280,8 @@ class PipelinedRun(NodeFrames):
         one commits earlier txids. It returns each txid's partials, outputs and dead letters.
         """
         topo = self.runner.topology
+        records = sum(p.record_count for _, plans in self.batches for p in plans.values())
+        self.conf.update(codegen_conf(self.spark, records))
         partials = {name: self._partials_job(state) for name, state in topo.states.items()}
         outputs = {name: self._output_job(stream.node) for name, stream in topo.outputs.items()}
         dead = {sid: self._dead_letters_job(sid, node) for sid, node in topo.spouts.items()}
