@@ -14,6 +14,7 @@ from bench import pipeline, spark_batch
 from bench.corpus import TOPIC, CorpusSpec, ground_truth, write_corpus
 from bench.run_all import duckdb_baseline, verify
 from trident_assets.log.store import PartitionedLog
+from trident_assets_tests.conftest import JVM_ENV
 
 SPEC = CorpusSpec(batches=2, sentences=301, vocab=500, partitions=2, seed=11)
 
@@ -142,3 +143,26 @@ def test_dagster_floor_runs_the_do_nothing_job_with_our_event_count(tmp_path: Pa
     assert len(result["run_walls_s"]) == 3
     after_warm = result["run_walls_s"][1:]
     assert min(after_warm) - 0.001 <= result["median_run_s"] <= max(after_warm) + 0.001
+
+
+def test_codegen_batches_compares_both_modes_on_the_same_records(tmp_path: Path) -> None:
+    """`python -m bench.codegen_batches`, as documented, in a clean child process."""
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.codegen_batches", "--sizes", "40", "--batches", "1",
+         "--warm", "0"],
+        cwd=repo, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", **JVM_ENV},
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    rows = [(r["topology"], r["records_per_batch"], r["same_state"]) for r in result["results"]]
+    assert rows == [("words", 40, True), ("clicks", 40, True)]
+    for r in result["results"]:
+        assert set(r["median_batch_s"]) == {"generated", "interpreted"}
+        ratio = r["median_batch_s"]["interpreted"] / r["median_batch_s"]["generated"]
+        assert abs(r["interpreted_vs_generated"] - ratio) < 0.01

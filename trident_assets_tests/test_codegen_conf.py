@@ -112,6 +112,10 @@ def _run(spark: Any, home: Path) -> tuple[dict[str, Any], list[int]]:
 def test_generated_and_interpreted_jobs_leave_the_same_state(
     spark: Any, tmp_path: Path, min_records: Any
 ) -> None:
+    # Spark's defaults: no earlier batch (two runners race in one session elsewhere) left
+    # its interpreted settings behind
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
+    assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
     min_records("0")  # every job generates code
     generated, compiled_generated = _run(spark, tmp_path / "generated")
     min_records("1000000000")  # no job does

@@ -117,6 +117,22 @@ def test_split_per_file_changes_tasks_not_records(
     assert spark.conf.get("spark.sql.files.openCostInBytes") == before, "restored"
 
 
+def test_overlapping_scopes_restore_the_value_from_before_the_first(spark: Any) -> None:
+    """Two runners' jobs in two threads of one session: A opens, B opens, A closes, B closes."""
+    key = "spark.sql.codegen.wholeStage"
+    before = spark.conf.get(key)
+    a, b = scoped_conf(spark, {key: "false"}), scoped_conf(spark, {key: "false"})
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert spark.conf.get(key) == "false", "B's job still runs"
+    b.__exit__(None, None, None)
+    assert spark.conf.get(key) == before, "not the value A had set when B opened"
+    with scoped_conf(spark, {"spark.sql.files.maxRecordsPerFile": "7"}):
+        assert spark.conf.get("spark.sql.files.maxRecordsPerFile") == "7"
+    assert spark.conf.get("spark.sql.files.maxRecordsPerFile") == "0"
+
+
 def test_partial_segments_and_empty_ranges(spark: Any, log: PartitionedLog) -> None:
     ranges = [("events", 0, 3, 2), ("events", 2, 12, 13), ("events", 3, 39, 38)]
     df = read_ranges(spark, log, ranges)

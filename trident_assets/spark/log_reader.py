@@ -19,6 +19,7 @@ a cluster, every executor must see the log root at the same path (a shared file 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
@@ -208,29 +209,49 @@ def split_conf(log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]])
     return {_OPEN_COST_KEY: str(1 << 40)}
 
 
+_SCOPES_LOCK = threading.Lock()
+_SCOPES: dict[tuple[int, str], list[Any]] = {}
+"""Per (session, key) with open scopes: ``[the value before the first one, scopes open]``."""
+
+
 @contextmanager
 def scoped_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
     """Set session ``conf`` for the duration of a job, restoring each key's value afterwards.
 
-    For settings that change how a job is split, never its result; a session that refuses
-    a setting (a remote one may) runs with its own.
+    For settings that change how a job is split or evaluated, never its result; a session
+    that refuses a setting (a remote one may) runs with its own. Scopes may overlap (runners
+    in several threads of one session): while they do, the latest setting holds, and the
+    value from before the first one is restored when the last one closes, never a value
+    another scope set.
     """
-    before: dict[str, str | None] = {}
+    entered: list[str] = []
     try:
-        for key, value in conf.items():
-            before[key] = spark.conf.get(key, None)
-            spark.conf.set(key, value)
-    except Exception:  # only how the job is split: it runs either way
+        with _SCOPES_LOCK:
+            for key, value in conf.items():
+                slot = _SCOPES.get((id(spark), key))
+                before = slot[0] if slot else spark.conf.get(key, None)
+                spark.conf.set(key, value)
+                if slot is None:
+                    slot = _SCOPES[(id(spark), key)] = [before, 0]
+                slot[1] += 1
+                entered.append(key)
+    except Exception:  # only how the job runs: it runs either way
         pass
     try:
         yield
     finally:
-        for key, value in before.items():
-            with suppress(Exception):
-                if value is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, value)
+        with _SCOPES_LOCK:
+            for key in entered:
+                slot = _SCOPES[(id(spark), key)]
+                slot[1] -= 1
+                if slot[1]:
+                    continue
+                del _SCOPES[(id(spark), key)]
+                with suppress(Exception):
+                    if slot[0] is None:
+                        spark.conf.unset(key)
+                    else:
+                        spark.conf.set(key, slot[0])
 
 
 def _inside(path: str, first: int, last: int) -> bool:
