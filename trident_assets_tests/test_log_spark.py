@@ -15,9 +15,9 @@ from trident_assets.spark.log_reader import (
     log_spark_schema,
     read_ranges,
     read_ranges_tagged,
-    scoped_conf,
     split_conf,
 )
+from trident_assets.spark.scoped_conf import scoped_conf
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:

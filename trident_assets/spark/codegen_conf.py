@@ -7,7 +7,7 @@ batch's code changes with every batch (its offset ranges and watermark are liter
 so Spark's cache of compiled code rarely helps. Jobs over fewer than
 ``trident.codegen.minRecords`` records (Spark conf, default 10,000; ``0`` always generates
 code) run with both kinds of code generation off, for their duration only
-(:func:`~trident_assets.spark.log_reader.scoped_conf`). Either way the results are the same;
+(:func:`~trident_assets.spark.scoped_conf.scoped_conf`). Either way the results are the same;
 only the speed differs.
 
 Measured on 2 cores by ``bench/codegen_batches.py`` (median s per batch after warm-up,

@@ -93,9 +93,9 @@ from trident_assets.spark.batch_tables import DEAD_LETTERS, ensure_dead_letters_
 from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
 from trident_assets.spark.codegen_conf import codegen_conf
-from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
 from trident_assets.spark.pipelined import PipelinedRun
+from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange, partition_sort_key
 from trident_assets.stream.topology import TridentTopology

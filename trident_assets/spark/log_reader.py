@@ -19,9 +19,8 @@ a cluster, every executor must see the log root at the same path (a shared file 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 
     from trident_assets.log.store import PartitionedLog
 
-__all__ = ["log_spark_schema", "read_ranges", "read_ranges_tagged", "scoped_conf", "split_conf"]
+__all__ = ["log_spark_schema", "read_ranges", "read_ranges_tagged", "split_conf"]
 
 PER_FILE_TASK_MIN_BYTES = 1 << 20
 """Mean segment file size from which a multi-batch scan gives every file its own task."""
@@ -207,51 +206,6 @@ def split_conf(log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]])
         return {}
     # an open cost above the split size closes a split after every file
     return {_OPEN_COST_KEY: str(1 << 40)}
-
-
-_SCOPES_LOCK = threading.Lock()
-_SCOPES: dict[tuple[int, str], list[Any]] = {}
-"""Per (session, key) with open scopes: ``[the value before the first one, scopes open]``."""
-
-
-@contextmanager
-def scoped_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
-    """Set session ``conf`` for the duration of a job, restoring each key's value afterwards.
-
-    For settings that change how a job is split or evaluated, never its result; a session
-    that refuses a setting (a remote one may) runs with its own. Scopes may overlap (runners
-    in several threads of one session): while they do, the latest setting holds, and the
-    value from before the first one is restored when the last one closes, never a value
-    another scope set.
-    """
-    entered: list[str] = []
-    try:
-        with _SCOPES_LOCK:
-            for key, value in conf.items():
-                slot = _SCOPES.get((id(spark), key))
-                before = slot[0] if slot else spark.conf.get(key, None)
-                spark.conf.set(key, value)
-                if slot is None:
-                    slot = _SCOPES[(id(spark), key)] = [before, 0]
-                slot[1] += 1
-                entered.append(key)
-    except Exception:  # only how the job runs: it runs either way
-        pass
-    try:
-        yield
-    finally:
-        with _SCOPES_LOCK:
-            for key in entered:
-                slot = _SCOPES[(id(spark), key)]
-                slot[1] -= 1
-                if slot[1]:
-                    continue
-                del _SCOPES[(id(spark), key)]
-                with suppress(Exception):
-                    if slot[0] is None:
-                        spark.conf.unset(key)
-                    else:
-                        spark.conf.set(key, slot[0])
 
 
 def _inside(path: str, first: int, last: int) -> bool:

@@ -54,9 +54,9 @@ from trident_assets.spark.kernel_plan import (
     kernel_frame,
     kernel_unavailable,
 )
-from trident_assets.spark.log_reader import scoped_conf
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import Prepared
+from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.event_windows import EVENT_WINDOW
