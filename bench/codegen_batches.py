@@ -90,7 +90,7 @@ def measure(sizes: list[int], batches: int, warm: int) -> dict[str, Any]:
                         runner.run_batch(txid)
                         if txid > warm:
                             walls[mode].append(time.perf_counter() - start)
-                states = {mode: _state(*r) for mode, r in runners.items()}
+                states = {mode: _state(r[1], r[2]) for mode, r in runners.items()}
                 for _, store, _ in runners.values():
                     store.close()
                 med = {mode: statistics.median(w) for mode, w in walls.items()}
@@ -107,9 +107,9 @@ def measure(sizes: list[int], batches: int, warm: int) -> dict[str, Any]:
     return {"batches": batches, "warm": warm, "results": results}
 
 
-def _state(log: Any, store: Any, runner: Any) -> list[str]:
+def _state(store: Any, runner: Any) -> list[str]:
     """What the batches left: the word counts, or the windows (final and open)."""
-    (name, state) = next(iter(runner.topology.states.items()))
+    name, state = next(iter(runner.topology.states.items()))
     if name == "views":
         rows = runner.window_finals(name) + runner.window_open(name)
     else:
