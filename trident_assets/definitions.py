@@ -34,7 +34,6 @@ defs = trident_definitions(
     TridentResource(
         home=os.environ.get("TRIDENT_HOME", ".trident"),
         state_dsn=os.environ.get("TRIDENT_STATE_DSN") or None,
-        spark_remote=os.environ.get("TRIDENT_SPARK_REMOTE") or None,
     ),
     max_catch_up=int(os.environ.get("TRIDENT_MAX_CATCH_UP", "10")),
     assets=[*downstream_assets(word_count.name), *daily_rollup(page_views.name)],

@@ -131,6 +131,30 @@ def test_dagster_config_names_the_bad_field(
     assert message in error["msg"]
 
 
+def test_spark_remote_else_the_ui_variable_else_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trident_assets.dagster.factory import pyspark_resource
+
+    monkeypatch.delenv("TRIDENT_SPARK_REMOTE", raising=False)
+    local = TridentResource()
+    assert local.connect_url is None
+    assert local.spark_target.startswith("Spark master local[")
+    assert "spark.remote" not in pyspark_resource(local).spark_config
+    monkeypatch.setenv("TRIDENT_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    ui = TridentResource()
+    assert ui.connect_url == "sc://127.0.0.1:15002"
+    assert ui.spark_target == "Spark Connect sc://127.0.0.1:15002"
+    assert pyspark_resource(ui).spark_config == {"spark.remote": "sc://127.0.0.1:15002"}
+    own = TridentResource(spark_remote="sc://cluster:15002")
+    assert own.connect_url == "sc://cluster:15002", "the resource's own setting wins"
+    monkeypatch.setenv("TRIDENT_SPARK_REMOTE", "cluster:15002")
+    with pytest.raises(ConfigError) as info:
+        TridentResource().connect_url  # noqa: B018
+    assert str(info.value) == (
+        "TRIDENT_SPARK_REMOTE='cluster:15002' is not a Spark Connect URL: set it to "
+        "sc://host:port, or unset it for local Spark"
+    )
+
+
 GE = "Input should be greater than or equal to"
 CLI_CASES: list[tuple[list[str], int, str]] = [
     (["log", "create-topic", "t", "--partitions", "x"], 2,

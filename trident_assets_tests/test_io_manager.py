@@ -6,7 +6,6 @@ txid. Downstream assets load the state as of their txid (partitioned) or the lat
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -223,7 +222,10 @@ def hooked(*args, **kwargs):
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)  # written, not committed
     (home / "in_transaction").write_text("1")
-    time.sleep(float(os.environ.get("HOLD_S", "0")))
+    if mode == "hold":  # inside the transaction until the test has read (guard: 120 s)
+        deadline = time.monotonic() + 120
+        while not (home / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     return result
 
 state_batches.apply_state_batch = hooked
@@ -233,14 +235,14 @@ with dg.instance_for_test() as instance:
 """
 
 
-def _child(tmp_path: Path, mode: str, txid: int, hold_s: float = 0) -> subprocess.Popen[str]:
+def _child(tmp_path: Path, mode: str, txid: int) -> subprocess.Popen[str]:
+    """Run txid ``txid`` in a child; ``kill``: SIGKILL after the state write, before the
+    commit; ``hold``: stay inside the transaction until ``tmp_path / "release"`` exists."""
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    env = {**os.environ, "HOLD_S": str(hold_s)}
     return subprocess.Popen(
         [sys.executable, str(script), mode, str(tmp_path), str(txid)],
         cwd=Path(__file__).parent.parent,
-        env=env,
         text=True,
     )
 
@@ -263,7 +265,7 @@ def test_readers_never_wait_for_a_writer_nor_see_half_a_batch(tmp_path: Path) ->
     with dg.instance_for_test() as instance:
         for txid in (1, 2):
             assert _run(tmp_path, instance, txid).success
-        writer = _child(tmp_path, "hold", 3, hold_s=20)
+        writer = _child(tmp_path, "hold", 3)
         try:
             deadline = time.monotonic() + 120
             while not (tmp_path / "in_transaction").exists():
@@ -283,8 +285,10 @@ def test_readers_never_wait_for_a_writer_nor_see_half_a_batch(tmp_path: Path) ->
                 assert result.success
                 assert SEEN["latest"] == expected(2), "no half of txid 3"
             assert not (tmp_path / "committed").exists(), "read while the writer held the lock"
+            assert writer.poll() is None, "the writer still holds its transaction"
             print(json.dumps({"read_s_while_writer_holds_lock": reads}))
         finally:
+            (tmp_path / "release").touch()
             assert writer.wait(timeout=180) == 0
         result = dg.materialize(
             ASSETS, selection=[clicks_latest], instance=instance, resources=_resources(tmp_path)

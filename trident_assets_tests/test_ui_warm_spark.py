@@ -1,12 +1,15 @@
 """`trident ui` as a user runs it: `dagster dev` plus a warm Spark Connect server for its runs.
 
-A child process with a clean environment: the coordinator sensor's run commits a txid on the
-warm server (its log says so), the counts are exact, and stopping `trident ui` stops
-`dagster dev` and the server by PID. A server whose supervisor is SIGKILLed stops too.
+A child process with a clean environment, in a directory holding the user's own package,
+started with ``--module my_pkg.defs``: the webserver lists the user's assets and not the
+built-in examples, the coordinator sensor's run commits the user's txids on the warm server
+(its log says so), the counts are exact, and stopping `trident ui` stops `dagster dev` and
+the server by PID. A server whose supervisor is SIGKILLed stops too.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -67,33 +70,64 @@ def _gone(pid: int, *, group: bool = False) -> bool:
     return False
 
 
-def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path: Path) -> None:
+USER_DEFS = """\
+import os
+
+import trident_assets as ta
+
+topo = ta.TridentTopology("my_clicks")
+spout = ta.LogSpout("clicks", ta.StringScheme("line"), ta.SpoutConfig(max_batch_size=2))
+(topo.new_stream("clicks", spout)
+    .each("line", ta.Split(), "word")
+    .group_by("word")
+    .persistent_aggregate(ta.StateSpec.opaque("word_totals"), "word", ta.Count(), "n"))
+defs = ta.trident_definitions([topo], ta.TridentResource(home=os.environ["TRIDENT_HOME"]))
+"""
+
+
+def _asset_keys(port: int) -> list[str]:
+    """The asset keys the running webserver lists (GraphQL), as ``a/b`` paths."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": "{ assetNodes { assetKey { path } } }"}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        nodes = json.loads(response.read())["data"]["assetNodes"]
+    return sorted("/".join(n["assetKey"]["path"]) for n in nodes)
+
+
+def test_ui_module_runs_the_users_topology_on_its_warm_spark_then_stops_everything(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "my_pkg").mkdir()
+    (tmp_path / "my_pkg" / "__init__.py").write_text("")
+    (tmp_path / "my_pkg" / "defs.py").write_text(USER_DEFS)
     home = tmp_path / "home"
     log = PartitionedLog(home / "log")
-    log.create_topic("sentences", 2)
-    log.create_topic("word_queries", 1)
-    producer = log.producer("sentences", partitioner="round_robin")
+    log.create_topic("clicks", 2)
+    producer = log.producer("clicks", partitioner="round_robin")
     for sentence in SENTENCES:
         producer.send(sentence.encode())
     producer.flush()
+    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env.update(JVM_ENV)
+    refused = subprocess.run(
+        [str(TRIDENT), "ui", "--home", "home", "--module", "nosuch_pkg.defs"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"error: --module 'nosuch_pkg.defs': no such module importable from {tmp_path} "
+        "(run `trident ui` in the directory that holds it, or install it)\n"
+    )
     port = _free_port()
     out_path = tmp_path / "ui.log"
-    env = {  # batches of 2 sentences: txids 1..3 in one catch-up run, one pipelined chunk
-        "HOME": str(tmp_path),
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "TRIDENT_MAX_BATCH_SIZE": "2",
-        **JVM_ENV,
-    }
-    with out_path.open("wb") as out:
+    with out_path.open("wb") as out:  # batches of 2 sentences: one catch-up run, one chunk
         proc = subprocess.Popen(
-            [str(TRIDENT), "ui", "--home", str(home), "--port", str(port)],
-            cwd=tmp_path,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+            [str(TRIDENT), "ui", "--home", "home", "--port", str(port), "--module", "my_pkg.defs"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     try:
         _wait(
             "the webserver",
@@ -101,7 +135,10 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
             240,
             out_path,
         )
-        _wait("txid 1", lambda: Replica(home / "replica").latest("word_count"), 300, out_path)
+        keys = _asset_keys(port)
+        assert "my_clicks/word_totals" in keys, keys
+        assert not [k for k in keys if "word_count" in k], keys  # the built-ins are replaced
+        _wait("txid 1", lambda: Replica(home / "replica").latest("my_clicks"), 300, out_path)
         lines = out_path.read_text().splitlines()
         found = re.fullmatch(
             r"Spark Connect (sc://127\.0\.0\.1:\d+) \(pid (\d+), log (.+)\): every run launched "
@@ -123,12 +160,17 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
         assert "telemetry:\n  enabled: false" in config
         assert "key: trident/topology" in config
         assert "sensors:\n  use_threads: true" in config
+        workspace = (dagster_home / "workspace.yaml").read_text()
+        assert "module_name: my_pkg.defs" in workspace
+        assert f'working_directory: "{tmp_path.resolve()}"' in workspace
         _wait("the run to finish", lambda: _finished_runs(dagster_home), 120, out_path)
         (messages,) = _finished_runs(dagster_home)  # one catch-up run, several txids
         assert f"Spark: Spark Connect {url}" in messages
-        last = Replica(home / "replica").latest("word_count")
+        last = Replica(home / "replica").latest("my_clicks")
         assert last is not None
         assert last >= 2, "a chunk of several txids (the pipelined path) ran"
+        idle = f"skipped: my_clicks: no new records after txid {last}"
+        _wait("the sensor's reason to skip", lambda: idle in out_path.read_text(), 60, out_path)
     finally:
         stop_process_group(proc, timeout_s=120)
     assert proc.returncode == 0, out_path.read_text()[-4000:]
@@ -144,21 +186,21 @@ def test_ui_runs_sensor_batches_on_its_warm_spark_then_stops_everything(tmp_path
     skips = [line.split(" - ", 3)[-1] for line in logged.splitlines() if " skipped: " in line]
     assert skips, "a sensor's reason to skip is shown (once)"
     assert len(skips) == len(set(skips)), "\n".join(skips)
-    assert "Launching run for word_count_coordinator" in logged, "a run request is logged"
+    assert "Launching run for my_clicks_coordinator" in logged, "a run request is logged"
     words = Counter(w for s in SENTENCES for w in s.split())
     with DuckDBStore(home / "state.duckdb") as store:
-        assert store.last_committed("word_count") == last
-        rows = store.scan("word_count__word_counts").to_pylist()
+        assert store.last_committed("my_clicks") == last
+        rows = store.scan("my_clicks__word_totals").to_pylist()
     assert {r["word"]: r["value"] for r in rows} == dict(words)
 
 
 def _finished_runs(dagster_home: Path) -> list[list[str]]:
-    """The log messages of each finished run of the word count (none while one is running)."""
+    """The log messages of each finished run of the user's topology (none while one runs)."""
     import dagster as dg
 
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         records = instance.get_run_records(
-            filters=dg.RunsFilter(tags={"trident/topology": "word_count"})
+            filters=dg.RunsFilter(tags={"trident/topology": "my_clicks"})
         )
         if not records or any(not r.dagster_run.is_finished for r in records):
             return []

@@ -29,6 +29,7 @@ from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.operations import PyFunction, PyMap
 from trident_assets.stream.queries import QueryFunction
 from trident_assets.stream.topology import StateSpec, StateUpdater, TridentTopology
+from trident_assets_tests.conftest import JVM_ENV
 
 USERLAND = Path(__file__).parent / "userland"
 VOWELS = "aeiou"
@@ -78,8 +79,13 @@ def expected(batches: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
 
 
 def _clean_env(home: Path) -> dict[str, str]:
-    """What a shell, ``dagster dev`` or cron gives a process: no Spark or project variables."""
+    """What a shell, ``dagster dev`` or cron gives a process: no Spark or project variables.
+
+    Only the suite's JVM options (:data:`JVM_ENV`: JIT, collector, class archive) are added:
+    they change how fast a JVM starts, never what it does.
+    """
     env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env.update(JVM_ENV)
     assert "PYSPARK_PYTHON" not in env
     return env
 

@@ -31,13 +31,12 @@ def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
     """dagster-pyspark's lazy session resource, configured from ``trident``.
 
     Local Spark gets the defaults of :data:`DEFAULT_SPARK_CONF` overridden by
-    ``trident.spark_conf``; with ``trident.spark_remote`` the session is a Spark Connect client.
+    ``trident.spark_conf``; with ``trident.connect_url`` the session is a Spark Connect client.
     The session is created on first use and reused by later runs in the same process.
     """
-    if trident.spark_remote:
-        return LazyPySparkResource(
-            spark_config={"spark.remote": trident.spark_remote, **trident.spark_conf}
-        )
+    url = trident.connect_url
+    if url:
+        return LazyPySparkResource(spark_config={"spark.remote": url, **trident.spark_conf})
     # the session starts later, in the run's process, which loads these definitions first
     python = use_worker_python(trident.spark_conf)
     return LazyPySparkResource(
@@ -80,7 +79,7 @@ def trident_definitions(
 
     Runs use the in-process executor: one SparkSession (one JVM) per run process instead of
     one per step, and one process holding the DuckDB file's lock. Runs use
-    ``trident.spark_remote`` (a warm Spark Connect server) when set. Every coordinator sensor
+    ``trident.connect_url`` (a warm Spark Connect server) when set. Every coordinator sensor
     ticks every 5 s.
 
     Args:

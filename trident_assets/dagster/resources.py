@@ -14,7 +14,9 @@ from pydantic import ConfigDict, Field, field_validator
 
 from trident_assets.backends.postgres_config import state_location
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.errors import ConfigError
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, build_spark_session
+from trident_assets.ui import SPARK_REMOTE_ENV
 
 __all__ = ["CRASH_POINTS", "TridentResource"]
 
@@ -27,8 +29,9 @@ class TridentResource(dg.ConfigurableResource):
 
     The embedded log lives in ``<home>/log`` and the DuckDB state in ``<home>/state.duckdb``
     (override with ``state_database``; or keep the state in PostgreSQL: ``state_dsn``). Spark
-    runs locally unless ``spark_remote`` (a Spark Connect URL) or ``spark_conf["spark.master"]``
-    points elsewhere.
+    runs locally unless ``spark_remote`` (a Spark Connect URL), else ``TRIDENT_SPARK_REMOTE``
+    (what `trident ui` sets to its warm server), or ``spark_conf["spark.master"]`` points
+    elsewhere.
     """
 
     model_config = ConfigDict(extra="forbid")  # a misspelt setting fails, naming it
@@ -47,7 +50,9 @@ class TridentResource(dg.ConfigurableResource):
         default_factory=dict, description="Spark settings layered over the local defaults."
     )
     spark_remote: str | None = Field(
-        default=None, description="Spark Connect URL (sc://host:port); local Spark if unset."
+        default=None,
+        description="Spark Connect URL (sc://host:port); if unset, TRIDENT_SPARK_REMOTE (set by "
+        "`trident ui` to its warm server), else local Spark.",
     )
     max_spout_pending: int = Field(
         default=10,
@@ -119,16 +124,35 @@ class TridentResource(dg.ConfigurableResource):
         return PartitionedLog(self.log_root, spark_root=self.log_spark_root)
 
     @property
+    def connect_url(self) -> str | None:
+        """The Spark Connect URL runs use: ``spark_remote``, else ``TRIDENT_SPARK_REMOTE``.
+
+        Raises:
+            ConfigError: ``TRIDENT_SPARK_REMOTE`` is set but not an ``sc://`` URL.
+        """
+        if self.spark_remote:
+            return self.spark_remote
+        url = os.environ.get(SPARK_REMOTE_ENV) or None
+        if url is not None and not url.startswith("sc://"):
+            msg = (
+                f"{SPARK_REMOTE_ENV}={url!r} is not a Spark Connect URL: set it to "
+                "sc://host:port, or unset it for local Spark"
+            )
+            raise ConfigError(msg)
+        return url
+
+    @property
     def spark_target(self) -> str:
         """Where runs run Spark jobs: ``Spark Connect sc://...`` or the local/cluster master."""
-        if self.spark_remote:
-            return f"Spark Connect {self.spark_remote}"
+        url = self.connect_url
+        if url:
+            return f"Spark Connect {url}"
         master = self.spark_conf.get("spark.master", DEFAULT_SPARK_CONF["spark.master"])
         return f"Spark master {master} (a driver in this run's process)"
 
     def spark(self) -> Any:
         """The process's SparkSession (created once, reused by later runs in the process)."""
-        return build_spark_session(self.spark_conf, remote=self.spark_remote)
+        return build_spark_session(self.spark_conf, remote=self.connect_url)
 
     def fault(self) -> Callable[[str], None] | None:
         """The batch fault hook: kills this process at ``crash_at`` (None when unset)."""
