@@ -11,6 +11,7 @@ shipped code location ``trident_assets.definitions``. By default it also starts 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,6 +46,9 @@ __all__ = [
 
 SPARK_REMOTE_ENV = "TRIDENT_SPARK_REMOTE"
 """The Spark Connect URL the shipped code location's runs use (local Spark per run if unset)."""
+
+STRAGGLER_SIGNAL_S = 2.0
+"""After a stopped group's leader exited: seconds between repeats of the stop signal."""
 
 BUILTIN_MODULE = "trident_assets.definitions"
 """The shipped code location: the example topologies."""
@@ -341,13 +345,24 @@ def stop_process_group(
 
     ``sig`` goes to the group unless the leader has exited already; whatever still runs after
     ``timeout_s`` gets SIGKILL. ``dagster dev`` exits before its webserver, daemon and code
-    servers have: they are in its group.
+    servers have: they are in its group. Once the leader has exited, ``sig`` goes to the group
+    again every :data:`STRAGGLER_SIGNAL_S`: a process started after the first signal (``dagster
+    dev`` may restart a code server while it shuts down) never got it, and would otherwise run
+    until its own heartbeat times out.
     """
     if proc.poll() is None:
         os.killpg(proc.pid, sig)
     deadline = time.monotonic() + timeout_s
+    resignal = None
     while time.monotonic() < deadline:
-        proc.poll()
+        if proc.poll() is not None:
+            now = time.monotonic()
+            if resignal is None:
+                resignal = now + STRAGGLER_SIGNAL_S
+            elif now >= resignal:
+                resignal = now + STRAGGLER_SIGNAL_S
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:

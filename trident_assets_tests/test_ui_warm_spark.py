@@ -288,3 +288,46 @@ def test_idle_sensor_ticks_are_not_shown_and_a_skip_reason_once_until_it_changes
     keep = IdleTickFilter().keep
     shown = [i for i, line in enumerate(lines) if keep(line)]
     assert shown == [0, 2, 5, 7, 8, 9, 10, 11]
+
+
+LATE_LEADER = """
+import pathlib, signal, subprocess, sys, time
+marker = pathlib.Path(sys.argv[1])
+LATE = (
+    "import pathlib, signal, sys, time\\n"
+    "m = pathlib.Path(sys.argv[1])\\n"
+    "def term(*_):\\n"
+    "    (m / 'late_terminated').write_text('1')\\n"
+    "    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, term)\\n"
+    "(m / 'late_ready').write_text('1')\\n"
+    "time.sleep(600)\\n"
+)
+def on_term(*_):  # as dagster dev may: start a process while shutting down, then exit
+    subprocess.Popen([sys.executable, "-c", LATE, str(marker)])
+    while not (marker / "late_ready").exists():
+        time.sleep(0.02)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+(marker / "leader_ready").write_text("1")
+time.sleep(600)
+"""
+
+
+def test_stopping_a_group_also_stops_a_process_started_during_the_shutdown(
+    tmp_path: Path,
+) -> None:
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LATE_LEADER, str(tmp_path)], start_new_session=True
+    )
+    (tmp_path / "no.log").touch()
+    try:
+        _wait("the leader", lambda: (tmp_path / "leader_ready").exists(), 60, tmp_path / "no.log")
+        stop_process_group(leader, timeout_s=120)  # SIGKILL only after 120 s
+    finally:
+        if not _gone(leader.pid, group=True):
+            os.killpg(leader.pid, signal.SIGKILL)
+    assert leader.returncode == 0
+    assert (tmp_path / "late_ready").exists()
+    assert (tmp_path / "late_terminated").exists(), "the late process got SIGTERM, not SIGKILL"
+    assert _gone(leader.pid, group=True)
