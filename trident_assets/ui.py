@@ -45,7 +45,8 @@ __all__ = [
 ]
 
 SPARK_REMOTE_ENV = "TRIDENT_SPARK_REMOTE"
-"""The Spark Connect URL the shipped code location's runs use (local Spark per run if unset)."""
+"""The Spark Connect URL runs use when their ``TridentResource`` sets no ``spark_remote`` (the
+shipped code location's and a user's alike; local Spark per run if unset)."""
 
 STRAGGLER_SIGNAL_S = 2.0
 """After a stopped group's leader exited: seconds between repeats of the stop signal."""

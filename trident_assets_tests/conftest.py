@@ -199,10 +199,10 @@ SHARED_WORKER = {
 # one second per test. Only the order matters: longest first.
 FILE_SECONDS: dict[str, float] = {
     "test_demo_ui.py": 147,  # with test_documented_commands.py and test_cli.py (one demo run)
-    "test_event_windows.py": 144,
-    "test_user_code.py": 115,
+    "test_event_windows.py": 115,
+    "test_user_code.py": 81,
     "test_dagster_dev.py": 106,  # the word count and the page views in one `dagster dev`
-    "test_code_shipping.py": 104,
+    "test_code_shipping.py": 90,
     "test_chaos.py": 90,
     "test_event_window_chunks.py": 82,
     "test_executor.py": 58,
@@ -210,10 +210,10 @@ FILE_SECONDS: dict[str, float] = {
     "test_quarantine.py": 46,
     "test_trident_windows.py": 42,
     "test_exactly_once_incremental.py": 42,
-    "test_io_manager.py": 37,
+    "test_io_manager.py": 18,
     "test_class_cache.py": 35,
     "test_stream_ops.py": 35,
-    "test_ui_warm_spark.py": 40,
+    "test_ui_warm_spark.py": 35,
     "test_cli_state_drop.py": 31,
     "test_dagster.py": 31,
     "test_backfill.py": 28,
