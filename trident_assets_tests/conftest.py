@@ -48,7 +48,7 @@ SESSION_JIT = "-XX:CompileThresholdScaling=3"
 """The session JVM's JIT: a method is compiled after three times the default calls. Its tests
 run hundreds of small, different queries, and the JVM's compiler threads took 64-68 of its
 107-112 CPU-s over three Spark-heavy files (``java.ci.totalTime``); with this, 43-46 s, and the
-machine's CPU for the files fell from 128-134 to 117-123 CPU-s at the same wall time (5 made
+machine's CPU for the files fell from 128-134 to 114-123 CPU-s at the same wall time (5 made
 them slower; short-lived children showed no difference). Changes no result."""
 """The same for a child started with a clean environment (a JVM setting, no project variable:
 what a command prints and does is the same with or without it)."""
