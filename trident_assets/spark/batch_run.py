@@ -211,19 +211,33 @@ class BatchRun(NodeFrames):
             for name, stream in topo.outputs.items()
             if not depends_on_new_values(stream.node)
         }
-        for spout_id in topo.spouts:
-            self.frame(topo.spouts[spout_id])
-        dead = {  # no Spark job where nothing was read or a kernel counted no dead letter
+        dead = {  # no Spark job where nothing was read or a job counted no dead letter
             sid: self.folded_dead[sid]
             if sid in self.folded_dead
-            else empty_arrow(df)
+            else self._no_dead_letters(sid)
             if self.plans[sid].record_count == 0 or self.counted_dead.get(sid) == 0
-            else df.toArrow()
-            for sid, df in self.dead.items()
+            else self._dead_frame(sid).toArrow()
+            for sid in topo.spouts
         }
         self.dead_collected = True
         tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
         return Prepared(partials, outputs, dead, tuples_in, dict(self.nulls))
+
+    def _dead_frame(self, sid: str) -> Any:
+        """The spout's dead letters this batch (its decode built once)."""
+        self.frame(self.runner.topology.spouts[sid])
+        return self.dead[sid]
+
+    def _no_dead_letters(self, sid: str) -> pa.Table:
+        """An empty table of the spout's dead letters, with their schema.
+
+        Found once per runner: planning a decode costs JVM analysis (a strict JSON
+        scheme's about 0.1 s a batch).
+        """
+        known = self.runner.no_dead_letters
+        if sid not in known:
+            known[sid] = empty_arrow(self._dead_frame(sid))
+        return known[sid]
 
     def fold_dead(self, node: Node) -> tuple[str, Any] | None:
         """``(spout id, dead letters frame)`` a state's job over ``node`` may collect, or None.

@@ -46,6 +46,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
+
 from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
 from trident_assets.backends.quarantine import (
@@ -203,6 +205,9 @@ class TopologyRunner:
         self.fault = fault or (lambda _point: None)
         self.clock = clock or time.time
         self.meta = DuckDBSpoutMetaStore(store)
+        self.no_dead_letters: dict[str, pa.Table] = {}
+        """Per spout: an empty table of its dead letters (their schema, found once per runner:
+        a batch with none builds no DataFrame for them)."""
         self._joins_after = self._joining_spouts(last)
         """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
         ship_package(spark)

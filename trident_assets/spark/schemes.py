@@ -43,6 +43,7 @@ DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "reason", "value")
 class _Decoding:
     """The Columns of :meth:`Scheme.decode` for one ``keep``: built once per Spark session."""
 
+    stages: list[list[Any]]
     staged: list[Any]
     dead_count: Any
     is_good: Any
@@ -74,6 +75,16 @@ class Scheme(ABC):
         so the Columns must depend on the scheme's settings only.
         """
 
+    def stages(self) -> list[dict[str, Any]]:
+        """Columns computed before :meth:`columns`', one projection per stage, in order.
+
+        For expressions that several of :meth:`columns`' Columns use: computed once per
+        record, and the plan Spark analyses for every batch stays small. Each stage's
+        Columns may read the raw record's columns and the earlier stages' names; names
+        start with ``__scheme_`` and are dropped after decoding. Default: none.
+        """
+        return []
+
     def _decoding(self, session: Any, keep: tuple[str, ...]) -> _Decoding:
         """The Columns of :meth:`decode`, built once per Spark session and ``keep``.
 
@@ -96,11 +107,16 @@ class Scheme(ABC):
         """The Columns of :meth:`decode` (see :meth:`_decoding`)."""
         from pyspark.sql import functions as F
 
+        stages = [
+            [F.col("*"), *[col.alias(name) for name, col in stage.items()]]
+            for stage in self.stages()
+        ]
         values, error = self.columns()
         meta = META_FIELDS if self.with_metadata else ()
         record = ("topic", "partition", "offset", "timestamp", "value", *keep)
         failed = F.col("__error")
         return _Decoding(
+            stages=stages,
             staged=[
                 *[col.alias(f"__f_{name}") for name, col in values.items()],
                 error.alias("__error"),
@@ -133,6 +149,8 @@ class Scheme(ABC):
         letters need a Spark job of their own only when there are any).
         """
         columns = self._decoding(raw.sparkSession, tuple(keep))
+        for stage in columns.stages:
+            raw = raw.select(*stage)
         staged = raw.select(*columns.staged)
         if observation is not None:
             staged = staged.observe(observation, columns.dead_count)
@@ -146,10 +164,16 @@ def _utf8(column: str) -> tuple[Any, Any]:
     from pyspark.sql import functions as F
 
     text = F.col(column).cast("string")
-    bad = F.when(F.col(column).isNull(), F.lit(f"{column} is null")).when(
+    return text, _utf8_error(column, text)
+
+
+def _utf8_error(column: str, text: Any) -> Any:
+    """An error if ``column`` is null or ``text`` (the column as a string) is not valid UTF-8."""
+    from pyspark.sql import functions as F
+
+    return F.when(F.col(column).isNull(), F.lit(f"{column} is null")).when(
         ~F.is_valid_utf8(text), F.lit(f"{column} is not valid UTF-8")
     )
-    return text, bad
 
 
 class RawScheme(Scheme):
@@ -331,12 +355,17 @@ class JsonScheme(Scheme):
         self.optional = tuple(optional)
         self.strict = strict
 
-    def columns(self) -> tuple[dict[str, Any], Any]:
-        """Parse with Spark's ``from_json``; in strict mode check RFC 8259 and kinds first."""
+    def _ddl(self) -> str:
+        return ", ".join(f"`{n}` {t}" for n, t in self.types.items())
+
+    def stages(self) -> list[dict[str, Any]]:
+        """The text and its parse; strict, also the record as a variant, members and kinds.
+
+        Each is computed once per record: the checks read them many times.
+        """
         from pyspark.sql import functions as F
 
-        text, bad_utf8 = _utf8("value")
-        ddl = ", ".join(f"`{n}` {t}" for n, t in self.types.items())
+        text = F.col(_TEXT)
         options = {
             "mode": "PERMISSIVE",
             "columnNameOfCorruptRecord": "__corrupt",
@@ -346,7 +375,37 @@ class JsonScheme(Scheme):
             "allowUnquotedFieldNames": "false",
             "allowComments": "false",
         }
-        parsed = F.from_json(text, f"{ddl}, `__corrupt` string", options)
+        parsed = F.from_json(text, f"{self._ddl()}, `__corrupt` string", options)
+        stages = [{_TEXT: F.col("value").cast("string")}, {_PARSED: parsed}]
+        if not self.strict:
+            return stages
+        digest = F.sha2(text, 256)
+        stages[1][_DIGEST] = digest
+        wrapped = F.concat(F.lit("["), text, F.lit(',"'), F.col(_DIGEST), F.lit('"]'))
+        stages.append({_WRAPPED: F.try_parse_json(wrapped)})
+        stages.append({_RECORD: F.try_variant_get(F.col(_WRAPPED), "$[0]", "variant")})
+        stages.append(
+            {
+                _member(i): F.try_variant_get(F.col(_RECORD), f"$.{name}", "variant")
+                for i, name in enumerate(self.types)
+            }
+        )
+        stages.append(
+            {
+                _kind_of(i): _kind(F.schema_of_variant(F.col(_member(i))))
+                for i in range(len(self.types))
+            }
+        )
+        return stages
+
+    def columns(self) -> tuple[dict[str, Any], Any]:
+        """Parse with Spark's ``from_json``; in strict mode check RFC 8259 and kinds first."""
+        from pyspark.sql import functions as F
+
+        text = F.col(_TEXT)
+        bad_utf8 = _utf8_error("value", text)
+        ddl = self._ddl()
+        parsed = F.col(_PARSED)
         corrupt = F.when(
             parsed.isNull() | parsed["__corrupt"].isNotNull(),
             F.lit("malformed JSON or a member of the wrong type for " + ddl),
@@ -370,8 +429,7 @@ class JsonScheme(Scheme):
         """
         from pyspark.sql import functions as F
 
-        digest = F.sha2(text, 256)
-        wrapped = F.try_parse_json(F.concat(F.lit("["), text, F.lit(',"'), digest, F.lit('"]')))
+        digest, wrapped = F.col(_DIGEST), F.col(_WRAPPED)
         one_value = (
             wrapped.isNotNull()
             & (F.try_variant_get(wrapped, "$[1]", "string") == digest)
@@ -388,14 +446,13 @@ class JsonScheme(Scheme):
             .when(F.try_parse_json(text).isNull(), F.lit(invalid))
             .otherwise(F.lit("value has data after its JSON object")),
         )
-        record = F.try_variant_get(wrapped, "$[0]", "variant")
         not_object = F.when(
-            ~F.schema_of_variant(record).startswith("OBJECT"), F.lit("value is not a JSON object")
+            ~F.schema_of_variant(F.col(_RECORD)).startswith("OBJECT"),
+            F.lit("value is not a JSON object"),
         )
         checks = [not_one, not_object]
-        for name, declared in self.types.items():
-            member = F.try_variant_get(record, f"$.{name}", "variant")
-            kind = _kind(F.schema_of_variant(member))
+        for i, (name, declared) in enumerate(self.types.items()):
+            member, kind = F.col(_member(i)), F.col(_kind_of(i))
             if name not in self.optional:
                 checks.append(F.when(member.isNull(), F.lit(f"missing member {name!r}")))
                 checks.append(F.when(kind == "null", F.lit(f"member {name!r} is null")))
@@ -410,6 +467,20 @@ class JsonScheme(Scheme):
                     )
                 )
         return checks
+
+
+_TEXT, _PARSED, _DIGEST = "__scheme_text", "__scheme_parsed", "__scheme_digest"
+_WRAPPED, _RECORD = "__scheme_wrapped", "__scheme_record"
+
+
+def _member(i: int) -> str:
+    """The stage column of the ``i``-th declared field's member (a variant, null if absent)."""
+    return f"__scheme_m{i}"
+
+
+def _kind_of(i: int) -> str:
+    """The stage column of the ``i``-th declared member's JSON kind (see :func:`_kind`)."""
+    return f"__scheme_k{i}"
 
 
 def _kind(schema: Any) -> Any:
