@@ -44,14 +44,14 @@ import pytest
 SHORT_LIVED_JIT = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{SHORT_LIVED_JIT} -XX:+UseSerialGC")
 JVM_ENV = {"SPARK_SUBMIT_OPTS": os.environ["SPARK_SUBMIT_OPTS"]}
+"""The same for a child started with a clean environment (a JVM setting, no project variable:
+what a command prints and does is the same with or without it)."""
 SESSION_JIT = "-XX:CompileThresholdScaling=3"
 """The session JVM's JIT: a method is compiled after three times the default calls. Its tests
 run hundreds of small, different queries, and the JVM's compiler threads took 64-68 of its
 107-112 CPU-s over three Spark-heavy files (``java.ci.totalTime``); with this, 43-46 s, and the
 machine's CPU for the files fell from 128-134 to 114-123 CPU-s at the same wall time (5 made
 them slower; short-lived children showed no difference). Changes no result."""
-"""The same for a child started with a clean environment (a JVM setting, no project variable:
-what a command prints and does is the same with or without it)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -198,36 +198,36 @@ SHARED_WORKER = {
 # Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
 # one second per test. Only the order matters: longest first.
 FILE_SECONDS: dict[str, float] = {
-    "test_demo_ui.py": 147,  # with test_documented_commands.py and test_cli.py (one demo run)
-    "test_event_windows.py": 115,
-    "test_user_code.py": 81,
-    "test_dagster_dev.py": 106,  # the word count and the page views in one `dagster dev`
-    "test_code_shipping.py": 90,
-    "test_chaos.py": 90,
-    "test_event_window_chunks.py": 82,
-    "test_executor.py": 58,
-    "test_single_join.py": 49,
-    "test_quarantine.py": 46,
-    "test_trident_windows.py": 42,
-    "test_exactly_once_incremental.py": 42,
-    "test_io_manager.py": 18,
-    "test_class_cache.py": 35,
-    "test_stream_ops.py": 35,
-    "test_ui_warm_spark.py": 35,
-    "test_cli_state_drop.py": 31,
+    "test_demo_ui.py": 141,  # with test_documented_commands.py and test_cli.py (one demo run)
+    "test_chaos.py": 106,
+    "test_dagster_dev.py": 105,  # the word count and the page views in one `dagster dev`
+    "test_event_windows.py": 95,
+    "test_code_shipping.py": 83,
+    "test_user_code.py": 68,
+    "test_event_window_chunks.py": 53,
+    "test_single_join.py": 47,
+    "test_class_cache.py": 45,
+    "test_quarantine.py": 45,
+    "test_exactly_once_incremental.py": 44,
+    "test_executor.py": 41,
+    "test_ui_warm_spark.py": 37,
+    "test_trident_windows.py": 34,
+    "test_cli_state_drop.py": 32,
     "test_dagster.py": 31,
-    "test_backfill.py": 28,
-    "test_kafka.py": 28,
-    "test_stream_api.py": 28,
-    "test_readme.py": 27,
-    "test_bench_smoke.py": 22,
-    "test_long_run.py": 18,
+    "test_backfill.py": 29,
+    "test_kafka.py": 29,
+    "test_bench_smoke.py": 26,
+    "test_stream_ops.py": 24,
+    "test_io_manager.py": 22,
+    "test_stream_api.py": 20,
+    "test_duckdb_merge.py": 20,
+    "test_long_run.py": 19,
     "test_window_assets.py": 18,
-    "test_duckdb_merge.py": 17,
-    "test_nulls_counted.py": 16,
+    "test_log.py": 16,
     "test_backfill_dagster.py": 15,
-    "test_log.py": 14,
-    "test_pipelined.py": 13,
+    "test_pipelined.py": 14,
+    "test_nulls_counted.py": 13,
+    "test_readme.py": 12,
 }
 
 

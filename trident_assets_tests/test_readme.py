@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import shlex
 import subprocess
@@ -432,10 +431,20 @@ def parse_trident(args: list[str]) -> list[str]:
     return path
 
 
-def test_readme_trident_commands_parse(tmp_path: Path) -> None:
+def test_readme_trident_commands_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each documented command parses, and its command's ``--help`` renders.
+
+    The help is rendered in this process (typer's runner; the entry point as a child process
+    is the documented-commands tests' and ``trident --help`` below).
+    """
+    from typer.testing import CliRunner
+
+    from trident_assets.cli import app
+
     assert len(TRIDENT_COMMANDS) >= 5  # the Command line section's commands were found
-    env = {**os.environ, "TRIDENT_HOME": str(tmp_path / ".trident")}
-    trident = Path(sys.executable).parent / "trident"
+    monkeypatch.setenv("TRIDENT_HOME", str(tmp_path / ".trident"))
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
     helped: set[tuple[str, ...]] = set()
     for doc, line, args in TRIDENT_COMMANDS:
         where = f"{doc}:{line}: trident {shlex.join(args)}"
@@ -446,16 +455,16 @@ def test_readme_trident_commands_parse(tmp_path: Path) -> None:
         if tuple(path) in helped:
             continue
         helped.add(tuple(path))
-        done = subprocess.run(
-            [str(trident), *path, "--help"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 0, f"{where}: --help exited {done.returncode}: {done.stderr}"
+        done = runner.invoke(app, [*path, "--help"])
+        assert done.exit_code == 0, f"{where}: --help exited {done.exit_code}: {done.output}"
+        assert f"trident {' '.join(path)}" in " ".join(done.output.split()), done.output
+    assert len(helped) >= 5
+    trident = Path(sys.executable).parent / "trident"
+    done = subprocess.run(
+        [str(trident), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert all(f" {path[0]} " in done.stdout for path in helped), done.stdout
 
 
 @pytest.mark.parametrize(
