@@ -247,7 +247,8 @@ def serve_ui(
             )
         command = ui_command(home, port)
         env = ui_environment(home, spark_remote)
-        dagster_home(home, modules, Path.cwd().resolve())  # the workspace of these modules
+        here = Path.cwd().resolve()
+        dagster_home(home, modules, here)  # the workspace of these modules
         shown = f" {SPARK_REMOTE_ENV}={spark_remote}" if spark_remote else ""
         echo(f"DAGSTER_HOME={env['DAGSTER_HOME']}{shown} {' '.join(command)}")
         if stop_requested:
@@ -256,7 +257,11 @@ def serve_ui(
         dev = subprocess.Popen(
             command,
             env=env,
-            cwd=env["DAGSTER_HOME"],
+            # your code locations run where you are (their relative paths, e.g. a
+            # TridentResource's home, mean what they mean in your shell); the built-in
+            # examples' (absolute TRIDENT_HOME) in DAGSTER_HOME, away from a dagster.yaml
+            # here that would not be used
+            cwd=here if modules else env["DAGSTER_HOME"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,

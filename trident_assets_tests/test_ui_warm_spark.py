@@ -71,8 +71,6 @@ def _gone(pid: int, *, group: bool = False) -> bool:
 
 
 USER_DEFS = """\
-import os
-
 import trident_assets as ta
 
 topo = ta.TridentTopology("my_clicks")
@@ -81,8 +79,9 @@ spout = ta.LogSpout("clicks", ta.StringScheme("line"), ta.SpoutConfig(max_batch_
     .each("line", ta.Split(), "word")
     .group_by("word")
     .persistent_aggregate(ta.StateSpec.opaque("word_totals"), "word", ta.Count(), "n"))
-defs = ta.trident_definitions([topo], ta.TridentResource(home=os.environ["TRIDENT_HOME"]))
+defs = ta.trident_definitions([topo], ta.TridentResource(home="home"))
 """
+"""A user's code location as the docs write it: its home relative to where `trident ui` runs."""
 
 
 def _asset_keys(port: int) -> list[str]:
