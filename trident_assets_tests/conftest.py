@@ -197,8 +197,8 @@ SHARED_WORKER = {
 
 # Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
 # one second per test. Only the order matters: longest first. Kept from an earlier run: this
-# order pairs the long files so that `make test` took 12:16 and 13:24 in two runs, against
-# 14:34 and 14:57 for the order of the later figures (same code).
+# order pairs the long files so that `make test` took 12:16 and 13:24 (pytest's figures) in
+# two runs, against 14:34 and 14:57 for the order of the later figures (same code).
 FILE_SECONDS: dict[str, float] = {
     "test_demo_ui.py": 147,  # with test_documented_commands.py and test_cli.py (one demo run)
     "test_event_windows.py": 115,
