@@ -166,3 +166,33 @@ def test_codegen_batches_compares_both_modes_on_the_same_records(tmp_path: Path)
         assert set(r["median_batch_s"]) == {"generated", "interpreted"}
         ratio = r["median_batch_s"]["interpreted"] / r["median_batch_s"]["generated"]
         assert abs(r["interpreted_vs_generated"] - ratio) < 0.01
+
+
+def test_driver_memory_batch_holds_exactly_its_distinct_keys(spark, tmp_path: Path) -> None:
+    """`bench.driver_memory`'s batch on the session: N distinct words, each counted once."""
+    from bench import driver_memory
+
+    assert driver_memory.sentences(1, 2).to_pylist() == [
+        "k8 k9 k10 k11 k12 k13 k14 k15",
+        "k16 k17 k18 k19 k20 k21 k22 k23",
+    ]
+    assert driver_memory.write_log(tmp_path / "log", 1_600) == 200
+    log = PartitionedLog(tmp_path / "log")
+    assert [log.latest_offset("sentences", p) for p in range(2)] == [100, 100]
+    result = driver_memory.measure(spark, tmp_path, 1_600)
+    assert (result["keys"], result["sentences"], result["exact"]) == (1_600, 200, True)
+    assert {"spark", "commit", "total"} <= set(result["timings_s"])
+    for when in ("peak_before_mib", "peak_after_mib"):
+        assert set(result[when]) == {"py", "jvm"}
+        assert result[when]["py"] > 0
+    assert result["peak_after_mib"]["py"] >= result["peak_before_mib"]["py"]
+    sizes = [{**result, "kernel": kernel} for kernel in ("on", "off", "off")]
+    report = {"machine_line": "a machine.", "driver_memory": "4g", "sizes": sizes}
+    table = driver_memory.render(report)
+    assert table.startswith("Machine: a machine. One txid per size")
+    assert "| 1,600 | Arrow kernel | " in table
+    assert "| 1,600 | Spark's operators | " in table
+    last = table.rstrip().splitlines()[-1]
+    assert last.startswith("Spark's operators, from 1,600 to 1,600 keys (1x): ")
+    assert last.endswith("commit time per key 1.00x (1.0 = linear).")
+    assert set(result["py_rss_peak_mib"]) == {"job", "commit"}

@@ -214,7 +214,7 @@ class BatchRun(NodeFrames):
         dead = {  # no Spark job where nothing was read or a job counted no dead letter
             sid: self.folded_dead[sid]
             if sid in self.folded_dead
-            else self._no_dead_letters(sid)
+            else self.empty_dead_letters(sid)
             if self.plans[sid].record_count == 0 or self.counted_dead.get(sid) == 0
             else self._dead_frame(sid).toArrow()
             for sid in topo.spouts
@@ -228,7 +228,7 @@ class BatchRun(NodeFrames):
         self.frame(self.runner.topology.spouts[sid])
         return self.dead[sid]
 
-    def _no_dead_letters(self, sid: str) -> pa.Table:
+    def empty_dead_letters(self, sid: str) -> pa.Table:
         """An empty table of the spout's dead letters, with their schema.
 
         Found once per runner: planning a decode costs JVM analysis (a strict JSON

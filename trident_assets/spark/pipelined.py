@@ -254,9 +254,8 @@ class PipelinedRun(NodeFrames):
         return lambda: split_by_txid(df.toArrow(), self.txids)
 
     def _dead_letters_job(self, sid: str, node: Node) -> Callable[[], dict[int, pa.Table]]:
-        if sid not in self.live:
-            self.empty.frame(node)
-            table = empty_arrow(self.empty.dead[sid])
+        if sid not in self.live:  # read nothing: its empty table, found once per runner
+            table = self.empty.empty_dead_letters(sid)
             return lambda: dict.fromkeys(self.txids, table)
         observed = sid in self.dead  # its tuples feed a state or output: a job observes them
         counted = self.counted_dead.get(sid)  # an Arrow kernel decoded all of them

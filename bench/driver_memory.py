@@ -1,0 +1,317 @@
+"""Driver memory and commit time against the number of distinct keys in one batch.
+
+Run: ``python -m bench.driver_memory [--keys 1000000,5000000,20000000]``.
+
+For each size N, one txid of N/8 sentences of 8 words, every word distinct (``k0`` ... ``k<N-1>``),
+goes through the word count (split -> group_by(word) -> opaque ``Count`` into DuckDB) in a fresh
+child process: its own local Spark (``--driver-memory``, default 4g) and a new state file. So the
+batch's partial aggregate has exactly N rows and the commit writes N new keys. Measured per size:
+
+* the driver's Python process: its resident memory before the batch (the session started and
+  ran a warm-up job) and its peak during the Spark job (which collects the partials there) and
+  during the commit (DuckDB runs in this process: its merge's memory counts here too), sampled
+  every 20 ms;
+* the peak resident memory (``VmHWM``) of the Spark JVM before and after the batch (in local
+  mode the JVM is driver and executors at once);
+* the batch's stage timings (``spark``: the job, collecting the partials included; ``commit``:
+  the state merge and the commit transaction; no read replica is published) and its wall time;
+* exactness: the state then holds exactly N keys, each with count 1.
+
+Results go to ``bench/results/driver_memory.{json,md}`` and are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bench.long_run import _descendants
+from bench.machine import describe, one_line
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TOPIC = "sentences"
+WORDS_PER_SENTENCE = 8
+PARTITIONS = 2
+KERNELS = {"on": "Arrow kernel", "off": "Spark's operators"}
+"""``--kernel`` values: how the batch's partial aggregate is computed."""
+SEGMENT_SENTENCES = 250_000
+"""Sentences per log segment (one ``append``): a batch reads several segments per partition."""
+
+
+def sentences(first: int, count: int) -> pa.Array:
+    """Sentences ``first .. first + count - 1``: sentence i holds words ``k<8i>`` .. ``k<8i+7>``."""
+    ids = np.arange(first * WORDS_PER_SENTENCE, (first + count) * WORDS_PER_SENTENCE)
+    ids = ids.reshape(count, WORDS_PER_SENTENCE)
+    words = [
+        pc.binary_join_element_wise("k", pc.cast(pa.array(ids[:, j]), pa.string()), "")
+        for j in range(WORDS_PER_SENTENCE)
+    ]
+    return pc.binary_join_element_wise(*words, " ")
+
+
+def write_log(root: Path, keys: int) -> int:
+    """The batch's sentences in ``root`` (topic ``sentences``, 2 partitions); their number."""
+    from trident_assets.log.store import PartitionedLog
+
+    if keys % (WORDS_PER_SENTENCE * PARTITIONS):
+        raise SystemExit(f"--keys: {keys} is not a multiple of {WORDS_PER_SENTENCE * PARTITIONS}")
+    total = keys // WORDS_PER_SENTENCE
+    log = PartitionedLog(root)
+    log.create_topic(TOPIC, PARTITIONS)
+    per_partition = total // PARTITIONS
+    for p in range(PARTITIONS):
+        start = p * per_partition
+        for first in range(start, start + per_partition, SEGMENT_SENTENCES):
+            count = min(SEGMENT_SENTENCES, start + per_partition - first)
+            log.append(TOPIC, p, pa.table({"value": sentences(first, count)}))
+    return total
+
+
+def _status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return 0
+
+
+def peaks_mib() -> dict[str, float]:
+    """Peak RSS (MiB) so far of this process (``py``) and of its Java descendants (``jvm``)."""
+    jvm = 0
+    for pid in _descendants(os.getpid()):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+                jvm += _status_kb(pid, "VmHWM")
+        except OSError:
+            continue
+    return {"py": round(_status_kb(os.getpid(), "VmHWM") / 1024, 1), "jvm": round(jvm / 1024, 1)}
+
+
+class RssSampler:
+    """This process's resident memory sampled every ``period_s`` in a thread, with times."""
+
+    def __init__(self, period_s: float = 0.02) -> None:
+        self.period_s = period_s
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), _status_kb(os.getpid(), "VmRSS")))
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def peak_mib(self, start: float, end: float) -> float:
+        """The highest sample taken between ``start`` and ``end`` (perf_counter seconds)."""
+        inside = [kb for t, kb in self.samples if start <= t <= end]
+        return round(max(inside, default=0) / 1024, 1)
+
+
+def measure(spark: Any, root: Path, keys: int) -> dict[str, Any]:
+    """Run the one batch of ``keys`` distinct words (log already written in ``root / "log"``).
+
+    Returns the peaks before and after, the stage timings and the exactness check.
+    """
+    from bench.pipeline import build_topology
+    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.log.store import PartitionedLog
+    from trident_assets.spark.executor import TopologyRunner
+
+    total = keys // WORDS_PER_SENTENCE
+    spark.range(1000).selectExpr("sum(id)").collect()  # warm-up: the session's first job
+    topo = build_topology("count_only", total)
+    with DuckDBStore(root / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, PartitionedLog(root / "log"))
+        before = peaks_mib()
+        with RssSampler() as rss:
+            start = time.perf_counter()
+            outcome = runner.run_batch(1)
+            end = time.perf_counter()
+        after = peaks_mib()
+        state = store.scan(f"{topo.name}__word_counts")
+    counts = state.column("value")
+    exact = (
+        outcome.applied
+        and outcome.tuples_in == {TOPIC: total}
+        and state.num_rows == keys
+        and pc.min(counts).as_py() == 1
+        and pc.max(counts).as_py() == 1
+        and pc.count_distinct(state.column("word")).as_py() == keys
+    )
+    t = outcome.timings_s
+    job_end = start + t.get("emit", 0.0) + t.get("spark", 0.0)
+    return {
+        "keys": keys,
+        "sentences": total,
+        "exact": bool(exact),
+        "wall_s": round(end - start, 3),
+        "py_rss_peak_mib": {
+            "job": rss.peak_mib(start, job_end),
+            "commit": rss.peak_mib(job_end, end),
+        },
+        "timings_s": {k: round(v, 3) for k, v in outcome.timings_s.items()},
+        "peak_before_mib": before,
+        "peak_after_mib": after,
+    }
+
+
+def _child(args: argparse.Namespace) -> None:
+    from trident_assets.spark.kernel_plan import ARROW_KERNEL_CONF
+    from trident_assets.spark.session import build_spark_session
+
+    root = Path(args.root)
+    spark = build_spark_session(
+        {
+            ARROW_KERNEL_CONF: "true" if args.kernel == "on" else "false",
+            "spark.driver.memory": args.driver_memory,
+            "spark.driver.maxResultSize": "0",
+            "spark.local.dir": str(root / "spark"),
+            "spark.sql.warehouse.dir": str(root / "spark"),
+        }
+    )
+    try:
+        result = measure(spark, root, args.keys)
+    finally:
+        spark.stop()
+    Path(args.json).write_text(json.dumps(result))
+
+
+def run_size(work: Path, keys: int, kernel: str, driver_memory: str) -> dict[str, Any]:
+    """One size in a fresh child process (its own Spark and state file)."""
+    root = work / f"keys-{keys}-kernel-{kernel}"
+    root.mkdir(parents=True)
+    t0 = time.perf_counter()
+    write_log(root / "log", keys)
+    log_s = time.perf_counter() - t0
+    out = root / "result.json"
+    argv = [sys.executable, "-m", "bench.driver_memory", "--child", "--keys", str(keys),
+            "--root", str(root), "--json", str(out), "--driver-memory", driver_memory,
+            "--kernel", kernel]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    result = json.loads(out.read_text()) if out.exists() else None
+    shutil.rmtree(root)
+    if done.returncode != 0 or result is None:
+        error = (done.stdout + done.stderr)[-3000:]
+        return {"keys": keys, "kernel": kernel, "error": error, "log_write_s": log_s}
+    return {**result, "kernel": kernel, "log_write_s": round(log_s, 2)}
+
+
+def render(report: dict[str, Any]) -> str:
+    """The results as a Markdown table, with ratios to the smallest size."""
+    rows = [r for r in report["sizes"] if "error" not in r]
+    lines = [
+        f"Machine: {report['machine_line'].rstrip('.')}. One txid per size, fresh process, "
+        f"local Spark (driver memory {report['driver_memory']}), DuckDB state.",
+        "",
+        "| distinct keys | partials by | py peak before | py peak in the job | "
+        "py peak in the commit | JVM peak before / after | spark s | commit s | commit us/key "
+        "| exact |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for r in rows:
+        b, a, t = r["peak_before_mib"], r["peak_after_mib"], r["timings_s"]
+        py = r["py_rss_peak_mib"]
+        commit = t.get("commit", 0.0)
+        lines.append(
+            f"| {r['keys']:,} | {KERNELS[r['kernel']]} | {b['py']:,.0f} MiB | "
+            f"{py['job']:,.0f} MiB | {py['commit']:,.0f} MiB | "
+            f"{b['jvm']:,.0f} / {a['jvm']:,.0f} MiB | "
+            f"{t.get('spark', 0.0):.2f} | {commit:.2f} | {commit / r['keys'] * 1e6:.2f} | "
+            f"{'yes' if r['exact'] else 'NO'} |"
+        )
+    for r in report["sizes"]:
+        if "error" in r:
+            lines.append(
+                f"\n{r['keys']:,} keys ({KERNELS[r['kernel']]}) failed:\n\n```\n{r['error']}\n```"
+            )
+    lines.append("")
+    for kernel, label in KERNELS.items():
+        same = [r for r in rows if r["kernel"] == kernel]
+        if len(same) >= 2:
+            lines.append(_growth(label, same[0], same[-1]))
+    return "\n".join(lines) + "\n"
+
+
+def _growth(label: str, small: dict[str, Any], big: dict[str, Any]) -> str:
+    """One sentence: how memory and commit time grew from the smallest to the largest size."""
+    base = small["peak_before_mib"]["py"]
+    job = (big["py_rss_peak_mib"]["job"] - base) / max(small["py_rss_peak_mib"]["job"] - base, 1.0)
+    merge = (big["py_rss_peak_mib"]["commit"] - base) / max(
+        small["py_rss_peak_mib"]["commit"] - base, 1.0
+    )
+    per_key = (big["timings_s"]["commit"] / big["keys"]) / (
+        small["timings_s"]["commit"] / small["keys"]
+    )
+    return (
+        f"{label}, from {small['keys']:,} to {big['keys']:,} keys "
+        f"({big['keys'] / small['keys']:.0f}x): the Python driver's memory above its peak before "
+        f"the batch grew {job:.1f}x during the job and {merge:.1f}x during the commit (1.0 = "
+        f"flat); commit time per key {per_key:.2f}x (1.0 = linear)."
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", default="1000000,5000000,20000000", help="sizes, comma-separated")
+    parser.add_argument(
+        "--kernel",
+        default="on,off",
+        help="partials by the Arrow kernel (on), Spark's operators (off)",
+    )
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--json", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        args.keys = int(args.keys)
+        _child(args)
+        return None
+    sizes = [int(k) for k in args.keys.split(",")]
+    kernels = args.kernel.split(",")
+    if not set(kernels) <= set(KERNELS):
+        parser.error(f"--kernel: {args.kernel!r}; give on, off or on,off")
+    with tempfile.TemporaryDirectory(prefix="driver-memory-") as tmp:
+        results = []
+        for keys in sizes:
+            for kernel in kernels:
+                results.append(run_size(Path(tmp), keys, kernel, args.driver_memory))
+                print(json.dumps(results[-1]), flush=True)
+    machine = describe()
+    report = {
+        "machine": machine,
+        "machine_line": one_line(machine),
+        "driver_memory": args.driver_memory,
+        "sizes": results,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "driver_memory.json").write_text(json.dumps(report, indent=1))
+    text = render(report)
+    (args.out / "driver_memory.md").write_text(text)
+    print(text)
+    return report
+
+
+if __name__ == "__main__":
+    main()
