@@ -390,8 +390,11 @@ def apply_partials(
             raise
         keys_in = updated
         if kind == "transactional" and not distinct:
-            distinct_in = narrow.group_by(keys, use_threads=False).aggregate([])
-            keys_in = distinct_in.num_rows if narrow.num_rows else 0
+            keys_in = (
+                narrow.group_by(keys, use_threads=False).aggregate([]).num_rows
+                if narrow.num_rows
+                else 0
+            )
         elif kind == "transactional":
             keys_in = narrow.num_rows
         new_values = None
