@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.long_run import _descendants
+from bench.long_run import descendants, status_kb
 from bench.machine import describe, one_line
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,23 +80,16 @@ def write_log(root: Path, keys: int) -> int:
     return total
 
 
-def _status_kb(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    return 0
-
-
 def peaks_mib() -> dict[str, float]:
     """Peak RSS (MiB) so far of this process (``py``) and of its Java descendants (``jvm``)."""
     jvm = 0
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         try:
             if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
-                jvm += _status_kb(pid, "VmHWM")
+                jvm += status_kb(pid, "VmHWM")
         except OSError:
             continue
-    return {"py": round(_status_kb(os.getpid(), "VmHWM") / 1024, 1), "jvm": round(jvm / 1024, 1)}
+    return {"py": round(status_kb(os.getpid(), "VmHWM") / 1024, 1), "jvm": round(jvm / 1024, 1)}
 
 
 class RssSampler:
@@ -110,7 +103,7 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter(), _status_kb(os.getpid(), "VmRSS")))
+            self.samples.append((time.perf_counter(), status_kb(os.getpid(), "VmRSS")))
             self._stop.wait(self.period_s)
 
     def __enter__(self) -> RssSampler:

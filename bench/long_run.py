@@ -144,17 +144,18 @@ def run_runner(root: Path, args: argparse.Namespace) -> None:
 # -- measurements ------------------------------------------------------------------------------
 
 
-def _rss_kb(pid: int) -> int:
+def status_kb(pid: int, field: str = "VmRSS") -> int:
+    """A kB figure of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``, ...); 0 once it exited."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except (FileNotFoundError, ProcessLookupError):
         pass
     return 0
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -177,16 +178,16 @@ def memory_mb(pid: int) -> dict[str, float]:
     """RSS in MB of process ``pid`` (``py``), its Java descendants (``jvm``) and the others
     (``workers``: PySpark daemon and workers)."""
     jvm = workers = 0
-    for child in _descendants(pid):
+    for child in descendants(pid):
         try:
             comm = Path(f"/proc/{child}/comm").read_text().strip()
         except OSError:
             continue
         if comm == "java":
-            jvm += _rss_kb(child)
+            jvm += status_kb(child)
         else:
-            workers += _rss_kb(child)
-    return {"py": _rss_kb(pid) / 1024, "jvm": jvm / 1024, "workers": workers / 1024}
+            workers += status_kb(child)
+    return {"py": status_kb(pid) / 1024, "jvm": jvm / 1024, "workers": workers / 1024}
 
 
 def _count_files(path: Path, pattern: str) -> int:
