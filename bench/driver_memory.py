@@ -45,8 +45,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TOPIC = "sentences"
 WORDS_PER_SENTENCE = 8
 PARTITIONS = 2
-KERNELS = {"on": "Arrow kernel", "off": "Spark's operators"}
-"""``--kernel`` values: how the batch's partial aggregate is computed."""
+KERNELS = {"on": "Arrow kernel", "off": "Spark's operators", "spill": "executors' files"}
+"""``--kernel`` values: how the batch's partial aggregate is computed and where it goes (on,
+off: collected to the driver; spill: Spark's operators, written to Parquet by the executors,
+merged from the files by DuckDB, ``trident.partials.spill``)."""
 SEGMENT_SENTENCES = 250_000
 """Sentences per log segment (one ``append``): a batch reads several segments per partition."""
 
@@ -120,8 +122,10 @@ class RssSampler:
         return round(max(inside, default=0) / 1024, 1)
 
 
-def measure(spark: Any, root: Path, keys: int) -> dict[str, Any]:
+def measure(spark: Any, root: Path, keys: int, duckdb_memory: str | None = None) -> dict[str, Any]:
     """Run the one batch of ``keys`` distinct words (log already written in ``root / "log"``).
+
+    ``duckdb_memory``: the state store's DuckDB ``memory_limit`` (None: DuckDB's default).
 
     Returns the peaks before and after, the stage timings and the exactness check.
     """
@@ -133,7 +137,8 @@ def measure(spark: Any, root: Path, keys: int) -> dict[str, Any]:
     total = keys // WORDS_PER_SENTENCE
     spark.range(1000).selectExpr("sum(id)").collect()  # warm-up: the session's first job
     topo = build_topology("count_only", total)
-    with DuckDBStore(root / "state.duckdb") as store:
+    config = {"memory_limit": duckdb_memory} if duckdb_memory else None
+    with DuckDBStore(root / "state.duckdb", config=config) as store:
         runner = TopologyRunner(topo, spark, store, PartitionedLog(root / "log"))
         before = peaks_mib()
         with RssSampler() as rss:
@@ -171,11 +176,13 @@ def measure(spark: Any, root: Path, keys: int) -> dict[str, Any]:
 def _child(args: argparse.Namespace) -> None:
     from trident_assets.spark.kernel_plan import ARROW_KERNEL_CONF
     from trident_assets.spark.session import build_spark_session
+    from trident_assets.spark.spilled import SPILL_CONF
 
     root = Path(args.root)
     spark = build_spark_session(
         {
             ARROW_KERNEL_CONF: "true" if args.kernel == "on" else "false",
+            SPILL_CONF: "true" if args.kernel == "spill" else "false",
             "spark.driver.memory": args.driver_memory,
             "spark.driver.maxResultSize": "0",
             "spark.local.dir": str(root / "spark"),
@@ -183,13 +190,15 @@ def _child(args: argparse.Namespace) -> None:
         }
     )
     try:
-        result = measure(spark, root, args.keys)
+        result = measure(spark, root, args.keys, args.duckdb_memory)
     finally:
         spark.stop()
     Path(args.json).write_text(json.dumps(result))
 
 
-def run_size(work: Path, keys: int, kernel: str, driver_memory: str) -> dict[str, Any]:
+def run_size(
+    work: Path, keys: int, kernel: str, driver_memory: str, duckdb_memory: str | None = None
+) -> dict[str, Any]:
     """One size in a fresh child process (its own Spark and state file)."""
     root = work / f"keys-{keys}-kernel-{kernel}"
     root.mkdir(parents=True)
@@ -200,6 +209,8 @@ def run_size(work: Path, keys: int, kernel: str, driver_memory: str) -> dict[str
     argv = [sys.executable, "-m", "bench.driver_memory", "--child", "--keys", str(keys),
             "--root", str(root), "--json", str(out), "--driver-memory", driver_memory,
             "--kernel", kernel]  # fmt: skip
+    if duckdb_memory:
+        argv += ["--duckdb-memory", duckdb_memory]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     result = json.loads(out.read_text()) if out.exists() else None
     shutil.rmtree(root)
@@ -214,7 +225,8 @@ def render(report: dict[str, Any]) -> str:
     rows = [r for r in report["sizes"] if "error" not in r]
     lines = [
         f"Machine: {report['machine_line'].rstrip('.')}. One txid per size, fresh process, "
-        f"local Spark (driver memory {report['driver_memory']}), DuckDB state.",
+        f"local Spark (driver memory {report['driver_memory']}), DuckDB state (memory_limit "
+        f"{report.get('duckdb_memory') or 'DuckDB default'}).",
         "",
         "| distinct keys | partials by | py peak before | py peak in the job | "
         "py peak in the commit | JVM peak before / after | spark s | commit s | commit us/key "
@@ -268,10 +280,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--keys", default="1000000,5000000,20000000", help="sizes, comma-separated")
     parser.add_argument(
         "--kernel",
-        default="on,off",
-        help="partials by the Arrow kernel (on), Spark's operators (off)",
+        default="on,off,spill",
+        help="partials by the Arrow kernel (on), Spark's operators (off), or Spark's operators "
+        "written to files the commit merges (spill)",
     )
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument(
+        "--duckdb-memory", default=None, help="the state store's DuckDB memory_limit (e.g. 1GB)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -284,18 +300,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     sizes = [int(k) for k in args.keys.split(",")]
     kernels = args.kernel.split(",")
     if not set(kernels) <= set(KERNELS):
-        parser.error(f"--kernel: {args.kernel!r}; give on, off or on,off")
+        parser.error(f"--kernel: {args.kernel!r}; give some of on, off, spill (comma-separated)")
     with tempfile.TemporaryDirectory(prefix="driver-memory-") as tmp:
         results = []
         for keys in sizes:
             for kernel in kernels:
-                results.append(run_size(Path(tmp), keys, kernel, args.driver_memory))
+                results.append(
+                    run_size(Path(tmp), keys, kernel, args.driver_memory, args.duckdb_memory)
+                )
                 print(json.dumps(results[-1]), flush=True)
     machine = describe()
     report = {
         "machine": machine,
         "machine_line": one_line(machine),
         "driver_memory": args.driver_memory,
+        "duckdb_memory": args.duckdb_memory,
         "sizes": results,
     }
     args.out.mkdir(parents=True, exist_ok=True)

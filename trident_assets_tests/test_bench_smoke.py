@@ -14,6 +14,7 @@ from bench import pipeline, spark_batch
 from bench.corpus import TOPIC, CorpusSpec, ground_truth, write_corpus
 from bench.run_all import duckdb_baseline, verify
 from trident_assets.log.store import PartitionedLog
+from trident_assets.spark.spilled import SPILL_CONF
 from trident_assets_tests.conftest import JVM_ENV
 
 SPEC = CorpusSpec(batches=2, sentences=301, vocab=500, partitions=2, seed=11)
@@ -181,15 +182,29 @@ def test_driver_memory_batch_holds_exactly_its_distinct_keys(spark, tmp_path: Pa
     assert [log.latest_offset("sentences", p) for p in range(2)] == [100, 100]
     result = driver_memory.measure(spark, tmp_path, 1_600)
     assert (result["keys"], result["sentences"], result["exact"]) == (1_600, 200, True)
+    driver_memory.write_log(tmp_path / "spill" / "log", 1_600)
+    spark.conf.set(SPILL_CONF, "true")  # the spill mode: files, and a DuckDB memory limit
+    try:
+        spilled = driver_memory.measure(spark, tmp_path / "spill", 1_600, "256MB")
+    finally:
+        spark.conf.unset(SPILL_CONF)
+    assert (spilled["keys"], spilled["exact"]) == (1_600, True)
+    assert list((tmp_path / "spill" / "state.duckdb.partials" / "word_count").iterdir()) == []
     assert {"spark", "commit", "total"} <= set(result["timings_s"])
     for when in ("peak_before_mib", "peak_after_mib"):
         assert set(result[when]) == {"py", "jvm"}
         assert result[when]["py"] > 0
     assert result["peak_after_mib"]["py"] >= result["peak_before_mib"]["py"]
     sizes = [{**result, "kernel": kernel} for kernel in ("on", "off", "off")]
-    report = {"machine_line": "a machine.", "driver_memory": "4g", "sizes": sizes}
+    report = {
+        "machine_line": "a machine.",
+        "driver_memory": "4g",
+        "duckdb_memory": "256MB",
+        "sizes": sizes,
+    }
     table = driver_memory.render(report)
     assert table.startswith("Machine: a machine. One txid per size")
+    assert "DuckDB state (memory_limit 256MB)." in table
     assert "| 1,600 | Arrow kernel | " in table
     assert "| 1,600 | Spark's operators | " in table
     last = table.rstrip().splitlines()[-1]

@@ -53,7 +53,20 @@ from trident_assets.core.values import StateType
 from trident_assets.errors import AggregationError, ConfigError, StaleTxidError, StateLayoutError
 from trident_assets.names import validate_identifier
 
-__all__ = ["Combine", "MergeResult", "apply_partials", "apply_partials_python", "arrow_to_sql_type"]
+__all__ = [
+    "Combine",
+    "MergeResult",
+    "apply_partials",
+    "apply_partials_python",
+    "arrow_to_sql_type",
+    "check_schema",
+    "read_back",
+    "refuse_null_keys",
+    "refuse_null_sum",
+    "resolve_layout",
+    "run_merge",
+    "value_sql_type",
+]
 
 Combine = Literal["sum", "min", "max"]
 """How two partials combine in SQL."""
@@ -133,6 +146,21 @@ def _check_batch(
     if not isinstance(batch, pa.Table):
         msg = f"apply to {table!r}: batch must be a pyarrow.Table, got {type(batch).__name__}"
         raise ConfigError(msg)
+    keys, key_types = check_schema(table, batch.schema, key_columns, value_column)
+    for col in keys:
+        refuse_null_keys(table, col, batch.column(col).null_count)
+    return keys, key_types
+
+
+def check_schema(
+    table: str, schema: pa.Schema, key_columns: Sequence[str], value_column: str
+) -> tuple[list[str], list[str]]:
+    """Validate a batch's names and key types; return the key columns and their SQL types.
+
+    Raises:
+        ConfigError: a name is invalid or missing from ``schema``.
+        StateLayoutError: a key column's type cannot be a key.
+    """
     keys = [validate_identifier(c, "key column") for c in key_columns]
     if not keys:
         msg = f"apply to {table!r}: key_columns must name at least one column"
@@ -141,32 +169,68 @@ def _check_batch(
     if value_column in keys:
         msg = f"apply to {table!r}: value column {value_column!r} is also a key column"
         raise ConfigError(msg)
-    missing = [c for c in (*keys, value_column) if c not in batch.column_names]
+    missing = [c for c in (*keys, value_column) if c not in schema.names]
     if missing:
-        msg = f"apply to {table!r}: batch has no column(s) {missing}; it has {batch.column_names}"
+        msg = f"apply to {table!r}: batch has no column(s) {missing}; it has {schema.names}"
         raise ConfigError(msg)
     key_types: list[str] = []
     for col in keys:
-        sql_type = arrow_to_sql_type(batch.schema.field(col).type, for_key=True)
+        sql_type = arrow_to_sql_type(schema.field(col).type, for_key=True)
         if sql_type is None:
             msg = (
                 f"apply to {table!r}: key column {col!r} has Arrow type "
-                f"{batch.schema.field(col).type}, which cannot be a key (use integers, floats, "
+                f"{schema.field(col).type}, which cannot be a key (use integers, floats, "
                 "strings, booleans or binary)"
-            )
-            raise StateLayoutError(msg)
-        nulls = batch.column(col).null_count
-        if nulls:
-            msg = (
-                f"apply to {table!r}: key column {col!r} has {nulls} null value(s); key "
-                "columns cannot be NULL (filter or fill them before applying the batch)"
             )
             raise StateLayoutError(msg)
         key_types.append(sql_type)
     return keys, key_types
 
 
-def _resolve_layout(
+def refuse_null_keys(table: str, column: str, nulls: int) -> None:
+    """Raise StateLayoutError when key ``column`` of a batch holds ``nulls`` > 0 nulls."""
+    if nulls:
+        msg = (
+            f"apply to {table!r}: key column {column!r} has {nulls} null value(s); key "
+            "columns cannot be NULL (filter or fill them before applying the batch)"
+        )
+        raise StateLayoutError(msg)
+
+
+def refuse_null_sum(table: str, value_column: str, nulls: int) -> None:
+    """Raise AggregationError when a Sum batch's ``value_column`` holds ``nulls`` > 0 nulls."""
+    if nulls:
+        msg = (
+            f"apply to {table!r}: Sum got a null value in {value_column!r}; filter nulls first "
+            "(e.g. stream.filter(FilterNull()))"
+        )
+        raise AggregationError(msg)
+
+
+def value_sql_type(table: str, schema: pa.Schema, value_column: str, combine: Combine) -> str:
+    """The SQL type of a batch's value column, checked against ``combine``.
+
+    Raises:
+        ConfigError: ``combine`` is unknown, or is ``sum`` over a non-numeric column.
+        StateLayoutError: no value column can hold the column's Arrow type.
+    """
+    if combine not in _COMBINES:
+        msg = f"combine must be one of {', '.join(_COMBINES)}, got {combine!r}"
+        raise ConfigError(msg)
+    value_type = arrow_to_sql_type(schema.field(value_column).type, for_key=False)
+    if value_type is None:
+        msg = (
+            f"apply to {table!r}: value column {value_column!r} has Arrow type "
+            f"{schema.field(value_column).type}, which no value column can hold"
+        )
+        raise StateLayoutError(msg)
+    if combine == "sum" and not _is_numeric(value_type):
+        msg = f"combine='sum' needs a numeric value column; {value_column!r} is {value_type}"
+        raise ConfigError(msg)
+    return value_type
+
+
+def resolve_layout(
     store: SqlStateStore,
     table: str,
     keys: list[str],
@@ -336,33 +400,19 @@ def apply_partials(
         StaleTxidError: opaque state, and a key's stored txid is ahead of ``txid``; nothing
             was changed by this statement (an enclosing transaction must be rolled back).
     """
-    if combine not in _COMBINES:
-        msg = f"combine must be one of {', '.join(_COMBINES)}, got {combine!r}"
-        raise ConfigError(msg)
     if not isinstance(state_type, StateType):
         msg = f"state_type must be a StateType, got {state_type!r}"
         raise ConfigError(msg)
     _check_txid(txid)
-    keys, key_types = _check_batch(table, batch, key_columns, value_column)
-    value_type = arrow_to_sql_type(batch.schema.field(value_column).type, for_key=False)
-    if value_type is None:
-        msg = (
-            f"apply to {table!r}: value column {value_column!r} has Arrow type "
-            f"{batch.schema.field(value_column).type}, which no value column can hold"
-        )
-        raise StateLayoutError(msg)
-    if combine == "sum" and not _is_numeric(value_type):
-        msg = f"combine='sum' needs a numeric value column; {value_column!r} is {value_type}"
+    if combine not in _COMBINES:
+        msg = f"combine must be one of {', '.join(_COMBINES)}, got {combine!r}"
         raise ConfigError(msg)
-    if combine == "sum" and batch.column(value_column).null_count:
-        msg = (
-            f"apply to {table!r}: Sum got a null value in {value_column!r}; filter nulls first "
-            "(e.g. stream.filter(FilterNull()))"
-        )
-        raise AggregationError(msg)
-    stored, wanted = _resolve_layout(store, table, keys, key_types, value_type, state_type)
+    keys, key_types = _check_batch(table, batch, key_columns, value_column)
+    value_type = value_sql_type(table, batch.schema, value_column, combine)
+    if combine == "sum":
+        refuse_null_sum(table, value_column, batch.column(value_column).null_count)
+    stored, wanted = resolve_layout(store, table, keys, key_types, value_type, state_type)
     kind = wanted.kind
-    params = [] if kind == "plain" else [txid]
     narrow = batch.select([*keys, value_column])
     distinct = False
     if store.dialect.is_postgres and narrow.num_rows:
@@ -370,24 +420,10 @@ def apply_partials(
     # A batch of distinct keys has one plan (a lookup per staged row): no statistics needed.
     with store.transaction(), store.staged(narrow, analyze=not distinct) as view:
         layout = stored or store.ensure_map(wanted)
-        sql = _merge_sql(
-            store, layout, view, value_column, combine, return_new_values, distinct_keys=distinct
+        found = run_merge(
+            store, layout, view, value_column, combine, txid, distinct, returning=return_new_values
         )
-        try:
-            if return_new_values:
-                returned = store.fetch_arrow(sql, params)
-                updated = returned.num_rows
-            else:
-                updated = store.execute(sql, params)
-        except Exception as exc:
-            if _BEHIND in str(exc):
-                raise StaleTxidError(_stale_message(exc)) from exc
-            if isinstance(exc, store.value_errors):
-                msg = (
-                    f"apply to {table!r}: a combined value does not fit {layout.value_type}: {exc}"
-                )
-                raise StateLayoutError(msg) from exc
-            raise
+        updated = found.num_rows if isinstance(found, pa.Table) else found
         keys_in = updated
         if kind == "transactional" and not distinct:
             keys_in = (
@@ -398,11 +434,47 @@ def apply_partials(
         elif kind == "transactional":
             keys_in = narrow.num_rows
         new_values = None
-        if return_new_values:
-            if updated < keys_in:
-                returned = _read_back(store, layout, view)
+        if isinstance(found, pa.Table):
+            returned = found if updated == keys_in else read_back(store, layout, view)
             new_values = returned.rename_columns([*keys, value_column])
     return MergeResult(keys_in, updated, keys_in - updated, new_values)
+
+
+def run_merge(
+    store: SqlStateStore,
+    layout: MapLayout,
+    view: str,
+    value_column: str,
+    combine: Combine,
+    txid: int | None,
+    distinct_keys: bool,
+    *,
+    returning: bool,
+) -> pa.Table | int:
+    """Run the batch's one statement over staged relation ``view``, inside a transaction.
+
+    Returns the rows written (``returning``: their key columns and ``curr``) or how many.
+
+    Raises:
+        StaleTxidError: opaque state, and a key's stored txid is ahead of ``txid``.
+        StateLayoutError: a combined value does not fit the table's value type.
+    """
+    sql = _merge_sql(
+        store, layout, view, value_column, combine, returning, distinct_keys=distinct_keys
+    )
+    params = [] if layout.kind == "plain" else [txid]
+    try:
+        return store.fetch_arrow(sql, params) if returning else store.execute(sql, params)
+    except Exception as exc:
+        if _BEHIND in str(exc):
+            raise StaleTxidError(_stale_message(exc)) from exc
+        if isinstance(exc, store.value_errors):
+            msg = (
+                f"apply to {layout.table!r}: a combined value does not fit "
+                f"{layout.value_type}: {exc}"
+            )
+            raise StateLayoutError(msg) from exc
+        raise
 
 
 def _in_key_order(batch: pa.Table, keys: list[str], key_types: list[str]) -> tuple[pa.Table, bool]:
@@ -430,7 +502,8 @@ def _in_key_order(batch: pa.Table, keys: list[str], key_types: list[str]) -> tup
     return ordered, n < 2 or not pc.any(same).as_py()
 
 
-def _read_back(store: SqlStateStore, layout: MapLayout, view: str) -> pa.Table:
+def read_back(store: SqlStateStore, layout: MapLayout, view: str) -> pa.Table:
+    """The key columns and ``curr`` of the stored keys that ``view`` holds."""
     cols = ", ".join(quote_ident(c) for c in layout.key_columns)
     latest = store.latest_sql(layout, quote_ident(view))
     return store.fetch_arrow(f"SELECT {cols}, curr FROM ({latest}) AS l")

@@ -155,6 +155,11 @@ def _connect(
     while True:
         try:
             return duckdb.connect(path, read_only=read_only, config=config)
+        except (duckdb.ParserException, duckdb.InvalidInputException) as exc:
+            if not config:
+                raise
+            msg = f"DuckDB settings {config} of state store {path!r} are invalid: {exc}"
+            raise ConfigError(msg) from exc
         except duckdb.IOException as exc:
             if _NOT_A_DATABASE_MARKER in str(exc):
                 msg = f"{path} is not a DuckDB database file (it was left unchanged)"
@@ -357,6 +362,16 @@ class DuckDBStore(SqlStateStore):
         """Run one query with ``?`` parameters; return its result as an Arrow table."""
         return self.conn.sql(sql, params=list(params) if params else None).to_arrow_table()
 
+    def fetch_reader(
+        self, sql: str, params: Sequence[Any] = (), rows_per_batch: int = 100_000
+    ) -> pa.RecordBatchReader:
+        """Run one query with ``?`` parameters; stream its result as Arrow record batches.
+
+        Read it to the end before the connection runs its next statement.
+        """
+        relation = self.conn.sql(sql, params=list(params) if params else None)
+        return relation.to_arrow_reader(rows_per_batch)
+
     def staged(self, table: pa.Table, *, analyze: bool = True) -> AbstractContextManager[str]:
         """Register ``table`` on the connection for the ``with`` block (see :meth:`registered`).
 
@@ -391,11 +406,25 @@ class DuckDBStore(SqlStateStore):
             raise TridentError(msg)
         self.conn.execute("CHECKPOINT")
 
-    @contextmanager
-    def registered(self, table: pa.Table) -> Iterator[str]:
+    def registered(self, table: pa.Table) -> AbstractContextManager[str]:
         """Register an Arrow table on the connection under a fresh name; unregister on exit."""
-        name = f"_trident_arrow_{uuid.uuid4().hex}"
-        self.conn.register(name, table)
+        return self._registered("arrow", table)
+
+    def staged_files(self, files: Sequence[str]) -> AbstractContextManager[str]:
+        """A view over the rows of Parquet ``files`` for the ``with`` block.
+
+        Its queries stream the files from disk: the rows are never loaded into Python.
+        """
+        return self._registered("files", self.conn.read_parquet(list(files)))
+
+    def staged_query(self, sql: str) -> AbstractContextManager[str]:
+        """A view of query ``sql`` (no parameters) for the ``with`` block."""
+        return self._registered("query", self.conn.sql(sql))
+
+    @contextmanager
+    def _registered(self, kind: str, relation: Any) -> Iterator[str]:
+        name = f"_trident_{kind}_{uuid.uuid4().hex}"
+        self.conn.register(name, relation)
         try:
             yield name
         finally:

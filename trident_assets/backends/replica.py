@@ -58,6 +58,17 @@ DEAD_LETTERS_TABLE = "_trident_dead_letters"
 """The store's dead-letter table (``spark/batch_tables.py``), published per scope and txid."""
 
 
+def _rows(store: Any, sql: str, params: Sequence[Any]) -> pa.Table | pa.RecordBatchReader:
+    """The rows of one query, streamed in batches where the store can (DuckDB).
+
+    A txid's rows are then written out without all of them in memory at once; other stores
+    give one Arrow table.
+    """
+    if hasattr(store, "fetch_reader"):
+        return store.fetch_reader(sql, params)
+    return store.fetch_arrow(sql, params)
+
+
 def _write_atomically(path: Path, write: Any) -> None:
     """Write ``path`` through a temporary sibling and a rename (readers see all or nothing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,8 +127,10 @@ class Replica:
         for table in row_tables:
             if not _has_table(store, table):
                 continue
-            rows = store.fetch_arrow(
-                f'SELECT * FROM "{validate_identifier(table, "table")}" WHERE txid = ?', [txid]
+            rows = _rows(
+                store,
+                f'SELECT * FROM "{validate_identifier(table, "table")}" WHERE txid = ?',
+                [txid],
             )
             self._write_delta(table, txid, rows)
         for table, column in (appends or {}).items():
@@ -223,7 +236,7 @@ class Replica:
         """
         log = f'"_trident_log_{validate_identifier(table, "table")}"'
         if kind != "plain":
-            return store.fetch_arrow(f"SELECT * FROM {log} WHERE txid = ?", [txid])
+            return _rows(store, f"SELECT * FROM {log} WHERE txid = ?", [txid])
         mark = self.root / table / "_published_seq.json"
         after = int(json.loads(mark.read_text())["seq"]) if mark.exists() else 0
         rows = store.fetch_arrow(f"SELECT * FROM {log} WHERE {_SEQ} > ?", [after])
@@ -232,9 +245,18 @@ class Replica:
             _write_atomically(mark, lambda p: p.write_text(json.dumps({"seq": top})))
         return rows
 
-    def _write_delta(self, table: str, txid: int, rows: pa.Table) -> None:
+    def _write_delta(self, table: str, txid: int, rows: pa.Table | pa.RecordBatchReader) -> None:
         path = self.root / table / f"{txid:010d}.parquet"
-        _write_atomically(path, lambda p: pq.write_table(rows, p))
+
+        def write(target: Path) -> None:
+            if isinstance(rows, pa.Table):
+                pq.write_table(rows, target)
+                return
+            with pq.ParquetWriter(target, rows.schema) as writer:
+                for batch in rows:
+                    writer.write_batch(batch)
+
+        _write_atomically(path, write)
 
     def _write_layout(
         self, table: str, keys: list[str], kind: str, more: Mapping[str, Any] | None = None

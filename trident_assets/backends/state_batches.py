@@ -15,8 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trident_assets.backends.duckdb_merge import MergeResult, apply_partials, apply_partials_python
+from trident_assets.backends.parquet_partials import (
+    ParquetPartials,
+    PartialsStats,
+    apply_parquet_partials,
+)
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
 from trident_assets.core.commit import CommitResult, commit_batch
@@ -30,6 +36,7 @@ __all__ = [
     "TOTALS_TABLE",
     "StateTarget",
     "apply_state_batch",
+    "apply_state_files",
     "combiner",
     "commit_state_batch",
     "state_total",
@@ -108,7 +115,7 @@ def apply_state_batch(
     """
     agg = target.agg
     if isinstance(agg, Count | Sum):
-        _update_total(store, target, partials, txid)
+        _update_total(store, target, pc.sum(partials.column(target.value_column)).as_py(), txid)
     if isinstance(agg, Count | Sum | Min | Max) and agg.sql_combine is not None:
         return apply_partials(
             store,
@@ -134,15 +141,13 @@ def apply_state_batch(
     )
 
 
-def _update_total(store: StateStore, target: StateTarget, partials: pa.Table, txid: Any) -> None:
-    """Keep the state's total: the previous total plus the batch's partials, O(batch).
+def _update_total(store: StateStore, target: StateTarget, added: Any, txid: Any) -> None:
+    """Keep the state's total: the previous total plus ``added``, the batch's partials summed.
 
     Every committed txid is applied exactly once (the commit marker), and a Count/Sum key's
     new value is its old value plus its partial, so the total grows by the partials' sum. A
     state without a total yet (one that predates it) is summed once.
     """
-    import pyarrow.compute as pc
-
     double = store.dialect.column_type("DOUBLE")
     store.execute(
         f'CREATE TABLE IF NOT EXISTS "{TOTALS_TABLE}" (table_name VARCHAR PRIMARY KEY, '
@@ -158,11 +163,43 @@ def _update_total(store: StateStore, target: StateTarget, partials: pa.Table, tx
     else:
         view = validate_identifier(target.table, "state table")
         before = store.fetch_rows(f'SELECT coalesce(sum(curr), 0) FROM "{view}"')[0][0]
-    added = pc.sum(partials.column(target.value_column)).as_py() or 0
     store.execute(
         f'INSERT INTO "{TOTALS_TABLE}" VALUES (?, ?, ?) ON CONFLICT (table_name) DO UPDATE '
         "SET txid = excluded.txid, total = excluded.total",
-        [target.table, txid, float(before) + float(added)],
+        [target.table, txid, float(before) + float(added or 0)],
+    )
+
+
+def apply_state_files(
+    store: StateStore,
+    target: StateTarget,
+    parts: ParquetPartials,
+    view: str,
+    stats: PartialsStats,
+    txid: int | None,
+) -> MergeResult:
+    """Apply partials that lie in Parquet files (see :mod:`.parquet_partials`) to ``target``.
+
+    ``view`` and ``stats`` come from :func:`~.parquet_partials.staged_partials`. For the
+    built-in SQL combiners only (Count, Sum, Min, Max); the result has no new values.
+    """
+    agg = target.agg
+    if not isinstance(agg, Count | Sum | Min | Max) or agg.sql_combine is None:
+        msg = f"state {target.table!r}: only Count, Sum, Min and Max merge partials from files"
+        raise ConfigError(msg)
+    if isinstance(agg, Count | Sum):
+        _update_total(store, target, stats.total, txid)
+    return apply_parquet_partials(
+        store,
+        target.table,
+        view,
+        stats,
+        parts,
+        key_columns=list(target.key_columns),
+        value_column=target.value_column,
+        combine=agg.sql_combine,
+        state_type=target.state_type,
+        txid=txid,
     )
 
 

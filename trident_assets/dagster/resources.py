@@ -46,6 +46,12 @@ class TridentResource(dg.ConfigurableResource):
         "when set, the state lives there instead of the DuckDB file (README, State in "
         "PostgreSQL).",
     )
+    state_memory_limit: str | None = Field(
+        default=None,
+        description="DuckDB memory_limit of the state store (e.g. '1GB'): DuckDB spills what "
+        "exceeds it to disk. With trident.partials.spill it bounds the run's memory during "
+        "commits. Default: DuckDB's (80% of RAM). DuckDB state only.",
+    )
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="Spark settings layered over the local defaults."
     )
@@ -181,7 +187,7 @@ class TridentResource(dg.ConfigurableResource):
         location = self.state_location
         if not self.state_dsn:
             self.database.parent.mkdir(parents=True, exist_ok=True)
-        store = open_state_store(location)
+        store = open_state_store(location, memory_limit=self.state_memory_limit)
         try:
             yield store
         finally:

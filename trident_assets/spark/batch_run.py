@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trident_assets.backends.parquet_partials import ParquetPartials
 from trident_assets.backends.spout_history import record_history
 from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard
@@ -46,6 +48,7 @@ from trident_assets.spark.outcomes import BatchOutcome, Prepared, dead_letter_ro
 from trident_assets.spark.pipelined import TXID_COLUMN
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 from trident_assets.spark.single_join import join_batch_table
+from trident_assets.spark.spilled import new_spill_dir, spillable, write_partials
 from trident_assets.spark.state_apply import apply_state, state_previews
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
@@ -66,9 +69,22 @@ __all__ = ["BatchRun"]
 class BatchRun(NodeFrames):
     """The Spark side of one batch: lazily built DataFrames, memoised per node."""
 
-    def __init__(self, runner: TopologyRunner, txid: int, plans: dict[str, BatchPlan]) -> None:
-        """Batch ``txid`` of ``runner``'s topology, reading the ranges of ``plans``."""
+    def __init__(
+        self,
+        runner: TopologyRunner,
+        txid: int,
+        plans: dict[str, BatchPlan],
+        *,
+        spill: bool = False,
+    ) -> None:
+        """Batch ``txid`` of ``runner``'s topology, reading the ranges of ``plans``.
+
+        ``spill``: states may have their partials written to files when the runner spills
+        (``trident.partials.spill``); the caller removes :attr:`spilled` after the commit.
+        Off for the batches that check, build or rebuild a state.
+        """
         self.runner = runner
+        self.spill = spill
         self.spark = runner.spark
         self.txid = txid
         self.plans = plans
@@ -100,6 +116,10 @@ class BatchRun(NodeFrames):
         """Spouts whose dead letters a state's own Spark job collected (see :meth:`fold_dead`)."""
         self.dead_collected = False
         """True once :meth:`prepare` has collected the spouts' dead letters."""
+        self.spilled: list[Path] = []
+        """Directories of partials the executors wrote (removed once the batch commits)."""
+        self.spilled_previews: dict[str, dict[str, pa.Table]] = {}
+        """Per spilled state: its previews, read back by the commit (see ``state_previews``)."""
 
     # -- building DataFrames ---------------------------------------------------------------
 
@@ -276,8 +296,11 @@ class BatchRun(NodeFrames):
             return None
         return sid
 
-    def state_input(self, state: TridentState) -> pa.Table:
+    def state_input(self, state: TridentState) -> pa.Table | ParquetPartials:
         """What the commit applies to ``state``: per-key partials, grouped tuples or rows.
+
+        Partials the executors wrote to files (``trident.partials.spill``, see
+        :mod:`~trident_assets.spark.spilled`) come as :class:`ParquetPartials`.
 
         A combiner's partials per key (one row for a global state), a reducer's tuples per
         key (``__tuples``), an updater's input rows, a single join's rows of every side.
@@ -308,6 +331,12 @@ class BatchRun(NodeFrames):
                 else parent.agg(F.collect_list(cols).alias("__tuples"))
             )
             return grouped.toArrow()
+        if self.spill and self.runner.spill is not None and spillable(state, self.runner.topology):
+            agg = guard(agg, state.node.label)
+            df = state_partials(parent, group, a["inputs"][0], agg, out)
+            (parts,) = write_partials(df, agg, self.spill_dir())
+            self.value_types[state.spec.name] = parts.schema.field(out).type
+            return parts
         kernel = self._kernel_partials(state)
         if kernel is not None:
             return kernel
@@ -319,6 +348,13 @@ class BatchRun(NodeFrames):
             for name, column in global_partials(table.column(out)).items():
                 table = table.append_column(name, column)
         return table
+
+    def spill_dir(self) -> Path:
+        """A fresh directory for partials the executors write, removed after the commit."""
+        assert self.runner.spill is not None
+        path = new_spill_dir(self.runner.spill)
+        self.spilled.append(path)
+        return path
 
     def _empty_partials(self, state: TridentState) -> pa.Table:
         """The partials of a SQL-combiner state whose input is empty, without a Spark job.
@@ -348,6 +384,10 @@ class BatchRun(NodeFrames):
                 batch = self.state_input(state)
                 nulls = self.nulls.get(name, 0)
             applied = apply_state(self, state, batch)
+            if isinstance(batch, ParquetPartials):  # its nulls and previews read from the files
+                outcome.states[name] = applied
+                outcome.previews |= self.spilled_previews.pop(name)
+                continue
             outcome.states[name] = replace(applied, null_values_skipped=nulls)
             outcome.previews |= state_previews(state, batch, self.new_values.get(name))
         runner.fault("after_state_write")

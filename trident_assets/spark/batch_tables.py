@@ -20,6 +20,7 @@ __all__ = [
     "NEW_VALUES_KEPT",
     "ensure_dead_letters_table",
     "store_dead_letters",
+    "store_relation",
     "store_rows",
 ]
 
@@ -50,15 +51,36 @@ def store_rows(
     ``txid_1`` (the table's ``txid`` is the batch's).
     """
     rows = rows.rename_columns(_free_names(rows.column_names, {"txid"}))
-    with_txid = rows.add_column(0, "txid", pa.array([txid] * rows.num_rows, pa.int64()))
     if store.dialect.is_postgres and store.has_table(table):
-        with_txid = _nulls_typed_like(store, table, with_txid)
-    cols = ", ".join(quote_ident(c) for c in with_txid.column_names)
-    with store.staged(with_txid) as name:
-        store.execute(f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT * FROM "{name}" LIMIT 0')
-        _type_null_columns(store, table, name)
-        store.execute(f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep])
-        store.execute(f'INSERT INTO "{table}" ({cols}) SELECT {cols} FROM "{name}"')
+        rows = _nulls_typed_like(store, table, rows)
+    with store.staged(rows) as name:
+        store_relation(store, table, txid, name, rows.column_names, keep)
+
+
+def store_relation(
+    store: StateStore,
+    table: str,
+    txid: int,
+    relation: str,
+    columns: list[str],
+    keep: int = NEW_VALUES_KEPT,
+) -> None:
+    """:func:`store_rows` for rows a query of the store yields: ``columns`` of ``relation``.
+
+    A staged relation (Arrow, files or a query); ``columns`` must not include ``txid``.
+    """
+    cols = ", ".join(quote_ident(c) for c in ["txid", *columns])
+    picked = ", ".join(quote_ident(c) for c in columns)
+    store.execute(
+        f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT CAST(0 AS BIGINT) AS txid, {picked} '
+        f'FROM "{relation}" LIMIT 0'
+    )
+    _type_null_columns(store, table, relation)
+    store.execute(f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep])
+    store.execute(
+        f'INSERT INTO "{table}" ({cols}) SELECT CAST(? AS BIGINT), {picked} FROM "{relation}"',
+        [txid],
+    )
 
 
 def _free_names(names: list[str], taken: set[str]) -> list[str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trident_assets.planner import chunk_pipelinable, live_spouts
+from trident_assets.spark.spilled import drop_spilled
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
@@ -83,7 +84,11 @@ def extend_chunk(
 
 
 def settle(chunk: Chunk | None) -> None:
-    """Wait for a chunk started ahead that will not commit (its result is dropped)."""
+    """Wait for a chunk started ahead that will not commit (its result is dropped).
+
+    What its job spilled (see :mod:`.spilled`) is removed.
+    """
     if chunk is not None:
         with contextlib.suppress(Exception):  # its txids are re-planned and re-run later
             chunk.future.result()
+        drop_spilled(chunk.base.spilled)

@@ -98,6 +98,7 @@ from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
 from trident_assets.spark.pipelined import PipelinedRun
 from trident_assets.spark.scoped_conf import scoped_conf
+from trident_assets.spark.spilled import drop_spilled, spill_root
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange, partition_sort_key
 from trident_assets.stream.topology import TridentTopology
@@ -215,6 +216,8 @@ class TopologyRunner:
         ensure_dead_letters_table(store)
         self.replica = replica
         self.keep_txids = keep_txids
+        self.spill = spill_root(spark, store, topology.name)
+        """Where executors write partials (``trident.partials.spill``; None: collected)."""
         if replica is not None:
             maps, rows = self._published_tables()
             replica.publish_missing(
@@ -402,7 +405,11 @@ class TopologyRunner:
                     # one-worker pool, it starts the moment this job ends, so Spark never idles
                     # while the driver plans or this chunk commits
                     ahead = self._start_next(pool, chunk, ordered, i + len(chunk.batches))
-                    prepared = chunk.future.result()
+                    try:
+                        prepared = chunk.future.result()
+                    except BaseException:
+                        drop_spilled(chunk.base.spilled)
+                        raise
                     spark_s = (chunk.plan_s + time.perf_counter() - chunk.t_spark) / len(
                         chunk.batches
                     )
@@ -488,24 +495,33 @@ class TopologyRunner:
         t_spark = time.perf_counter()
         records = sum(plan.record_count for plan in plans.values())
         with scoped_conf(self.spark, codegen_conf(self.spark, records)):  # commit's jobs too
-            run = BatchRun(self, txid, plans)
-            prepared = run.prepare()
-            spark_s = time.perf_counter() - t_spark
-            return self._commit_one(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
+            run = BatchRun(self, txid, plans, spill=True)
+            try:
+                prepared = run.prepare()
+                spark_s = time.perf_counter() - t_spark
+                return self._commit_one(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
+            finally:
+                drop_spilled(run.spilled)
 
     def _commit_chunk(
         self, chunk: Chunk, prepared: dict[int, Prepared], spark_s: float
     ) -> Iterator[BatchOutcome]:
         """Commit the chunk's txids one by one, in order; stop at one that was not applied."""
         share = len(chunk.batches)
-        for txid, plans in chunk.batches:
-            run = BatchRun(self, txid, plans)
-            run.value_types = dict(chunk.base.value_types)
-            timings = {"emit": chunk.emit_s / share, "spark": spark_s}
-            outcome = self._commit_one(run, prepared[txid], timings, share)
-            yield outcome
-            if not outcome.applied:
-                return
+        try:
+            for txid, plans in chunk.batches:
+                run = BatchRun(self, txid, plans, spill=True)
+                run.value_types = dict(chunk.base.value_types)
+                timings = {"emit": chunk.emit_s / share, "spark": spark_s}
+                try:
+                    outcome = self._commit_one(run, prepared[txid], timings, share)
+                finally:
+                    drop_spilled(run.spilled)
+                yield outcome
+                if not outcome.applied:
+                    return
+        finally:
+            drop_spilled(chunk.base.spilled)
 
     def _commit_one(
         self, run: BatchRun, prepared: Prepared, timings: dict[str, float], share: int

@@ -23,17 +23,30 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_merge import MergeResult
-from trident_assets.backends.state_batches import StateTarget, apply_state_batch, state_total
+from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.parquet_partials import ParquetPartials, staged_partials
+from trident_assets.backends.state_batches import (
+    StateTarget,
+    apply_state_batch,
+    apply_state_files,
+    state_total,
+)
 from trident_assets.backends.window_store import last_watermark_us
 from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
-from trident_assets.spark.batch_tables import store_rows
+from trident_assets.spark.batch_tables import store_relation, store_rows
 from trident_assets.spark.event_window_chunks import WindowSlice
 from trident_assets.spark.event_windows import apply_window_state as apply_event_window
-from trident_assets.spark.outcomes import GLOBAL_COLUMN, StateOutcome, head_rows, top_rows
+from trident_assets.spark.outcomes import (
+    GLOBAL_COLUMN,
+    PREVIEW_ROWS,
+    StateOutcome,
+    head_rows,
+    top_rows,
+)
 from trident_assets.spark.single_join import apply_join_state
 from trident_assets.spark.trident_windows import apply_window_state
 from trident_assets.stream.event_windows import EVENT_WINDOW
@@ -51,6 +64,7 @@ PARTIALS_KEPT = 2
 
 __all__ = [
     "apply_reducer_state",
+    "apply_spilled_state",
     "apply_state",
     "map_state",
     "read_state",
@@ -59,7 +73,9 @@ __all__ = [
 ]
 
 
-def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOutcome:
+def apply_state(
+    run: BatchRun, state: TridentState, batch: pa.Table | ParquetPartials
+) -> StateOutcome:
     """Apply ``batch`` (the state's input, see ``BatchRun.state_input``) to ``state``.
 
     Runs inside the open commit transaction: one set-based statement for a SQL combiner,
@@ -67,6 +83,8 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
     ``partition_persist``, the pending table for a single join. Leaves the state's new
     values in ``run.new_values``.
     """
+    if isinstance(batch, ParquetPartials):
+        return apply_spilled_state(run, state, batch)
     store = run.runner.store
     a = state.node.args
     spec = state.spec
@@ -111,6 +129,59 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOut
         result.keys_skipped,
         state_size(store, state.table),
         state_total(store, state.table),
+    )
+
+
+def apply_spilled_state(run: BatchRun, state: TridentState, parts: ParquetPartials) -> StateOutcome:
+    """Apply a grouped SQL combiner's partials that lie in files, all in SQL.
+
+    The merge (:func:`~trident_assets.backends.state_batches.apply_state_files`), the
+    state's partials and new values tables and the previews are statements over the files
+    and the state: the rows never come into this process. Leaves the previews in
+    ``run.spilled_previews``; the outcome counts the null values skipped.
+    """
+    store = run.runner.store
+    a = state.node.args
+    keys, out, txid = list(a["group"]), a["output"], run.txid
+    target = StateTarget(
+        state.table, tuple(keys), out, state.spec.state_type, guard(a["agg"], state.node.label)
+    )
+    with staged_partials(store, state.table, parts, keys, out) as (view, stats):
+        result = apply_state_files(store, target, parts, view, stats, txid)
+        store_relation(store, state.partials_table, txid, view, [*keys, out], PARTIALS_KEPT)
+        layout = store.layout(state.table)
+        key_q = ", ".join(quote_ident(k) for k in keys)
+        latest = store.latest_sql(layout, quote_ident(view))
+        new_values = f"SELECT {key_q}, curr AS {quote_ident(out)} FROM ({latest}) AS l"
+        with store.staged_query(new_values) as rows:
+            store_relation(store, state.new_values_table, txid, rows, [*keys, out])
+    top = _top_stored(store, state.new_values_table, txid, out, keys)
+    name = state.spec.name
+    run.spilled_previews[name] = {
+        f"state:{name}": top,
+        f"new_values:{name}": top,
+        f"partials:{name}": _top_stored(store, state.partials_table, txid, out, keys),
+    }
+    return StateOutcome(
+        state.spec.name,
+        state.table,
+        result.keys_in,
+        result.keys_updated,
+        result.keys_skipped,
+        state_size(store, state.table),
+        state_total(store, state.table),
+        stats.nulls,
+    )
+
+
+def _top_stored(store: StateStore, table: str, txid: int, value: str, keys: list[str]) -> pa.Table:
+    """:func:`~.outcomes.top_rows` of ``txid``'s rows of a per-txid table, in SQL."""
+    cols = [quote_ident(c) for c in (*keys, value)]
+    order = [f"{quote_ident(value)} DESC", *(f"{quote_ident(k)} ASC" for k in keys)]
+    return store.fetch_arrow(
+        f'SELECT {", ".join(cols)} FROM "{table}" WHERE txid = ? '
+        f"ORDER BY {', '.join(order)} LIMIT ?",
+        [txid, PREVIEW_ROWS],
     )
 
 
