@@ -23,6 +23,7 @@ Results go to ``bench/results/driver_memory.{json,md}`` and are printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TOPIC = "sentences"
 WORDS_PER_SENTENCE = 8
 PARTITIONS = 2
-KERNELS = {"on": "Arrow kernel", "off": "Spark's operators", "spill": "executors' files"}
+KERNELS = {"on": "Arrow kernel", "off": "Spark's operators", "spill": "spilled by the executors"}
 """``--kernel`` values: how the batch's partial aggregate is computed and where it goes (on,
 off: collected to the driver; spill: Spark's operators, written to Parquet by the executors,
 merged from the files by DuckDB, ``trident.partials.spill``)."""
@@ -122,15 +124,20 @@ class RssSampler:
         return round(max(inside, default=0) / 1024, 1)
 
 
-def measure(spark: Any, root: Path, keys: int, duckdb_memory: str | None = None) -> dict[str, Any]:
+def measure(
+    spark: Any, root: Path, keys: int, duckdb_memory: str | None = None, dsn: str | None = None
+) -> dict[str, Any]:
     """Run the one batch of ``keys`` distinct words (log already written in ``root / "log"``).
 
     ``duckdb_memory``: the state store's DuckDB ``memory_limit`` (None: DuckDB's default).
+    ``dsn``: the state in this PostgreSQL database instead of a DuckDB file.
+    ``dsn``: the state in this PostgreSQL database instead of a DuckDB file.
 
     Returns the peaks before and after, the stage timings and the exactness check.
     """
     from bench.pipeline import build_topology
     from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.postgres_store import PostgresStore
     from trident_assets.log.store import PartitionedLog
     from trident_assets.spark.executor import TopologyRunner
 
@@ -138,7 +145,8 @@ def measure(spark: Any, root: Path, keys: int, duckdb_memory: str | None = None)
     spark.range(1000).selectExpr("sum(id)").collect()  # warm-up: the session's first job
     topo = build_topology("count_only", total)
     config = {"memory_limit": duckdb_memory} if duckdb_memory else None
-    with DuckDBStore(root / "state.duckdb", config=config) as store:
+    opened = PostgresStore(dsn) if dsn else DuckDBStore(root / "state.duckdb", config=config)
+    with opened as store:
         runner = TopologyRunner(topo, spark, store, PartitionedLog(root / "log"))
         before = peaks_mib()
         with RssSampler() as rss:
@@ -190,16 +198,21 @@ def _child(args: argparse.Namespace) -> None:
         }
     )
     try:
-        result = measure(spark, root, args.keys, args.duckdb_memory)
+        result = measure(spark, root, args.keys, args.duckdb_memory, args.dsn)
     finally:
         spark.stop()
     Path(args.json).write_text(json.dumps(result))
 
 
 def run_size(
-    work: Path, keys: int, kernel: str, driver_memory: str, duckdb_memory: str | None = None
+    work: Path,
+    keys: int,
+    kernel: str,
+    driver_memory: str,
+    duckdb_memory: str | None = None,
+    dsn: str | None = None,
 ) -> dict[str, Any]:
-    """One size in a fresh child process (its own Spark and state file)."""
+    """One size in a fresh child process (its own Spark and state file, or ``dsn``)."""
     root = work / f"keys-{keys}-kernel-{kernel}"
     root.mkdir(parents=True)
     t0 = time.perf_counter()
@@ -211,6 +224,8 @@ def run_size(
             "--kernel", kernel]  # fmt: skip
     if duckdb_memory:
         argv += ["--duckdb-memory", duckdb_memory]
+    if dsn:
+        argv += ["--dsn", dsn]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     result = json.loads(out.read_text()) if out.exists() else None
     shutil.rmtree(root)
@@ -225,8 +240,12 @@ def render(report: dict[str, Any]) -> str:
     rows = [r for r in report["sizes"] if "error" not in r]
     lines = [
         f"Machine: {report['machine_line'].rstrip('.')}. One txid per size, fresh process, "
-        f"local Spark (driver memory {report['driver_memory']}), DuckDB state (memory_limit "
-        f"{report.get('duckdb_memory') or 'DuckDB default'}).",
+        f"local Spark (driver memory {report['driver_memory']}), "
+        + (
+            "PostgreSQL state (a local server)."
+            if report.get("store") == "postgres"
+            else f"DuckDB state (memory_limit {report.get('duckdb_memory') or 'DuckDB default'})."
+        ),
         "",
         "| distinct keys | partials by | py peak before | py peak in the job | "
         "py peak in the commit | JVM peak before / after | spark s | commit s | commit us/key "
@@ -275,6 +294,27 @@ def _growth(label: str, small: dict[str, Any], big: dict[str, Any]) -> str:
     )
 
 
+@contextlib.contextmanager
+def _server(store: str) -> Iterator[Any]:
+    """A local PostgreSQL server for the run (``--store postgres``), else None."""
+    if store != "postgres":
+        yield None
+        return
+    from trident_assets.backends.postgres_server import local_postgres
+
+    with local_postgres(durable=True) as server:
+        yield server
+
+
+def _database(server: Any, name: str) -> str:
+    """A new database ``name`` on ``server``; its DSN."""
+    import adbc_driver_postgresql.dbapi as pgdbapi
+
+    with pgdbapi.connect(server.dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    return server.dsn.rsplit("/", 1)[0] + f"/{name}"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", default="1000000,5000000,20000000", help="sizes, comma-separated")
@@ -288,10 +328,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument(
         "--duckdb-memory", default=None, help="the state store's DuckDB memory_limit (e.g. 1GB)"
     )
+    parser.add_argument(
+        "--store",
+        choices=("duckdb", "postgres"),
+        default="duckdb",
+        help="the state store: a DuckDB file, or a database on a local PostgreSQL server "
+        "started for the run",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
+    parser.add_argument("--dsn", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         args.keys = int(args.keys)
@@ -301,12 +349,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     kernels = args.kernel.split(",")
     if not set(kernels) <= set(KERNELS):
         parser.error(f"--kernel: {args.kernel!r}; give some of on, off, spill (comma-separated)")
-    with tempfile.TemporaryDirectory(prefix="driver-memory-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="driver-memory-") as tmp, _server(args.store) as pg:
         results = []
         for keys in sizes:
             for kernel in kernels:
+                dsn = _database(pg, f"keys_{keys}_{kernel}") if pg is not None else None
                 results.append(
-                    run_size(Path(tmp), keys, kernel, args.driver_memory, args.duckdb_memory)
+                    run_size(Path(tmp), keys, kernel, args.driver_memory, args.duckdb_memory, dsn)
                 )
                 print(json.dumps(results[-1]), flush=True)
     machine = describe()
@@ -315,6 +364,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "machine_line": one_line(machine),
         "driver_memory": args.driver_memory,
         "duckdb_memory": args.duckdb_memory,
+        "store": args.store,
         "sizes": results,
     }
     args.out.mkdir(parents=True, exist_ok=True)

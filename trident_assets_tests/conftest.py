@@ -155,6 +155,11 @@ def postgres_server() -> Iterator[Any]:
 @pytest.fixture
 def pg_dsn(postgres_server: Any) -> str:
     """The DSN of a new, empty database on the session's server (one per test)."""
+    return new_database(postgres_server)
+
+
+def new_database(postgres_server: Any) -> str:
+    """Create a new, empty database on ``postgres_server``; return its DSN."""
     import adbc_driver_postgresql.dbapi as pgdbapi
 
     name = f"t_{uuid.uuid4().hex[:12]}"

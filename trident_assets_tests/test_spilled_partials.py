@@ -19,19 +19,20 @@ import pytest
 from trident_assets import ConfigError, Count, Max, Sum
 from trident_assets.backends.duckdb_merge import MergeResult
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.parquet_partials import (
-    ParquetPartials,
-    apply_parquet_partials,
+from trident_assets.backends.spilled_partials import (
+    SpilledPartials,
+    apply_spilled_partials,
     staged_partials,
 )
 from trident_assets.errors import StateLayoutError
-from trident_assets.spark import batch_run, pipelined
+from trident_assets.spark import spilled
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import JsonScheme
-from trident_assets.spark.spilled import SPILL_CONF, SPILL_DIR_CONF, spill_root, spillable
+from trident_assets.spark.spilled import SPILL_CONF, SPILL_DIR_CONF, open_spill, spillable
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.topology import StateSpec, TridentTopology
+from trident_assets_tests.conftest import new_database
 from trident_assets_tests.test_executor import Boom, _fail_at, _log, _out_rows, _send, _word_count
 
 SENTENCES = [
@@ -76,10 +77,41 @@ def _outcome(o: Any) -> tuple[Any, ...]:
     return (o.txid, o.applied, o.states, o.tuples_in, o.dead_letters, previews)
 
 
-@pytest.mark.parametrize("kind", [SpoutKind.OPAQUE, SpoutKind.TRANSACTIONAL])
-@pytest.mark.parametrize("pending", [1, 3])
+def _store(request: pytest.FixtureRequest, tmp_path: Path, backend: str, name: str) -> Any:
+    """A fresh state store: a DuckDB file, or a new database on the session's server."""
+    if backend == "duckdb":
+        return DuckDBStore(tmp_path / f"{name}.duckdb")
+    from trident_assets.backends.postgres_store import PostgresStore
+
+    return PostgresStore(new_database(request.getfixturevalue("postgres_server")))
+
+
+def _staging_tables(store: Any) -> list[str]:
+    rows = store.fetch_rows(
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+        "AND tablename LIKE '\\_trident\\_spill\\_%' ORDER BY tablename"
+    )
+    return [r[0] for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("backend", "kind", "pending"),
+    [
+        ("duckdb", SpoutKind.OPAQUE, 1),
+        ("duckdb", SpoutKind.OPAQUE, 3),
+        ("duckdb", SpoutKind.TRANSACTIONAL, 1),
+        ("duckdb", SpoutKind.TRANSACTIONAL, 3),
+        ("postgres", SpoutKind.OPAQUE, 3),
+        ("postgres", SpoutKind.TRANSACTIONAL, 1),
+    ],
+)
 def test_spilled_partials_commit_exactly_what_collected_partials_commit(
-    spark: Any, tmp_path: Path, kind: SpoutKind, pending: int
+    spark: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    backend: str,
+    kind: SpoutKind,
+    pending: int,
 ) -> None:
     log = _log(tmp_path, {"sentences": 2})
     for values in SENTENCES:
@@ -87,14 +119,16 @@ def test_spilled_partials_commit_exactly_what_collected_partials_commit(
     seen = {}
     for spill in (False, True):
         topo, _ = _word_count("wc", kind=kind)
-        store = DuckDBStore(tmp_path / f"state-{spill}.duckdb")
+        store = _store(request, tmp_path, backend, f"state-{spill}")
         runner = _runner(spark, topo, store, log, spill=spill, max_spout_pending=pending)
         assert (runner.spill is not None) is spill
         outcomes = [_outcome(o) for o in runner.run_batches(range(1, 6))]
         seen[spill] = (outcomes, _tables(store, topo, range(1, 6)))
-        if spill:
-            assert runner.spill == Path(f"{store.path}.partials").resolve() / "wc"
-            assert list(runner.spill.iterdir()) == []  # every txid's files removed
+        if spill and backend == "duckdb":
+            assert runner.spill.root == Path(f"{store.path}.partials").resolve() / "wc"
+            assert list(runner.spill.root.iterdir()) == []  # every txid's files removed
+        elif spill:
+            assert _staging_tables(store) == []  # every txid's staging table dropped
         store.close()
     assert seen[True] == seen[False]
     outcomes, tables = seen[True]
@@ -151,23 +185,36 @@ def test_spilled_sum_and_max_skip_and_count_null_values_alike(
     assert {r["player"]: r["value"] for r in tables["state:points"]} == expected
 
 
-def test_a_crash_between_write_and_commit_replays_from_new_files(
-    spark: Any, tmp_path: Path
+@pytest.mark.parametrize("backend", ["duckdb", "postgres"])
+def test_a_crash_between_write_and_commit_replays_from_new_partials(
+    spark: Any, tmp_path: Path, request: pytest.FixtureRequest, backend: str
 ) -> None:
     log = _log(tmp_path, {"sentences": 1})
     for values in SENTENCES[:2]:
         _send(log, "sentences", values)
     topo, _ = _word_count("wc")
-    store = DuckDBStore(tmp_path / "state.duckdb")
+    store = _store(request, tmp_path, backend, "state")
     runner = _runner(spark, topo, store, log, spill=True, fault=_fail_at("before_commit"))
     with pytest.raises(Boom):
         runner.run_batch(1)
     assert store.last_committed("wc") is None
-    assert list(runner.spill.iterdir()) == []  # the failed attempt's files removed
-    runner = _runner(spark, topo, store, log, spill=True)
+    if backend == "duckdb":
+        assert list(runner.spill.root.iterdir()) == []  # the failed attempt's files removed
+        (runner.spill.root / "left-by-a-killed-run").mkdir()
+    else:
+        assert _staging_tables(store) == []  # the failed attempt's tables dropped
+        left = f"{runner.spill.prefix}killed_0"
+        store.execute(f'CREATE TABLE "{left}" (w TEXT)')
+        assert _staging_tables(store) == [left]
+    runner = _runner(spark, topo, store, log, spill=True)  # removes what a killed run left
+    if backend == "duckdb":
+        assert not runner.spill.root.exists()
+    else:
+        assert _staging_tables(store) == []
     assert [o.applied for o in runner.run_batches([1, 1, 2])] == [True, False, True]
     counts = {r["word"]: r["value"] for r in store.scan("wc__counts").to_pylist()}
     assert counts == {"a": 5, "b": 2, "c": 4, "d": 1, "e": 2, "f": 1, "g": 1}
+    store.close()
 
 
 def test_files_the_driver_cannot_read_are_refused_before_any_write(
@@ -177,14 +224,13 @@ def test_files_the_driver_cannot_read_are_refused_before_any_write(
     _send(log, "sentences", SENTENCES[0])
     topo, _ = _word_count("wc")
     store = DuckDBStore(tmp_path / "state.duckdb")
-    written = batch_run.write_partials
+    written = spilled._write_files
 
-    def elsewhere(*args: Any, **kwargs: Any) -> list[ParquetPartials]:
+    def elsewhere(*args: Any, **kwargs: Any) -> list[SpilledPartials]:
         """As if the executors wrote the files on their own disks: the driver finds none."""
         return [replace(p, files=()) for p in written(*args, **kwargs)]
 
-    monkeypatch.setattr(batch_run, "write_partials", elsewhere)
-    monkeypatch.setattr(pipelined, "write_partials", elsewhere)
+    monkeypatch.setattr(spilled, "_write_files", elsewhere)
     runner = _runner(spark, topo, store, log, spill=True, max_spout_pending=1)
     with pytest.raises(ConfigError, match=r"hold 0 rows, but the Spark job wrote 5: .*spillDir"):
         runner.run_batch(1)
@@ -198,7 +244,7 @@ def test_a_partials_file_gone_before_the_commit_is_refused(tmp_path: Path) -> No
     path = tmp_path / "p.parquet"
     pq.write_table(pa.table({"w": ["a"], "n": [1]}), path)
     schema = pa.schema([("w", pa.string()), ("n", pa.int64())])
-    gone = ParquetPartials((str(path), str(tmp_path / "q.parquet")), schema, str(tmp_path), 2)
+    gone = SpilledPartials((str(path), str(tmp_path / "q.parquet")), schema, str(tmp_path), 2)
     store = DuckDBStore(tmp_path / "s.duckdb")
     with (
         pytest.raises(ConfigError, match=r"partials file .*q.parquet is missing"),
@@ -212,7 +258,7 @@ def test_null_keys_in_files_are_refused(tmp_path: Path) -> None:
 
     path = tmp_path / "p.parquet"
     pq.write_table(pa.table({"w": ["a", None], "n": [1, 2]}), path)
-    parts = ParquetPartials(
+    parts = SpilledPartials(
         (str(path),), pa.schema([("w", pa.string()), ("n", pa.int64())]), "x", 2
     )
     store = DuckDBStore(tmp_path / "s.duckdb")
@@ -229,21 +275,21 @@ def test_spill_settings_are_checked_when_the_runner_is_created(spark: Any, tmp_p
     def conf(**values: str) -> Any:
         return SimpleNamespace(conf=SimpleNamespace(get=lambda k, d=None: values.get(k, d)))
 
-    assert spill_root(conf(), store, "wc") is None
+    assert open_spill(conf(), store, "wc") is None
     with pytest.raises(
         ConfigError, match=r"trident\.partials\.spill must be true or false, got .yes."
     ):
-        spill_root(conf(**{SPILL_CONF: "yes"}), store, "wc")
+        open_spill(conf(**{SPILL_CONF: "yes"}), store, "wc")
     cluster = conf(**{SPILL_CONF: "true", "spark.master": "spark://10.0.0.1:7077"})
     with pytest.raises(ConfigError, match=r"set trident\.partials\.spillDir to a directory"):
-        spill_root(cluster, store, "wc")
+        open_spill(cluster, store, "wc")
     shared = tmp_path / "shared"
     (shared / "wc" / "stale").mkdir(parents=True)
-    found = spill_root(conf(**{SPILL_CONF: "true", SPILL_DIR_CONF: str(shared)}), store, "wc")
-    assert found == shared.resolve() / "wc"
-    assert not found.exists()  # a crashed attempt's leftovers removed
-    with pytest.raises(ConfigError, match="needs a DuckDB state store"):
-        spill_root(conf(**{SPILL_CONF: "true"}), SimpleNamespace(path="pg"), "wc")
+    found = open_spill(conf(**{SPILL_CONF: "true", SPILL_DIR_CONF: str(shared)}), store, "wc")
+    assert found.root == shared.resolve() / "wc"
+    assert not found.root.exists()  # a crashed attempt's leftovers removed
+    with pytest.raises(ConfigError, match="needs a DuckDB or PostgreSQL state store"):
+        open_spill(conf(**{SPILL_CONF: "true"}), SimpleNamespace(path="pg"), "wc")
 
 
 def test_only_grouped_sql_combiners_whose_new_values_nobody_reads_spill() -> None:
@@ -302,9 +348,9 @@ def test_dagster_runs_spill_and_bound_duckdb_memory_as_configured(
     assert list(spilled.iterdir()) == []
 
 
-def _files_apply(store: DuckDBStore, parts: ParquetPartials, state_type: Any, txid: int) -> Any:
+def _files_apply(store: DuckDBStore, parts: SpilledPartials, state_type: Any, txid: int) -> Any:
     with store.transaction(), staged_partials(store, "m", parts, ["w"], "n") as (view, stats):
-        return apply_parquet_partials(
+        return apply_spilled_partials(
             store,
             "m",
             view,
@@ -318,7 +364,7 @@ def _files_apply(store: DuckDBStore, parts: ParquetPartials, state_type: Any, tx
         )
 
 
-def _parts(tmp_path: Path, name: str, rows: dict[str, list[Any]]) -> ParquetPartials:
+def _parts(tmp_path: Path, name: str, rows: dict[str, list[Any]]) -> SpilledPartials:
     import pyarrow.parquet as pq
 
     table = pa.table(rows, pa.schema([("w", pa.string()), ("n", pa.int64())]))
@@ -326,7 +372,7 @@ def _parts(tmp_path: Path, name: str, rows: dict[str, list[Any]]) -> ParquetPart
     if table.num_rows:
         pq.write_table(table, tmp_path / f"{name}.parquet")
         files = (str(tmp_path / f"{name}.parquet"),)
-    return ParquetPartials(files, table.schema, str(tmp_path), table.num_rows)
+    return SpilledPartials(files, table.schema, str(tmp_path), table.num_rows)
 
 
 def test_files_follow_the_txid_rules_of_collected_partials(tmp_path: Path) -> None:
@@ -352,3 +398,26 @@ def test_files_follow_the_txid_rules_of_collected_partials(tmp_path: Path) -> No
     with pytest.raises(StaleTxidError, match=r"Current batch \(1\) is behind state's batch \(2\)"):
         _files_apply(opaque, two, StateType.OPAQUE, 1)
     assert {r["w"]: r["value"] for r in opaque.scan("m").to_pylist()} == {"a": 2, "b": 13, "c": 1}
+
+
+def test_a_retried_task_replaces_what_its_earlier_attempt_copied(pg_dsn: str) -> None:
+    from trident_assets.backends.postgres_store import PostgresStore
+    from trident_assets.spark.spilled import PART_COLUMN, TXID_COLUMN, copy_into_staging
+
+    store = PostgresStore(pg_dsn)
+    schema = pa.schema([("w", pa.string()), ("n", pa.int64())])
+    cur = store._cursor()
+    for tag in (0, 1):
+        table = schema.append(pa.field(PART_COLUMN, pa.int32())).empty_table()
+        cur.adbc_ingest(f"stage_{tag}", table, mode="create")
+    rows = pa.record_batch({"w": ["a", "b", "c"], "n": [1, 2, 3], TXID_COLUMN: [0, 0, 1]})
+    task = copy_into_staging(pg_dsn, ["stage_0", "stage_1"], tagged=True)
+    for _attempt in range(2):  # the same partition (0 outside Spark) written twice
+        (counts,) = list(task(iter([rows])))
+        assert counts.to_pydict() == {"tag": [0, 1], "n": [2, 1]}
+    assert store.fetch_rows('SELECT w, n, "__trident_part" FROM stage_0 ORDER BY w') == [
+        ("a", 1, 0),
+        ("b", 2, 0),
+    ]
+    assert store.fetch_rows("SELECT w, n FROM stage_1") == [("c", 3)]
+    store.close()

@@ -279,13 +279,16 @@ def _merge_sql(
     returning: bool,
     *,
     distinct_keys: bool = False,
+    in_key_order: bool | None = None,
 ) -> str:
     """Return the batch's ONE statement: ``INSERT INTO <log> SELECT ... RETURNING``.
 
     The batch's combined partials, joined to the batch keys' current rows, are appended as
     each key's new version. ``distinct_keys``: the staged batch holds each key once, so its
     rows are the partials as they are (no ``GROUP BY``). PostgreSQL looks each batch key's
-    current row up by index (``LEFT JOIN LATERAL``); DuckDB hash-joins the log.
+    current row up by index (``LEFT JOIN LATERAL``) and appends in key order (``ORDER BY``,
+    unless ``in_key_order``: the staged rows are sorted already; default ``distinct_keys``);
+    DuckDB hash-joins the log.
     """
     d = store.dialect
     vtype = d.column_type(layout.value_type)
@@ -335,7 +338,8 @@ def _merge_sql(
         current = d.latest_join(log, key_q, "b", SEQ_COLUMN)
         # Appending in key order keeps the (keys, seq) index pages a batch touches together:
         # a staged batch of distinct keys is already in key order (see apply_partials).
-        order = "" if distinct_keys else f" ORDER BY {', '.join(f'b.{k}' for k in key_q)}"
+        sorted_ = distinct_keys if in_key_order is None else in_key_order
+        order = "" if sorted_ else f" ORDER BY {', '.join(f'b.{k}' for k in key_q)}"
     else:
         on = " AND ".join(f"b.{k} = s.{k}" for k in key_q)
         current = f"LEFT JOIN ({store.latest_sql(layout, quote_ident(view))}) s ON {on}"
@@ -450,8 +454,15 @@ def run_merge(
     distinct_keys: bool,
     *,
     returning: bool,
+    in_key_order: bool | None = None,
+    into: tuple[str, Sequence[str]] | None = None,
 ) -> pa.Table | int:
     """Run the batch's one statement over staged relation ``view``, inside a transaction.
+
+    ``distinct_keys``, ``in_key_order``: what the staged rows are (see :func:`_merge_sql`).
+    ``into`` (PostgreSQL): ``(table, columns)``: the same statement also appends each key
+    written, with its new value, to per-txid ``table`` (``txid`` and ``columns``: the key
+    columns and the value's name), and counts them.
 
     Returns the rows written (``returning``: their key columns and ``curr``) or how many.
 
@@ -460,10 +471,29 @@ def run_merge(
         StateLayoutError: a combined value does not fit the table's value type.
     """
     sql = _merge_sql(
-        store, layout, view, value_column, combine, returning, distinct_keys=distinct_keys
+        store,
+        layout,
+        view,
+        value_column,
+        combine,
+        returning or into is not None,
+        distinct_keys=distinct_keys,
+        in_key_order=in_key_order,
     )
     params = [] if layout.kind == "plain" else [txid]
+    if into is not None:
+        table, columns = into
+        cols = ", ".join(quote_ident(c) for c in ["txid", *columns])
+        keys = ", ".join(quote_ident(c) for c in layout.key_columns)
+        sql = (
+            f'WITH m AS ({sql}), n AS (INSERT INTO "{validate_identifier(table, "table")}" '
+            f"({cols}) SELECT CAST(? AS BIGINT), {keys}, curr FROM m RETURNING 1) "
+            "SELECT count(*) FROM n"
+        )
+        params = [*params, txid]
     try:
+        if into is not None:
+            return int(store.fetch_rows(sql, params)[0][0])
         return store.fetch_arrow(sql, params) if returning else store.execute(sql, params)
     except Exception as exc:
         if _BEHIND in str(exc):

@@ -221,12 +221,26 @@ class PostgresStore(SqlStateStore):
         cur.adbc_ingest(name, _ingestable(table), mode="create", temporary=True)
         if analyze:
             cur.execute(f'ANALYZE "{name}"')
-        try:
+        with self._dropped("TABLE", name):
             yield name
+
+    @contextmanager
+    def staged_query(self, sql: str) -> Iterator[str]:
+        """A temporary view of query ``sql`` (no parameters) for the ``with`` block."""
+        name = f"_trident_view_{uuid.uuid4().hex}"
+        self._cursor().execute(f'CREATE TEMP VIEW "{name}" AS {sql}')
+        with self._dropped("VIEW", name):
+            yield name
+
+    @contextmanager
+    def _dropped(self, kind: str, name: str) -> Iterator[None]:
+        """Drop temporary ``kind`` (TABLE, VIEW) ``name`` when the block exits."""
+        try:
+            yield
         finally:
             if self._conn is not None:
                 with contextlib.suppress(_adbc_errors.Error):  # an aborted transaction drops it
-                    cur.execute(f'DROP TABLE IF EXISTS "{name}"')
+                    self._cur.execute(f'DROP {kind} IF EXISTS "{name}"')
 
     def has_table(self, name: str) -> bool:
         """True if a table or view ``name`` exists in the current schema."""

@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trident_assets.backends.duckdb_merge import MergeResult, apply_partials, apply_partials_python
-from trident_assets.backends.parquet_partials import (
-    ParquetPartials,
+from trident_assets.backends.spilled_partials import (
     PartialsStats,
-    apply_parquet_partials,
+    SpilledPartials,
+    apply_spilled_partials,
 )
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
@@ -173,15 +173,17 @@ def _update_total(store: StateStore, target: StateTarget, added: Any, txid: Any)
 def apply_state_files(
     store: StateStore,
     target: StateTarget,
-    parts: ParquetPartials,
+    parts: SpilledPartials,
     view: str,
     stats: PartialsStats,
     txid: int | None,
+    new_values: tuple[str, list[str]] | None = None,
 ) -> MergeResult:
-    """Apply partials that lie in Parquet files (see :mod:`.parquet_partials`) to ``target``.
+    """Apply partials the executors wrote (see :mod:`.spilled_partials`) to ``target``.
 
-    ``view`` and ``stats`` come from :func:`~.parquet_partials.staged_partials`. For the
-    built-in SQL combiners only (Count, Sum, Min, Max); the result has no new values.
+    ``view`` and ``stats`` come from :func:`~.spilled_partials.staged_partials`. For the
+    built-in SQL combiners only (Count, Sum, Min, Max); the result has no new values
+    (PostgreSQL: ``new_values=(table, columns)`` appends them to that prepared table).
     """
     agg = target.agg
     if not isinstance(agg, Count | Sum | Min | Max) or agg.sql_combine is None:
@@ -189,7 +191,7 @@ def apply_state_files(
         raise ConfigError(msg)
     if isinstance(agg, Count | Sum):
         _update_total(store, target, stats.total, txid)
-    return apply_parquet_partials(
+    return apply_spilled_partials(
         store,
         target.table,
         view,
@@ -200,6 +202,7 @@ def apply_state_files(
         combine=agg.sql_combine,
         state_type=target.state_type,
         txid=txid,
+        new_values=new_values,
     )
 
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.parquet_partials import ParquetPartials
+from trident_assets.backends.spilled_partials import SpilledPartials
 from trident_assets.backends.spout_history import record_history
 from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard
@@ -48,7 +47,7 @@ from trident_assets.spark.outcomes import BatchOutcome, Prepared, dead_letter_ro
 from trident_assets.spark.pipelined import TXID_COLUMN
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 from trident_assets.spark.single_join import join_batch_table
-from trident_assets.spark.spilled import new_spill_dir, spillable, write_partials
+from trident_assets.spark.spilled import Cleanup, spillable
 from trident_assets.spark.state_apply import apply_state, state_previews
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
@@ -116,8 +115,8 @@ class BatchRun(NodeFrames):
         """Spouts whose dead letters a state's own Spark job collected (see :meth:`fold_dead`)."""
         self.dead_collected = False
         """True once :meth:`prepare` has collected the spouts' dead letters."""
-        self.spilled: list[Path] = []
-        """Directories of partials the executors wrote (removed once the batch commits)."""
+        self.spilled: list[Cleanup] = []
+        """Remove the partials the executors wrote (once the batch has committed)."""
         self.spilled_previews: dict[str, dict[str, pa.Table]] = {}
         """Per spilled state: its previews, read back by the commit (see ``state_previews``)."""
 
@@ -296,11 +295,11 @@ class BatchRun(NodeFrames):
             return None
         return sid
 
-    def state_input(self, state: TridentState) -> pa.Table | ParquetPartials:
+    def state_input(self, state: TridentState) -> pa.Table | SpilledPartials:
         """What the commit applies to ``state``: per-key partials, grouped tuples or rows.
 
         Partials the executors wrote to files (``trident.partials.spill``, see
-        :mod:`~trident_assets.spark.spilled`) come as :class:`ParquetPartials`.
+        :mod:`~trident_assets.spark.spilled`) come as :class:`SpilledPartials`.
 
         A combiner's partials per key (one row for a global state), a reducer's tuples per
         key (``__tuples``), an updater's input rows, a single join's rows of every side.
@@ -331,12 +330,15 @@ class BatchRun(NodeFrames):
                 else parent.agg(F.collect_list(cols).alias("__tuples"))
             )
             return grouped.toArrow()
-        if self.spill and self.runner.spill is not None and spillable(state, self.runner.topology):
+        spill = self.runner.spill
+        if self.spill and spill is not None and spillable(state, self.runner.topology):
             agg = guard(agg, state.node.label)
             df = state_partials(parent, group, a["inputs"][0], agg, out)
-            (parts,) = write_partials(df, agg, self.spill_dir())
-            self.value_types[state.spec.name] = parts.schema.field(out).type
-            return parts
+            job = spill.plan(df, agg, None, self.spilled)
+            if job is not None:
+                (parts,) = job()
+                self.value_types[state.spec.name] = parts.schema.field(out).type
+                return parts
         kernel = self._kernel_partials(state)
         if kernel is not None:
             return kernel
@@ -348,13 +350,6 @@ class BatchRun(NodeFrames):
             for name, column in global_partials(table.column(out)).items():
                 table = table.append_column(name, column)
         return table
-
-    def spill_dir(self) -> Path:
-        """A fresh directory for partials the executors write, removed after the commit."""
-        assert self.runner.spill is not None
-        path = new_spill_dir(self.runner.spill)
-        self.spilled.append(path)
-        return path
 
     def _empty_partials(self, state: TridentState) -> pa.Table:
         """The partials of a SQL-combiner state whose input is empty, without a Spark job.
@@ -384,7 +379,7 @@ class BatchRun(NodeFrames):
                 batch = self.state_input(state)
                 nulls = self.nulls.get(name, 0)
             applied = apply_state(self, state, batch)
-            if isinstance(batch, ParquetPartials):  # its nulls and previews read from the files
+            if isinstance(batch, SpilledPartials):  # its nulls and previews read from the files
                 outcome.states[name] = applied
                 outcome.previews |= self.spilled_previews.pop(name)
                 continue

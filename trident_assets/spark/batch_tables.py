@@ -19,6 +19,7 @@ __all__ = [
     "DEAD_LETTERS",
     "NEW_VALUES_KEPT",
     "ensure_dead_letters_table",
+    "prepare_rows_table",
     "store_dead_letters",
     "store_relation",
     "store_rows",
@@ -69,7 +70,28 @@ def store_relation(
 
     A staged relation (Arrow, files or a query); ``columns`` must not include ``txid``.
     """
+    prepare_rows_table(store, table, txid, relation, columns, keep)
     cols = ", ".join(quote_ident(c) for c in ["txid", *columns])
+    picked = ", ".join(quote_ident(c) for c in columns)
+    store.execute(
+        f'INSERT INTO "{table}" ({cols}) SELECT CAST(? AS BIGINT), {picked} FROM "{relation}"',
+        [txid],
+    )
+
+
+def prepare_rows_table(
+    store: StateStore,
+    table: str,
+    txid: int,
+    relation: str,
+    columns: list[str],
+    keep: int = NEW_VALUES_KEPT,
+) -> None:
+    """Make per-txid ``table`` ready for ``txid``'s rows.
+
+    Created (typed like ``columns`` of ``relation``) if missing; ``txid``'s rows and those
+    older than ``keep`` txids deleted.
+    """
     picked = ", ".join(quote_ident(c) for c in columns)
     store.execute(
         f'CREATE TABLE IF NOT EXISTS "{table}" AS SELECT CAST(0 AS BIGINT) AS txid, {picked} '
@@ -77,10 +99,6 @@ def store_relation(
     )
     _type_null_columns(store, table, relation)
     store.execute(f'DELETE FROM "{table}" WHERE txid = ? OR txid <= ?', [txid, txid - keep])
-    store.execute(
-        f'INSERT INTO "{table}" ({cols}) SELECT CAST(? AS BIGINT), {picked} FROM "{relation}"',
-        [txid],
-    )
 
 
 def _free_names(names: list[str], taken: set[str]) -> list[str]:

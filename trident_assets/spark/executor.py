@@ -98,7 +98,7 @@ from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
 from trident_assets.spark.pipelined import PipelinedRun
 from trident_assets.spark.scoped_conf import scoped_conf
-from trident_assets.spark.spilled import drop_spilled, spill_root
+from trident_assets.spark.spilled import drop_spilled, open_spill
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange, partition_sort_key
 from trident_assets.stream.topology import TridentTopology
@@ -216,8 +216,9 @@ class TopologyRunner:
         ensure_dead_letters_table(store)
         self.replica = replica
         self.keep_txids = keep_txids
-        self.spill = spill_root(spark, store, topology.name)
-        """Where executors write partials (``trident.partials.spill``; None: collected)."""
+        self.spill = open_spill(spark, store, topology.name)
+        """How executors write partials for the store (``trident.partials.spill``; None:
+        collected to the driver)."""
         if replica is not None:
             maps, rows = self._published_tables()
             replica.publish_missing(

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_assets.backends.parquet_partials import ParquetPartials
+from trident_assets.backends.spilled_partials import SpilledPartials
 from trident_assets.backends.window_store import last_max_event_us
 from trident_assets.log.timestamps import UNKNOWN
 from trident_assets.planner import (
@@ -58,7 +58,7 @@ from trident_assets.spark.kernel_plan import (
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
 from trident_assets.spark.outcomes import Prepared
 from trident_assets.spark.scoped_conf import scoped_conf
-from trident_assets.spark.spilled import spillable, write_partials
+from trident_assets.spark.spilled import spillable
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.event_windows import EVENT_WINDOW
@@ -170,7 +170,9 @@ class PipelinedRun(NodeFrames):
             table = self.empty.state_input(state)
             return lambda: dict.fromkeys(self.txids, table)
         if self.runner.spill is not None and spillable(state, self.runner.topology):
-            return self._spill_job(state)
+            job = self._spill_job(state)
+            if job is not None:
+                return job
         kernel = arrow_kernel(state, TXID_COLUMN)
         if kernel is not None and arrow_kernels_on(self.spark, self._records(kernel[1])):
             return self._kernel_job(state, *kernel)
@@ -204,16 +206,19 @@ class PipelinedRun(NodeFrames):
 
         return run
 
-    def _spill_job(self, state: TridentState) -> Callable[[], dict[int, ParquetPartials]]:
+    def _spill_job(self, state: TridentState) -> Callable[[], dict[int, SpilledPartials]] | None:
         """The state's partials by Spark's operators, written by the executors per txid."""
         a = state.node.args
         group, out, agg = list(a["group"]), a["output"], a["agg"]
         parent = self.frame(state.node.parents[0])
         df = state_partials(parent, [*group, TXID_COLUMN], a["inputs"][0], agg, out)
+        assert self.runner.spill is not None
+        job = self.runner.spill.plan(df, agg, len(self.txids), self.empty.spilled)
+        if job is None:
+            return None
         self.empty.value_types[state.spec.name] = empty_arrow(df).schema.field(out).type
-        path = self.empty.spill_dir()
         txids = self.txids
-        return lambda: dict(zip(txids, write_partials(df, agg, path, len(txids)), strict=True))
+        return lambda: dict(zip(txids, job(), strict=True))
 
     def _window_job(self, state: WindowedState) -> Callable[[], dict[int, WindowSlice]]:
         """An event-time window's job: lateness bounded by the log's timestamps."""

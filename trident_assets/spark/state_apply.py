@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_merge import MergeResult
+from trident_assets.backends.duckdb_merge import MergeResult, value_sql_type
 from trident_assets.backends.map_layout import quote_ident
-from trident_assets.backends.parquet_partials import ParquetPartials, staged_partials
+from trident_assets.backends.spilled_partials import SpilledPartials, staged_partials
 from trident_assets.backends.state_batches import (
     StateTarget,
     apply_state_batch,
@@ -37,7 +37,7 @@ from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
-from trident_assets.spark.batch_tables import store_relation, store_rows
+from trident_assets.spark.batch_tables import prepare_rows_table, store_relation, store_rows
 from trident_assets.spark.event_window_chunks import WindowSlice
 from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.outcomes import (
@@ -74,7 +74,7 @@ __all__ = [
 
 
 def apply_state(
-    run: BatchRun, state: TridentState, batch: pa.Table | ParquetPartials
+    run: BatchRun, state: TridentState, batch: pa.Table | SpilledPartials
 ) -> StateOutcome:
     """Apply ``batch`` (the state's input, see ``BatchRun.state_input``) to ``state``.
 
@@ -83,7 +83,7 @@ def apply_state(
     ``partition_persist``, the pending table for a single join. Leaves the state's new
     values in ``run.new_values``.
     """
-    if isinstance(batch, ParquetPartials):
+    if isinstance(batch, SpilledPartials):
         return apply_spilled_state(run, state, batch)
     store = run.runner.store
     a = state.node.args
@@ -121,24 +121,16 @@ def apply_state(
     if result.new_values is not None:
         # the declared fields: group + [output] (a global state's key column is internal)
         run.new_values[spec.name] = result.new_values.select(list(state.node.fields))
-    return StateOutcome(
-        spec.name,
-        state.table,
-        result.keys_in,
-        result.keys_updated,
-        result.keys_skipped,
-        state_size(store, state.table),
-        state_total(store, state.table),
-    )
+    return _outcome(store, state, result)
 
 
-def apply_spilled_state(run: BatchRun, state: TridentState, parts: ParquetPartials) -> StateOutcome:
-    """Apply a grouped SQL combiner's partials that lie in files, all in SQL.
+def apply_spilled_state(run: BatchRun, state: TridentState, parts: SpilledPartials) -> StateOutcome:
+    """Apply a grouped SQL combiner's partials that the executors wrote, all in SQL.
 
     The merge (:func:`~trident_assets.backends.state_batches.apply_state_files`), the
     state's partials and new values tables and the previews are statements over the files
-    and the state: the rows never come into this process. Leaves the previews in
-    ``run.spilled_previews``; the outcome counts the null values skipped.
+    (or the staging table) and the state: the rows never come into this process. Leaves the
+    previews in ``run.spilled_previews``; the outcome counts the null values skipped.
     """
     store = run.runner.store
     a = state.node.args
@@ -146,15 +138,21 @@ def apply_spilled_state(run: BatchRun, state: TridentState, parts: ParquetPartia
     target = StateTarget(
         state.table, tuple(keys), out, state.spec.state_type, guard(a["agg"], state.node.label)
     )
+    new_values = state.new_values_table
     with staged_partials(store, state.table, parts, keys, out) as (view, stats):
-        result = apply_state_files(store, target, parts, view, stats, txid)
+        into = None
+        if store.dialect.is_postgres:  # the merge appends the new values as it writes them
+            _prepare_new_values(store, state, txid, view, parts)
+            into = (new_values, [*keys, out])
+        result = apply_state_files(store, target, parts, view, stats, txid, into)
         store_relation(store, state.partials_table, txid, view, [*keys, out], PARTIALS_KEPT)
-        layout = store.layout(state.table)
-        key_q = ", ".join(quote_ident(k) for k in keys)
-        latest = store.latest_sql(layout, quote_ident(view))
-        new_values = f"SELECT {key_q}, curr AS {quote_ident(out)} FROM ({latest}) AS l"
-        with store.staged_query(new_values) as rows:
-            store_relation(store, state.new_values_table, txid, rows, [*keys, out])
+        if into is None or result.keys_skipped:  # (a transactional replay skipped keys)
+            layout = store.layout(state.table)
+            key_q = ", ".join(quote_ident(k) for k in keys)
+            latest = store.latest_sql(layout, quote_ident(view))
+            select = f"SELECT {key_q}, curr AS {quote_ident(out)} FROM ({latest}) AS l"
+            with store.staged_query(select) as rows:
+                store_relation(store, new_values, txid, rows, [*keys, out])
     top = _top_stored(store, state.new_values_table, txid, out, keys)
     name = state.spec.name
     run.spilled_previews[name] = {
@@ -162,6 +160,13 @@ def apply_spilled_state(run: BatchRun, state: TridentState, parts: ParquetPartia
         f"new_values:{name}": top,
         f"partials:{name}": _top_stored(store, state.partials_table, txid, out, keys),
     }
+    return _outcome(store, state, result, stats.nulls)
+
+
+def _outcome(
+    store: StateStore, state: TridentState, result: MergeResult, nulls: int = 0
+) -> StateOutcome:
+    """What applying ``result`` did to a map state, with its size and total after it."""
     return StateOutcome(
         state.spec.name,
         state.table,
@@ -170,8 +175,28 @@ def apply_spilled_state(run: BatchRun, state: TridentState, parts: ParquetPartia
         result.keys_skipped,
         state_size(store, state.table),
         state_total(store, state.table),
-        stats.nulls,
+        nulls,
     )
+
+
+def _prepare_new_values(
+    store: StateStore, state: TridentState, txid: int, view: str, parts: SpilledPartials
+) -> None:
+    """The state's new-values table, ready for ``txid`` (typed like the state's values)."""
+    keys, out = list(state.node.args["group"]), state.node.args["output"]
+    layout = store.layout(state.table)
+    value_type = (
+        layout.value_type
+        if layout is not None
+        else value_sql_type(state.table, parts.schema, out, state.node.args["agg"].sql_combine)
+    )
+    cols = [*(quote_ident(k) for k in keys), quote_ident(out)]
+    typed = (
+        f"SELECT {', '.join(cols[:-1])}, CAST({cols[-1]} AS "
+        f"{store.dialect.column_type(value_type)}) AS {cols[-1]} FROM {quote_ident(view)} LIMIT 0"
+    )
+    with store.staged_query(typed) as relation:
+        prepare_rows_table(store, state.new_values_table, txid, relation, [*keys, out])
 
 
 def _top_stored(store: StateStore, table: str, txid: int, value: str, keys: list[str]) -> pa.Table:

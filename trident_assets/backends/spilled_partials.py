@@ -1,14 +1,16 @@
-"""A batch's per-key partials as Parquet files, merged by DuckDB inside the txid's commit.
+"""A batch's per-key partials the executors wrote, merged inside the txid's commit.
 
 With ``trident.partials.spill`` on, Spark's executors write a state's partials (one row per
-key) as Parquet files instead of sending them to the driver. The commit transaction then
-reads them where they lie: ONE scan of the files for the checks and counts
+key) where the store reads them, instead of sending them to the driver: Parquet files for
+DuckDB, a staging table for PostgreSQL (the executors ``COPY`` into it). The commit
+transaction then reads them where they lie: ONE scan for the checks and counts
 (:class:`PartialsStats`) and ONE merge statement, the statement of
 :func:`~trident_assets.backends.duckdb_merge.apply_partials`, with the same txid rules. The
-rows stream from disk through DuckDB: the driver's Python process never holds the batch.
+rows go from the files or the staging table to the state inside the store: the driver's
+Python process never holds the batch.
 
-The files are checked before anything is written: their row count must be the count the
-writer observed (files an executor wrote where the driver cannot read them are refused, not
+The partials are checked before anything is written: their row count must be the count the
+writers reported (files an executor wrote where the driver cannot read them are refused, not
 read as an empty batch), and key columns hold no nulls.
 """
 
@@ -35,21 +37,29 @@ from trident_assets.backends.duckdb_merge import (
 from trident_assets.backends.map_layout import quote_ident
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
+from trident_assets.names import validate_identifier
 
 _WHERE = (
     "Set trident.partials.spillDir to a directory the driver and every executor share, or "
     "set trident.partials.spill to false. Nothing was committed"
 )
+_GONE = (
+    "Something removed rows of the staging table before the commit (did another runner of "
+    "this topology start?). Nothing was committed: run the txid again"
+)
 
-__all__ = ["ParquetPartials", "PartialsStats", "apply_parquet_partials", "staged_partials"]
+__all__ = ["SpilledPartials", "PartialsStats", "apply_spilled_partials", "staged_partials"]
 
 
 @dataclass(frozen=True, slots=True)
-class ParquetPartials:
-    """One txid's per-key partials of one state, in Parquet files the executors wrote."""
+class SpilledPartials:
+    """One txid's per-key partials of one state, where the executors wrote them.
+
+    In Parquet ``files`` (DuckDB), or in staging ``table`` of the store (PostgreSQL).
+    """
 
     files: tuple[str, ...]
-    """The files (none: the batch had no partials)."""
+    """The files (none: in ``table``, or the batch had no partials)."""
     schema: pa.Schema
     """The Arrow schema of their rows: key columns, value column, maybe count columns."""
     where: str
@@ -63,6 +73,8 @@ class ParquetPartials:
     """A column counting each row's null input values (skipped)."""
     distinct_keys: bool = True
     """No key appears twice (the rows are a GROUP BY's groups)."""
+    table: str | None = None
+    """The staging table holding them (PostgreSQL), if not in files."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +93,7 @@ class PartialsStats:
 
 @contextmanager
 def staged_partials(
-    store: Any, table: str, parts: ParquetPartials, key_columns: Sequence[str], value_column: str
+    store: Any, table: str, parts: SpilledPartials, key_columns: Sequence[str], value_column: str
 ) -> Iterator[tuple[str, PartialsStats]]:
     """For the ``with`` block: a view of the partials (key and value columns) and their stats.
 
@@ -101,16 +113,20 @@ def staged_partials(
     )
     total = f"sum({value}) FILTER (WHERE {keep})" if numeric else "NULL"
     null_counts = [f"count(*) FILTER (WHERE {keep} AND {c} IS NULL)" for c in (*keys, value)]
-    with _files(store, parts) as raw:
+    with _rows(store, parts) as raw:
         found = store.fetch_rows(
             f"SELECT count(*), count(*) FILTER (WHERE {keep}), {nulls}, {total}, "
             f"{', '.join(null_counts)} FROM {quote_ident(raw)}"
         )[0]
         if found[0] != parts.rows:
+            why = (
+                _GONE
+                if parts.table
+                else f"the executors wrote them where this process cannot read them. {_WHERE}"
+            )
             msg = (
                 f"the partials in {parts.where} hold {found[0]} rows, but the Spark job wrote "
-                f"{parts.rows}: the executors wrote them where this process cannot read them. "
-                f"{_WHERE}"
+                f"{parts.rows}: {why}"
             )
             raise ConfigError(msg)
         for column, count in zip(key_columns, found[4:], strict=False):
@@ -122,9 +138,11 @@ def staged_partials(
 
 
 @contextmanager
-def _files(store: Any, parts: ParquetPartials) -> Iterator[str]:
-    """A view over the files (an empty one when there are none)."""
-    if parts.files:
+def _rows(store: Any, parts: SpilledPartials) -> Iterator[str]:
+    """A relation of the rows: the staging table, a view over the files, or an empty one."""
+    if parts.table:
+        yield validate_identifier(parts.table, "staging table")
+    elif parts.files:
         for file in parts.files:
             if not Path(file).is_file():
                 msg = (
@@ -139,24 +157,27 @@ def _files(store: Any, parts: ParquetPartials) -> Iterator[str]:
             yield name
 
 
-def apply_parquet_partials(
+def apply_spilled_partials(
     store: Any,
     table: str,
     view: str,
     stats: PartialsStats,
-    parts: ParquetPartials,
+    parts: SpilledPartials,
     *,
     key_columns: Sequence[str],
     value_column: str,
     combine: Combine,
     state_type: StateType,
     txid: int | None,
+    new_values: tuple[str, Sequence[str]] | None = None,
 ) -> MergeResult:
     """Apply the partials of ``view`` (see :func:`staged_partials`) to map ``table``.
 
     The rules, checks and errors of :func:`~trident_assets.backends.duckdb_merge.
     apply_partials`, in ONE statement inside the store's transaction; no new values are
-    returned (read them back with ``store.latest_sql(layout, view)``).
+    returned (read them back with ``store.latest_sql(layout, view)``). PostgreSQL:
+    ``new_values=(table, columns)``: the statement appends each key it writes, with its new
+    value, to that per-txid table (prepared by the caller).
     """
     keys, key_types = check_schema(table, parts.schema, key_columns, value_column)
     value_type = value_sql_type(table, parts.schema, value_column, combine)
@@ -167,7 +188,18 @@ def apply_parquet_partials(
     with store.transaction():
         layout = stored or store.ensure_map(wanted)
         updated = int(
-            run_merge(store, layout, view, value_column, combine, txid, distinct, returning=False)
+            run_merge(
+                store,
+                layout,
+                view,
+                value_column,
+                combine,
+                txid,
+                distinct,
+                returning=False,
+                in_key_order=False,  # PostgreSQL appends in key order: the rows are unsorted
+                into=new_values if store.dialect.is_postgres else None,
+            )
         )
         keys_in = updated
         if wanted.kind == "transactional":
