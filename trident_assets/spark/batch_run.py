@@ -330,8 +330,8 @@ class BatchRun(NodeFrames):
                 else parent.agg(F.collect_list(cols).alias("__tuples"))
             )
             return grouped.toArrow()
-        spill = self.runner.spill
-        if self.spill and spill is not None and spillable(state, self.runner.topology):
+        spill = self.runner.spill if self.spill else None  # (a rebuild's runner has none)
+        if spill is not None and spillable(state, self.runner.topology):
             agg = guard(agg, state.node.label)
             df = state_partials(parent, group, a["inputs"][0], agg, out)
             job = spill.plan(df, agg, None, self.spilled)
