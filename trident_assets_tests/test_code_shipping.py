@@ -8,8 +8,9 @@ log; the network is shared, so executors reach the Kafka broker on 127.0.0.1.
 
 One child process per mode (a clean environment, as a user's script) runs
 ``userland/cluster_app.py``: the word count with user functions, the gender/age single
-join and the Kafka-fed word count (under Connect with every driver-side table sent to Spark
-in slices of 3 rows). Its results must equal values computed here in plain Python.
+join, the Kafka-fed word count (under Connect with every driver-side table sent to Spark
+in slices of 3 rows) and a word count whose workers copy its partials into PostgreSQL
+(``trident.partials.spill``). Its results must equal values computed here in plain Python.
 """
 
 from __future__ import annotations
@@ -152,7 +153,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     _stopped(cluster.master, cluster.worker)
 
 
-def _run_app(cluster: Cluster, broker: MockKafkaBroker, tmp_path: Path) -> dict[str, Any]:
+def _run_app(
+    cluster: Cluster, broker: MockKafkaBroker, tmp_path: Path, pg_dsn: str
+) -> dict[str, Any]:
     """``cluster_app.py`` against ``cluster`` in a clean child process; its JSON results."""
     cluster.home.mkdir(exist_ok=True)
     (cluster.home / "marker").touch()
@@ -160,7 +163,7 @@ def _run_app(cluster: Cluster, broker: MockKafkaBroker, tmp_path: Path) -> dict[
     for topic in topics:
         broker.create_topic(topic)
     args = [str(cluster.home), cluster.url, "--kafka", broker.bootstrap_servers]
-    args += ["--topics", ",".join(topics)]
+    args += ["--topics", ",".join(topics), "--pg-dsn", pg_dsn]
     if cluster.transfer_rows:
         args += ["--transfer-rows", str(cluster.transfer_rows)]
     if cluster.worker_python:
@@ -221,20 +224,24 @@ def _check(got: dict[str, Any], cluster: Cluster) -> None:
     assert kernel["counts"] == kernel["log_counts"]
     assert kernel["txids"] >= 3, "at least one chunk of several txids"
     assert kernel["kernel_still_on"] == "true", "the workers ran the kernel (no fallback)"
+    spilled = got["spilled"]  # the workers copied the partials into PostgreSQL themselves
+    assert spilled["counts"] == spilled["log_counts"]
+    assert spilled["txids"] >= 3
+    assert spilled["left"] == 0, "every txid's staging table dropped"
 
 
 def test_topologies_through_spark_connect(
-    connect: Cluster, broker: MockKafkaBroker, tmp_path: Path
+    connect: Cluster, broker: MockKafkaBroker, tmp_path: Path, pg_dsn: str
 ) -> None:
-    _check(_run_app(connect, broker, tmp_path), connect)
+    _check(_run_app(connect, broker, tmp_path, pg_dsn), connect)
 
 
 def test_topologies_on_a_standalone_cluster(
-    standalone: Cluster, broker: MockKafkaBroker, tmp_path: Path
+    standalone: Cluster, broker: MockKafkaBroker, tmp_path: Path, pg_dsn: str
 ) -> None:
     """A master URL: executors run an interpreter without trident_assets, in the worker's
     directory, seeing the driver's home only for its log; they read Kafka on 127.0.0.1."""
-    _check(_run_app(standalone, broker, tmp_path), standalone)
+    _check(_run_app(standalone, broker, tmp_path, pg_dsn), standalone)
     # master, worker and every executor the worker forked started from the class archive
     work = standalone.home.parent / "cluster" / "work"
     executor_logs = [p.read_text(errors="replace") for p in work.glob("app-*/*/stderr")]

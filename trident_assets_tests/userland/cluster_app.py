@@ -1,7 +1,7 @@
 """Three user topologies in one Spark application; prints their results as one JSON object.
 
 Usage: ``python cluster_app.py HOME SPARK_URL --kafka HOST:PORT --topics SENTENCES,QUERIES
-[--worker-python PY] [--transfer-rows N]``, SPARK_URL ``sc://...`` (Spark Connect),
+[--worker-python PY] [--transfer-rows N] [--pg-dsn DSN]``, SPARK_URL ``sc://...`` (Spark Connect),
 ``spark://...`` (a standalone master, executors running ``PY``) or ``local``. In one session:
 
 - ``probe``: whether the workers import trident_assets by themselves (before it is shipped)
@@ -15,6 +15,10 @@ Usage: ``python cluster_app.py HOME SPARK_URL --kafka HOST:PORT --topics SENTENC
 - ``kernel``: a built-in word count (StringScheme, Split, Count) over the same sentences in
   chunks of 3 txids, its partials computed by the Arrow kernel on the workers (no size
   threshold), with the counts read straight from the log to compare.
+
+- ``spilled`` (with ``--pg-dsn DSN``): the same built-in word count with
+  ``trident.partials.spill`` into PostgreSQL: the workers ``COPY`` the partials into staging
+  tables themselves; the staging tables left afterwards are counted (none).
 
 ``--transfer-rows N`` sends every driver-side table to Spark in slices of N rows.
 """
@@ -137,8 +141,6 @@ def kafka_word_count(spark: Any, home: Path, bootstrap: str, topics: list[str]) 
 
 def kernel_word_count(spark: Any, home: Path) -> dict[str, Any]:
     """The built-in word count by the Arrow kernel; the log's own counts; the kernel's flag."""
-    from collections import Counter
-
     from trident_assets import Count
     from trident_assets.spark.schemes import StringScheme
     from trident_assets.spouts.config import SpoutConfig
@@ -155,10 +157,59 @@ def kernel_word_count(spark: Any, home: Path) -> dict[str, Any]:
     spark.conf.set(MIN_RECORDS_CONF, "0")
     with DuckDBStore(home / "kernel.duckdb") as store:
         runner = TopologyRunner(topo, spark, store, log, max_spout_pending=3)
-        txids = 0
-        while runner.backlog():
-            txids = len(list(runner.run_batches(range(txids + 1, txids + 4)))) + txids
+        txids = _in_chunks(runner)
         counts = {r["word"]: r["value"] for r in store.scan("kernel_wc__counts").to_pylist()}
+    return {
+        "counts": counts,
+        "log_counts": _log_counts(log),
+        "txids": txids,
+        "kernel_still_on": spark.conf.get(ARROW_KERNEL_CONF, "true"),
+    }
+
+
+def spilled_word_count(spark: Any, home: Path, dsn: str) -> dict[str, Any]:
+    """The built-in word count into PostgreSQL, its partials copied there by the workers."""
+    from trident_assets import Count
+    from trident_assets.backends.postgres_store import PostgresStore
+    from trident_assets.spark.schemes import StringScheme
+    from trident_assets.spark.spilled import SPILL_CONF, STAGING_PREFIX
+    from trident_assets.spouts.config import SpoutConfig
+    from trident_assets.spouts.log_spout import LogSpout
+    from trident_assets.stream.operations import Split
+    from trident_assets.stream.topology import StateSpec, TridentTopology
+
+    log = PartitionedLog(home / "log")
+    topo = TridentTopology("spilled_wc")
+    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(max_batch_size=2))
+    topo.new_stream("sentences", spout).each("sentence", Split(), "word").group_by(
+        "word"
+    ).persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "value")
+    with PostgresStore(dsn) as store:
+        spark.conf.set(SPILL_CONF, "true")
+        try:
+            runner = TopologyRunner(topo, spark, store, log, max_spout_pending=3)
+        finally:
+            spark.conf.unset(SPILL_CONF)
+        txids = _in_chunks(runner)
+        counts = {r["word"]: r["value"] for r in store.scan("spilled_wc__counts").to_pylist()}
+        left = store.fetch_rows(
+            "SELECT count(*) FROM pg_tables WHERE position(? in tablename) = 1", [STAGING_PREFIX]
+        )[0][0]
+    return {"counts": counts, "log_counts": _log_counts(log), "txids": txids, "left": left}
+
+
+def _in_chunks(runner: TopologyRunner) -> int:
+    """Run the backlog 3 txids at a time (chunks of several txids); how many txids ran."""
+    txids = 0
+    while runner.backlog():
+        txids = len(list(runner.run_batches(range(txids + 1, txids + 4)))) + txids
+    return txids
+
+
+def _log_counts(log: PartitionedLog) -> dict[str, int]:
+    """The words of every decodable record of ``sentences``, counted in plain Python."""
+    from collections import Counter
+
     words: Counter[str] = Counter()
     for partition in range(log.partitions("sentences")):
         last = log.latest_offset("sentences", partition) - 1
@@ -168,12 +219,7 @@ def kernel_word_count(spark: Any, home: Path) -> dict[str, Any]:
             except UnicodeDecodeError:  # a dead letter
                 continue
             words.update(w for w in text.split(" ") if w)
-    return {
-        "counts": counts,
-        "log_counts": dict(words),
-        "txids": txids,
-        "kernel_still_on": spark.conf.get(ARROW_KERNEL_CONF, "true"),
-    }
+    return dict(words)
 
 
 def main() -> None:
@@ -184,6 +230,7 @@ def main() -> None:
     parser.add_argument("--topics", required=True)
     parser.add_argument("--worker-python")
     parser.add_argument("--transfer-rows", type=int)
+    parser.add_argument("--pg-dsn")
     args = parser.parse_args()
     spark = word_count_app.session(None if args.url == "local" else args.url, args.worker_python)
     if args.transfer_rows:
@@ -193,6 +240,8 @@ def main() -> None:
     result["join"] = gender_age(spark, args.home)
     result["kafka"] = kafka_word_count(spark, args.home, args.kafka, args.topics.split(","))
     result["kernel"] = kernel_word_count(spark, args.home)
+    if args.pg_dsn:
+        result["spilled"] = spilled_word_count(spark, args.home, args.pg_dsn)
     print(json.dumps(result))
 
 
