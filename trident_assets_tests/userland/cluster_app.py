@@ -141,19 +141,8 @@ def kafka_word_count(spark: Any, home: Path, bootstrap: str, topics: list[str]) 
 
 def kernel_word_count(spark: Any, home: Path) -> dict[str, Any]:
     """The built-in word count by the Arrow kernel; the log's own counts; the kernel's flag."""
-    from trident_assets import Count
-    from trident_assets.spark.schemes import StringScheme
-    from trident_assets.spouts.config import SpoutConfig
-    from trident_assets.spouts.log_spout import LogSpout
-    from trident_assets.stream.operations import Split
-    from trident_assets.stream.topology import StateSpec, TridentTopology
-
     log = PartitionedLog(home / "log")
-    topo = TridentTopology("kernel_wc")
-    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(max_batch_size=2))
-    topo.new_stream("sentences", spout).each("sentence", Split(), "word").group_by(
-        "word"
-    ).persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "value")
+    topo = _builtin_word_count("kernel_wc")
     spark.conf.set(MIN_RECORDS_CONF, "0")
     with DuckDBStore(home / "kernel.duckdb") as store:
         runner = TopologyRunner(topo, spark, store, log, max_spout_pending=3)
@@ -169,21 +158,11 @@ def kernel_word_count(spark: Any, home: Path) -> dict[str, Any]:
 
 def spilled_word_count(spark: Any, home: Path, dsn: str) -> dict[str, Any]:
     """The built-in word count into PostgreSQL, its partials copied there by the workers."""
-    from trident_assets import Count
     from trident_assets.backends.postgres_store import PostgresStore
-    from trident_assets.spark.schemes import StringScheme
     from trident_assets.spark.spilled import SPILL_CONF, STAGING_PREFIX
-    from trident_assets.spouts.config import SpoutConfig
-    from trident_assets.spouts.log_spout import LogSpout
-    from trident_assets.stream.operations import Split
-    from trident_assets.stream.topology import StateSpec, TridentTopology
 
     log = PartitionedLog(home / "log")
-    topo = TridentTopology("spilled_wc")
-    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(max_batch_size=2))
-    topo.new_stream("sentences", spout).each("sentence", Split(), "word").group_by(
-        "word"
-    ).persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "value")
+    topo = _builtin_word_count("spilled_wc")
     with PostgresStore(dsn) as store:
         spark.conf.set(SPILL_CONF, "true")
         try:
@@ -196,6 +175,23 @@ def spilled_word_count(spark: Any, home: Path, dsn: str) -> dict[str, Any]:
             "SELECT count(*) FROM pg_tables WHERE position(? in tablename) = 1", [STAGING_PREFIX]
         )[0][0]
     return {"counts": counts, "log_counts": _log_counts(log), "txids": txids, "left": left}
+
+
+def _builtin_word_count(name: str) -> Any:
+    """StringScheme -> Split -> group_by(word) -> opaque Count, 2 records per txid."""
+    from trident_assets import Count
+    from trident_assets.spark.schemes import StringScheme
+    from trident_assets.spouts.config import SpoutConfig
+    from trident_assets.spouts.log_spout import LogSpout
+    from trident_assets.stream.operations import Split
+    from trident_assets.stream.topology import StateSpec, TridentTopology
+
+    topo = TridentTopology(name)
+    spout = LogSpout("sentences", StringScheme("sentence"), SpoutConfig(max_batch_size=2))
+    topo.new_stream("sentences", spout).each("sentence", Split(), "word").group_by(
+        "word"
+    ).persistent_aggregate(StateSpec.opaque("counts"), "word", Count(), "value")
+    return topo
 
 
 def _in_chunks(runner: TopologyRunner) -> int:
