@@ -228,7 +228,9 @@ class Replica:
         if stale.exists():
             shutil.rmtree(stale)
 
-    def _map_rows(self, store: Any, table: str, kind: str, txid: int) -> pa.Table:
+    def _map_rows(
+        self, store: Any, table: str, kind: str, txid: int
+    ) -> pa.Table | pa.RecordBatchReader:
         """The log rows ``txid`` wrote.
 
         Found by their ``txid``; plain maps store none, so theirs are the rows appended
