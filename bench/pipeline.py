@@ -52,13 +52,17 @@ def _trident(
     spark_remote: str | None,
     shuffle: int | None,
     arrow_kernel: bool = True,
+    spill: bool = False,
 ) -> Any:
     from trident_assets.dagster.resources import TridentResource
     from trident_assets.spark.kernel_plan import ARROW_KERNEL_CONF
+    from trident_assets.spark.spilled import SPILL_CONF
 
     conf = {} if shuffle is None or spark_remote else {"spark.sql.shuffle.partitions": str(shuffle)}
     if not arrow_kernel:
         conf[ARROW_KERNEL_CONF] = "false"
+    if spill:
+        conf[SPILL_CONF] = "true"
     return TridentResource(
         home=str(home), state_database=str(state_db), spark_remote=spark_remote, spark_conf=conf
     )
@@ -186,6 +190,7 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
         args.spark_remote,
         args.shuffle_partitions,
         arrow_kernel=not args.no_arrow_kernel,
+        spill=args.spill,
     )
     topo = build_topology(args.topology, args.sentences)
     instance = _instance(work / "dagster")
@@ -215,6 +220,7 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
         else spark.conf.get("spark.master"),
         "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         "arrow_kernel": not args.no_arrow_kernel,
+        "spill": args.spill,
         "spark_startup_s": round(startup_s, 3),
         "wall_s": round(wall_s, 4),
         "run_walls_s": [round(w, 4) for w in walls],
@@ -282,6 +288,7 @@ def run_in_subprocess(
     topology: str = "example",
     timeout_s: float = 3600,
     arrow_kernel: bool = True,
+    spill: bool = False,
 ) -> dict[str, Any]:
     """Run :func:`run_mode` in a new Python process; its JSON result."""
     work.mkdir(parents=True, exist_ok=True)
@@ -305,6 +312,8 @@ def run_in_subprocess(
         cmd += ["--shuffle-partitions", str(shuffle_partitions)]
     if not arrow_kernel:
         cmd += ["--no-arrow-kernel"]
+    if spill:
+        cmd += ["--spill"]
     return run_json_child(cmd, out, f"bench.pipeline {mode}", timeout_s)
 
 
@@ -384,6 +393,11 @@ def main(argv: list[str] | None = None) -> None:
         "--no-arrow-kernel",
         action="store_true",
         help="Spark's own operators for the partials (trident.partials.arrowKernel=false)",
+    )
+    run.add_argument(
+        "--spill",
+        action="store_true",
+        help="the executors write the partials for the store (trident.partials.spill=true)",
     )
     run.add_argument("--out", required=True, help="result JSON")
     args = parser.parse_args(argv)

@@ -358,6 +358,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "per-run",
         "count-only",
         "spark-ops",
+        "spilled",
         "fresh",
         "spark-ss",
         "spark-batch",
@@ -432,6 +433,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             check: bool,
             topology: str = "example",
             arrow_kernel: bool = True,
+            spill: bool = False,
         ) -> dict[str, Any]:
             counts = work / f"{name}-counts.parquet" if check else None
             raw = pipeline.run_in_subprocess(
@@ -444,6 +446,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 shuffle_partitions=args.shuffle_partitions,
                 topology=topology,
                 arrow_kernel=arrow_kernel,
+                spill=spill,
             )
             res = pipeline.summarize(raw, s.words_per_batch)
             if counts is not None:
@@ -472,6 +475,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "catch-up: 1 Dagster run; Spark's operators (Arrow kernel off)",
             ),
             (
+                "catchup_spilled",
+                "catchup",
+                "example",
+                args.skip_catchup or args.skip_spilled,
+                "catch-up: 1 Dagster run; partials written by the executors (spill)",
+            ),
+            (
                 "per_run",
                 "per_run",
                 "example",
@@ -489,7 +499,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if skip:
                 continue
             kernel = key != "catchup_spark_ops"
-            res = ours(key, mode, work / "corpus", spec, True, topology, kernel)
+            spill = key == "catchup_spilled"
+            res = ours(key, mode, work / "corpus", spec, True, topology, kernel, spill)
             row = {
                 "system": "trident_assets"
                 if topology == "example"
@@ -502,7 +513,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             }
             results[key] = res
             if tiny_corpus is not None:
-                t = ours(f"{key}_tiny", mode, work / "tiny", tiny, False, topology, kernel)
+                t = ours(f"{key}_tiny", mode, work / "tiny", tiny, False, topology, kernel, spill)
                 results[f"{key}_tiny"] = t
                 inside = t.get("in_run_batch_s")
                 row["tiny_batch_s"] = inside["median"] if inside else t["per_batch_s"]
