@@ -406,10 +406,8 @@ def test_a_retried_task_replaces_what_its_earlier_attempt_copied(pg_dsn: str) ->
 
     store = PostgresStore(pg_dsn)
     schema = pa.schema([("w", pa.string()), ("n", pa.int64())])
-    cur = store._cursor()
     for tag in (0, 1):
-        table = schema.append(pa.field(PART_COLUMN, pa.int32())).empty_table()
-        cur.adbc_ingest(f"stage_{tag}", table, mode="create")
+        store.create_unlogged(f"stage_{tag}", schema.append(pa.field(PART_COLUMN, pa.int32())))
     rows = pa.record_batch({"w": ["a", "b", "c"], "n": [1, 2, 3], TXID_COLUMN: [0, 0, 1]})
     task = copy_into_staging(pg_dsn, ["stage_0", "stage_1"], tagged=True)
     for _attempt in range(2):  # the same partition (0 outside Spark) written twice

@@ -36,6 +36,7 @@ from trident_assets.backends.postgres_config import is_postgres_dsn
 from trident_assets.backends.sql_dialect import PG_ERROR_FUNCTION, POSTGRES, Dialect
 from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
 from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedError, TridentError
+from trident_assets.names import validate_identifier
 
 __all__ = ["PostgresStore", "PostgresTransaction", "is_postgres_dsn", "redact_dsn"]
 
@@ -223,6 +224,15 @@ class PostgresStore(SqlStateStore):
             cur.execute(f'ANALYZE "{name}"')
         with self._dropped("TABLE", name):
             yield name
+
+    def create_unlogged(self, name: str, schema: pa.Schema) -> None:
+        """Create empty unlogged table ``name`` with the columns of Arrow ``schema``.
+
+        Typed as a ``COPY`` of that schema creates them, so writers in other sessions can
+        append Arrow batches of the schema to it (committed apart from any transaction).
+        """
+        self._cursor().adbc_ingest(name, _ingestable(schema.empty_table()), mode="create")
+        self.execute(f'ALTER TABLE "{validate_identifier(name, "table")}" SET UNLOGGED')
 
     @contextmanager
     def staged_query(self, sql: str) -> Iterator[str]:

@@ -129,7 +129,7 @@ def staged_partials(
                 f"{parts.rows}: {why}"
             )
             raise ConfigError(msg)
-        for column, count in zip(key_columns, found[4:], strict=False):
+        for column, count in zip(key_columns, found[4 : 4 + len(keys)], strict=True):
             refuse_null_keys(table, column, int(count))
         stats = PartialsStats(int(found[1]), int(found[2]), found[3], int(found[-1]))
         cols = ", ".join([*keys, value])

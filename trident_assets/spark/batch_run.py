@@ -48,7 +48,7 @@ from trident_assets.spark.pipelined import TXID_COLUMN
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 from trident_assets.spark.single_join import join_batch_table
 from trident_assets.spark.spilled import Cleanup, spillable
-from trident_assets.spark.state_apply import apply_state, state_previews
+from trident_assets.spark.state_apply import apply_state, spilled_previews, state_previews
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
 from trident_assets.spark.trident_windows import window_batch_table
@@ -117,8 +117,6 @@ class BatchRun(NodeFrames):
         """True once :meth:`prepare` has collected the spouts' dead letters."""
         self.spilled: list[Cleanup] = []
         """Remove the partials the executors wrote (once the batch has committed)."""
-        self.spilled_previews: dict[str, dict[str, pa.Table]] = {}
-        """Per spilled state: its previews, read back by the commit (see ``state_previews``)."""
 
     # -- building DataFrames ---------------------------------------------------------------
 
@@ -381,7 +379,7 @@ class BatchRun(NodeFrames):
             applied = apply_state(self, state, batch)
             if isinstance(batch, SpilledPartials):  # its nulls and previews read from the files
                 outcome.states[name] = applied
-                outcome.previews |= self.spilled_previews.pop(name)
+                outcome.previews |= spilled_previews(store, state, self.txid)
                 continue
             outcome.states[name] = replace(applied, null_values_skipped=nulls)
             outcome.previews |= state_previews(state, batch, self.new_values.get(name))

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from trident_assets.errors import ConfigError
+from trident_assets.spark.scoped_conf import read_conf
 
 __all__ = ["CODEGEN_MIN_RECORDS_CONF", "DEFAULT_CODEGEN_MIN_RECORDS", "INTERPRETED", "codegen_conf"]
 
@@ -46,10 +47,7 @@ def codegen_conf(spark: Any, records: int) -> dict[str, str]:
     remote one may) uses the default; a value that is not a non-negative integer is refused
     (:class:`~trident_assets.errors.ConfigError`) before any job runs.
     """
-    try:
-        raw = spark.conf.get(CODEGEN_MIN_RECORDS_CONF, None)
-    except Exception:  # a remote session may refuse to read an unknown key
-        raw = None
+    raw = read_conf(spark, CODEGEN_MIN_RECORDS_CONF)
     if raw is None:
         least = DEFAULT_CODEGEN_MIN_RECORDS
     else:

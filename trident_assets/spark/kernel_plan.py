@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from trident_assets.core.aggregators import Count
 from trident_assets.spark.arrow_partials import CountSplit, count_split
 from trident_assets.spark.schemes import StringScheme
+from trident_assets.spark.scoped_conf import read_conf
 from trident_assets.stream.operations import Split
 
 if TYPE_CHECKING:
@@ -50,12 +51,9 @@ def arrow_kernels_on(spark: Any, records: int) -> bool:
     :data:`DEFAULT_MIN_RECORDS`): starting the executors' Python workers costs more than
     the kernel saves on a few records, and Spark's operators need no Python at all.
     """
-    try:
-        value = spark.conf.get(ARROW_KERNEL_CONF, "true")
-        least = spark.conf.get(MIN_RECORDS_CONF, str(DEFAULT_MIN_RECORDS))
-    except Exception:  # a remote session may refuse to read an unknown key: use the defaults
-        value, least = "true", str(DEFAULT_MIN_RECORDS)
-    return str(value).strip().lower() != "false" and records >= int(least)
+    value = read_conf(spark, ARROW_KERNEL_CONF) or "true"
+    least = read_conf(spark, MIN_RECORDS_CONF) or str(DEFAULT_MIN_RECORDS)
+    return value.lower() != "false" and records >= int(least)
 
 
 def arrow_kernel(state: TridentState, txid_column: str) -> tuple[CountSplit, Node] | None:

@@ -12,11 +12,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-__all__ = ["scoped_conf"]
+__all__ = ["read_conf", "scoped_conf"]
 
 _SCOPES_LOCK = threading.Lock()
 _SCOPES: dict[tuple[int, str], list[Any]] = {}
 """Per (session, key) with open scopes: ``[the value before the first one, scopes open]``."""
+
+
+def read_conf(spark: Any, key: str) -> str | None:
+    """The session's value of ``key``, stripped; None if unset or unreadable.
+
+    A remote (Spark Connect) session may refuse to read a key it does not know: that reads
+    as unset, so the caller's default applies.
+    """
+    try:
+        value = spark.conf.get(key, None)
+    except Exception:  # a remote session may refuse to read an unknown key
+        return None
+    return None if value is None else str(value).strip()
 
 
 @contextmanager

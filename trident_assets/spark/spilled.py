@@ -40,6 +40,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.planner import all_nodes
 from trident_assets.spark.aggregation import NULLS_COLUMN, VALUES_COLUMN, skips_nulls
 from trident_assets.spark.node_frames import empty_arrow
+from trident_assets.spark.scoped_conf import read_conf
 from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.stream.event_windows import EVENT_WINDOW
 from trident_assets.stream.single_join import SINGLE_JOIN
@@ -71,14 +72,6 @@ Cleanup = Callable[[], None]
 """Removes what one batch (or chunk) spilled."""
 
 
-def _conf(spark: Any, key: str) -> str | None:
-    try:
-        value = spark.conf.get(key, None)
-    except Exception:  # a remote session may refuse to read an unknown key
-        return None
-    return None if value is None else str(value).strip()
-
-
 def open_spill(spark: Any, store: Any, scope: str) -> Spill | None:
     """How the runner of topology ``scope`` spills partials, or None when it does not.
 
@@ -90,7 +83,7 @@ def open_spill(spark: Any, store: Any, scope: str) -> Spill | None:
             a DuckDB store on a cluster (or in memory) and no ``trident.partials.spillDir``,
             or with a store that can read neither files nor staging tables.
     """
-    value = (_conf(spark, SPILL_CONF) or "false").lower()
+    value = (read_conf(spark, SPILL_CONF) or "false").lower()
     if value not in ("true", "false"):
         msg = f"{SPILL_CONF} must be true or false, got {value!r}"
         raise ConfigError(msg)
@@ -111,9 +104,9 @@ def open_spill(spark: Any, store: Any, scope: str) -> Spill | None:
 
 
 def _spill_dir(spark: Any, store: Any) -> Path:
-    where = _conf(spark, SPILL_DIR_CONF)
+    where = read_conf(spark, SPILL_DIR_CONF)
     if not where:
-        master = _conf(spark, "spark.master") or "local"
+        master = read_conf(spark, "spark.master") or "local"
         if not master.startswith("local"):
             msg = (
                 f"{SPILL_CONF}=true on master {master!r}: set {SPILL_DIR_CONF} to a directory "
@@ -201,12 +194,10 @@ class Spill:
             return None
         token = uuid.uuid4().hex[:16]
         names = [f"{self.prefix}{token}_{i}" for i in range(tags or 1)]
-        cur = self.store._cursor()
+        staged = schema.append(pa.field(PART_COLUMN, pa.int32()))
         for name in names:
             cleanups.append(lambda name=name: self._drop_table(name))
-            empty = schema.append(pa.field(PART_COLUMN, pa.int32())).empty_table()
-            cur.adbc_ingest(name, empty, mode="create")
-            self.store.execute(f'ALTER TABLE "{name}" SET UNLOGGED')
+            self.store.create_unlogged(name, staged)
         return lambda: _write_tables(df, self.dsn, names, tags, shape)
 
 

@@ -66,6 +66,7 @@ __all__ = [
     "apply_reducer_state",
     "apply_spilled_state",
     "apply_state",
+    "spilled_previews",
     "map_state",
     "read_state",
     "state_previews",
@@ -129,8 +130,8 @@ def apply_spilled_state(run: BatchRun, state: TridentState, parts: SpilledPartia
 
     The merge (:func:`~trident_assets.backends.state_batches.apply_state_files`), the
     state's partials and new values tables and the previews are statements over the files
-    (or the staging table) and the state: the rows never come into this process. Leaves the
-    previews in ``run.spilled_previews``; the outcome counts the null values skipped.
+    (or the staging table) and the state: the rows never come into this process (its
+    previews: :func:`spilled_previews`). The outcome counts the null values skipped.
     """
     store = run.runner.store
     a = state.node.args
@@ -153,14 +154,18 @@ def apply_spilled_state(run: BatchRun, state: TridentState, parts: SpilledPartia
             select = f"SELECT {key_q}, curr AS {quote_ident(out)} FROM ({latest}) AS l"
             with store.staged_query(select) as rows:
                 store_relation(store, new_values, txid, rows, [*keys, out])
+    return _outcome(store, state, result, stats.nulls)
+
+
+def spilled_previews(store: StateStore, state: TridentState, txid: int) -> dict[str, pa.Table]:
+    """:func:`state_previews` of a spilled state, read from the tables its commit wrote."""
+    keys, out, name = list(state.node.args["group"]), state.node.args["output"], state.spec.name
     top = _top_stored(store, state.new_values_table, txid, out, keys)
-    name = state.spec.name
-    run.spilled_previews[name] = {
+    return {
         f"state:{name}": top,
         f"new_values:{name}": top,
         f"partials:{name}": _top_stored(store, state.partials_table, txid, out, keys),
     }
-    return _outcome(store, state, result, stats.nulls)
 
 
 def _outcome(
