@@ -38,9 +38,10 @@ def wc(
     *,
     kind: SpoutKind = SpoutKind.TRANSACTIONAL,
     agg: Any = None,
+    split: Split | None = None,
 ) -> Any:
     """Topology ``wc``: ``counts`` (``agg``, default Count, per word) and, if given, ``seen``
-    (Count per word too, declared later).
+    (Count per word too, declared later). ``split``: the sentence splitter (default on spaces).
 
     Two sentences per txid, so SENTENCES (6) make txids 1..3.
     """
@@ -48,7 +49,7 @@ def wc(
     spout = LogSpout(
         "sentences", StringScheme("sentence"), SpoutConfig(kind=kind, max_batch_size=2)
     )
-    words = topo.new_stream("sentences", spout).each("sentence", Split(), "word")
+    words = topo.new_stream("sentences", spout).each("sentence", split or Split(), "word")
     counts = StateSpec.opaque("counts")
     words.group_by("word").persistent_aggregate(counts, "word", agg or Count(), "count")
     if seen is not None:

@@ -10,14 +10,16 @@ import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
+from trident_assets.backends.state_batches import state_total
 from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.core.aggregators import Count, Sum
 from trident_assets.errors import ConfigError, StateContractError
 from trident_assets.spark.backfill import RebuildOutcome, rebuild_state
 from trident_assets.spark.executor import TopologyRunner
+from trident_assets.stream.operations import Split
 from trident_assets.stream.topology import StateSpec
 from trident_assets_tests.test_backfill import MORE, committed_three, raw, send, values, wc, words
-from trident_assets_tests.test_state_contracts import SENTENCES
+from trident_assets_tests.test_state_contracts import SENTENCES, _log
 
 
 def test_rebuild_after_changing_nothing_gives_the_same_values(spark: Any, tmp_path: Path) -> None:
@@ -211,5 +213,23 @@ def test_rebuild_under_a_fixed_declaration_is_the_way_out_of_a_refusal(
     )
     send(log, MORE)
     assert TopologyRunner(fixed, spark, store, log).run_batch(4).applied
+    assert values(store, "counts") == words(SENTENCES + MORE)
+    store.close()
+
+
+def test_a_rebuild_carries_the_total_of_the_rebuilt_values(spark: Any, tmp_path: Path) -> None:
+    """A Count state's total (plotted per txid) follows its values through a rebuild."""
+    log, store = _log(tmp_path), DuckDBStore(tmp_path / "state.duckdb")
+    buggy = wc(split=Split("e"))  # the bug: sentences split on the wrong separator
+    assert all(o.applied for o in TopologyRunner(buggy, spark, store, log).run_batches([1, 2, 3]))
+    pieces = [p for s in SENTENCES for p in s.split("e") if p]
+    assert state_total(store, "wc__counts") == len(pieces) != sum(words(SENTENCES).values())
+    rebuild_state(wc(), "counts", spark, store, log)
+    assert values(store, "counts") == words(SENTENCES)
+    assert state_total(store, "wc__counts") == sum(words(SENTENCES).values())
+    assert state_total(store, "wc__counts__rebuild") is None, "the shadow's total is gone"
+    send(log, MORE)
+    outcome = TopologyRunner(wc(), spark, store, log).run_batch(4)
+    assert outcome.states["counts"].total == sum(words(SENTENCES + MORE).values())
     assert values(store, "counts") == words(SENTENCES + MORE)
     store.close()

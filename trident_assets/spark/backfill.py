@@ -36,6 +36,7 @@ from trident_assets.backends.map_layout import (
     seq_name,
 )
 from trident_assets.backends.spout_history import SpoutJoins, read_history, spout_joins
+from trident_assets.backends.state_batches import TOTALS_TABLE
 from trident_assets.backends.state_contracts import (
     TABLE as CONTRACTS_TABLE,
 )
@@ -456,8 +457,9 @@ def _drop_map(store: StateStore, table: str) -> None:
     store.execute(f"DROP TABLE IF EXISTS {log_table(table)}")
     store.execute(f"DROP SEQUENCE IF EXISTS {seq_name(table)}")
     store.execute(f'DELETE FROM "{CATALOG_TABLE}" WHERE table_name = ?', [table])
-    if store.has_table(COMPACTIONS_TABLE):
-        store.execute(f'DELETE FROM "{COMPACTIONS_TABLE}" WHERE table_name = ?', [table])
+    for side in (COMPACTIONS_TABLE, TOTALS_TABLE):
+        if store.has_table(side):
+            store.execute(f'DELETE FROM "{side}" WHERE table_name = ?', [table])
     store.execute(f'DROP TABLE IF EXISTS "{table}__partials"')
     store.execute(f'DROP TABLE IF EXISTS "{table}__new_values"')
 
@@ -496,10 +498,11 @@ def rebuild_state(
     Every committed txid from the state's ``first_txid`` on is replayed through the state's
     subgraph as declared now (e.g. after a bug fix) into a shadow map; then one transaction,
     at a txid boundary (the topology's last committed txid, unchanged since the replay),
-    replaces the state's rows (with their txid versions), its recent partials and its
-    contract (the declaration's, with the stored ``first_txid``). Other states, outputs and
-    spout positions are untouched. ``fault`` is called at ``rebuild_before_swap``. With a
-    ``replica``, the rebuilt map is then republished whole (:meth:`Replica.replace_map`).
+    replaces the state's rows (with their txid versions), its recent partials, its total
+    (Count/Sum) and its contract (the declaration's, with the stored ``first_txid``). Other
+    states, outputs and spout positions are untouched. ``fault`` is called at
+    ``rebuild_before_swap``. With a ``replica``, the rebuilt map is then republished whole
+    (:meth:`Replica.replace_map`).
 
     Raises:
         ConfigError: the state is unknown, not a persistent aggregate, in a PostgreSQL
@@ -622,6 +625,11 @@ def _swap(store: StateStore, table: str, shadow: str, contract: StateContract) -
         )
     if store.has_table(COMPACTIONS_TABLE):
         store.execute(f'DELETE FROM "{COMPACTIONS_TABLE}" WHERE table_name = ?', [table])
+    if store.has_table(TOTALS_TABLE):  # a Count/Sum state's total: the rebuilt values' own
+        store.execute(f'DELETE FROM "{TOTALS_TABLE}" WHERE table_name = ?', [table])
+        store.execute(
+            f'UPDATE "{TOTALS_TABLE}" SET table_name = ? WHERE table_name = ?', [table, shadow]
+        )
     for suffix in ("__partials",):
         if store.has_table(f"{shadow}{suffix}"):
             store.execute(f'DROP TABLE IF EXISTS "{table}{suffix}"')
