@@ -147,5 +147,13 @@ def class_cache(
 
 
 def main() -> None:
-    """Entry point of the ``trident`` console script."""
+    """Entry point of the ``trident`` console script.
+
+    A crash in native code (a fatal signal: SIGSEGV, SIGABRT, ...) first prints every
+    thread's Python stack on stderr (:mod:`faulthandler`), so a report names where it was.
+    """
+    import faulthandler
+
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
     app()

@@ -563,6 +563,34 @@ def test_commands_as_child_processes_with_a_clean_environment(home: Path, tmp_pa
     assert "Traceback" not in done.stderr
 
 
+CRASH_AFTER_MAIN = """
+import os, sys
+from trident_assets.cli import main
+sys.argv = ["trident", "log", "--help"]
+try:
+    main()
+except SystemExit:
+    pass
+os.abort()  # a native crash, as a library aborting would
+"""
+
+
+def test_a_native_crash_of_the_cli_prints_every_threads_stack(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CRASH_AFTER_MAIN],
+        cwd=tmp_path,
+        env=_clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -6
+    assert "Usage: trident log" in done.stdout
+    assert "Fatal Python error: Aborted" in done.stderr
+    assert 'File "<string>", line 9 in <module>' in done.stderr, done.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
