@@ -592,6 +592,14 @@ def state_rebuild(
     home: HomeOption = DEFAULT_HOME,
     module: CodeLocationsOption = None,
     database: DatabaseOption = None,
+    leave_dependents: Annotated[
+        bool,
+        typer.Option(
+            "--leave-dependents",
+            help="Rebuild even though other states were computed from this one's values "
+            "(a state query or its new values); they keep their values.",
+        ),
+    ] = False,
 ) -> None:
     """Recompute STATE from the log of every committed txid and swap it in atomically.
 
@@ -599,7 +607,9 @@ def state_rebuild(
     ``version`` if its meaning changed), then rebuild. The state is recomputed as the
     --module code location(s) declare it, into a shadow table, then replaces the stored one
     in one transaction; readers see the old values or the new ones. Other states are
-    untouched. Run it while the topology is stopped (it takes the state file's write lock).
+    untouched: a rebuild is refused when other states were computed from this one's values,
+    unless --leave-dependents. Run it while the topology is stopped (it takes the state
+    file's write lock).
     """
     import os
 
@@ -619,7 +629,13 @@ def state_rebuild(
             trident = TridentResource(home=str(home), state_database=database)
         with engine_logs_to(home / LOG_FILE, verbose=False), trident.store() as store:
             done = rebuild_state(
-                topo, state, trident.spark(), store, trident.log(), replica=trident.replica()
+                topo,
+                state,
+                trident.spark(),
+                store,
+                trident.log(),
+                replica=trident.replica(),
+                leave_dependents=leave_dependents,
             )
     typer.echo(
         f"state {state} of {topology} rebuilt from txids {done.first_txid}..{done.last_txid}: "

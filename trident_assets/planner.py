@@ -36,6 +36,7 @@ __all__ = [
     "is_live",
     "live_spouts",
     "pipelinable",
+    "readers_of",
     "recomputable",
     "record_time_spout",
 ]
@@ -67,6 +68,35 @@ def upstream(roots: Iterable[Node]) -> list[Node]:
             seen[id(node)] = node
             todo.extend(node.parents)
     return list(seen.values())
+
+
+def readers_of(topology: TridentTopology, name: str) -> list[str]:
+    """The other states of ``topology`` computed from state ``name``'s values, sorted.
+
+    A state reads another through a state query or its new-values stream; a state that reads
+    such a reader is one too (its values came from them). Their values at past txids are not
+    kept, so none of them can be recomputed from the log.
+    """
+    found: set[str] = set()
+    todo = [name]
+    while todo:
+        source = todo.pop()
+        for other, state in topology.states.items():
+            if other == name or other in found:
+                continue
+            if any(_reads_state(node, source) for node in upstream([state.node])):
+                found.add(other)
+                todo.append(other)
+    return sorted(found)
+
+
+def _reads_state(node: Node, name: str) -> bool:
+    """True when ``node`` reads state ``name`` (a state query or its new-values stream)."""
+    if node.kind not in ("query", "new_values"):
+        return False
+    state = node.args.get("state")
+    spec = getattr(state, "spec", None)
+    return getattr(spec, "name", None) == name
 
 
 def depends_on_new_values(node: Node) -> bool:

@@ -233,3 +233,78 @@ def test_a_rebuild_carries_the_total_of_the_rebuilt_values(spark: Any, tmp_path:
     assert outcome.states["counts"].total == sum(words(SENTENCES + MORE).values())
     assert values(store, "counts") == words(SENTENCES + MORE)
     store.close()
+
+
+def readers_wc() -> Any:
+    """``wc`` with ``changed`` (Count per word of ``counts``'s new values) and ``again``
+    (Count per word of ``changed``'s new values): states computed from ``counts``."""
+    topo = wc()
+    changed = (
+        topo.states["counts"]
+        .new_values_stream()
+        .group_by("word")
+        .persistent_aggregate(StateSpec.opaque("changed"), "word", Count(), "n")
+    )
+    changed.new_values_stream().group_by("word").persistent_aggregate(
+        StateSpec.opaque("again"), "word", Count(), "n"
+    )
+    return topo
+
+
+def test_a_rebuild_is_refused_while_states_computed_from_it_exist(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from trident_assets.cli import app
+
+    home = tmp_path / "home"
+    log, store = _log(home), DuckDBStore(home / "state.duckdb")
+    topo = readers_wc()
+    assert all(o.applied for o in TopologyRunner(topo, spark, store, log).run_batches([1, 2, 3]))
+    readers = {s: raw(store, s) for s in ("changed", "again")}
+    assert all(readers.values())
+    store.execute('UPDATE "_trident_log_wc__counts" SET curr = curr + 100')  # a bug's values
+    wrong = raw(store, "counts")
+    with pytest.raises(ConfigError) as err:
+        rebuild_state(topo, "counts", spark, store, log)
+    assert str(err.value) == (
+        "cannot rebuild state 'counts' of topology 'wc': state(s) 'again', 'changed' were "
+        "computed from its values (through a state query or its new values), which the "
+        "rebuild replaces, and cannot be recomputed from the log. Nothing was run or written. "
+        "Rebuild with leave_dependents=True (`trident state rebuild --leave-dependents`) to "
+        "keep them as they are, or declare the topology under a new name (a new topology name "
+        "reads its spouts from the start, into tables of its own)"
+    )
+    assert raw(store, "counts") == wrong
+    assert store.layout("wc__counts__rebuild") is None
+    store.close()
+
+    (tmp_path / "readers_defs.py").write_text(
+        "from trident_assets_tests.test_rebuild import readers_wc\n\nTOPOLOGIES = [readers_wc()]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["state", "rebuild", "wc", "counts", "--home", str(home), "--module", "readers_defs"]
+    refused = CliRunner().invoke(app, args)
+    assert (refused.exit_code, refused.output.replace("\n", " ")) == (
+        1,
+        f"error: {err.value} ",
+    )
+    done = CliRunner().invoke(app, [*args, "--leave-dependents"])
+    assert (done.exit_code, done.output) == (
+        0,
+        f"state counts of wc rebuilt from txids 1..3: {len(words(SENTENCES))} keys\n",
+    )
+    with DuckDBStore(home / "state.duckdb") as store:
+        assert values(store, "counts") == words(SENTENCES)
+        assert {s: raw(store, s) for s in readers} == readers, "left as they were"
+
+
+def test_declared_readers_that_never_ran_do_not_hold_up_a_rebuild(
+    spark: Any, tmp_path: Path
+) -> None:
+    log, store = committed_three(spark, tmp_path)  # wc with counts only
+    outcome = rebuild_state(readers_wc(), "counts", spark, store, log)
+    assert outcome == RebuildOutcome("wc", "counts", 1, 3, len(words(SENTENCES)))
+    assert store.layout("wc__changed") is None
+    store.close()

@@ -48,7 +48,7 @@ from trident_assets.backends.state_contracts import (
 from trident_assets.backends.verified import forget_checkpoint
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import BatchUnavailableError, ConfigError, StateContractError
-from trident_assets.planner import upstream
+from trident_assets.planner import readers_of, upstream
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.batch_tables import store_rows
 from trident_assets.spark.state_apply import apply_state
@@ -492,6 +492,7 @@ def rebuild_state(
     *,
     fault: Callable[[str], None] | None = None,
     replica: Replica | None = None,
+    leave_dependents: bool = False,
 ) -> RebuildOutcome:
     """Recompute ``state`` from the log of its committed txids and swap it in atomically.
 
@@ -504,9 +505,14 @@ def rebuild_state(
     ``rebuild_before_swap``. With a ``replica``, the rebuilt map is then republished whole
     (:meth:`Replica.replace_map`).
 
+    States computed from this state's values (:func:`~trident_assets.planner.readers_of`:
+    through a state query or its new values) cannot be recomputed with it: the rebuild is
+    refused unless ``leave_dependents``, which keeps them as they are.
+
     Raises:
         ConfigError: the state is unknown, not a persistent aggregate, in a PostgreSQL
-            store, fed by another state, has no stored values, or is still being built.
+            store, fed by another state, read by other states (without
+            ``leave_dependents``), has no stored values, or is still being built.
         StateContractError: its table belongs to another state, or the declaration stores
             values of another layout (other keys or state type).
         BatchUnavailableError: a txid's ranges were not recorded or the log no longer holds
@@ -525,6 +531,18 @@ def rebuild_state(
         msg = (
             f"{head}: it has no stored values yet (nothing to rebuild). Nothing was run or "
             "written; run the topology, which builds it"
+        )
+        raise ConfigError(msg)
+    readers = [r for r in readers_of(topology, state) if (topology.name, r) in stored]
+    if readers and not leave_dependents:
+        names = ", ".join(repr(r) for r in readers)
+        msg = (
+            f"{head}: state(s) {names} were computed from its values (through a state query "
+            "or its new values), which the rebuild replaces, and cannot be recomputed from "
+            "the log. Nothing was run or written. Rebuild with leave_dependents=True "
+            "(`trident state rebuild --leave-dependents`) to keep them as they are, or "
+            "declare the topology under a new name (a new topology name reads its spouts "
+            "from the start, into tables of its own)"
         )
         raise ConfigError(msg)
     if state in progress(store, topology.name):
