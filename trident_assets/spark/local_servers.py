@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from trident_assets.errors import TridentError
-from trident_assets.spark.session import JAVA_OPTIONS, driver_java_options
+from trident_assets.spark.session import JAVA_OPTIONS, driver_java_options, local_daemon_conf
 
 __all__ = [
     "SparkServer",
@@ -161,6 +161,7 @@ def start_connect_server(
         **(conf or {}),
     }
     settings[JAVA_OPTIONS] = driver_java_options(settings, quiet_log=False)
+    settings.update(local_daemon_conf({"spark.master": master, **settings}, same_cwd=False))
     cmd = [
         str(home / "bin" / "spark-submit"),
         "--class",

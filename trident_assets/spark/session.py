@@ -14,6 +14,7 @@ __all__ = [
     "LOG4J2_CONFIG",
     "build_spark_session",
     "driver_java_options",
+    "local_daemon_conf",
     "use_worker_python",
     "worker_python",
 ]
@@ -80,13 +81,46 @@ def use_worker_python(conf: Mapping[str, str] | None = None) -> str:
     return python
 
 
+DAEMON_CONF = "spark.python.daemon.module"
+
+
+def local_daemon_conf(conf: Mapping[str, str], *, same_cwd: bool = True) -> dict[str, str]:
+    """``spark.python.daemon.module`` for :mod:`~trident_assets.spark.local_daemon`, or nothing.
+
+    Only for a local master (``local``, ``local[N]``) whose workers run this interpreter, when
+    ``conf`` names no daemon module of its own, and unless this process imports
+    trident_assets from its script's folder only: a local worker starts in this process's
+    working directory (``python -m`` puts that on its path) with this interpreter's
+    installed packages, but without the script's folder. ``same_cwd=False`` (a server
+    started in another directory): unless it imports trident_assets from its script's
+    folder or its working directory.
+    """
+    master = conf.get("spark.master", "")
+    if DAEMON_CONF in conf or not (master == "local" or master.startswith("local[")):
+        return {}
+    python = conf.get("spark.pyspark.python", "")
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return {}
+    import trident_assets
+
+    root = Path(trident_assets.__file__).resolve().parent.parent
+    script = Path(sys.path[0] or os.getcwd()).resolve() if sys.path else None
+    cwd = Path.cwd().resolve()
+    if (root == script and root != cwd) or (root == cwd and not same_cwd):
+        return {}
+    from trident_assets.spark.local_daemon import DAEMON_MODULE
+
+    return {DAEMON_CONF: DAEMON_MODULE}
+
+
 def build_spark_session(conf: Mapping[str, str] | None = None, remote: str | None = None) -> Any:
     """Return a SparkSession (``getOrCreate``) with the defaults overridden by ``conf``.
 
     ``remote`` (e.g. ``sc://host:15002``) connects through Spark Connect instead of starting
     a local JVM; the same DataFrame code runs either way. A JVM started here logs errors
     only, from its first line, and starts from the class archive when there is one
-    (:func:`driver_java_options`).
+    (:func:`driver_java_options`); a local one runs its Python workers from PySpark's
+    installed package (:func:`local_daemon_conf`).
     """
     from pyspark.sql import SparkSession
 
@@ -99,6 +133,7 @@ def build_spark_session(conf: Mapping[str, str] | None = None, remote: str | Non
     python = use_worker_python(conf)
     merged = {**DEFAULT_SPARK_CONF, "spark.pyspark.python": python, **(conf or {})}
     merged[JAVA_OPTIONS] = driver_java_options(merged)
+    merged.update(local_daemon_conf(merged))
     for key, value in merged.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
