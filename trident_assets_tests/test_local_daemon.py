@@ -75,6 +75,10 @@ def test_the_daemon_is_set_for_local_masters_running_this_interpreter(
     assert local_daemon_conf({**ours, "spark.master": "local"}) == {DAEMON_CONF: DAEMON_MODULE}
     assert local_daemon_conf({**ours, "spark.master": "spark://127.0.0.1:7077"}) == {}
     assert local_daemon_conf({**ours, "spark.pyspark.python": "/usr/bin/python3"}) == {}
+    other_venv = tmp_path / "venv" / "bin" / "python"  # the same interpreter, other packages
+    other_venv.parent.mkdir(parents=True)
+    other_venv.symlink_to(Path(sys.executable).resolve())
+    assert local_daemon_conf({**ours, "spark.pyspark.python": str(other_venv)}) == {}
     assert local_daemon_conf({**ours, DAEMON_CONF: "my.daemon"}) == {}, "theirs is kept"
 
     root = Path(trident_assets.__file__).resolve().parent.parent

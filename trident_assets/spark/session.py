@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DAEMON_CONF",
     "DEFAULT_SPARK_CONF",
     "JAVA_OPTIONS",
     "LOG4J2_CONFIG",
@@ -82,6 +83,7 @@ def use_worker_python(conf: Mapping[str, str] | None = None) -> str:
 
 
 DAEMON_CONF = "spark.python.daemon.module"
+"""Spark conf key: the module Spark runs as its Python worker daemon."""
 
 
 def local_daemon_conf(conf: Mapping[str, str], *, same_cwd: bool = True) -> dict[str, str]:
@@ -99,7 +101,7 @@ def local_daemon_conf(conf: Mapping[str, str], *, same_cwd: bool = True) -> dict
     if DAEMON_CONF in conf or not (master == "local" or master.startswith("local[")):
         return {}
     python = conf.get("spark.pyspark.python", "")
-    if os.path.realpath(python) != os.path.realpath(sys.executable):
+    if os.path.abspath(python) != os.path.abspath(sys.executable):  # a venv's own path
         return {}
     import trident_assets
 
