@@ -151,9 +151,48 @@ def main() -> None:
 
     A crash in native code (a fatal signal: SIGSEGV, SIGABRT, ...) first prints every
     thread's Python stack on stderr (:mod:`faulthandler`), so a report names where it was.
+
+    When the command is done, the process ends without the interpreter's shutdown (after its
+    output is flushed and its ``atexit`` handlers ran, as at any exit): that shutdown
+    garbage-collects py4j's connections to the Spark JVM while native threads (DuckDB's,
+    Arrow's, PySpark's socket servers) are still alive, and aborted a finished ``trident
+    demo`` now and then (``terminate called without an active exception``, with the main
+    thread in py4j's ``ClientServerConnection.__del__``). The exit status is the command's.
     """
     import faulthandler
 
     if not faulthandler.is_enabled():
         faulthandler.enable()
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        _exit_now(exc.code)
+    _exit_now(0)
+
+
+def _exit_now(code: object) -> None:
+    """Flush, run the ``atexit`` handlers, end the process with ``code`` (as ``sys.exit``)."""
+    import atexit
+    import os
+    import sys
+
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"): the message on stderr, status 1
+        print(code, file=sys.stderr)
+        status = 1
+    _flush(sys.stdout, sys.stderr)
+    atexit._run_exitfuncs()  # temporary directories, logging, pyspark's own handlers
+    _flush(sys.stdout, sys.stderr)
+    os._exit(status)
+
+
+def _flush(*streams: object) -> None:
+    """Flush ``streams``; a closed one or a reader gone (``trident ... | head``) is no error."""
+    import contextlib
+
+    for stream in streams:
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()  # type: ignore[attr-defined]

@@ -563,21 +563,18 @@ def test_commands_as_child_processes_with_a_clean_environment(home: Path, tmp_pa
     assert "Traceback" not in done.stderr
 
 
-CRASH_AFTER_MAIN = """
-import os, sys
+CRASH_AT_EXIT = """
+import atexit, os, sys
 from trident_assets.cli import main
+atexit.register(os.abort)  # a native crash as the process exits, as a library aborting would
 sys.argv = ["trident", "log", "--help"]
-try:
-    main()
-except SystemExit:
-    pass
-os.abort()  # a native crash, as a library aborting would
+main()
 """
 
 
 def test_a_native_crash_of_the_cli_prints_every_threads_stack(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", CRASH_AFTER_MAIN],
+        [sys.executable, "-c", CRASH_AT_EXIT],
         cwd=tmp_path,
         env=_clean_env(tmp_path),
         capture_output=True,
@@ -588,7 +585,47 @@ def test_a_native_crash_of_the_cli_prints_every_threads_stack(tmp_path: Path) ->
     assert done.returncode == -6
     assert "Usage: trident log" in done.stdout
     assert "Fatal Python error: Aborted" in done.stderr
-    assert 'File "<string>", line 9 in <module>' in done.stderr, done.stderr
+    assert "trident_assets/cli.py" in done.stderr, done.stderr
+    assert 'File "<string>", line 6 in <module>' in done.stderr, done.stderr
+
+
+ENDS_WITHOUT_SHUTDOWN = """
+import atexit, sys
+from trident_assets.cli import main
+atexit.register(lambda: print("atexit handlers ran"))
+class Finalized:
+    def __del__(self):
+        print("finalized at interpreter shutdown")
+kept = Finalized()
+sys.argv = ["trident", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "out"),
+    [(["log", "--help"], 0, "Usage: trident log"), (["state", "get"], 2, "")],
+    ids=["done", "usage-error"],
+)
+def test_the_cli_ends_with_its_status_after_atexit_and_without_interpreter_shutdown(
+    tmp_path: Path, args: list[str], code: int, out: str
+) -> None:
+    """Module globals are never collected at exit (py4j's __del__ there aborted a demo)."""
+    done = subprocess.run(
+        [sys.executable, "-c", ENDS_WITHOUT_SHUTDOWN, *args],
+        cwd=tmp_path,
+        env=_clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+    assert out in done.stdout
+    assert done.stdout.endswith("atexit handlers ran\n")
+    assert "finalized" not in done.stdout + done.stderr
+    if code == 2:
+        assert "Missing argument 'topology'" in done.stderr
 
 
 def _free_port() -> int:
