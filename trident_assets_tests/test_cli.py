@@ -572,9 +572,10 @@ main()
 """
 
 
-def test_a_native_crash_of_the_cli_prints_every_threads_stack(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", CRASH_AT_EXIT],
+def _python_child(tmp_path: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code args`` in ``tmp_path`` with a clean environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
         cwd=tmp_path,
         env=_clean_env(tmp_path),
         capture_output=True,
@@ -582,6 +583,10 @@ def test_a_native_crash_of_the_cli_prints_every_threads_stack(tmp_path: Path) ->
         timeout=120,
         check=False,
     )
+
+
+def test_a_native_crash_of_the_cli_prints_every_threads_stack(tmp_path: Path) -> None:
+    done = _python_child(tmp_path, CRASH_AT_EXIT)
     assert done.returncode == -6
     assert "Usage: trident log" in done.stdout
     assert "Fatal Python error: Aborted" in done.stderr
@@ -611,15 +616,7 @@ def test_the_cli_ends_with_its_status_after_atexit_and_without_interpreter_shutd
     tmp_path: Path, args: list[str], code: int, out: str
 ) -> None:
     """Module globals are never collected at exit (py4j's __del__ there aborted a demo)."""
-    done = subprocess.run(
-        [sys.executable, "-c", ENDS_WITHOUT_SHUTDOWN, *args],
-        cwd=tmp_path,
-        env=_clean_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _python_child(tmp_path, ENDS_WITHOUT_SHUTDOWN, *args)
     assert done.returncode == code, done.stderr
     assert out in done.stdout
     assert done.stdout.endswith("atexit handlers ran\n")
