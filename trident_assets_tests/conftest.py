@@ -16,6 +16,11 @@ expensive session fixture form one work unit (one worker starts it once), and wo
 handed out longest first (``FILE_SECONDS``), so no long file starts last and leaves the other
 worker idle.
 
+In-process Dagster runs use an in-memory instance (``dg.DagsterInstance.ephemeral()``, what
+``dg.materialize`` uses when given none): a run on a SQLite instance on disk cost about five
+times as much. SQLite instances on disk, as users run them, are what the `dagster dev`, demo,
+`trident ui`, UI-launched runs and CLI tests use.
+
 ``SPARK_SUBMIT_OPTS`` (C1-only JIT, serial GC, the class archive of
 :mod:`trident_assets.spark.class_cache`) is set for every Spark JVM the suite starts, and
 ``JVM_ENV`` carries it into children started with a clean environment.

@@ -59,7 +59,7 @@ def test_new_state_partitions_fill_as_it_is_built_and_are_checked(
     spark: Any, tmp_path: Path
 ) -> None:
     trident = world(tmp_path)
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         three_committed(trident, instance)
         send(trident.log(), MORE)
         topo = wc(StateSpec.opaque("seen"))
@@ -91,7 +91,7 @@ def test_from_retained_state_covers_and_is_checked_from_its_first_txid(
     spark: Any, tmp_path: Path
 ) -> None:
     trident = world(tmp_path)
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         three_committed(trident, instance)
         log = trident.log()
         log.delete_records_before("sentences", 0, 2)  # the records txid 1 read

@@ -71,7 +71,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, spark):
     producer.flush()
     topo = build_word_count(max_batch_size=8)
     job = trident_definitions([topo], trident).resolve_implicit_global_asset_job_def()
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         yield topo, trident, job, instance
 
 
@@ -341,7 +341,7 @@ def test_dead_letter_check_fails_above_the_threshold(tmp_path: Path, spark) -> N
         producer.send(value)
     producer.flush()
     topo = build_word_count()
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         (result,) = materialize_batches(
             topo,
             trident,
@@ -371,7 +371,7 @@ def test_coordinator_waits_for_a_topic_that_does_not_exist_yet(tmp_path: Path) -
     log.create_topic("word_queries", 1)
     topo = build_word_count(max_batch_size=8)
     no_wait = ExponentialBackoff(initial_delay_s=0.0, delay_period_s=0.0, max_delay_s=0.0)
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         decision = decide_next(instance, topo, trident, no_wait, max_attempts=3)
         assert isinstance(decision, dg.SkipReason)
         assert decision.skip_message == (

@@ -94,7 +94,7 @@ def test_downstream_assets_read_the_state_as_of_each_txid(spark: Any, tmp_path: 
     job = defs.resolve_implicit_global_asset_job_def()
     resources = dict(defs.resources or {})
     everything = [*defs.assets]  # type: ignore[misc]
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         (run,) = materialize_batches(topo, trident, instance, TXIDS, catch_up=True, job=job)
         assert run.success
         for txid in TXIDS:

@@ -53,7 +53,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, spark: Any) -> Iterato
     for sentence in ALL:
         producer.send(sentence.encode())
     producer.flush()
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         yield build_word_count(max_batch_size=4), trident, instance
 
 

@@ -106,7 +106,7 @@ def _metadata(result: Any) -> dict[str, Any]:
 
 
 def test_user_state_asset_is_exactly_once_in_order(tmp_path: Path) -> None:
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         for txid in (1, 2):
             result = _run(tmp_path, instance, txid)
             assert result.success
@@ -129,7 +129,7 @@ def test_user_state_asset_is_exactly_once_in_order(tmp_path: Path) -> None:
 
 
 def test_user_state_asset_in_postgresql_by_configuration(tmp_path: Path, pg_dsn: str) -> None:
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         for txid, replayed in ((1, False), (2, False), (1, True)):
             result = _run(tmp_path, instance, txid, state_dsn=pg_dsn)
             assert result.success
@@ -146,7 +146,7 @@ def test_user_state_asset_in_postgresql_by_configuration(tmp_path: Path, pg_dsn:
 
 
 def test_a_state_dsn_that_is_not_postgresql_fails_before_any_write(tmp_path: Path) -> None:
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         result = _run(tmp_path, instance, 1, state_dsn="mysql://db/state")
         assert not result.success
         (failure,) = result.get_step_failure_events()
@@ -158,7 +158,7 @@ def test_a_state_dsn_that_is_not_postgresql_fails_before_any_write(tmp_path: Pat
 
 
 def test_downstream_assets_load_as_of_their_txid_and_the_latest(tmp_path: Path) -> None:
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         for txid in (1, 2, 3):
             assert _run(tmp_path, instance, txid).success
         for txid in (1, 2, 3):
@@ -175,7 +175,7 @@ def test_downstream_assets_load_as_of_their_txid_and_the_latest(tmp_path: Path) 
 
 
 def test_a_bad_partition_key_and_a_missing_declaration_are_refused(tmp_path: Path) -> None:
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(TXIDS.name, ["12"])
         result = dg.materialize(
             ASSETS,
@@ -248,7 +248,7 @@ def _child(tmp_path: Path, mode: str, txid: int) -> subprocess.Popen[str]:
 
 
 def test_sigkill_between_write_and_commit_leaves_the_old_state(tmp_path: Path) -> None:
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         assert _run(tmp_path, instance, 1).success
         proc = _child(tmp_path, "kill", 2)
         assert proc.wait(timeout=120) == -signal.SIGKILL
@@ -262,7 +262,7 @@ def test_sigkill_between_write_and_commit_leaves_the_old_state(tmp_path: Path) -
 def test_readers_never_wait_for_a_writer_nor_see_half_a_batch(tmp_path: Path) -> None:
     """While another process holds the store inside txid 3's transaction, downstream loads
     return at once with the state of txid 2; once it commits, they see txid 3."""
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         for txid in (1, 2):
             assert _run(tmp_path, instance, txid).success
         writer = _child(tmp_path, "hold", 3)

@@ -39,6 +39,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -360,6 +361,8 @@ def test_readme_python_section(
         broker = request.getfixturevalue("kafka_broker")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TRIDENT_HOME", str(tmp_path / ".trident"))
+    # the examples' temporary homes (tempfile.mkdtemp) go under tmp_path, not the machine's /tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     namespace: dict[str, Any] = {"__name__": f"readme_{_slug(section).replace('-', '_')}"}
     try:
         for block in blocks:

@@ -326,7 +326,7 @@ def test_dagster_runs_spill_and_bound_duckdb_memory_as_configured(
     topo = build_word_count(max_batch_size=8)
     job = trident_definitions([topo], trident).resolve_implicit_global_asset_job_def()
     try:
-        with dg.instance_for_test() as instance:
+        with dg.DagsterInstance.ephemeral() as instance:
             for txid in (1, 2, 3):
                 instance.add_dynamic_partitions("word_count_txids", [txid_key(txid)])
                 assert job.execute_in_process(

@@ -97,7 +97,7 @@ def make_world(tmp_path: Path, state_dsn: str | None = None) -> Iterator[Any]:
     )
     rollup = dg.define_asset_job("rollup", selection=dg.AssetSelection.assets(ROLLUP))
     defs = dg.Definitions.merge(defs, dg.Definitions(jobs=[checks, rollup]))
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         yield trident, defs, instance
 
 
