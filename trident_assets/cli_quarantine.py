@@ -2,7 +2,7 @@
 
 ``list`` reads the state file read-only. ``add`` and ``replay`` run the topology (Spark, the
 state file's write lock; Spark's logs go to ``HOME/cli.log``), found by name in a code
-location module (``--module``, default ``trident_assets.definitions``: any module-level
+location module (``--module``, default ``trident_assets.examples.topologies``: any module-level
 topology, or list of them, counts). What they commit is recorded in Dagster's instance
 (``$DAGSTER_HOME``, else ``HOME/dagster``) as materializations, as a run would have.
 """
@@ -52,7 +52,7 @@ ModuleOption = Annotated[
         help="Module defining the topology (module-level topologies or lists of them).",
     ),
 ]
-DEFAULT_MODULE = "trident_assets.definitions"
+DEFAULT_MODULE = "trident_assets.examples.topologies"
 LOG_FILE = "cli.log"
 """Where ``add`` and ``replay`` write Spark's logs (in HOME)."""
 

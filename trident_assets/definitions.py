@@ -1,7 +1,8 @@
 """The code location `dagster dev` loads: the example topologies over ``$TRIDENT_HOME``.
 
 Environment: ``TRIDENT_HOME`` (log and state directory, default ``.trident``),
-``TRIDENT_MAX_BATCH_SIZE`` (records per word-count batch, default 50000),
+``TRIDENT_MAX_BATCH_SIZE`` (records per word-count batch, default 50000; the topologies
+themselves are declared in :mod:`trident_assets.examples.topologies`),
 ``TRIDENT_MAX_CATCH_UP`` (txids one sensor-launched run may process, default 10),
 ``TRIDENT_STATE_DSN`` (a ``postgresql://`` DSN: the state in PostgreSQL instead of
 ``$TRIDENT_HOME/state.duckdb``), ``TRIDENT_SPARK_REMOTE`` (a Spark Connect URL the runs use,
@@ -14,20 +15,10 @@ import os
 
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.resources import TridentResource
-from trident_assets.examples.downstream import downstream_assets
-from trident_assets.examples.gender_age import build_gender_age
-from trident_assets.examples.location_db import build_location_db
-from trident_assets.examples.page_views import build_page_views, daily_rollup
-from trident_assets.examples.word_count import build_word_count
+from trident_assets.examples.downstream import daily_rollup, downstream_assets
+from trident_assets.examples.topologies import page_views, topologies, word_count
 
-word_count = build_word_count(max_batch_size=int(os.environ.get("TRIDENT_MAX_BATCH_SIZE", "50000")))
-
-page_views = build_page_views()
-"""Views per page per 10 minutes (event time); seed it with
-``python -m trident_assets.examples.page_views $TRIDENT_HOME``."""
-
-topologies = [word_count, build_gender_age(), build_location_db(), page_views]
-"""The topologies of this code location (``trident quarantine`` finds them here by name)."""
+__all__ = ["defs", "page_views", "topologies", "word_count"]
 
 defs = trident_definitions(
     topologies,

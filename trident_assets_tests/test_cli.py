@@ -94,7 +94,7 @@ def test_state_list_in_every_format(home: Path) -> None:
     # the built-in code location declares word_count.word_counts, not seen
     assert (code, err) == (
         0,
-        "orphaned (declared by no topology in module trident_assets.definitions): "
+        "orphaned (declared by no topology in module trident_assets.examples.topologies): "
         "word_count.seen. Remove one with `trident state drop TOPOLOGY STATE`, or pass "
         "--module with the module that declares it\n",
     )
@@ -532,7 +532,7 @@ def test_commands_as_child_processes_with_a_clean_environment(home: Path, tmp_pa
     assert (done.returncode, done.stdout.splitlines()[-1], done.stderr.splitlines()[0]) == (
         0,
         "word_count,word_counts,opaque,word,BIGINT,3,3,no",
-        "orphaned (declared by no topology in module trident_assets.definitions): "
+        "orphaned (declared by no topology in module trident_assets.examples.topologies): "
         "word_count.seen. Remove one with `trident state drop TOPOLOGY STATE`, or pass "
         "--module with the module that declares it",
     )
@@ -758,3 +758,31 @@ def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
         .split(" ")[0]
         .replace(",", "")
     )
+
+
+DEFAULT_MODULE_IMPORTS = """
+import sys
+from trident_assets.cli_quarantine import DEFAULT_MODULE, module_topologies
+found = module_topologies(DEFAULT_MODULE)
+print(DEFAULT_MODULE, sorted(found))
+print(sorted({m.split(".")[0] for m in sys.modules} & {"dagster", "pandas"}))
+"""
+
+
+def test_the_cli_default_module_is_the_code_locations_topologies_without_dagster(
+    tmp_path: Path,
+) -> None:
+    """`trident state list|drop|rebuild`, `quarantine add|replay` find the examples fast."""
+    from trident_assets.cli_quarantine import module_topologies
+
+    done = _python_child(tmp_path, DEFAULT_MODULE_IMPORTS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "trident_assets.examples.topologies "
+        "['gender_age', 'location_db', 'page_views', 'word_count']\n[]\n"
+    )
+    served = module_topologies("trident_assets.definitions")
+    default = module_topologies("trident_assets.examples.topologies")
+    assert {n: (t.states, t.static_states) for n, t in served.items()} == {
+        n: (t.states, t.static_states) for n, t in default.items()
+    }

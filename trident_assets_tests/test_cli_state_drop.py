@@ -2,8 +2,8 @@
 
 The home is :func:`~trident_assets_tests.test_cli.make_home`'s (``word_count`` committed txids
 1..3 into the states ``word_counts`` and ``seen``; no Spark) with contracts, per-txid tables,
-bookkeeping rows, spout ranges and a replica added. The built-in code location
-(``trident_assets.definitions``) declares ``word_count.word_counts`` but not ``seen``.
+bookkeeping rows, spout ranges and a replica added. The built-in examples
+(``trident_assets.examples.topologies``) declares ``word_count.word_counts`` but not ``seen``.
 Commands run as child processes in a clean environment (``.venv/bin/trident``).
 """
 
@@ -274,9 +274,9 @@ def test_refusals_name_what_exists_and_change_nothing(home: Path, tmp_path: Path
         (
             ["word_count", "word_counts"],
             "error: state 'word_counts' of topology 'word_count' is still declared in module "
-            "trident_assets.definitions: its next run would create it again, as a new state. "
-            "Nothing was dropped. Remove the state from the topology's declaration first (or "
-            "pass --module with the code location that no longer declares it)\n",
+            "trident_assets.examples.topologies: its next run would create it again, as a new "
+            "state. Nothing was dropped. Remove the state from the topology's declaration first "
+            "(or pass --module with the code location that no longer declares it)\n",
         ),
         (
             ["wordcount", "seen"],
@@ -333,7 +333,7 @@ def test_state_list_marks_orphaned_states(home: Path, tmp_path: Path) -> None:
         0,
         header + "word_count,seen,plain,word,BOOLEAN,3,3,yes\n"
         "word_count,word_counts,opaque,word,BIGINT,3,3,no\n",
-        "orphaned (declared by no topology in module trident_assets.definitions): "
+        "orphaned (declared by no topology in module trident_assets.examples.topologies): "
         "word_count.seen. Remove one with `trident state drop TOPOLOGY STATE`, or pass "
         "--module with the module that declares it\n",
     )

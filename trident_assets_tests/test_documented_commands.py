@@ -55,7 +55,7 @@ WRITES = [
     ("trident quarantine replay word_count", 1,
      r"\Aerror: nothing waits in the quarantine of topology 'word_count'\n\Z"),
     ("trident state restore backups/state-1.duckdb --force", 0, r"^restored backups/state-1\.duckdb to h/state\.duckdb: .*word_count at txid 5"),  # noqa: E501
-    ("trident state rebuild word_count word_counts --module trident_assets.definitions", 0, r"^state word_counts of word_count rebuilt from txids 1\.\.5: \d+ keys"),  # noqa: E501
+    ("trident state rebuild word_count word_counts --module trident_assets.examples.topologies", 0, r"^state word_counts of word_count rebuilt from txids 1\.\.5: \d+ keys"),  # noqa: E501
     ("trident state scan word_count word_counts --txid 2", 0, r"as of txid 2"),
 ]
 

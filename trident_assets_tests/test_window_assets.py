@@ -30,12 +30,8 @@ from trident_assets.dagster.window_assets import (
     read_finals_range,
 )
 from trident_assets.errors import ConfigError
-from trident_assets.examples.page_views import (
-    TOPIC,
-    build_page_views,
-    daily_rollup,
-    seed_rows,
-)
+from trident_assets.examples.downstream import daily_rollup
+from trident_assets.examples.page_views import TOPIC, build_page_views, seed_rows
 
 FINALS = dg.AssetKey(["page_views", "views_10m_finals"])
 STATE = dg.AssetKey(["page_views", "views_10m"])

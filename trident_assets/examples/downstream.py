@@ -1,10 +1,12 @@
-"""Your own Dagster assets on top of a topology's state (shipped in the code location).
+"""Your own Dagster assets on top of the example topologies' states (shipped in the code location).
 
 * ``top_words``: partitioned by word count's txids, it loads state ``word_counts`` **as of
   its txid** through the TridentIOManager and shows the top words as a Markdown table.
 * ``word_lengths``: a user-written **state** asset: from the txid's grouped-aggregation partials
   (``word_counts_partials``), it returns partial counts per word length; the IO manager
   applies them to state ``word_lengths`` under the same txid, exactly once, in txid order.
+* ``daily_page_views`` (:func:`daily_rollup`): daily partitions over the page-views example's
+  hourly finals; a day's final 10-minute windows summed per page.
 """
 
 import dagster as dg
@@ -13,8 +15,9 @@ import pandas as pd
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.io_manager import state_asset_metadata
 from trident_assets.dagster.partitions import parse_txid, txid_partitions
+from trident_assets.examples.page_views import STATE as PAGE_VIEWS_STATE
 
-__all__ = ["TOP_N", "downstream_assets", "markdown_table"]
+__all__ = ["TOP_N", "daily_rollup", "downstream_assets", "markdown_table"]
 
 TOP_N = 10
 """Rows in the ``top_words`` preview."""
@@ -72,3 +75,43 @@ def downstream_assets(topology: str = "word_count") -> list[dg.AssetsDefinition]
         return by_length.groupby("length", as_index=False)["count"].sum()
 
     return [top_words, word_lengths]
+
+
+def daily_rollup(
+    topology: str = "page_views", start: str = "2026-01-01"
+) -> list[dg.AssetsDefinition]:
+    """``<topology>/daily_page_views``: a day's final windows summed per page.
+
+    Daily partitions; its input is the hourly finals asset through a
+    ``TimeWindowPartitionMapping`` (one day -> its 24 hours), loaded by the TridentIOManager
+    as the finals rows with window_start in the day.
+    """
+
+    @dg.asset(
+        key=[topology, "daily_page_views"],
+        group_name=topology,
+        partitions_def=dg.DailyPartitionsDefinition(start_date=start),
+        ins={
+            "finals": dg.AssetIn(
+                key=dg.AssetKey([topology, f"{PAGE_VIEWS_STATE}_finals"]),
+                partition_mapping=dg.TimeWindowPartitionMapping(),
+            )
+        },
+        kinds={"pandas"},
+        description="Views per page per day: the sum of the day's final 10-minute windows.",
+    )
+    def daily_page_views(finals: pd.DataFrame) -> dg.MaterializeResult:
+        if finals.empty:
+            per_page: dict[str, int] = {}
+        else:
+            sums = finals.groupby("page")["views"].sum().sort_index()
+            per_page = {str(k): int(v) for k, v in sums.items()}
+        return dg.MaterializeResult(
+            metadata={
+                "views_per_page": dg.MetadataValue.json(per_page),
+                "total_views": dg.MetadataValue.int(sum(per_page.values())),
+                "windows": dg.MetadataValue.int(len(finals)),
+            }
+        )
+
+    return [daily_page_views]

@@ -4,8 +4,9 @@ JSON records ``{"page": ..., "ts": "2026-01-01 00:02:30"}`` on topic ``page_view
 -> ``group_by("page").window_aggregate(tumbling 10 minutes, allowed lateness 1 minute,
 Count -> views)``, state ``views_10m``. In Dagster (:mod:`trident_assets.dagster.window_assets`)
 its final windows are the hourly asset ``page_views/views_10m_finals``; the example asset
-``page_views/daily_page_views`` (daily partitions) loads a day's 24 hourly partitions through
-the TridentIOManager and sums the views per page.
+``page_views/daily_page_views`` (:func:`~trident_assets.examples.downstream.daily_rollup`,
+daily partitions) loads a day's 24 hourly partitions through the TridentIOManager and sums the
+views per page. This module imports no Dagster.
 
 :func:`produce_seed` writes the sample data: :func:`seed_rows`, two hours of views on
 2026-01-01 and one record the next day that closes the day (its watermark passes midnight).
@@ -22,9 +23,6 @@ import sys
 from datetime import datetime, timedelta
 from typing import Any
 
-import dagster as dg
-import pandas as pd
-
 from trident_assets.core.aggregators import Count
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.spark.schemes import JsonScheme
@@ -37,7 +35,6 @@ __all__ = [
     "PAGES",
     "TOPIC",
     "build_page_views",
-    "daily_rollup",
     "produce_seed",
     "seed_rows",
 ]
@@ -89,46 +86,6 @@ def produce_seed(log: Any, *, topic: str = TOPIC) -> None:
     for row in seed_rows():
         producer.send(json.dumps(row).encode())
     producer.flush()
-
-
-def daily_rollup(
-    topology: str = "page_views", start: str = "2026-01-01"
-) -> list[dg.AssetsDefinition]:
-    """``<topology>/daily_page_views``: a day's final windows summed per page.
-
-    Daily partitions; its input is the hourly finals asset through a
-    ``TimeWindowPartitionMapping`` (one day -> its 24 hours), loaded by the TridentIOManager
-    as the finals rows with window_start in the day.
-    """
-
-    @dg.asset(
-        key=[topology, "daily_page_views"],
-        group_name=topology,
-        partitions_def=dg.DailyPartitionsDefinition(start_date=start),
-        ins={
-            "finals": dg.AssetIn(
-                key=dg.AssetKey([topology, f"{STATE}_finals"]),
-                partition_mapping=dg.TimeWindowPartitionMapping(),
-            )
-        },
-        kinds={"pandas"},
-        description="Views per page per day: the sum of the day's final 10-minute windows.",
-    )
-    def daily_page_views(finals: pd.DataFrame) -> dg.MaterializeResult:
-        if finals.empty:
-            per_page: dict[str, int] = {}
-        else:
-            sums = finals.groupby("page")["views"].sum().sort_index()
-            per_page = {str(k): int(v) for k, v in sums.items()}
-        return dg.MaterializeResult(
-            metadata={
-                "views_per_page": dg.MetadataValue.json(per_page),
-                "total_views": dg.MetadataValue.int(sum(per_page.values())),
-                "windows": dg.MetadataValue.int(len(finals)),
-            }
-        )
-
-    return [daily_page_views]
 
 
 if __name__ == "__main__":

@@ -648,10 +648,9 @@ def _swap(store: StateStore, table: str, shadow: str, contract: StateContract) -
         store.execute(
             f'UPDATE "{TOTALS_TABLE}" SET table_name = ? WHERE table_name = ?', [table, shadow]
         )
-    for suffix in ("__partials",):
-        if store.has_table(f"{shadow}{suffix}"):
-            store.execute(f'DROP TABLE IF EXISTS "{table}{suffix}"')
-            store.execute(f'CREATE TABLE "{table}{suffix}" AS SELECT * FROM "{shadow}{suffix}"')
+    if store.has_table(f"{shadow}__partials"):
+        store.execute(f'DROP TABLE IF EXISTS "{table}__partials"')
+        store.execute(f'CREATE TABLE "{table}__partials" AS SELECT * FROM "{shadow}__partials"')
     _drop_map(store, shadow)
     store.execute(
         f"DELETE FROM {CONTRACTS_TABLE} WHERE topology = ? AND state = ?",
