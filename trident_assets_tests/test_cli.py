@@ -91,7 +91,7 @@ def lines(text: str) -> list[str]:
 
 def test_state_list_in_every_format(home: Path) -> None:
     code, out, err = run("state", "list", home=home)
-    # the built-in code location declares word_count.word_counts, not seen
+    # the default module (the built-in examples) declares word_count.word_counts, not seen
     assert (code, err) == (
         0,
         "orphaned (declared by no topology in module trident_assets.examples.topologies): "

@@ -3,7 +3,7 @@
 The home is :func:`~trident_assets_tests.test_cli.make_home`'s (``word_count`` committed txids
 1..3 into the states ``word_counts`` and ``seen``; no Spark) with contracts, per-txid tables,
 bookkeeping rows, spout ranges and a replica added. The built-in examples
-(``trident_assets.examples.topologies``) declares ``word_count.word_counts`` but not ``seen``.
+(``trident_assets.examples.topologies``) declare ``word_count.word_counts`` but not ``seen``.
 Commands run as child processes in a clean environment (``.venv/bin/trident``).
 """
 
