@@ -39,24 +39,20 @@ from typing import Any
 
 import pytest
 
-# The Spark JVMs of child processes that inherit this environment (chaos children, soak
-# workers, servers, clean-environment runs through JVM_ENV) compile with C1 only and collect
-# with the serial collector: they are short-lived and their data small, so C2's compiler
-# threads cost more CPU than they return (on 2 cores, measured about half the start-up and
-# first-batch time of a fresh JVM). The session's own JVM (the ``spark`` fixture) lives for
-# the whole run and keeps C2 (see the fixture). Changes no result. A value set before the run
-# wins (``SPARK_SUBMIT_OPTS= pytest ...``: the JVM's defaults).
-SHORT_LIVED_JIT = "-XX:TieredStopAtLevel=1"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{SHORT_LIVED_JIT} -XX:+UseSerialGC")
+# Every Spark JVM the suite starts (the session's own, chaos children, soak workers, servers,
+# clean-environment runs through JVM_ENV) compiles with C1 only and collects with the serial
+# collector. Its two workers keep both cores busy, so C2's compiler threads take CPU from the
+# other worker's tests: measured with two pytest processes side by side on 2 cores, each with
+# its own session JVM running Spark-heavy files, 123-137 s and 224-248 busy CPU-s with C1
+# only against 146-149 s and 278-283 CPU-s with C2 (three-fold compile thresholds); a fresh
+# JVM's start and first batch take about half the time. In one process alone, with the
+# second core idle, C2 is faster (199 s against 251 s for four Spark-heavy files): not how the
+# suite runs. Changes no result. A value set before the run wins (``SPARK_SUBMIT_OPTS=
+# pytest ...``: the JVM's defaults).
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 JVM_ENV = {"SPARK_SUBMIT_OPTS": os.environ["SPARK_SUBMIT_OPTS"]}
 """The same for a child started with a clean environment (a JVM setting, no project variable:
 what a command prints and does is the same with or without it)."""
-SESSION_JIT = "-XX:CompileThresholdScaling=3"
-"""The session JVM's JIT: a method is compiled after three times the default calls. Its tests
-run hundreds of small, different queries, and the JVM's compiler threads took 64-68 of its
-107-112 CPU-s over three Spark-heavy files (``java.ci.totalTime``); with this, 43-46 s, and the
-machine's CPU for the files fell from 128-134 to 114-123 CPU-s at the same wall time (5 made
-them slower; short-lived children showed no difference). Changes no result."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,27 +84,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A local[2] SparkSession shared by every test that needs Spark.
-
-    Its JVM runs every in-process test's queries for the whole run, so it compiles with C2
-    too (the C1-only setting of short-lived children left out): measured on 2 cores, four
-    Spark-heavy files ran in 199 s against 251 s with C1 only. Its compile thresholds are
-    tripled (:data:`SESSION_JIT`).
-    """
+    """A local[2] SparkSession shared by every test that needs Spark (one per xdist worker)."""
     from trident_assets.spark.session import build_spark_session
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    kept = [o for o in opts.split() if o != SHORT_LIVED_JIT]
-    if not any(o.startswith("-XX:CompileThresholdScaling=") for o in kept):
-        kept.append(SESSION_JIT)
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(kept)
-    try:
-        session = build_spark_session(
-            {"spark.sql.warehouse.dir": str(warehouse), "spark.local.dir": str(warehouse)}
-        )
-    finally:
-        os.environ["SPARK_SUBMIT_OPTS"] = opts
+    session = build_spark_session(
+        {"spark.sql.warehouse.dir": str(warehouse), "spark.local.dir": str(warehouse)}
+    )
     yield session
     session.stop()
 
