@@ -379,7 +379,7 @@ def test_a_file_that_is_not_duckdb_is_named_and_left_alone(tmp_path: Path) -> No
         1,
         "",
         f"error: {tmp_path / 'state.duckdb'} is not a DuckDB database file (it was left "
-        "unchanged)\n",
+        "unchanged): 15 bytes, fewer than the 12288 of a DuckDB file's headers\n",
     )
     assert (tmp_path / "state.duckdb").read_bytes() == b"not a database\n"
     import duckdb

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -15,6 +16,8 @@ import pyarrow as pa
 import pytest
 
 from trident_assets.backends.duckdb_store import (
+    CREATION_GRACE_S,
+    HEADER_BYTES,
     DuckDBBackingMap,
     DuckDBStore,
     MapLayout,
@@ -439,6 +442,35 @@ def test_lock_wait_succeeds_when_other_process_releases(db: Path, tmp_path: Path
             assert store.tables() == []
     finally:
         proc.wait()
+
+
+def test_a_short_file_is_opened_once_its_creator_has_written_it(db: Path, tmp_path: Path) -> None:
+    """Two processes opening one new state file at once: one may find the file the other
+    has just made, empty, before its headers (DuckDB then refuses it as not a database).
+    Seen in one of 60 pairs of fresh processes calling ``duckdb.connect`` at once."""
+    db.touch()  # what the other process has made so far
+    made = tmp_path / "made.duckdb"
+    DuckDBStore(made).close()
+    creator = threading.Timer(0.3, os.replace, (made, db))
+    creator.start()
+    try:
+        with DuckDBStore(db, lock_timeout_s=0) as store:
+            assert store.tables() == []
+    finally:
+        creator.join()
+
+
+def test_a_stray_short_file_is_refused_after_the_grace_and_left_alone(db: Path) -> None:
+    db.write_bytes(b"\0" * 100)
+    start = time.monotonic()
+    with pytest.raises(StateLayoutError) as info:
+        DuckDBStore(db)
+    assert time.monotonic() - start >= CREATION_GRACE_S
+    assert str(info.value) == (
+        f"{db} is not a DuckDB database file (it was left unchanged): 100 bytes, fewer than "
+        f"the {HEADER_BYTES} of a DuckDB file's headers"
+    )
+    assert db.read_bytes() == b"\0" * 100
 
 
 CRASHER = """

@@ -41,6 +41,7 @@ A store holds one connection and is not thread-safe: use one store per thread (o
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -107,6 +108,16 @@ __all__ = [
 
 _LOCK_MARKER = "Could not set lock"
 _NOT_A_DATABASE_MARKER = "not a valid DuckDB database"
+HEADER_BYTES = 12288
+"""A DuckDB file's main header and its two database headers: every database file has them."""
+CREATION_GRACE_S = 2.0
+"""How long a file shorter than :data:`HEADER_BYTES` may take to become a database.
+
+DuckDB refuses a file that exists without its headers. Another process that is creating the
+file has made it but not yet written them (two processes opening one new state file at
+once), so such a file is opened again until the grace ends; a stray short file is then
+refused.
+"""
 
 RESTORE_HINT = "Restore the last backup with `trident state restore BACKUP` (README, Guarantees)"
 """The recovery path every corrupt-state message ends with."""
@@ -150,7 +161,8 @@ class DuckDBTransaction(SqlTransaction):
 def _connect(
     path: str, timeout_s: float, config: dict[str, Any], read_only: bool = False
 ) -> duckdb.DuckDBPyConnection:
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
     delay = 0.05
     while True:
         try:
@@ -162,8 +174,11 @@ def _connect(
             raise ConfigError(msg) from exc
         except duckdb.IOException as exc:
             if _NOT_A_DATABASE_MARKER in str(exc):
-                msg = f"{path} is not a DuckDB database file (it was left unchanged)"
-                raise StateLayoutError(msg) from exc
+                size = _file_size(path)
+                if size < HEADER_BYTES and time.monotonic() < start + CREATION_GRACE_S:
+                    time.sleep(0.02)  # perhaps another process is creating it
+                    continue
+                raise StateLayoutError(_not_a_database(path, size)) from exc
             if is_corrupt_state(exc):
                 raise corrupt_state_error(path, exc) from exc
             if _LOCK_MARKER not in str(exc):
@@ -178,6 +193,20 @@ def _connect(
                 raise StoreLockedError(msg) from exc
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 1.0)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _not_a_database(path: str, size: int) -> str:
+    msg = f"{path} is not a DuckDB database file (it was left unchanged)"
+    if size < HEADER_BYTES:
+        msg += f": {size} bytes, fewer than the {HEADER_BYTES} of a DuckDB file's headers"
+    return msg
 
 
 class DuckDBStore(SqlStateStore):
