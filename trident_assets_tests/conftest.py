@@ -22,15 +22,18 @@ times as much. SQLite instances on disk, as users run them, are what the `dagste
 `trident ui`, UI-launched runs and CLI tests use.
 
 ``SPARK_SUBMIT_OPTS`` (C1-only JIT, serial GC, the class archive of
-:mod:`trident_assets.spark.class_cache`) is set for every Spark JVM the suite starts, and
-``JVM_ENV`` carries it into children started with a clean environment.
+:mod:`trident_assets.spark.class_cache`, a ``java.io.tmpdir`` removed when the run ends) is
+set for every Spark JVM the suite starts, and ``JVM_ENV`` carries it into children started
+with a clean environment.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,17 +59,42 @@ what a command prints and does is the same with or without it)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Every JVM of the run starts from the class archive (built here once if missing).
+    """Every JVM of the run starts from the class archive (built here once if missing) and
+    keeps its temporary directories in one directory of the run's.
 
     In the controller (or a run without workers), before any worker or JVM starts: the
-    archive's options join ``SPARK_SUBMIT_OPTS`` (and :data:`JVM_ENV`), so children whose
-    ``HOME`` is not this one's use it too. ``TRIDENT_CLASS_CACHE=off`` leaves it out.
+    options join ``SPARK_SUBMIT_OPTS`` (and :data:`JVM_ENV`), so children whose ``HOME`` is
+    not this one's use them too. ``TRIDENT_CLASS_CACHE=off`` leaves the archive out.
     """
+    if hasattr(config, "workerinput"):
+        return
+    _jvm_temp_dir()
+    _class_archive()
+    JVM_ENV["SPARK_SUBMIT_OPTS"] = os.environ["SPARK_SUBMIT_OPTS"]
+
+
+_JVM_TMP: list[Path] = []
+"""The run's ``java.io.tmpdir`` (removed by :func:`pytest_unconfigure`)."""
+
+
+def _jvm_temp_dir() -> None:
+    """``-Djava.io.tmpdir`` of the JVMs: a directory removed when the run ends.
+
+    A JVM killed with SIGKILL (crash tests, `dagster dev` stopped by PID) runs no shutdown
+    hook, so the empty ``spark-*`` and ``artifacts-*`` directories it made would stay in /tmp.
+    """
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if "java.io.tmpdir=" in opts:
+        return
+    path = Path(tempfile.mkdtemp(prefix="trident-tests-jvm-"))
+    _JVM_TMP.append(path)
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} -Djava.io.tmpdir={path}".strip()
+
+
+def _class_archive() -> None:
     from trident_assets.errors import ConfigError
     from trident_assets.spark.class_cache import archive_options, archive_path, build_archive
 
-    if hasattr(config, "workerinput"):
-        return
     path = archive_path()
     if path is None:
         return
@@ -79,7 +107,12 @@ def pytest_configure(config: pytest.Config) -> None:
     opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if "SharedArchiveFile=" not in opts:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} {archive_options()}".strip()
-    JVM_ENV["SPARK_SUBMIT_OPTS"] = os.environ["SPARK_SUBMIT_OPTS"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's JVM temporary directory (every JVM of the run has stopped)."""
+    for path in _JVM_TMP:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
