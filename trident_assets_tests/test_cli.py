@@ -507,6 +507,32 @@ def test_a_global_state_reads_without_its_internal_key(tmp_path: Path, with_repl
     )
 
 
+def test_reads_from_the_replica_while_a_writer_holds_the_state_file(tmp_path: Path) -> None:
+    """A batch committing holds the DuckDB file; the CLI reads the replica and never waits."""
+    home = _global_home(tmp_path, with_replica=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(home / "state.duckdb")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        assert run("state", "get", "clicks", "total", "--format", "csv", home=home) == (
+            0,
+            "n\n7\n",
+            "",
+        )
+        assert run("state", "get", "clicks", "total", "--txid", "1", "--format", "csv", home=home)[
+            :2
+        ] == (0, "n\n3\n")
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
 def test_state_get_without_a_key_is_refused_for_a_keyed_state(home: Path) -> None:
     assert run("state", "get", "word_count", "word_counts", home=home) == (
         1,
