@@ -11,7 +11,9 @@ import threading
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -458,6 +460,33 @@ def test_a_short_file_is_opened_once_its_creator_has_written_it(db: Path, tmp_pa
             assert store.tables() == []
     finally:
         creator.join()
+
+
+def test_a_file_completed_while_duckdb_read_it_is_opened_again(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The creator finishes between DuckDB reading the empty file and the store looking at
+    its size: the file is whole by then, and is opened again rather than refused."""
+    db.touch()
+    made = tmp_path / "made.duckdb"
+    DuckDBStore(made).close()
+    real_connect = duckdb.connect
+    attempts: list[int] = []
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(db.stat().st_size)
+        try:
+            return real_connect(*args, **kwargs)
+        finally:
+            if len(attempts) == 1:
+                os.replace(made, db)  # the creator's last write lands now
+
+    monkeypatch.setattr(duckdb, "connect", connect)
+    with DuckDBStore(db, lock_timeout_s=0) as store:
+        assert store.tables() == []
+    assert attempts[0] == 0
+    assert attempts[1] >= HEADER_BYTES
+    assert len(attempts) == 2
 
 
 def test_a_stray_short_file_is_refused_after_the_grace_and_left_alone(db: Path) -> None:

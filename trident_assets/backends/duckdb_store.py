@@ -116,7 +116,8 @@ CREATION_GRACE_S = 2.0
 DuckDB refuses a file that exists without its headers. Another process that is creating the
 file has made it but not yet written them (two processes opening one new state file at
 once), so such a file is opened again until the grace ends; a stray short file is then
-refused.
+refused. A file that was short before an attempt and is whole after it (its creator finished
+while DuckDB read it) is opened again too.
 """
 
 RESTORE_HINT = "Restore the last backup with `trident state restore BACKUP` (README, Guarantees)"
@@ -165,6 +166,7 @@ def _connect(
     deadline = start + timeout_s
     delay = 0.05
     while True:
+        before = _file_size(path)
         try:
             return duckdb.connect(path, read_only=read_only, config=config)
         except (duckdb.ParserException, duckdb.InvalidInputException) as exc:
@@ -175,7 +177,8 @@ def _connect(
         except duckdb.IOException as exc:
             if _NOT_A_DATABASE_MARKER in str(exc):
                 size = _file_size(path)
-                if size < HEADER_BYTES and time.monotonic() < start + CREATION_GRACE_S:
+                short = min(before, size) < HEADER_BYTES  # when DuckDB read it, or now
+                if short and time.monotonic() < start + CREATION_GRACE_S:
                     time.sleep(0.02)  # perhaps another process is creating it
                     continue
                 raise StateLayoutError(_not_a_database(path, size)) from exc
