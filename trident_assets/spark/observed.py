@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
     from trident_assets.stream.graph import Node
 
-__all__ = ["RECORD_COLUMNS", "Observed", "count_dead", "observed_frame"]
+__all__ = ["RECORD_COLUMNS", "Observed", "count_dead", "observed_frame", "observed_metrics"]
 
 RECORD_COLUMNS = ("topic", "partition", "offset")
 """The raw record's columns a ``keep`` list copies, in its order."""
@@ -62,6 +62,32 @@ def count_dead(run: BatchRun, observed: Observed) -> None:
     """After the first action over an :func:`observed_frame` DataFrame: its spout's dead letters.
 
     ``BatchRun.prepare`` fetches the spout's dead letters only when there are any.
+    Adaptive execution may drop the observed node (see :func:`observed_metrics`): the count
+    is then unknown, and the spout's dead letters are fetched by a job of their own.
     """
     sid, observation = observed
-    run.counted_dead[sid] = int(observation.get["dead"])
+    metrics = observed_metrics(observation)
+    if metrics is not None:
+        run.counted_dead[sid] = int(metrics["dead"])
+
+
+def observed_metrics(observation: Any) -> dict[str, Any] | None:
+    """The metrics an ``Observation`` received from its first action, or None if it got none.
+
+    Spark's adaptive execution replaces a stage whose input turned out empty with an empty
+    relation, the observed node with it: a batch whose records all failed to decode leaves
+    the good tuples' plan empty, and its observation without metrics (Spark raises an
+    ``AssertionError`` from ``Observation.get``). None then: the caller counts another way.
+    Call it after the action that the observation rides on.
+    """
+    from pyspark.errors import PySparkAssertionError
+
+    jo = getattr(observation, "_jo", None)  # classic PySpark: the JVM's Observation
+    if jo is not None:
+        return None if jo.getRow().length() == 0 else observation.get
+    try:  # Spark Connect: an observation the server never reported has no result
+        return observation.get
+    except PySparkAssertionError as exc:
+        if exc.getCondition() == "NO_OBSERVE_BEFORE_GET":
+            return None
+        raise

@@ -56,6 +56,7 @@ from trident_assets.spark.kernel_plan import (
     kernel_unavailable,
 )
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
+from trident_assets.spark.observed import observed_metrics
 from trident_assets.spark.outcomes import Prepared
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import spillable
@@ -286,8 +287,10 @@ class PipelinedRun(NodeFrames):
         def run() -> dict[int, pa.Table]:
             if counted and sum(counted) == 0:
                 return split_by_txid(none, self.txids)
-            if observed and not counted and observation.get["dead"] == 0:
-                return split_by_txid(none, self.txids)
+            if observed and not counted:
+                metrics = observed_metrics(observation)  # None: unknown, fetched below
+                if metrics is not None and metrics["dead"] == 0:
+                    return split_by_txid(none, self.txids)
             return split_by_txid(dead.toArrow(), self.txids)
 
         return run

@@ -40,6 +40,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.planner import all_nodes
 from trident_assets.spark.aggregation import NULLS_COLUMN, VALUES_COLUMN, skips_nulls
 from trident_assets.spark.node_frames import empty_arrow
+from trident_assets.spark.observed import observed_metrics
 from trident_assets.spark.scoped_conf import read_conf
 from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.stream.event_windows import EVENT_WINDOW
@@ -231,7 +232,8 @@ def _write_files(
     else:
         writer.partitionBy(TXID_COLUMN).parquet(str(target))
         dirs = [target / f"{TXID_COLUMN}={i}" for i in range(tags)]
-    rows = observation.get
+    # no metrics: adaptive execution dropped the observed node, as it does when df is empty
+    rows = observed_metrics(observation) or {}
     return [
         SpilledPartials(
             files=tuple(sorted(str(f) for f in d.glob("*.parquet"))),
