@@ -7,12 +7,17 @@ writes too). Errors are one ``error: ...`` line on stderr with exit code 1; usag
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from trident_assets.cli_common import DEFAULT_HOME, HomeOption, cli_errors, require_home
+from trident_assets.cli_common import (
+    DEFAULT_HOME,
+    HomeOption,
+    cli_errors,
+    find_module,
+    require_home,
+)
 from trident_assets.cli_outputs import dead_letters, outputs
 from trident_assets.cli_quarantine import quarantine_app
 from trident_assets.cli_state import state_app
@@ -47,12 +52,17 @@ def demo(
     """Run word count through Dagster, crash a batch mid-commit, replay it, check exactly-once.
 
     The demo writes into HOME (the default home, so `trident state ...` reads it next); it
-    refuses a HOME with data it did not write. Dagster and Spark logs go to HOME/demo.log.
+    refuses a HOME with data it did not write, and a HOME `trident ui` (or another demo) is
+    using. Dagster and Spark logs go to HOME/demo.log. Ctrl-C stops it with exit code 130.
     """
     from trident_assets.demo import run_demo
 
-    with cli_errors():
-        ok = run_demo(home, sentences, batch_size, kill_txid, verbose=verbose)
+    try:
+        with cli_errors():
+            ok = run_demo(home, sentences, batch_size, kill_txid, verbose=verbose)
+    except KeyboardInterrupt as stop:
+        typer.echo(str(stop) or "trident demo interrupted", err=True)
+        raise typer.Exit(130) from None
     if not ok:
         raise typer.Exit(1)
 
@@ -82,10 +92,11 @@ def ui(
         typer.Option(
             "--module",
             "-m",
+            envvar="TRIDENT_MODULE",
             help="A code location module of yours (e.g. my_pkg.defs, importable from this "
-            "directory) defining `defs = trident_definitions(...)`; repeat for several. "
-            "Replaces the built-in examples; add --module trident_assets.definitions to keep "
-            "them.",
+            "directory or installed) defining `defs = trident_definitions(...)`; repeat for "
+            "several. Replaces the built-in examples; add --module trident_assets.definitions "
+            "to keep them.",
         ),
     ] = None,
 ) -> None:
@@ -99,7 +110,7 @@ def ui(
     Connect server started first (log HOME/spark-connect.log) and stopped with the UI.
     Ctrl-C (or SIGTERM) stops both.
     """
-    from trident_assets.ui import check_modules, serve_ui
+    from trident_assets.ui import serve_ui
 
     if spark_remote is not None and not spark_remote.startswith("sc://"):
         typer.echo(
@@ -110,8 +121,7 @@ def ui(
         raise typer.Exit(2)
     with cli_errors():
         require_home(home)
-        modules = list(dict.fromkeys(module or []))
-        check_modules(modules, Path.cwd().resolve())
+        modules = [find_module(m) for m in dict.fromkeys(module or [])]
         code = serve_ui(
             home,
             port,

@@ -1,4 +1,4 @@
-"""What every ``trident`` command shares: ``--home``, ``--format``, the error style, state access.
+"""What every ``trident`` command shares: ``--home``, ``--format``, ``--module``, errors, state.
 
 Errors: a :class:`~trident_assets.errors.TridentError` (bad input, a missing home, topology or
 state, a locked or foreign state file) is printed as one ``error: ...`` line on stderr and
@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import csv
 import enum
+import importlib
+import importlib.util
 import json
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,15 +28,25 @@ from rich.table import Table
 
 from trident_assets.errors import ConfigError, StoreLockedError, TridentError
 
+if TYPE_CHECKING:
+    from trident_assets.stream.topology import TridentTopology
+
 __all__ = [
     "DEFAULT_HOME",
+    "DEFAULT_MODULE",
+    "CodeLocation",
     "DatabaseOption",
     "Format",
     "FormatOption",
     "HomeOption",
+    "ModulesOption",
     "WaitOption",
     "cli_errors",
+    "code_location",
     "emit",
+    "find_module",
+    "import_module",
+    "module_topologies",
     "open_state",
     "refuse_dsn",
     "require_home",
@@ -67,6 +81,147 @@ WaitOption = Annotated[
         min=0,
     ),
 ]
+
+
+DEFAULT_MODULE = "trident_assets.examples.topologies"
+"""The code location of commands given no ``--module``: the built-in examples' topologies."""
+
+ModulesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--module",
+        "-m",
+        envvar="TRIDENT_MODULE",
+        help="A code location module declaring your topologies (e.g. my_pkg.defs), importable "
+        "from the current directory or installed; repeat for several. Default: the built-in "
+        "examples.",
+    ),
+]
+
+
+def find_module(name: str) -> str:
+    """Check that module ``name`` is importable, as ``dagster dev -m`` finds it; return it.
+
+    The current directory is importable (put first on ``sys.path``, as ``python -m`` does),
+    then the installed packages. The module is not imported.
+
+    Raises:
+        ConfigError: ``name`` is not a module name, or no such module can be found.
+    """
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        msg = f"--module {name!r} is not a Python module name (e.g. my_pkg.defs)"
+        raise ConfigError(msg)
+    cwd = str(Path.cwd().resolve())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+        importlib.invalidate_caches()
+    try:
+        spec = importlib.util.find_spec(name)
+    except ImportError:  # a parent package is missing
+        spec = None
+    if spec is None:
+        msg = (
+            f"--module {name!r}: no such module importable from {cwd} (run trident in the "
+            "directory that holds it, or install it)"
+        )
+        raise ConfigError(msg)
+    return name
+
+
+def import_module(name: str) -> ModuleType:
+    """Import code location module ``name`` (found as :func:`find_module` says).
+
+    Raises:
+        ConfigError: no such module, or importing it failed (the message has the error).
+    """
+    find_module(name)
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # the user's code failed to import: say how
+        msg = f"cannot import module {name!r}: {type(exc).__name__}: {exc}"
+        raise ConfigError(msg) from exc
+
+
+def module_topologies(name: str) -> dict[str, TridentTopology]:
+    """The topologies among module ``name``'s module-level values (or lists of them), by name.
+
+    Raises:
+        ConfigError: the module cannot be found or imported.
+    """
+    from trident_assets.stream.topology import TridentTopology
+
+    module = import_module(name)
+    found: dict[str, TridentTopology] = {}
+    for value in vars(module).values():
+        # exact lists/tuples only: Dagster's @record Definitions (a tuple subclass) and other
+        # sequences refuse iteration or are not collections of topologies
+        values = list(value) if type(value) in (list, tuple) else [value]
+        for item in values:
+            if isinstance(item, TridentTopology):
+                found[item.name] = item
+    return found
+
+
+@dataclass(frozen=True)
+class CodeLocation:
+    """The code location modules a command was given (or the default), and their topologies.
+
+    ``given``: the user named the modules (``--module`` or ``TRIDENT_MODULE``); without them
+    the default (the built-in examples) only vouches for the topologies it declares.
+    """
+
+    modules: tuple[str, ...]
+    given: bool
+    topologies: dict[str, TridentTopology]
+
+    @property
+    def where(self) -> str:
+        """The modules, for messages: ``module a`` or ``modules a, b``."""
+        if len(self.modules) == 1:
+            return f"module {self.modules[0]}"
+        return f"modules {', '.join(self.modules)}"
+
+    def declared_states(self) -> dict[str, set[str]]:
+        """Per topology declared, the names of its states."""
+        return {
+            name: set(topo.states) | set(topo.static_states)
+            for name, topo in self.topologies.items()
+        }
+
+    def topology(self, name: str) -> TridentTopology:
+        """The declared topology ``name``.
+
+        Raises:
+            ConfigError: none of the modules declares it (the message lists those declared).
+        """
+        if name not in self.topologies:
+            verb = "declares" if len(self.modules) == 1 else "declare"
+            declared = ", ".join(sorted(self.topologies)) or "none"
+            msg = (
+                f"{self.where} {verb} no topology {name!r} (declared: {declared}); pass "
+                "--module with the code location that declares it"
+            )
+            raise ConfigError(msg)
+        return self.topologies[name]
+
+
+def code_location(modules: Sequence[str] | None) -> CodeLocation:
+    """The code location of ``--module`` values ``modules`` (none: :data:`DEFAULT_MODULE`).
+
+    Every command that takes ``--module`` resolves it here: each module is found from the
+    current directory, then the installed packages (:func:`find_module`), and imported; the
+    first module declaring a topology name wins.
+
+    Raises:
+        ConfigError: a module cannot be found or imported.
+    """
+    names = tuple(dict.fromkeys(modules or ()))
+    given = bool(names)
+    found: dict[str, TridentTopology] = {}
+    for name in names or (DEFAULT_MODULE,):
+        for topology, topo in module_topologies(name).items():
+            found.setdefault(topology, topo)
+    return CodeLocation(names or (DEFAULT_MODULE,), given, found)
 
 
 class Format(enum.StrEnum):

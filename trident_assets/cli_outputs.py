@@ -24,14 +24,14 @@ from trident_assets.cli_common import (
 )
 from trident_assets.cli_state import topologies
 from trident_assets.errors import ConfigError
-from trident_assets.names import validate_identifier
+from trident_assets.names import DEAD_LETTERS_TABLE, validate_identifier
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
 
 __all__ = ["dead_letters", "outputs"]
 
-DEAD_LETTERS_TABLE = "_trident_dead_letters"
+DEAD_LETTERS_TABLE = DEAD_LETTERS_TABLE
 """Written by the batch executor (``spark/executor.py``) in each batch's commit."""
 _OUTPUT_INFIX = "__out_"
 

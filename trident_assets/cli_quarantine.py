@@ -9,7 +9,6 @@ topology, or list of them, counts). What they commit is recorded in Dagster's in
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,24 +17,27 @@ import typer
 
 from trident_assets.cli_common import (
     DEFAULT_HOME,
+    DEFAULT_MODULE,
     DatabaseOption,
     Format,
     FormatOption,
     HomeOption,
+    ModulesOption,
     WaitOption,
     cli_errors,
+    code_location,
     emit,
+    module_topologies,
     open_state,
     require_home,
 )
 from trident_assets.console import engine_logs_to
-from trident_assets.errors import ConfigError
 
 if TYPE_CHECKING:
     from trident_assets.spark.executor import BatchOutcome, TopologyRunner
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["DEFAULT_MODULE", "ModuleOption", "find_topology", "module_topologies", "quarantine_app"]
+__all__ = ["DEFAULT_MODULE", "module_topologies", "quarantine_app"]
 
 quarantine_app = typer.Typer(
     help="Poison batches set aside (their offset ranges and error) and their replay.",
@@ -44,70 +46,26 @@ quarantine_app = typer.Typer(
 
 COLUMNS = ["topology", "txid", "spout", "ranges", "records", "error", "quarantined_at",
            "replayed_txid"]  # fmt: skip
-ModuleOption = Annotated[
-    str,
-    typer.Option(
-        "--module",
-        envvar="TRIDENT_MODULE",
-        help="Module defining the topology (module-level topologies or lists of them).",
-    ),
-]
-DEFAULT_MODULE = "trident_assets.examples.topologies"
 LOG_FILE = "cli.log"
 """Where ``add`` and ``replay`` write Spark's logs (in HOME)."""
 
 
-def module_topologies(module_name: str) -> dict[str, TridentTopology]:
-    """The topologies among ``module_name``'s module-level values (or lists of them), by name.
-
-    Raises:
-        ConfigError: the module cannot be imported.
-    """
-    from trident_assets.stream.topology import TridentTopology
-
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        msg = f"cannot import module {module_name!r} ({exc}); pass --module MODULE"
-        raise ConfigError(msg) from None
-    found: dict[str, TridentTopology] = {}
-    for value in vars(module).values():
-        # exact lists/tuples only: Dagster's @record Definitions (a tuple subclass) and other
-        # sequences refuse iteration or are not collections of topologies
-        values = list(value) if type(value) in (list, tuple) else [value]
-        for item in values:
-            if isinstance(item, TridentTopology):
-                found[item.name] = item
-    return found
-
-
-def find_topology(name: str, module_name: str) -> TridentTopology:
-    """The topology called ``name`` among ``module_name``'s module-level values.
-
-    Raises:
-        ConfigError: the module cannot be imported or defines no such topology.
-    """
-    found = module_topologies(module_name)
-    if name not in found:
-        names = ", ".join(sorted(found)) or "none"
-        msg = f"module {module_name} defines no topology {name!r}; it defines: {names}"
-        raise ConfigError(msg)
-    return found[name]
-
-
-def _run(home: Path, topology: str, module: str, work: Any, database: str | None = None) -> Any:
+def _run(
+    home: Path, topology: str, modules: list[str] | None, work: Any, database: str | None = None
+) -> Any:
     """Open ``topology``'s runner over HOME (Spark, the store, the replica) and call ``work``.
 
     ``database``: the state store (a DuckDB file or a ``postgresql://`` DSN; default
     ``<home>/state.duckdb``).
     """
+    require_home(home)
+    os.environ.setdefault("TRIDENT_HOME", str(home))
+    topo = code_location(modules).topology(topology)  # before Spark and Dagster are imported
+
     from trident_assets.backends.postgres_config import is_postgres_dsn
     from trident_assets.dagster.resources import TridentResource
     from trident_assets.spark.executor import TopologyRunner
 
-    require_home(home)
-    os.environ.setdefault("TRIDENT_HOME", str(home))
-    topo = find_topology(topology, module)
     if database is not None and is_postgres_dsn(database):
         trident = TridentResource(home=str(home), state_dsn=database)
     else:
@@ -177,7 +135,7 @@ def add(
         str, typer.Option(help="Why (kept with the ranges).")
     ] = "set aside by operator",
     home: HomeOption = DEFAULT_HOME,
-    module: ModuleOption = DEFAULT_MODULE,
+    module: ModulesOption = None,
     database: DatabaseOption = None,
 ) -> None:
     """Set TXID aside: commit it with no state change, its ranges kept in the quarantine."""
@@ -196,7 +154,7 @@ def replay(
         int | None, typer.Option("--txid", min=1, help="This quarantined txid (default: all).")
     ] = None,
     home: HomeOption = DEFAULT_HOME,
-    module: ModuleOption = DEFAULT_MODULE,
+    module: ModulesOption = None,
     database: DatabaseOption = None,
 ) -> None:
     """Process quarantined records, each quarantined txid as the topology's next txid."""

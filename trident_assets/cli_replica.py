@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from trident_assets.backends.duckdb_store import quiet_connect
 from trident_assets.backends.replica import Replica
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
@@ -226,7 +226,7 @@ def output_rows(
         chosen = list(files.values())
     if not chosen:
         return _empty_like(files[high]), low, high
-    with duckdb.connect() as conn:
+    with quiet_connect() as conn:
         data = conn.sql(
             "SELECT * FROM read_parquet(?, union_by_name = true)",
             params=[[str(f) for f in chosen]],
@@ -267,7 +267,7 @@ def dead_letter_rows(
             files += [f for f in sorted(folder.glob("*.parquet")) if int(f.stem) <= last]
     if not files:
         return [], 0
-    with duckdb.connect() as conn:
+    with quiet_connect() as conn:
         conn.register(
             "dead",
             conn.sql(
@@ -275,10 +275,10 @@ def dead_letter_rows(
                 params=[[str(f) for f in files]],
             ).to_arrow_table(),
         )
-        total = conn.execute("SELECT count(*) FROM dead").fetchone()
-        rows = conn.execute(
+        total = conn.sql("SELECT count(*) FROM dead").fetchall()[0][0]
+        rows = conn.sql(
             'SELECT topology, txid, spout, topic, partition, "offset", reason FROM dead '
             'ORDER BY txid DESC, topic, partition, "offset" DESC LIMIT ?',
-            [n],
-        ).fetch_arrow_table()
-    return rows.to_pylist(), int(total[0]) if total else 0
+            params=[n],
+        ).to_arrow_table()
+    return rows.to_pylist(), int(total)

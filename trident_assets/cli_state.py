@@ -1,4 +1,4 @@
-"""``trident state list|scan|get|backup|restore|drop``: read persisted states; back them up.
+"""``trident state list|scan|get|backup|restore|accept-lost-commits|drop``: read, back up states.
 
 The state file is opened read-only, so reading never blocks another reader; while a writer
 (a running batch) holds the file, a read fails at once, or waits ``--wait`` seconds. Errors
@@ -22,15 +22,16 @@ from trident_assets.cli_common import (
     Format,
     FormatOption,
     HomeOption,
+    ModulesOption,
     WaitOption,
     cli_errors,
+    code_location,
     emit,
     open_state,
     refuse_dsn,
     require_home,
     state_path,
 )
-from trident_assets.cli_quarantine import DEFAULT_MODULE
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
 from trident_assets.names import validate_identifier
 
@@ -150,18 +151,46 @@ MAP_KINDS = ("opaque", "transactional", "plain")
 
 
 def _list_rows(store: StateStore) -> list[dict[str, Any]]:
-    """One row per stored state: map states from the catalog, joins, contract-only states."""
+    """One row per stored state: map states, joins, windows, event windows, contract-only.
+
+    ``keys``: a map's keys, a join's pending entries, the rows a Trident window's open windows
+    hold, an event-window state's windows (final and open).
+    """
     from trident_assets.backends.map_layout import quote_ident
     from trident_assets.backends.state_contracts import stored_contracts
     from trident_assets.backends.state_drop import stored_states
+    from trident_assets.backends.window_store import stored_windows
 
     last = store.scopes()
     contracts = {(c.topology, c.state): c for c in stored_contracts(store)}
+    windows = {(w.topology, w.state): w for w in stored_windows(store)}
     rows: list[dict[str, Any]] = []
     for states in stored_states(store).values():
         for found in states.values():
             contract = contracts.get((found.topology, found.state))
             layout = store.layout(found.table) if found.kind in MAP_KINDS else None
+            window = windows.get((found.topology, found.state))
+            if window is not None and store.has_table(window.table):
+                # an event-window state: its windows, open and final
+                tables = [window.table] + (
+                    [window.finals_table] if store.has_table(window.finals_table) else []
+                )
+                keys = sum(
+                    int(store.fetch_rows(f"SELECT count(*) FROM {quote_ident(t)}")[0][0])
+                    for t in tables
+                )
+                rows.append(
+                    {
+                        "topology": found.topology,
+                        "state": found.state,
+                        "kind": "event_window",
+                        "key_columns": ",".join(window.key_fields),
+                        "value_type": contract.value_type if contract is not None else None,
+                        "keys": keys,
+                        "last_txid": last.get(found.topology),
+                    }
+                )
+                continue
             if layout is not None:
                 keys: int | None = store.size(found.table)
                 key_columns, value_type = ",".join(layout.key_columns), layout.value_type
@@ -187,76 +216,20 @@ def _list_rows(store: StateStore) -> list[dict[str, Any]]:
     return rows
 
 
-CodeLocationsOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--module",
-        envvar="TRIDENT_MODULE",
-        help="Code location module(s) declaring the topologies (repeat for several; default "
-        f"{DEFAULT_MODULE}).",
-    ),
-]
-
-
-def declared_topology(name: str, modules: list[str] | None) -> Any:
-    """Topology ``name`` as the ``--module`` code locations declare it.
-
-    Raises:
-        ConfigError: a module cannot be imported, or none of them declares ``name``.
-    """
-    from trident_assets.cli_quarantine import module_topologies
-
-    names = modules or [DEFAULT_MODULE]
-    found: dict[str, Any] = {}
-    for module_name in names:
-        for topology, topo in module_topologies(module_name).items():
-            found.setdefault(topology, topo)
-    if name not in found:
-        where = (
-            f"module {names[0]} declares"
-            if len(names) == 1
-            else f"modules {', '.join(names)} declare"
-        )
-        declared = ", ".join(sorted(found)) or "none"
-        msg = (
-            f"{where} no topology {name!r} (declared: {declared}); pass --module with the "
-            "code location that declares it"
-        )
-        raise ConfigError(msg)
-    return found[name]
-
-
-def declared_states(modules: list[str] | None) -> tuple[str, dict[str, set[str]]]:
-    """The code location's name for messages, and per topology it declares, its states.
-
-    ``modules``: the ``--module`` values (None or empty: the built-in examples).
-
-    Raises:
-        ConfigError: a module cannot be imported.
-    """
-    from trident_assets.cli_quarantine import module_topologies
-
-    names = modules or [DEFAULT_MODULE]
-    declared: dict[str, set[str]] = {}
-    for name in names:
-        for topology, topo in module_topologies(name).items():
-            declared.setdefault(topology, set()).update(topo.states, topo.static_states)
-    where = f"module {names[0]}" if len(names) == 1 else f"modules {', '.join(names)}"
-    return where, declared
-
-
 @state_app.command("list")
 def state_list(
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
-    module: CodeLocationsOption = None,
+    module: ModulesOption = None,
 ) -> None:
     """List topologies and their states: kind, key columns, key count, last txid, orphaned.
 
     A stored state that no topology of code location --module declares is ``orphaned``
-    (renamed or removed from its declaration); `trident state drop` removes it.
+    (renamed or removed from its declaration); `trident state drop` removes it. Without
+    --module (or TRIDENT_MODULE), the built-in examples only vouch for the topologies they
+    declare: the states of any other topology are ``unknown``.
     """
     with cli_errors():
         store = open_state(home, database, wait)
@@ -264,10 +237,17 @@ def state_list(
             rows = _list_rows(store)
         finally:
             store.close()
-        where, declared = declared_states(module)
-    orphans = []
+        location = code_location(module)
+    declared = location.declared_states()
+    orphans: list[str] = []
+    unknown: list[str] = []
     for row in rows:
-        orphaned = row["state"] not in declared.get(row["topology"], set())
+        states = declared.get(row["topology"])
+        if states is None and not location.given:
+            row["orphaned"] = "unknown"
+            unknown.append(row["topology"])
+            continue
+        orphaned = row["state"] not in (states or set())
         row["orphaned"] = "yes" if orphaned else "no"
         if orphaned:
             orphans.append(f"{row['topology']}.{row['state']}")
@@ -277,9 +257,19 @@ def state_list(
     emit(rows, columns, fmt, f"states in {store.path}")
     if orphans:
         typer.echo(
-            f"orphaned (declared by no topology in {where}): {', '.join(orphans)}. "
+            f"orphaned (declared by no topology in {location.where}): {', '.join(orphans)}. "
             "Remove one with `trident state drop TOPOLOGY STATE`, or pass --module with the "
             "module that declares it",
+            err=True,
+        )
+    if unknown:
+        names = list(dict.fromkeys(unknown))
+        which = f"topolog{'y' if len(names) == 1 else 'ies'} {', '.join(names)}"
+        typer.echo(
+            f"orphaned unknown: cannot tell whether the states of {which} are still declared "
+            f"(no --module given; the built-in examples, {location.where}, do not declare "
+            f"{'it' if len(names) == 1 else 'them'}). Pass --module MODULE (or set "
+            "TRIDENT_MODULE) with the code location that declares them",
             err=True,
         )
 
@@ -307,18 +297,29 @@ def state_scan(
 
     with cli_errors():
         replica = home_replica(home, database)
+        windows = None
         if replica is not None:
-            ref: Any = find_published(replica, topology, state)
-            data, at = read_state(replica, ref, txid)
+            try:
+                ref: Any = find_published(replica, topology, state)
+            except ConfigError:
+                windows = _event_windows_instead(home, database, wait, topology, state, txid)
+            else:
+                data, at = read_state(replica, ref, txid)
         else:
             store = open_state(home, database, wait)
             try:
-                ref = find_state(store, topology, state)
-                _check_txid(store, ref, txid)
-                data = store.scan(ref.layout.table, as_of=txid)
-                at = txid if txid is not None else store.last_committed(topology)
+                ref = _find_state_or_none(store, topology, state)
+                if ref is not None:
+                    _check_txid(store, ref, txid)
+                    data = store.scan(ref.layout.table, as_of=txid)
+                    at = txid if txid is not None else store.last_committed(topology)
             finally:
                 store.close()
+            if ref is None:
+                windows = _event_windows_instead(home, database, wait, topology, state, txid)
+        if windows is not None:
+            windows.emit(limit or (20 if fmt is Format.table else None), fmt)
+            return
     rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
     rows.sort(key=_largest_first)
     shown = rows[: limit or (20 if fmt is Format.table else len(rows))]
@@ -327,6 +328,164 @@ def state_scan(
     if len(shown) < len(rows):
         title += f" (largest {len(shown)} shown)"
     _emit_state(shown, data.column_names, ref, _namer(home, database, replica), fmt, title)
+
+
+@dataclass(frozen=True)
+class _EventWindows:
+    """An event-window state's windows as read from the store: final ones, then open ones."""
+
+    topology: str
+    state: str
+    key_fields: tuple[str, ...]
+    value: str
+    rows: list[dict[str, Any]]
+    """Key fields, window_start, window_end, the value, ``final``, ``final_txid``."""
+    finals: int
+    txid: int | None
+    last: int | None
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns printed."""
+        return [*self.key_fields, "window_start", "window_end", self.value, "final", "final_txid"]
+
+    def _title(self, rows: list[dict[str, Any]], shown: int) -> str:
+        finals = sum(1 for r in rows if r["final"])
+        if self.txid is not None:
+            title = (
+                f"{self.topology}.{self.state}: {finals} final windows as of txid {self.txid} "
+                "(open windows are shown without --txid only)"
+            )
+        else:
+            title = (
+                f"{self.topology}.{self.state}: {finals} final windows, {len(rows) - finals} "
+                f"open (not final yet: their values may still change), last committed txid "
+                f"{self.last}"
+            )
+        if shown < len(rows):
+            title += f" ({shown} shown)"
+        return title
+
+    def emit(self, limit: int | None, fmt: Format) -> None:
+        """Print the windows (the first ``limit``; None: all)."""
+        shown = self.rows[:limit] if limit is not None else self.rows
+        emit(shown, self.columns, fmt, self._title(self.rows, len(shown)))
+
+    def emit_key(self, key: list[str], fmt: Format) -> None:
+        """Print the windows of ``key`` (one value per key field).
+
+        Raises:
+            ConfigError: the wrong number of values, or the key has no window.
+        """
+        if len(key) != len(self.key_fields):
+            msg = (
+                f"state {self.state!r} of {self.topology!r} has {len(self.key_fields)} key "
+                f"column(s) ({', '.join(self.key_fields)}); got {len(key)} value(s): {key}"
+            )
+            raise ConfigError(msg)
+        rows = [
+            r
+            for r in self.rows
+            if all(str(r[f]) == v for f, v in zip(self.key_fields, key, strict=True))
+        ]
+        if not rows:
+            at = f" as of txid {self.txid}" if self.txid is not None else ""
+            msg = f"key {' '.join(key)!r} has no window in {self.topology}.{self.state}{at}"
+            raise ConfigError(msg)
+        emit(rows, self.columns, fmt, self._title(rows, len(rows)))
+
+
+def _find_state_or_none(store: StateStore, topology: str, state: str) -> StateRef | None:
+    """:func:`find_state`, or None when the store holds an event-window ``state`` instead."""
+    from trident_assets.backends.window_store import stored_windows
+
+    try:
+        return find_state(store, topology, state)
+    except ConfigError:
+        if any((w.topology, w.state) == (topology, state) for w in stored_windows(store)):
+            return None
+        raise
+
+
+def _event_windows_instead(
+    home: Path, database: str | None, wait: float, topology: str, state: str, txid: int | None
+) -> _EventWindows:
+    """``state`` is no map state: read it as an event-window state, else re-raise the error.
+
+    Call in the ``except`` of the failed lookup, or after :func:`_find_state_or_none` found
+    an event window. With a replica, the store is opened only if the replica publishes
+    ``state``'s finals (so a misspelt name never waits for a running batch).
+    """
+    import sys
+
+    from trident_assets.cli_replica import home_replica
+
+    failed = sys.exc_info()[1]
+    replica = home_replica(home, database)
+    if replica is not None:
+        try:
+            replica.appended_files(f"{topology}__{state}__finals", topology)
+        except (ConfigError, StateLayoutError):
+            if failed is not None:
+                raise failed from None
+            raise
+    windows = _event_windows(home, database, wait, topology, state, txid)
+    if windows is None:
+        if failed is not None:
+            raise failed
+        msg = f"topology {topology!r} has no state {state!r}"
+        raise ConfigError(msg)
+    return windows
+
+
+def _event_windows(
+    home: Path,
+    database: str | None,
+    wait: float,
+    topology: str,
+    state: str,
+    txid: int | None,
+) -> _EventWindows | None:
+    """``topology``'s event-window ``state`` read from the state store; None if it has none.
+
+    The open windows live in the state store only (the replica publishes the finals), so
+    both are read from the store, read-only. With ``txid``: the windows final once it
+    committed.
+
+    Raises:
+        ConfigError: ``txid`` is not committed.
+    """
+    from trident_assets.backends.window_store import read_finals, read_open, stored_windows
+
+    validate_identifier(topology, "topology")
+    validate_identifier(state, "state")
+    store = open_state(home, database, wait)
+    try:
+        found = next(
+            (w for w in stored_windows(store) if (w.topology, w.state) == (topology, state)),
+            None,
+        )
+        if found is None:
+            return None
+        last = store.last_committed(topology)
+        if txid is not None and (last is None or txid > last):
+            done = "nothing is committed yet" if last is None else f"the last is {last}"
+            msg = f"txid {txid} of topology {topology!r} is not committed: {done}"
+            raise ConfigError(msg)
+        finals = read_finals(store, found)
+        opened = read_open(store, found) if txid is None else []
+    finally:
+        store.close()
+    if txid is not None:
+        finals = [r for r in finals if r["final_txid"] <= txid]
+    fixed = {*found.key_fields, "window_start", "window_end", "final_txid", "txid", "final"}
+    sample = finals[0] if finals else opened[0] if opened else {}
+    value = next((c for c in sample if c not in fixed), "value")
+    rows = [{**r, "final": True} for r in finals]
+    rows += [{**r, "final": False, "final_txid": None} for r in opened]
+    order = [*found.key_fields, "window_start"]
+    rows.sort(key=lambda r: tuple((r[c] is None, r[c]) for c in order))
+    return _EventWindows(topology, state, found.key_fields, value, rows, len(finals), txid, last)
 
 
 def _namer(home: Path, database: str | None, replica: Any) -> Any:
@@ -386,8 +545,14 @@ def state_get(
     omitted = not key
     with cli_errors():
         replica = home_replica(home, database)
+        try:
+            published = find_published(replica, topology, state) if replica else None
+        except ConfigError:
+            windows = _event_windows_instead(home, database, wait, topology, state, txid)
+            windows.emit_key(key or [], fmt)
+            return
         if replica is not None:
-            ref: Any = find_published(replica, topology, state)
+            ref: Any = published
             if omitted and not ref.is_global:
                 raise _not_global(topology, state, ref.key_columns)
             key = key or list(GLOBAL_KEY)
@@ -395,7 +560,12 @@ def state_get(
         else:
             store = open_state(home, database, wait)
             try:
-                ref = find_state(store, topology, state)
+                ref = _find_state_or_none(store, topology, state)
+                if ref is None:
+                    store.close()
+                    windows = _event_windows_instead(home, database, wait, topology, state, txid)
+                    windows.emit_key(key or [], fmt)
+                    return
                 if omitted and ref.layout.arity != 1:
                     raise _not_global(topology, state, ref.layout.key_columns)
                 key = key or list(GLOBAL_KEY)
@@ -499,6 +669,35 @@ def state_restore(
         typer.echo(f"  rebuilt the read replica {replica}")
 
 
+@state_app.command("accept-lost-commits")
+def state_accept_lost_commits(
+    home: HomeOption = DEFAULT_HOME,
+    database: DatabaseOption = None,
+    wait: LockWaitOption = 30.0,
+) -> None:
+    """Accept that the state file lost committed txids (a torn or deleted write-ahead log).
+
+    The store refuses to open while its file is behind its commit marker file
+    (<file>.commits). This makes the database's txids the committed ones: the lost txids run
+    again with the next batches. Restoring a backup (`trident state restore`) is the
+    alternative that keeps them.
+    """
+    from trident_assets.backends.marker_file import accept_lost_commits, lost_txids
+
+    with cli_errors():
+        refuse_dsn(database)
+        path = state_path(home, database)
+        lost = accept_lost_commits(path, lock_timeout_s=wait)
+    if not lost:
+        typer.echo(f"state file {path} lost no committed txid; nothing changed")
+        return
+    for topology, (db, txid) in lost.items():
+        typer.echo(
+            f"{topology}: accepted the loss of {lost_txids((db, txid))}; the state is at "
+            f"{'no txid' if db is None else f'txid {db}'}, txid {(db or 0) + 1} runs next"
+        )
+
+
 def _home_replica_root(home: Path, database: str | None) -> Path | None:
     """The replica a drop must update: ``<home>/replica`` of the home's own store, if any.
 
@@ -523,7 +722,7 @@ def state_drop(
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Drop without asking for confirmation.")
     ] = False,
-    module: CodeLocationsOption = None,
+    module: ModulesOption = None,
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
     wait: LockWaitOption = 30.0,
@@ -546,10 +745,21 @@ def state_drop(
             plan = plan_drop(store, topology, state, replica=replica)
         finally:
             store.close()
-        where, declared = declared_states(module)
+        location = code_location(module)
+        declared = location.declared_states()
+        if topology not in declared and not location.given:
+            msg = (
+                f"cannot tell whether state {state!r} of topology {topology!r} is still "
+                f"declared: no code location was given and the built-in examples "
+                f"({location.where}) do not declare topology {topology!r}. Nothing was "
+                "dropped. Pass --module MODULE (or set TRIDENT_MODULE) with the code location "
+                "that declares the topology"
+            )
+            raise ConfigError(msg)
         if state in declared.get(topology, set()):
             msg = (
-                f"state {state!r} of topology {topology!r} is still declared in {where}: "
+                f"state {state!r} of topology {topology!r} is still declared in "
+                f"{location.where}: "
                 "its next run would create it again, as a new state. Nothing was "
                 "dropped. Remove the state from the topology's declaration first (or pass "
                 "--module with the code location that no longer declares it)"
@@ -590,7 +800,7 @@ def state_rebuild(
     topology: Annotated[str, typer.Argument(help="Topology name.")],
     state: Annotated[str, typer.Argument(help="State name (a persistent_aggregate).")],
     home: HomeOption = DEFAULT_HOME,
-    module: CodeLocationsOption = None,
+    module: ModulesOption = None,
     database: DatabaseOption = None,
     leave_dependents: Annotated[
         bool,
@@ -617,12 +827,12 @@ def state_rebuild(
     from trident_assets.cli_quarantine import LOG_FILE
     from trident_assets.console import engine_logs_to
     from trident_assets.dagster.resources import TridentResource
-    from trident_assets.spark.backfill import rebuild_state
+    from trident_assets.spark.rebuild import rebuild_state
 
     with cli_errors():
         require_home(home)
         os.environ.setdefault("TRIDENT_HOME", str(home))
-        topo = declared_topology(topology, module)
+        topo = code_location(module).topology(topology)
         if database is not None and is_postgres_dsn(database):  # rebuild_state refuses it
             trident = TridentResource(home=str(home), state_dsn=database)
         else:

@@ -11,24 +11,36 @@
 
 Only the story is printed; Dagster's and Spark's logs go to ``<home>/demo.log`` (``verbose``
 prints them too). The home's Dagster instance is ``<home>/dagster`` with the shipped
-``dagster.yaml`` (telemetry off).
+``dagster.yaml`` (telemetry off). The demo holds the home's lock
+(:mod:`trident_assets.home_lock`) from before it empties the home until it ends: it is refused
+while ``trident ui`` (or another demo) uses the home. The runs the coordinator's decisions
+start are tagged as its sensor's (``dagster/sensor_name``: the UI shows them launched by
+``word_count_coordinator``), and every run of the demo ``trident/launched_by: trident demo``.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
+import os
 import random
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trident_assets.console import engine_logs_to
 from trident_assets.errors import ConfigError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
+from trident_assets.home_lock import LOCK_FILE, home_lock
 
 __all__ = ["DEMO_MARKER", "LOG_FILE", "run_demo"]
 
@@ -43,6 +55,7 @@ _DEMO_ENTRIES = (
     "log",
     "state.duckdb",
     "state.duckdb.wal",
+    "state.duckdb.commits",
     "replica",
     "status",
     "dagster",
@@ -52,6 +65,10 @@ _DEMO_ENTRIES = (
     "demo",
 )
 """What the demo (and what runs over its home) writes: all of it is replaced by a new demo."""
+LAUNCHED_BY_TAG = "trident/launched_by"
+"""Run tag of every run the demo executes: ``trident demo``."""
+SENSOR_NAME_TAG = "dagster/sensor_name"
+"""Dagster's run tag naming the sensor that requested a run (the UI: "launched by sensor")."""
 
 
 def _instance(home: Path) -> Any:
@@ -105,17 +122,17 @@ def crash_child(home: str, partition_key: str, tags_json: str, batch_size: int) 
     )
 
 
-def _prepare_home(home: Path) -> None:
-    """Empty the demo's entries of ``home``, refusing a home with data the demo did not write.
+def _check_home(home: Path) -> None:
+    """Refuse a ``home`` the demo may not replace; read only.
 
     Raises:
-        ConfigError: ``home`` holds other data (or is a file).
+        ConfigError: ``home`` holds data the demo did not write (or is a file).
     """
     if home.exists() and not home.is_dir():
         msg = f"trident home {home} is a file; pass --home DIR"
         raise ConfigError(msg)
     if home.is_dir() and not (home / DEMO_MARKER).exists():
-        foreign = sorted(p.name for p in home.iterdir() if p.name != "demo")
+        foreign = sorted(p.name for p in home.iterdir() if p.name not in ("demo", LOCK_FILE))
         if foreign:
             msg = (
                 f"trident home {home} holds data the demo did not write ({', '.join(foreign)}); "
@@ -123,6 +140,10 @@ def _prepare_home(home: Path) -> None:
                 "with another directory, or remove this one"
             )
             raise ConfigError(msg)
+
+
+def _prepare_home(home: Path) -> None:
+    """Empty the demo's entries of ``home`` (checked by :func:`_check_home`; its lock held)."""
     for name in _DEMO_ENTRIES:
         path = home / name
         if path.is_dir():
@@ -140,6 +161,67 @@ def _shown(path: Path) -> str:
         return str(path.resolve())
 
 
+def _demo_command(home: Path) -> str:
+    """The command that runs the demo over ``home`` again, pasted in this shell's directory."""
+    from trident_assets.cli_common import DEFAULT_HOME
+
+    default = home.resolve() == DEFAULT_HOME.resolve()
+    if os.environ.get("MAKELEVEL") and default:
+        return "make demo"
+    args = [_shown(Path(sys.executable).parent / "trident"), "demo"]
+    return shlex.join(args if default else [*args, "--home", _shown(home)])
+
+
+@dataclass
+class _Progress:
+    """What the demo is doing now (named when it is interrupted)."""
+
+    doing: str = "preparing its home"
+
+
+@contextlib.contextmanager
+def _sigint_check() -> Iterator[Callable[[], None]]:
+    """Yield a function that raises KeyboardInterrupt if a SIGINT arrived since the last call.
+
+    Dagster holds a SIGINT back while a run executes in this process and ends the run as
+    failed instead (``raise_on_error=False`` returns its result, it raises nothing): the
+    signal still reaches the wakeup file descriptor set here, which the function reads.
+    Off the main thread (no wakeup file descriptor can be set there) it never raises.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+
+    def check() -> None:
+        seen = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := reader.recv(512):
+                seen += chunk
+        if signal.SIGINT in seen:
+            raise KeyboardInterrupt
+
+    try:
+        yield check
+    finally:
+        signal.set_wakeup_fd(previous)
+        reader.close()
+        writer.close()
+
+
+def _interrupted(home: Path, doing: str) -> str:
+    """What to tell the user after a Ctrl-C while the demo was ``doing`` something."""
+    return (
+        f"trident demo interrupted while {doing}. Nothing committed is lost: every txid "
+        f"committed before stays committed in {_shown(home)} (a batch stopped before its "
+        f"commit changed nothing). Run `{_demo_command(home)}` to run the demo again (it "
+        "starts over)."
+    )
+
+
 def run_demo(
     home: Path,
     sentences: int = 20_000,
@@ -149,29 +231,51 @@ def run_demo(
 ) -> bool:
     """Run the demo in ``home``; return True if the exactly-once check passed.
 
+    The home's lock is held throughout (:mod:`trident_assets.home_lock`).
+
     Raises:
         ConfigError: ``home`` holds data the demo did not write.
+        HomeLockedError: ``trident ui`` or another demo uses ``home``; nothing was changed.
+        KeyboardInterrupt: interrupted (Ctrl-C, also while a run executes); its message says
+            what was interrupted, that nothing committed is lost and how to run the demo again.
     """
     from rich.console import Console
 
     home = Path(home)
-    _prepare_home(home)
-    log_path = home / LOG_FILE
-    with engine_logs_to(log_path, verbose) as out:
-        console = Console(file=out, highlight=False, soft_wrap=True)
-        where = "" if verbose else f" (Dagster and Spark logs: {_shown(log_path)})"
-        console.print(f"[bold]trident demo[/] in {_shown(home)}{where}")
-        return _story(console, home, sentences, batch_size, kill_txid)
+    _check_home(home)
+    progress = _Progress()
+    with home_lock(home, "trident demo"), _sigint_check() as check_sigint:
+        try:
+            _prepare_home(home)
+            progress.doing = "producing sentences (step 1)"
+            log_path = home / LOG_FILE
+            with engine_logs_to(log_path, verbose) as out:
+                console = Console(file=out, highlight=False, soft_wrap=True)
+                where = "" if verbose else f" (Dagster and Spark logs: {_shown(log_path)})"
+                console.print(f"[bold]trident demo[/] in {_shown(home)}{where}")
+                return _story(
+                    console, home, sentences, batch_size, kill_txid, progress, check_sigint
+                )
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(_interrupted(home, progress.doing)) from None
 
 
-def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid: int) -> bool:
+def _story(
+    console: Any,
+    home: Path,
+    sentences: int,
+    batch_size: int,
+    kill_txid: int,
+    progress: _Progress,
+    check_sigint: Callable[[], None],
+) -> bool:
     import dagster as dg
     from rich.table import Table
 
     from trident_assets.cli_common import DEFAULT_HOME
     from trident_assets.core.retry import ExponentialBackoff
     from trident_assets.dagster.runs import fail_killed_run
-    from trident_assets.dagster.sensors import decide_next
+    from trident_assets.dagster.sensors import coordinator_name, decide_next
     from trident_assets.log.store import PartitionedLog
     from trident_assets.status import record_failure
     from trident_assets.ui import paste_command
@@ -188,11 +292,15 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
         f"[bold]1.[/] produced {sentences:,} sentences into {_shown(home / 'log')} "
         "(topic sentences, 4 partitions)"
     )
+    step2 = f"running {TOPOLOGY} through Dagster (step 2"
+    progress.doing = f"{step2})"
 
     topo, trident, job = _job(home, None, batch_size)
     instance = _instance(home)
     backoff = ExponentialBackoff(initial_delay_s=0.0, delay_period_s=0.0, max_delay_s=0.0)
     killed = False
+    # the coordinator's decisions, as its sensor would request them
+    coordinator = {SENSOR_NAME_TAG: coordinator_name(TOPOLOGY), LAUNCHED_BY_TAG: "trident demo"}
     console.print(
         f"[bold]2.[/] running {TOPOLOGY} through Dagster: one run per txid, Spark + DuckDB"
     )
@@ -204,6 +312,8 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
         request = decision.run_requests[0]
         key = request.partition_key
         txid = int(key)
+        progress.doing = f"{step2}, txid {txid})"
+        tags = {**request.tags, **coordinator}
         instance.add_dynamic_partitions(f"{TOPOLOGY}_txids", [key])
         if txid == kill_txid and not killed:
             killed = True
@@ -221,11 +331,12 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
                     "trident_assets.demo",
                     str(home),
                     key,
-                    json.dumps(dict(request.tags)),
+                    json.dumps(tags),
                     str(batch_size),
                 ],
                 check=False,
             )
+            check_sigint()
             for run in instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": key})):
                 if not run.is_finished:
                     # a killed process records nothing itself: its supervisor (here the demo,
@@ -250,8 +361,15 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
             q.send(b"apples moon nosuchword")
             q.flush()
         result = job.execute_in_process(
-            partition_key=key, instance=instance, tags=request.tags, raise_on_error=False
+            partition_key=key, instance=instance, tags=tags, raise_on_error=False
         )
+        check_sigint()
+        if not result.success:
+            console.print(
+                f"   txid {txid}: run {result.run_id} failed (see {_shown(home / LOG_FILE)}); "
+                "the coordinator replays it"
+            )
+            continue
         event = next(
             e
             for e in result.get_asset_materialization_events()
@@ -265,6 +383,7 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
             f"(attempt {attempt}, {meta['total_s'].value:.1f}s)"
         )
 
+    progress.doing = "reading the state"
     counts, marker = _state(home)
     top = Table(title=f"top words after txid {marker}", title_justify="left")
     top.add_column("word")
@@ -278,7 +397,20 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
     no_checks = job.get_subset(
         asset_selection=set(job.asset_layer.selected_asset_keys), asset_check_selection=set()
     )
-    again = no_checks.execute_in_process(partition_key="0000000001", instance=instance)
+    progress.doing = "re-materializing txid 1 (step 3)"
+    again = no_checks.execute_in_process(
+        partition_key="0000000001",
+        instance=instance,
+        tags={LAUNCHED_BY_TAG: "trident demo"},
+        raise_on_error=False,
+    )
+    check_sigint()
+    if not again.success:
+        console.print(
+            f"[bold]3.[/] re-materializing txid 1 failed: run {again.run_id} (see "
+            f"{_shown(home / LOG_FILE)})"
+        )
+        return False
     # a no-op re-run is recorded as observations (the real materialization stays the latest)
     noop = again.get_asset_observation_events()[0].asset_observation_data.asset_observation
     flag = noop.metadata["already_committed"]
@@ -287,6 +419,7 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
         f"[bold]3.[/] re-materialized txid 1: already_committed={flag.value}, "
         f"state unchanged={unchanged}"
     )
+    progress.doing = "checking the state against the log (step 4)"
     truth = _ground_truth(home)
     ok = dict(truth) == counts and unchanged
     verdict = "[green]PASSED[/]" if ok else "[red]FAILED[/]"
@@ -304,4 +437,9 @@ def _story(console: Any, home: Path, sentences: int, batch_size: int, kill_txid:
 
 
 if __name__ == "__main__":  # the crash child: python -m trident_assets.demo HOME KEY TAGS SIZE
-    crash_child(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
+    try:
+        crash_child(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    except (KeyboardInterrupt, DagsterExecutionInterruptedError):
+        sys.exit(130)  # Ctrl-C reached the child too: the demo says what was interrupted

@@ -18,7 +18,9 @@ __all__ = [
     "DiskFullError",
     "FieldNotFoundError",
     "HistoryUnavailableError",
+    "HomeLockedError",
     "LogLockTimeoutError",
+    "LostCommitsError",
     "OutOfOrderCommitError",
     "QuarantineError",
     "StaleTxidError",
@@ -102,8 +104,42 @@ class CorruptStateError(StateLayoutError):
     """
 
 
+class LostCommitsError(CorruptStateError):
+    """A DuckDB state file is behind its commit marker file: it lost committed transactions.
+
+    Its write-ahead log was torn or deleted, so txids reported committed would silently run
+    again; the store is refused before anything is run or written. The message names both
+    files, the txids, and the ways out (restore a backup, or ``trident state
+    accept-lost-commits``).
+    """
+
+    def __init__(
+        self, message: str, state: str, marker: str, lost: dict[str, tuple[int | None, int]]
+    ) -> None:
+        super().__init__(message)
+        self.state = state
+        """The state file."""
+        self.marker = marker
+        """The commit marker file."""
+        self.lost = lost
+        """Per topology: ``(txid in the database or None, txid in the marker file)``."""
+
+
 class StoreLockedError(TridentError):
     """The state store is held by another process and did not free within the wait."""
+
+
+class HomeLockedError(TridentError):
+    """A trident home is held by another process (``trident ui`` or ``trident demo``).
+
+    Raised before anything of the home is touched; the message names the holder's PID and
+    command, and the way out (stop it, or pass ``--home`` with another directory).
+    """
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
+        """The PID of the process holding the home (None if it had not written it yet)."""
 
 
 class AggregationError(TridentError):

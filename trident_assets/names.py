@@ -12,8 +12,10 @@ __all__ = [
     "MAP_LOG_PREFIX",
     "MAP_SEQ_PREFIX",
     "MAX_IDENTIFIER_LENGTH",
+    "OUTPUT_COLUMNS",
     "RESERVED_COLUMNS",
     "RESERVED_PREFIX",
+    "check_output_columns",
     "check_state_columns",
     "validate_identifier",
 ]
@@ -27,6 +29,10 @@ MAX_IDENTIFIER_LENGTH = 63
 RESERVED_COLUMNS = ("txid", "curr", "prev")
 """Columns every state table has besides its keys (compared case-insensitively)."""
 
+OUTPUT_COLUMNS = ("txid",)
+"""Columns every per-txid rows table (an output's, a state's new values) has besides the
+stream's fields (compared case-insensitively)."""
+
 RESERVED_PREFIX = "_trident"
 """Prefix of the store's internal tables and columns (compared case-insensitively)."""
 
@@ -35,6 +41,40 @@ MAP_LOG_PREFIX = "_trident_log_"
 
 MAP_SEQ_PREFIX = "_trident_seq_"
 """Prefix of the sequence numbering a map table's writes."""
+
+# The store's internal tables and columns, named here once.
+DEAD_LETTERS_TABLE = "_trident_dead_letters"
+"""Records a spout's scheme could not decode, with their reason (all topologies)."""
+COMMITS_TABLE = "_trident_commits"
+"""Each topology's last committed txid (its commit marker)."""
+CATALOG_TABLE = "_trident_maps"
+"""The catalog of map tables: layout, kind and value type of each."""
+COMPACTIONS_TABLE = "_trident_compactions"
+"""The compactions of each map table's log."""
+SPOUT_RANGES_TABLE = "_trident_spout_ranges"
+"""The offset ranges each spout emitted per txid (the batch metadata)."""
+SPOUT_HISTORY_TABLE = "_trident_spout_history"
+"""The ranges of txids past the recent window kept for replays."""
+JOIN_META_TABLE = "_trident_join_meta"
+"""Single joins' pending halves metadata."""
+QUARANTINE_TABLE = "_trident_quarantine"
+"""Txids set aside and the records they hold."""
+TOTALS_TABLE = "_trident_totals"
+"""Each Count/Sum state's total."""
+CONTRACTS_TABLE = "_trident_state_contracts"
+"""Each state's contract (what its values mean)."""
+STATES_LEFT_TABLE = "_trident_states_left"
+"""States removed from their topology and the txid they stopped at."""
+VERIFIED_TABLE = "_trident_verified"
+"""The verified recomputations of states."""
+WATERMARKS_TABLE = "_trident_window_watermarks"
+"""Each event-time window state's watermark."""
+WINDOWS_TABLE = "_trident_windows"
+"""Trident windows' metadata."""
+BACKFILLS_TABLE = "_trident_backfills"
+"""The progress of each state being built from the log."""
+SEQ_COLUMN = "_trident_seq"
+"""The write sequence column of a map table's log rows."""
 
 
 def validate_identifier(name: object, what: str) -> str:
@@ -71,5 +111,25 @@ def check_state_columns(
                 f"state {state!r}: {role} {name!r} is reserved for the store's own columns "
                 f"({', '.join(taken)} and names starting with {RESERVED_PREFIX!r}); "
                 "give the field another name where it is made (its scheme or function)"
+            )
+            raise ConfigError(msg)
+
+
+def check_output_columns(owner: str, names: Sequence[str]) -> None:
+    """Refuse a field that would land in a per-txid rows table under its ``txid`` column.
+
+    An output's table (and a state's new-values table) holds each row's batch txid in column
+    ``txid`` beside the stream's fields. ``owner`` names the declaration, e.g. ``output 'o'``.
+
+    Raises:
+        ConfigError: naming the owner, the field, the reserved names and the fix.
+    """
+    for name in names:
+        if name.lower() in OUTPUT_COLUMNS:
+            msg = (
+                f"{owner}: field {name!r} is reserved for the column holding each row's batch "
+                f"txid ({', '.join(OUTPUT_COLUMNS)}; names starting with {RESERVED_PREFIX!r} "
+                "are the store's too); give the field another name where it is made (its "
+                "scheme or function), or leave it out with project(...) before the output"
             )
             raise ConfigError(msg)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
+from trident_assets.core.aggregators import is_sql_combiner
 from trident_assets.core.values import StateType
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.event_windows import EVENT_WINDOW
-from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
-from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
+from trident_assets.stream.state_kinds import EventWindowKind, state_kind
 
 if TYPE_CHECKING:
     from trident_assets.spouts.ranges import BatchPlan
@@ -141,12 +141,12 @@ def pipelinable(topology: TridentTopology) -> bool:
     may read this batch's new values (those run batch by batch).
     """
     for state in topology.states.values():
-        a = state.node.args
-        if EVENT_WINDOW in a:
+        kind = state_kind(state.node)
+        if isinstance(kind, EventWindowKind):
             if record_time_spout(state) is None:
                 return False
             continue
-        if SINGLE_JOIN in a or "updater" in a or not is_sql_combiner(a.get("agg")):
+        if not kind.sql_combiner:
             return False
     return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in all_nodes(topology))
 
@@ -193,20 +193,9 @@ def quarantine_refusal(topology: TridentTopology) -> str | None:
                 "guarantee, so its records could not be reprocessed exactly once"
             )
     for name, state in topology.states.items():
-        a = state.node.args
-        if SINGLE_JOIN in a:
-            return f"state {name!r} is a single join: its matches depend on arrival order"
-        if TRIDENT_WINDOW in a:
-            return f"state {name!r} is a window: which tuples it holds depends on their order"
-        if EVENT_WINDOW in a:
-            return f"state {name!r} is an event window: its watermark depends on txid order"
-        if "updater" in a:
-            return f"state {name!r} is a partition_persist: its updater sees tuples in order"
-        if not isinstance(a.get("agg"), CombinerAggregator):
-            return (
-                f"state {name!r} uses a {type(a.get('agg')).__name__}, which folds tuples "
-                "in order; only combiner aggregates may see records later than others"
-            )
+        refusal = state_kind(state.node).order_refusal
+        if refusal is not None:
+            return f"state {name!r} {refusal}"
     return None
 
 
@@ -233,11 +222,10 @@ def recomputable(state: TridentState) -> bool:
     Non-transactional states count replays by design; states fed by queries, joins or
     per-batch aggregates depend on more than the records, so they cannot be recomputed.
     """
-    agg = state.node.args.get("agg")
+    kind = state_kind(state.node)
     return (
-        isinstance(agg, CombinerAggregator)
-        and is_sql_combiner(agg)
-        and agg.sql_combine == "sum"
+        kind.sql_combiner
+        and state.node.args["agg"].sql_combine == "sum"
         and state.spec.state_type is not StateType.NON_TRANSACTIONAL
         and _pure(state.node.parents[0])
     )

@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,7 +34,7 @@ __all__ = [
     "BUILTIN_MODULE",
     "IdleTickFilter",
     "WORKSPACE_YAML",
-    "check_modules",
+    "check_port",
     "dagster_home",
     "paste_command",
     "serve_ui",
@@ -79,33 +80,6 @@ def workspace_yaml(modules: Sequence[str] = (), working_directory: Path | None =
         if working_directory is not None and module != BUILTIN_MODULE:
             lines.append(f"      working_directory: {json.dumps(str(working_directory))}")
     return "\n".join(lines) + "\n"
-
-
-def check_modules(modules: Sequence[str], working_directory: Path) -> None:
-    """Refuse a code location module that cannot be found from ``working_directory``.
-
-    Raises:
-        ConfigError: a module name is malformed or no such module is importable.
-    """
-    import importlib.util
-
-    for module in modules:
-        if not all(part.isidentifier() for part in module.split(".")):
-            msg = f"--module {module!r} is not a Python module name (e.g. my_pkg.defs)"
-            raise ConfigError(msg)
-        sys.path.insert(0, str(working_directory))
-        try:
-            spec = importlib.util.find_spec(module)
-        except ImportError:
-            spec = None
-        finally:
-            sys.path.remove(str(working_directory))
-        if spec is None:
-            msg = (
-                f"--module {module!r}: no such module importable from {working_directory} "
-                "(run `trident ui` in the directory that holds it, or install it)"
-            )
-            raise ConfigError(msg)
 
 
 _FALLBACK_YAML = """\
@@ -215,16 +189,29 @@ def serve_ui(
     is not mistaken for the instance's). Its output is copied to this process's stdout without
     sensor ticks that request nothing (:class:`IdleTickFilter`).
 
+    Before anything starts, it takes the home's lock (:mod:`trident_assets.home_lock`, held
+    until it returns: ``trident demo`` and another ``trident ui`` are refused meanwhile) and
+    checks that ``port`` is free (:func:`check_port`).
+
     SIGINT or SIGTERM to this process stops ``dagster dev`` (its own process group, sent
     the same signal), then the Spark Connect server, by PID. Both children also get SIGTERM
     from the kernel if this process dies without stopping them (SIGKILL). Returns
     ``dagster dev``'s exit status.
 
     Raises:
+        HomeLockedError: another ``trident ui`` or a demo uses ``home``; nothing started.
+        ConfigError: ``port`` is in use; nothing started.
         TridentError: the Spark Connect server did not start (see its log).
     """
+    from trident_assets.home_lock import acquire_home_lock
     from trident_assets.spark.local_servers import die_with_parent, start_connect_server
 
+    lock = acquire_home_lock(home, f"trident ui on port {port}")
+    try:
+        check_port(port)
+    except BaseException:
+        lock.release()
+        raise
     stop_requested: list[int] = []
 
     def _request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -287,6 +274,30 @@ def serve_ui(
             server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        lock.release()
+
+
+def check_port(port: int, host: str = "127.0.0.1") -> None:
+    """Refuse ``port`` of ``host`` if a server listens there (as ``dagster dev`` would fail to).
+
+    Raises:
+        ConfigError: the port is in use (or cannot be bound); the message says ``--port N``.
+    """
+    import errno
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the webserver binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                msg = (
+                    f"port {port} on {host} is in use (another `trident ui` or `dagster dev`?): "
+                    "stop the process listening on it, or pass --port N with a free port"
+                )
+            else:
+                msg = f"cannot listen on {host}:{port} ({exc.strerror}): pass --port N"
+            raise ConfigError(msg) from None
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -294,15 +305,26 @@ _SENSOR_LINE = re.compile(r" - dagster\.daemon\.SensorDaemon - [A-Z]+ - (.*)$")
 _IDLE = re.compile(r"Checking for new runs for sensor: |No run requests returned for ")
 _SKIPPED = re.compile(r"Sensor (\S+) skipped: (.*)")
 _LAUNCHED = re.compile(r"(?:Launching run|Completed launch of run \S+) for (\S+)$")
+_ASSET_LINE = re.compile(r" - dagster\.daemon\.AssetDaemon - (?:DEBUG|INFO) - (.*)$")
+_ASSET_IDLE = re.compile(
+    r"Checking \d+ assets/checks and |Prefetching asset records |Done prefetching asset "
+    r"records|Adding \d+ asset evaluations? |(?:Tick produced|Submitting) 0 runs |Finished "
+    r"auto-materialization tick"
+)
 
 
 class IdleTickFilter:
-    """Which lines of ``dagster dev``'s log to show: sensor ticks that request nothing are not.
+    """Which lines of ``dagster dev``'s log to show: daemon ticks that request nothing are not.
 
-    Dropped: the daemon's "Checking for new runs for sensor: ..." (logged every tick) and
-    "No run requests returned for ..."; a "Sensor S skipped: REASON" line is shown once, and
-    again only when S's reason changes or after S launched a run. Every other line is kept
-    (runs launched, dynamic partitions added, errors, the webserver's lines).
+    Dropped: the sensor daemon's "Checking for new runs for sensor: ..." (logged every tick)
+    and "No run requests returned for ..."; a "Sensor S skipped: REASON" line is shown once,
+    and again only when S's reason changes or after S launched a run. The asset daemon's
+    routine lines of each automation tick (about every 15 s: "Checking N assets/checks ...",
+    prefetching, "Adding N asset evaluations ...", "Finished auto-materialization tick ...")
+    and its "Tick produced 0 runs ..." and "Submitting 0 runs ..." are dropped; a tick that
+    requests runs shows "Tick produced N runs ..." and "Submitting N runs ...". Every other
+    line is kept (runs launched, dynamic partitions added, warnings, errors, the webserver's
+    lines).
     """
 
     def __init__(self) -> None:
@@ -310,7 +332,11 @@ class IdleTickFilter:
 
     def keep(self, line: str) -> bool:
         """True if ``line`` (one line of the log, ANSI colours allowed) is to be shown."""
-        found = _SENSOR_LINE.search(_ANSI.sub("", line).rstrip("\r\n"))
+        plain = _ANSI.sub("", line).rstrip("\r\n")
+        asset = _ASSET_LINE.search(plain)
+        if asset is not None:
+            return _ASSET_IDLE.match(asset.group(1)) is None
+        found = _SENSOR_LINE.search(plain)
         if found is None:
             return True
         message = found.group(1)

@@ -8,13 +8,13 @@ from trident_assets import (
     CombinerValueUpdater,
     Count,
     Max,
-    MemoryBackingMap,
     Min,
     OpaqueMap,
     ReducerValueUpdater,
     SnapshottableMap,
     Sum,
 )
+from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.aggregators import (
     ReducerAggregator,
     apply_combiner_global,

@@ -19,7 +19,8 @@ from trident_assets.backends.state_contracts import TABLE, stored_contracts
 from trident_assets.core.aggregators import Count
 from trident_assets.errors import CorruptStateError, StateContractError
 from trident_assets.log.store import PartitionedLog
-from trident_assets.spark.backfill import PROGRESS_TABLE, BackfillOutcome, progress
+from trident_assets.runtime.backfill_plans import BackfillOutcome
+from trident_assets.runtime.commit import PROGRESS_TABLE, progress
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind

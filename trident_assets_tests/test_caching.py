@@ -5,17 +5,16 @@ from __future__ import annotations
 import pytest
 
 from trident_assets import (
-    GLOBAL_KEY,
     CachedMap,
-    ChunkedMap,
     CombinerValueUpdater,
     ConfigError,
     Count,
-    MemoryBackingMap,
     OpaqueMap,
     OpaqueValue,
     SnapshottableMap,
 )
+from trident_assets.backends.memory import MemoryBackingMap
+from trident_assets.core.caching import GLOBAL_KEY, ChunkedMap
 
 
 class RecordingMap(MemoryBackingMap):

@@ -744,6 +744,40 @@ def test_demo_leaves_every_check_evaluated_and_no_step_executing(demo_run: DemoR
     assert killed_messages == [f'Execution of step "word_count_batches" failed: {reason}', reason]
 
 
+def test_demo_runs_are_tagged_by_their_origin(demo_run: DemoRun) -> None:
+    """The UI's Runs page: the coordinator's runs as launched by its sensor, all as the demo's.
+
+    The batch runs (the coordinator's decisions, as its sensor requests them, the killed one
+    too) carry ``dagster/sensor_name`` (the UI shows "launched by sensor
+    word_count_coordinator"); the re-run of txid 1 is the demo's own, by hand. Read from the
+    demo's Dagster instance.
+    """
+    import dagster as dg
+
+    assert demo_run.done.returncode == 0, demo_run.done.stderr
+    with dg.DagsterInstance.from_config(str(demo_run.home.resolve() / "dagster")) as instance:
+        runs = instance.get_runs()
+    origins = sorted(
+        (
+            r.tags["dagster/partition"],
+            r.tags.get("trident/attempt", "-"),
+            r.tags.get("dagster/sensor_name", "-"),
+            r.tags.get("trident/launched_by", "-"),
+        )
+        for r in runs
+    )
+    coordinator = ("word_count_coordinator", "trident demo")
+    assert origins == [
+        ("0000000001", "-", "-", "trident demo"),  # the re-run of a committed txid
+        ("0000000001", "0", *coordinator),
+        ("0000000002", "0", *coordinator),
+        ("0000000003", "0", *coordinator),  # killed
+        ("0000000003", "1", *coordinator),  # replayed
+        ("0000000004", "0", *coordinator),
+        ("0000000005", "0", *coordinator),
+    ]
+
+
 def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
     """The whole demo (smaller), as `make demo` runs it: a child process, a clean environment.
 

@@ -11,10 +11,9 @@ from trident_assets import (
     OpaqueMap,
     OpaqueValue,
     OutOfOrderCommitError,
-    commit_batch,
 )
 from trident_assets.core.aggregators import apply_combiner
-from trident_assets.core.commit import CommitDecision, decide_commit
+from trident_assets.core.commit import CommitDecision, commit_batch, decide_commit
 
 
 def test_decide_commit_table() -> None:

@@ -383,3 +383,74 @@ def test_coordinator_waits_for_a_topic_that_does_not_exist_yet(tmp_path: Path) -
         assert decide_next(instance, topo, trident, no_wait, max_attempts=3).skip_message == (
             "word_count: no records in its sources yet"
         )
+
+
+def test_each_spout_batch_reports_its_own_dead_letters(tmp_path: Path, spark) -> None:
+    """A txid's dead letters of two spouts: each spout's asset counts only its own."""
+    from trident_assets.dagster.runs import materialize_batches
+
+    trident = TridentResource(home=str(tmp_path))
+    log = trident.log()
+    sentences = [b"good words", b"\xff one", b"\xfe two", b"\xfd three", b"more words"]
+    for topic, values in (("sentences", sentences), ("word_queries", [b"good", b"\xff"])):
+        log.create_topic(topic, 1)
+        producer = log.producer(topic)
+        for value in values:
+            producer.send(value)
+        producer.flush()
+    topo = build_word_count()
+    with dg.DagsterInstance.ephemeral() as instance:
+        (result,) = materialize_batches(topo, trident, instance, [1], catch_up=False)
+    assert result.success
+    events = {
+        e.asset_key.path[-1]: e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+    }
+    checks = {
+        e.asset_key.path[-1]: e.metadata
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "dead_letters_below_threshold"
+    }
+    for asset, dead, records in (("sentences_batch", 3, 5), ("queries_batch", 1, 2)):
+        meta = events[asset]
+        assert meta["dead_letters"].value == dead
+        assert (checks[asset]["dead_letters"].value, checks[asset]["records"].value) == (
+            dead,
+            records,
+        )
+        preview = meta["dead_letters_preview"].value
+        assert preview.count("\n") == dead + 1, "a header, its rule and one line per dead letter"
+
+
+def test_an_incremental_exactly_once_check_counts_every_key_of_the_state(
+    tmp_path: Path, spark
+) -> None:
+    """txid 1 stores keys a, b, c; txid 2 touches only a: the state still holds 3 keys."""
+    from trident_assets.dagster.checks import CheckSettings
+    from trident_assets.dagster.runs import materialize_batches
+
+    trident = TridentResource(home=str(tmp_path))
+    log = trident.log()
+    log.create_topic("sentences", 1)
+    log.create_topic("word_queries", 1)
+    producer = log.producer("sentences")
+    for value in [b"a b c", b"a"]:
+        producer.send(value)
+    producer.flush()
+    topo = build_word_count(max_batch_size=1)
+    evaluations = []
+    with dg.DagsterInstance.ephemeral() as instance:
+        for txid in (1, 2):
+            (result,) = materialize_batches(
+                topo, trident, instance, [txid], catch_up=False, checks=CheckSettings(full_every=50)
+            )
+            assert result.success
+            (check,) = [
+                e for e in result.get_asset_check_evaluations() if e.check_name == "exactly_once"
+            ]
+            assert check.passed
+            evaluations.append({k: v.value for k, v in check.metadata.items()})
+    assert counts(trident) == {"a": 2, "b": 1, "c": 1}
+    assert [
+        (m["mode"], m["keys_in_state"], m["keys_recomputed"], m["mismatches"]) for m in evaluations
+    ] == [("full", 3, 3, 0), ("incremental", 3, 1, 0)]

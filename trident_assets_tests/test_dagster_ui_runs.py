@@ -230,7 +230,7 @@ def test_preview_says_how_many_rows_it_leaves_out(rows: int) -> None:
     import pyarrow as pa
 
     from trident_assets.dagster.previews import preview_metadata
-    from trident_assets.spark.outcomes import top_rows
+    from trident_assets.runtime.outcomes import top_rows
 
     table = pa.table({"k": [f"k{i:02d}" for i in range(rows)], "v": list(range(rows))})
     meta = preview_metadata(top_rows(table, "v", ["k"]), rows)

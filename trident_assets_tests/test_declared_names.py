@@ -19,13 +19,14 @@ import pyarrow as pa
 import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.state_batches import StateTarget, commit_state_batch
+from trident_assets.backends.state_batches import StateTarget
 from trident_assets.backends.state_contracts import stored_contracts, write_contracts
 from trident_assets.core.aggregators import Count, Sum
 from trident_assets.core.values import StateType
 from trident_assets.dagster.io_manager import TridentIOManager, state_asset_metadata
 from trident_assets.dagster.partitions import parse_txid
 from trident_assets.errors import ConfigError, StateContractError
+from trident_assets.runtime.commit import commit_state_batch
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import SPARK_TYPES, JsonScheme, StringScheme
 from trident_assets.spouts.log_spout import LogSpout
@@ -608,3 +609,52 @@ def test_commit_state_batch_refuses_bad_txids(bad: object, tmp_path: Path) -> No
         )
         assert store.tables() == []
         assert store.scopes() == {}
+
+
+OUTPUT_TXID = (
+    "is reserved for the column holding each row's batch txid (txid; names starting with "
+    "'_trident' are the store's too); give the field another name where it is made (its "
+    "scheme or function), or leave it out with project(...) before the output"
+)
+
+
+@pytest.mark.parametrize("field", ["txid", "TxId"])
+def test_an_output_field_named_txid_is_refused(tmp_path: Path, field: str) -> None:
+    store = DuckDBStore(tmp_path / "state.duckdb")
+    topo = TridentTopology("t")
+    ev = topo.new_stream("ev", LogSpout("events", JsonScheme({field: "bigint", "n": "bigint"})))
+    claims = dict(topo.claims)
+    with pytest.raises(ConfigError) as info:
+        ev.as_output("o")
+    assert str(info.value) == f"output 'o': field {field!r} {OUTPUT_TXID}"
+    assert (topo.outputs, topo.claims) == ({}, claims)  # nothing declared: the name is free
+    assert ev.project(["n"]).as_output("o").fields == ("n",)
+    assert store.tables() == []  # refused at declaration: no table was written
+    store.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.duckdb"]
+
+
+@pytest.mark.parametrize(
+    ("out_fields", "join_fields", "message"),
+    [
+        (["sex", "age"], ["txid"], f"output 'j_expired': field 'txid' {OUTPUT_TXID}"),
+        (["id", "txid"], ["id"], f"single_join 'j' (its new values): field 'txid' {OUTPUT_TXID}"),
+    ],
+    ids=["join-field", "out-field"],
+)
+def test_a_single_join_with_a_txid_field_is_refused_whole(
+    out_fields: list[str], join_fields: list[str], message: str
+) -> None:
+    topo = TridentTopology("t")
+    g = topo.new_stream(
+        "g", LogSpout("genders", JsonScheme({"id": "bigint", "txid": "bigint", "sex": "string"}))
+    )
+    a = topo.new_stream(
+        "a", LogSpout("ages", JsonScheme({"id": "bigint", "txid": "bigint", "age": "bigint"}))
+    )
+    with pytest.raises(ConfigError) as info:
+        topo.single_join(
+            "j", [g, a], join_fields=join_fields, out_fields=out_fields, timeout_batches=2
+        )
+    assert str(info.value) == message
+    assert (topo.states, topo.outputs) == ({}, {})

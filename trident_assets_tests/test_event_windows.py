@@ -643,7 +643,7 @@ def test_the_same_topology_runs_on_postgres_with_the_duckdb_results(
 
 def test_quarantine_and_backfill_of_a_window_state_are_refused() -> None:
     from trident_assets.planner import quarantine_refusal
-    from trident_assets.spark.backfill import replay_refusal
+    from trident_assets.runtime.backfill_plans import replay_refusal
 
     topo = topology(TUMBLING)
     assert quarantine_refusal(topo) == (

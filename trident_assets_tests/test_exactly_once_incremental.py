@@ -130,7 +130,7 @@ def test_checkpoint_then_incremental_without_the_history(
         "mode": "incremental",
         "verified_from_txid": 2,
         "verified_through_txid": 2,
-        "keys_in_state": len(words_of(2)),
+        "keys_in_state": len(truth(2)),
         "keys_recomputed": len(words_of(2)),
         "mismatches": 0,
         "sample": [],
@@ -281,7 +281,7 @@ def test_a_txid_dagster_does_not_know_makes_the_check_full(world: Any, spark: An
 
 
 def test_a_rebuilt_state_is_checked_in_full(world: Any, spark: Any) -> None:
-    from trident_assets.spark.backfill import rebuild_state
+    from trident_assets.spark.rebuild import rebuild_state
 
     topo, trident, _instance = world
     settings = CheckSettings(full_every=50)

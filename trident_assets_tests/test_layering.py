@@ -244,3 +244,96 @@ def test_no_private_name_crosses_modules():
     ]
     bad += [hit for mod, path in MODULES.items() for hit in _private_attributes(mod, path)]
     assert not bad, "private names imported from another module:\n" + "\n".join(bad)
+
+
+KNOWN_CIRCLES: list[set[str]] = [
+    {"backends.backing_map", "backends.sql_store"},
+    {
+        *("stream.chained", "stream.comparison", "stream.event_windows", "stream.partitioning"),
+        *("stream.single_join", "stream.static_state", "stream.streams", "stream.topology"),
+        "stream.trident_windows",
+    },
+    {
+        *("spark.batch_run", "spark.event_window_chunks", "spark.event_windows"),
+        *("spark.observed", "spark.pipelined", "spark.single_join", "spark.state_apply"),
+        *("spark.state_query", "spark.trident_windows"),
+    },
+    {
+        *("dagster.assets", "dagster.factory", "dagster.resources", "dagster.sensors"),
+        *("dagster.window_assets", "spark.local_servers", "spark.session", "trident_assets", "ui"),
+    },
+]
+"""Import circles counted with ``TYPE_CHECKING`` imports (which only hide a circle): the ones
+still open, each a set of modules relative to the package. The list may only shrink: a new
+circle, or a module joining one, fails :func:`test_import_circles_only_shrink`."""
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's components of more than one module, without recursion."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def _circles_with_type_checking() -> list[set[str]]:
+    graph: dict[str, set[str]] = {mod: set() for mod in MODULES}
+    for imp in IMPORTS:
+        if imp.target in MODULES and imp.target != imp.module:
+            graph[imp.module].add(imp.target)
+    prefix = PACKAGE + "."
+    return [{m.removeprefix(prefix) for m in c} for c in _strongly_connected(graph)]
+
+
+def test_import_circles_only_shrink():
+    """TYPE_CHECKING imports count too: the modules that need them form a circle all the same."""
+    bad = [
+        sorted(circle)
+        for circle in _circles_with_type_checking()
+        if not any(circle <= known for known in KNOWN_CIRCLES)
+    ]
+    assert not bad, "new import circles (TYPE_CHECKING imports included):\n" + "\n".join(
+        ", ".join(c) for c in bad
+    )
+
+
+def test_runtime_imports_no_spark_or_dagster():
+    runtime = f"{PACKAGE}.runtime"
+    forbidden = tuple(f"{PACKAGE}.{p}" for p in ("spark", "dagster", "cli", "ui", "demo"))
+    bad = _violations(runtime, forbidden=forbidden)
+    bad += _third_party_violations(runtime, ("dagster", "pyspark"))
+    assert not bad, "runtime/ may not import pyspark, dagster or spark/:\n" + "\n".join(bad)

@@ -7,7 +7,6 @@ import pytest
 from trident_assets import (
     CombinerValueUpdater,
     Count,
-    MemoryBackingMap,
     NonTransactionalMap,
     OpaqueMap,
     OpaqueValue,
@@ -16,6 +15,7 @@ from trident_assets import (
     TransactionalMap,
     TransactionalValue,
 )
+from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.aggregators import ReducerAggregator, apply_combiner, apply_reducer
 
 

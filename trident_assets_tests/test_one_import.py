@@ -59,3 +59,29 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError) as caught:
         ta.NoSuchThing  # noqa: B018
     assert str(caught.value) == "module 'trident_assets' has no attribute 'NoSuchThing'"
+
+
+def test_every_error_and_outcome_is_exported_and_internals_are_not() -> None:
+    import inspect
+
+    from trident_assets import errors
+
+    classes = {
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value)
+        and issubclass(value, Exception)
+        and value.__module__ == errors.__name__
+    }
+    assert classes - set(ta.__all__) == set()
+    assert {"BatchOutcome", "StateOutcome"} <= set(ta.__all__)
+    assert ta.BatchOutcome.__module__ == "trident_assets.runtime.outcomes"
+    internals = {
+        "commit_batch", "CommitResult", "GLOBAL_KEY", "ChunkedMap", "MemoryBackingMap",
+        "DuckDBBackingMap", "JSONOpaqueSerializer", "JSONTransactionalSerializer",
+        "JSONNonTransactionalSerializer",
+    }  # fmt: skip
+    assert internals & set(ta.__all__) == set()
+    for name in sorted(internals):
+        with pytest.raises(AttributeError):
+            getattr(ta, name)

@@ -14,8 +14,8 @@ from trident_assets.backends.state_batches import state_total
 from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.core.aggregators import Count, Sum
 from trident_assets.errors import ConfigError, StateContractError
-from trident_assets.spark.backfill import RebuildOutcome, rebuild_state
 from trident_assets.spark.executor import TopologyRunner
+from trident_assets.spark.rebuild import RebuildOutcome, rebuild_state
 from trident_assets.stream.operations import Split
 from trident_assets.stream.topology import StateSpec
 from trident_assets_tests.test_backfill import MORE, committed_three, raw, send, values, wc, words

@@ -9,10 +9,11 @@ import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
-from trident_assets.backends.state_batches import StateTarget, commit_state_batch
+from trident_assets.backends.state_batches import StateTarget
 from trident_assets.core.aggregators import Count, Sum
 from trident_assets.core.values import StateType
 from trident_assets.errors import HistoryUnavailableError, OutOfOrderCommitError, StateLayoutError
+from trident_assets.runtime.commit import commit_state_batch
 
 BATCHES = {
     1: {"the": 2, "cow": 1},

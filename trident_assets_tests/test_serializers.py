@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 
 from trident_assets import (
-    JSONNonTransactionalSerializer,
-    JSONOpaqueSerializer,
-    JSONTransactionalSerializer,
     OpaqueValue,
     StateLayoutError,
     StateType,
     TransactionalValue,
 )
-from trident_assets.core.serializers import serializer_for
+from trident_assets.core.serializers import (
+    JSONNonTransactionalSerializer,
+    JSONOpaqueSerializer,
+    JSONTransactionalSerializer,
+    serializer_for,
+)
 
 
 def test_round_trips_and_exact_bytes() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from trident_assets.backends.state_contracts import TABLE, stored_contracts, write_contracts
-from trident_assets.core.aggregators import Count, Sum
+from trident_assets.core.aggregators import Count, Max, Sum
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import StateContractError
 from trident_assets.log.store import PartitionedLog
@@ -18,7 +18,7 @@ from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.log_spout import LogSpout
-from trident_assets.stream.operations import Split
+from trident_assets.stream.operations import PyFunction, Split
 from trident_assets.stream.topology import StateSpec, TridentState, TridentTopology
 from trident_assets_tests.conftest import OpenStore
 
@@ -206,3 +206,62 @@ def test_table_owned_by_another_state_is_refused(
     )
     assert store.last_committed("wc") is None
     assert not store.has_table("wc__counts")
+
+
+def _typed_topology(agg: Any, field_type: str) -> TridentTopology:
+    """Word -> ``agg`` over field ``n`` (the word's length), typed ``field_type``."""
+    convert = {
+        "bigint": lambda w: [(len(w),)],
+        "double": lambda w: [(float(len(w)),)],
+        "string": lambda w: [(str(len(w)),)],
+    }[field_type]
+    topo = TridentTopology("wc")
+    spout = LogSpout(
+        "sentences",
+        StringScheme("sentence"),
+        SpoutConfig(kind=SpoutKind.TRANSACTIONAL, max_batch_size=2),
+    )
+    words = topo.new_stream("sentences", spout).each("sentence", Split(), "word")
+    lengths = words.each("word", PyFunction(convert, {"n": field_type}), "n")
+    lengths.group_by("word").persistent_aggregate(StateSpec.opaque("counts"), "n", agg, "v")
+    return topo
+
+
+def _spark_jobs(spark: Any) -> list[int]:
+    return sorted(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+
+@pytest.mark.parametrize(
+    ("agg", "field_type", "declared"),
+    [
+        (Sum(), "string", "DOUBLE"),  # Spark sums a string field as a double
+        (Sum(), "double", "DOUBLE"),
+        (Max(), "string", "VARCHAR"),
+    ],
+    ids=["sum-string", "sum-double", "max-string"],
+)
+def test_value_type_of_an_input_typed_state_is_checked_before_anything_runs(
+    spark: Any,
+    tmp_path: Path,
+    open_store: OpenStore,
+    agg: Any,
+    field_type: str,
+    declared: str,
+) -> None:
+    store = open_store()
+    log = _log(tmp_path)
+    runner = TopologyRunner(_typed_topology(type(agg)(), "bigint"), spark, store, log)
+    assert runner.run_batch(1).applied
+    assert runner.run_batch(2).applied
+    before, jobs = _snapshot(store), _spark_jobs(spark)
+    with pytest.raises(StateContractError) as err:
+        TopologyRunner(_typed_topology(agg, field_type), spark, store, log)
+    assert str(err.value) == (
+        "state 'counts' of topology 'wc' (table 'wc__counts') is declared differently from "
+        f"how its stored values were made (value_type: stored 'BIGINT', declared '{declared}' "
+        f"({type(agg).__name__} over field 'n', which is {field_type})). {REFUSED_TAIL}"
+    )
+    assert _spark_jobs(spark) == jobs  # typed by analysis only
+    assert _snapshot(store) == before
+    again = TopologyRunner(_typed_topology(type(agg)(), "bigint"), spark, store, log)
+    assert again.run_batch(3).applied  # the stored declaration runs on

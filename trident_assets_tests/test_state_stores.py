@@ -33,7 +33,7 @@ from trident_assets.errors import (
     OutOfOrderCommitError,
     StoreLockedError,
 )
-from trident_assets.spark.batch_tables import (
+from trident_assets.runtime.batch_tables import (
     DEAD_LETTERS,
     ensure_dead_letters_table,
     store_dead_letters,
@@ -321,7 +321,7 @@ def test_the_cli_reads_postgres_state_as_a_child_process(
 def test_per_txid_rows_keep_a_field_named_txid_and_type_a_null_column(open_store: Any) -> None:
     """``store_rows`` on both stores: a user field ``txid`` is kept as ``txid_1``; a column
     NULL in every row of the first batch takes the type of a later batch; old txids go."""
-    from trident_assets.spark.batch_tables import store_rows
+    from trident_assets.runtime.batch_tables import store_rows
 
     store = open_store()
     first = pa.table({"word": ["a"], "txid": [7], "n": pa.array([None], pa.null())})

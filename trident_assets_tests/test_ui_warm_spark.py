@@ -118,7 +118,7 @@ def test_ui_module_runs_the_users_topology_on_its_warm_spark_then_stops_everythi
     assert (refused.returncode, refused.stdout) == (1, "")
     assert refused.stderr == (
         f"error: --module 'nosuch_pkg.defs': no such module importable from {tmp_path} "
-        "(run `trident ui` in the directory that holds it, or install it)\n"
+        "(run trident in the directory that holds it, or install it)\n"
     )
     port = _free_port()
     out_path = tmp_path / "ui.log"
@@ -287,6 +287,44 @@ def test_idle_sensor_ticks_are_not_shown_and_a_skip_reason_once_until_it_changes
     keep = IdleTickFilter().keep
     shown = [i for i, line in enumerate(lines) if keep(line)]
     assert shown == [0, 2, 5, 7, 8, 9, 10, 11]
+
+
+def _asset_daemon_line(message: str) -> str:
+    return _daemon_line(message).replace("SensorDaemon", "AssetDaemon")
+
+
+def test_idle_asset_daemon_ticks_are_not_shown() -> None:
+    """The automation ticks (every ~15 s, as `dagster dev` logs them): only runs requested."""
+    group = "for trident_finals_checks in trident_assets"
+    idle = [
+        _asset_daemon_line(
+            f"Checking 1 assets/checks and 0 observable source assets {group} in thread "
+            "dagster-daemon-ASSET"
+        ),
+        _asset_daemon_line("Prefetching asset records for 0 records."),
+        _asset_daemon_line("Done prefetching asset records."),
+        _asset_daemon_line(
+            f"Tick produced 0 runs and 1 asset evaluation for evaluation ID 5 {group}"
+        ),
+        _asset_daemon_line(f"Adding 1 asset evaluations for evaluation 5 {group}"),
+        _asset_daemon_line(f"Submitting 0 runs for evaluation 5 {group}"),
+        _asset_daemon_line(f"Finished auto-materialization tick {group}"),
+    ]
+    busy = [
+        _asset_daemon_line(
+            f"Tick produced 1 run and 1 asset evaluation for evaluation ID 6 {group}"
+        ),
+        _asset_daemon_line(f"Submitting 1 run for evaluation 6 {group}"),
+        _asset_daemon_line("Renaming any states corresponding to the legacy default name"),
+        _asset_daemon_line("Auto materialize evaluations are not getting logged.").replace(
+            "INFO", "WARNING"
+        ),
+    ]
+    keep = IdleTickFilter().keep
+    assert [keep(line) for line in idle] == [False] * len(idle)
+    assert [keep(line) for line in busy] == [True] * len(busy)
+    # a failed tick is an error: shown, whatever its message
+    assert keep(_asset_daemon_line("Checking 1 assets/checks").replace("INFO", "ERROR"))
 
 
 LATE_LEADER = """

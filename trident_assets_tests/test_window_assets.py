@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,23 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
     first = assert_first_hour(instance)
     assert first["late_records"] == 0
     assert first["reported_late"] is False
+    # a preview of the partition's windows, as a state's materializations have
+    from trident_assets.backends.state_store import open_state_store
+    from trident_assets.dagster.previews import markdown_table
+
+    with open_state_store(trident.database, read_only=True) as store:
+        hour0 = store.fetch_arrow(
+            'SELECT * FROM "page_views__views_10m__finals" WHERE window_start < ? '
+            "ORDER BY page, window_start",
+            [datetime(2026, 1, 1, 1)],
+        )
+    preview = first["preview"].splitlines()
+    assert preview[:2] == [
+        "| page | window_start | window_end | views | final_txid |",
+        "|---|---|---|---|---|",
+    ]
+    assert preview[-2:] == ["", "10 of 18 rows"]
+    assert "\n".join(preview[:-2]) == markdown_table(hour0.slice(0, 10))
     second = finals_metadata(instance, hour(1))
     assert (second["windows"], second["total"], second["final_txids"], second["txid"]) == (
         18,

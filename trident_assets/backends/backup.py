@@ -19,7 +19,10 @@ checkpointed file keeps all of that exactly.
 **Restore** (:func:`restore_state`): the backup is checked (a trident state store), copied
 next to the state file and renamed over it. An existing state file is refused unless
 ``force``; with ``force`` it (and its write-ahead log, which must never be replayed against
-another file) is moved aside as ``<name>.before-restore-<stamp>``, never deleted. The read
+another file) is moved aside as ``<name>.before-restore-<stamp>``, never deleted; its commit
+marker file (:mod:`~trident_assets.backends.marker_file`) goes with it (as
+``<name>.before-restore-<stamp>.commits``), and the restored file gets one holding the backup's
+txids, so the restored state (behind the old file) is not taken for a torn one. The read
 replica, if given, is moved aside the same way and rebuilt from the restored state
 (:func:`rebuild_replica`): one base file per map at its topology's committed txid, the
 kept rows of every output per txid, and the scope markers.
@@ -40,6 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trident_assets.backends.duckdb_store import SEQ_COLUMN, DuckDBStore, log_table
+from trident_assets.backends.marker_file import CommitMarkerFile
 from trident_assets.backends.replica import DEAD_LETTERS_TABLE, Replica
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
@@ -179,8 +183,13 @@ def restore_state(
                 aside = old.with_name(f"{old.name}.before-restore-{stamp}")
                 os.replace(old, aside)
                 moved.append(aside)
+        marker = CommitMarkerFile(target)
+        if marker.path.exists():  # it belongs to the file moved aside
+            aside = CommitMarkerFile(target.with_name(f"{target.name}.before-restore-{stamp}"))
+            os.replace(marker.path, aside.path)
+            moved.append(aside.path)
         os.replace(tmp, target)
-        _fsync(target.parent, directory=True)
+        marker.write(scopes)  # fsyncs the directory (the renames above included)
         seconds = time.perf_counter() - started
     finally:
         if holder is not None:
@@ -202,7 +211,9 @@ def _hold(target: Path, lock_timeout_s: float) -> DuckDBStore | None:
     if not target.exists():
         return None
     try:
-        return DuckDBStore(target, read_only=True, lock_timeout_s=lock_timeout_s)
+        return DuckDBStore(
+            target, read_only=True, lock_timeout_s=lock_timeout_s, verify_commits=False
+        )
     except StateLayoutError:
         return None  # damaged or foreign: nothing can be writing through DuckDB
 

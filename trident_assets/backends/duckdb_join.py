@@ -62,7 +62,7 @@ from trident_assets.core.join import (
 )
 from trident_assets.core.protocols import Key
 from trident_assets.errors import StaleTxidError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.names import JOIN_META_TABLE, validate_identifier
 
 __all__ = [
     "EXPIRED_FIELDS",
@@ -81,7 +81,7 @@ __all__ = [
     "value_column",
 ]
 
-META_TABLE = "_trident_join_meta"
+META_TABLE = JOIN_META_TABLE
 """Per pending table: ``last_txid``, event-time ``watermark`` and ``pending`` count."""
 
 SIDE_COLUMN = "__side"

@@ -65,6 +65,7 @@ __all__ = [
     "refuse_null_sum",
     "resolve_layout",
     "run_merge",
+    "value_fits",
     "value_sql_type",
 ]
 
@@ -123,7 +124,11 @@ def _is_numeric(sql_type: str) -> bool:
     return sql_type in ("BIGINT", "DOUBLE") or sql_type.startswith("DECIMAL")
 
 
-def _value_fits(batch_type: str, stored_type: str) -> bool:
+def value_fits(batch_type: str, stored_type: str) -> bool:
+    """True when a value column of ``stored_type`` can take values of ``batch_type``.
+
+    The same type, or integers into a DOUBLE or DECIMAL column.
+    """
     if batch_type == stored_type:
         return True
     if batch_type == "BIGINT":
@@ -252,7 +257,7 @@ def resolve_layout(
         problems.append(f"its key columns are {list(stored.key_columns)}, the batch's {keys}")
     elif stored.key_types != wanted.key_types:
         problems.append(f"its key types are {list(stored.key_types)}, the batch's {key_types}")
-    if not _value_fits(value_type, stored.value_type):
+    if not value_fits(value_type, stored.value_type):
         problems.append(f"its values are {stored.value_type}, the batch's {value_type}")
     if problems:
         msg = f"cannot apply batch to map table {table!r}: " + "; ".join(problems)

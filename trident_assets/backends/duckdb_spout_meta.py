@@ -12,11 +12,12 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from trident_assets.backends.state_store import StateStore
+from trident_assets.names import SPOUT_RANGES_TABLE
 from trident_assets.spouts.ranges import PartitionRange
 
 __all__ = ["DuckDBSpoutMetaStore"]
 
-TABLE = "_trident_spout_ranges"
+TABLE = SPOUT_RANGES_TABLE
 
 
 class DuckDBSpoutMetaStore:

@@ -41,6 +41,7 @@ A store holds one connection and is not thread-safe: use one store per thread (o
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import uuid
@@ -68,6 +69,11 @@ from trident_assets.backends.map_layout import (
     quote_ident,
     seq_name,
     sql_to_arrow,
+)
+from trident_assets.backends.marker_file import (
+    CommitMarkerFile,
+    lost_commits,
+    lost_commits_error,
 )
 from trident_assets.backends.sql_dialect import DUCKDB, Dialect
 from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
@@ -100,11 +106,14 @@ __all__ = [
     "log_table",
     "normalize_key_type",
     "normalize_value_type",
+    "quiet_connect",
     "quote_ident",
     "seq_name",
     "sql_to_arrow",
     "validate_identifier",
 ]
+
+log = logging.getLogger(__name__)
 
 _LOCK_MARKER = "Could not set lock"
 _NOT_A_DATABASE_MARKER = "not a valid DuckDB database"
@@ -153,10 +162,36 @@ class DuckDBTransaction(SqlTransaction):
 
     store: DuckDBStore
 
+    def __init__(self, store: DuckDBStore) -> None:
+        super().__init__(store)
+        self.marked: dict[str, int] = {}
+        """The scopes this transaction moved and their txids (for the commit marker file)."""
+
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:
         """The connection; every statement on it runs inside this transaction."""
         return self.store.conn
+
+    def mark_committed(self, scope: str, txid: int) -> None:
+        """Record ``txid`` as committed to ``scope`` (in the database, then the marker file).
+
+        The commit marker file is written once the transaction has committed.
+        """
+        super().mark_committed(scope, txid)
+        self.marked[scope] = txid
+
+
+def quiet_connect(
+    database: str = ":memory:", *, read_only: bool = False, config: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect`` without DuckDB's progress bar.
+
+    DuckDB draws a progress bar on the process's stdout for a query running over two
+    seconds; it would end up inside a command's JSON or CSV output (or a run's logs).
+    """
+    conn = duckdb.connect(database, read_only=read_only, config=config or {})
+    conn.execute("SET enable_progress_bar = false")
+    return conn
 
 
 def _connect(
@@ -168,7 +203,7 @@ def _connect(
     while True:
         before = _file_size(path)
         try:
-            return duckdb.connect(path, read_only=read_only, config=config)
+            return quiet_connect(path, read_only=read_only, config=config)
         except (duckdb.ParserException, duckdb.InvalidInputException) as exc:
             if not config:
                 raise
@@ -244,6 +279,7 @@ class DuckDBStore(SqlStateStore):
         lock_timeout_s: float = 30.0,
         config: dict[str, Any] | None = None,
         read_only: bool = False,
+        verify_commits: bool = True,
     ) -> None:
         """Open (creating if needed) the database file.
 
@@ -256,6 +292,9 @@ class DuckDBStore(SqlStateStore):
             read_only: open an existing store for reading only: nothing is created, and
                 several read-only processes may hold the file at once (not while a writer
                 holds it: DuckDB's lock is per process).
+            verify_commits: refuse a file behind its commit marker file
+                (:mod:`~trident_assets.backends.marker_file`). False opens it anyway, leaving
+                the marker file alone (to report or accept the loss).
 
         Raises:
             StoreLockedError: the file stayed locked by another process for ``lock_timeout_s``.
@@ -263,6 +302,9 @@ class DuckDBStore(SqlStateStore):
                 trident state store.
             CorruptStateError: the file is a damaged DuckDB database (e.g. truncated); it is
                 left unchanged.
+            LostCommitsError: the file lost transactions it had committed (its write-ahead
+                log was torn or deleted): it is behind its commit marker file. Nothing was
+                written.
             ConfigError: ``lock_timeout_s`` is negative, or (``read_only``) the file does not
                 exist.
         """
@@ -277,11 +319,21 @@ class DuckDBStore(SqlStateStore):
         if self.path != ":memory:" and not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         super().__init__()
+        new = not Path(self.path).exists()
         self._conn: duckdb.DuckDBPyConnection | None = _connect(
             self.path, lock_timeout_s, dict(config or {}), read_only
         )
         self._tx: DuckDBTransaction | None = None
         self._stale_views: list[str] = []
+        self.marker_file: CommitMarkerFile | None = None
+        """The commit marker file (None: in memory, or not verified)."""
+        if verify_commits and self.path and not self.path.startswith(":memory:"):
+            self.marker_file = CommitMarkerFile(self.path)
+            try:
+                self._verify_commits(new)
+            except BaseException:
+                self.close()
+                raise
         if read_only:
             if not self.has_table(CATALOG_TABLE) or not self.has_table(COMMITS_TABLE):
                 self.close()
@@ -290,6 +342,47 @@ class DuckDBStore(SqlStateStore):
             return
         with self.transaction():
             self.create_base_tables()
+
+    def _verify_commits(self, new: bool) -> None:
+        """Refuse a database behind its marker file; otherwise bring the file up to date.
+
+        Runs before anything is written. A new database file (it did not exist) makes a
+        leftover marker file stale (its database was deleted): it is removed.
+        """
+        assert self.marker_file is not None
+        if new:
+            if self.marker_file.discard():
+                log.warning(
+                    "state file %s is new: removed the commit marker file %s of the database "
+                    "that was deleted",
+                    self.path,
+                    self.marker_file.path,
+                )
+            return
+        database = self.scopes() if self.has_table(COMMITS_TABLE) else {}
+        marker = self.marker_file.read()
+        lost = lost_commits(database, marker)
+        if lost:
+            raise lost_commits_error(self.path, str(self.marker_file.path), lost)
+        if not self.read_only and database and marker != database:
+            self._record_commits(database)  # missing, or behind (a crash before its write)
+
+    def _record_commits(self, marked: dict[str, int]) -> None:
+        """Write the just-committed txids to the marker file (a failure is only logged).
+
+        The transaction has committed: a marker file left behind is accepted on the next
+        open, so failing to write it must not report the commit as failed.
+        """
+        assert self.marker_file is not None
+        try:
+            self.marker_file.record(marked)
+        except OSError as exc:
+            log.warning(
+                "commit marker file %s was not updated after a commit (%s); the commit "
+                "stands, and the file catches up with the next one",
+                self.marker_file.path,
+                exc,
+            )
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -367,6 +460,8 @@ class DuckDBStore(SqlStateStore):
             self._rollback()
             raise
         self._tx = None
+        if tx.marked and self.marker_file is not None:
+            self._record_commits(tx.marked)
 
     def _rollback(self) -> None:
         self._tx = None

@@ -23,10 +23,14 @@ import pyarrow as pa
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.names import (
+    CATALOG_TABLE,
+    COMMITS_TABLE,
+    COMPACTIONS_TABLE,
     MAP_LOG_PREFIX,
     MAP_SEQ_PREFIX,
     RESERVED_COLUMNS,
     RESERVED_PREFIX,
+    SEQ_COLUMN,
     validate_identifier,
 )
 
@@ -60,13 +64,13 @@ MapKind = Literal["opaque", "transactional", "plain"]
 """How a map table's rows read back: OpaqueValue, TransactionalValue or the plain value."""
 
 
-COMMITS_TABLE = "_trident_commits"
+COMMITS_TABLE = COMMITS_TABLE
 """The table of commit markers (last committed txid per scope)."""
 
-CATALOG_TABLE = "_trident_maps"
+CATALOG_TABLE = CATALOG_TABLE
 """The catalog describing every map table."""
 
-COMPACTIONS_TABLE = "_trident_compactions"
+COMPACTIONS_TABLE = COMPACTIONS_TABLE
 """Per map, the oldest txid an as-of read can still reconstruct after compaction."""
 
 _RESERVED_PREFIX = RESERVED_PREFIX
@@ -79,7 +83,7 @@ _DECIMAL_RE = re.compile(r"^DECIMAL\(\s*38\s*,\s*(\d{1,2})\s*\)$")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-SEQ_COLUMN = "_trident_seq"
+SEQ_COLUMN = SEQ_COLUMN
 """The log-table column ordering the versions of a key (higher = newer)."""
 
 

@@ -36,7 +36,7 @@ from trident_assets.backends.postgres_config import is_postgres_dsn
 from trident_assets.backends.sql_dialect import PG_ERROR_FUNCTION, POSTGRES, Dialect
 from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
 from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedError, TridentError
-from trident_assets.names import validate_identifier
+from trident_assets.names import CATALOG_TABLE, COMMITS_TABLE, validate_identifier
 
 __all__ = ["PostgresStore", "PostgresTransaction", "is_postgres_dsn", "redact_dsn"]
 
@@ -142,7 +142,7 @@ class PostgresStore(SqlStateStore):
             self.execute("SELECT set_config(?, ?, false)", [name, value])
         if read_only:
             self.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-            if not self.has_table("_trident_maps") or not self.has_table("_trident_commits"):
+            if not self.has_table(CATALOG_TABLE) or not self.has_table(COMMITS_TABLE):
                 self.close()
                 msg = f"{self.path} is a PostgreSQL database but holds no trident state store"
                 raise StateLayoutError(msg)

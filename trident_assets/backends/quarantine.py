@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trident_assets.names import QUARANTINE_TABLE
 from trident_assets.spouts.ranges import PartitionRange
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["QUARANTINE", "QuarantineEntry", "add_entries", "entries", "mark_replayed"]
 
-QUARANTINE = "_trident_quarantine"
+QUARANTINE = QUARANTINE_TABLE
 """The store table of quarantined batches (all topologies)."""
 
 

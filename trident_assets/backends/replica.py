@@ -37,13 +37,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from trident_assets.backends.duckdb_store import quiet_connect
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.names import DEAD_LETTERS_TABLE, SEQ_COLUMN, validate_identifier
 
 __all__ = ["DEFAULT_KEEP_TXIDS", "Replica"]
 
@@ -52,9 +52,9 @@ DEFAULT_KEEP_TXIDS = 100
 
 _DELTA = re.compile(r"^(\d{10})\.parquet$")
 _BASE = re.compile(r"^base-(\d{10})\.parquet$")
-_SEQ = "_trident_seq"
+_SEQ = SEQ_COLUMN
 _APPEND = "_append.json"
-DEAD_LETTERS_TABLE = "_trident_dead_letters"
+DEAD_LETTERS_TABLE = DEAD_LETTERS_TABLE
 """The store's dead-letter table (``spark/batch_tables.py``), published per scope and txid."""
 
 
@@ -334,7 +334,7 @@ class Replica:
             return base_txid + 1
         else:
             keys = ", ".join(_quote(k) for k in self._layout(table)["key_columns"])
-            with duckdb.connect() as conn:
+            with quiet_connect() as conn:
                 rows = conn.sql(
                     f"SELECT * FROM read_parquet(?, union_by_name = true) QUALIFY row_number() "
                     f"OVER (PARTITION BY {keys} ORDER BY {_SEQ} DESC) = 1",
@@ -398,7 +398,7 @@ class Replica:
         if not files:
             return self._empty(table, keys, value_name)
         key_list = ", ".join(keys)
-        with duckdb.connect() as conn:
+        with quiet_connect() as conn:
             return conn.sql(
                 f"SELECT {key_list}, curr AS {_quote(value_name)} FROM read_parquet(?, "
                 f"union_by_name = true) QUALIFY row_number() "

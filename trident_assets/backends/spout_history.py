@@ -6,7 +6,7 @@ txid's commit transaction from the ranges the batch read (a quarantined txid rec
 ranges: it changed no state; its later replay records the quarantined ranges it read).
 Unlike ``_trident_spout_ranges`` (the spouts' positions, whose superseded rows are cleaned
 up), nothing here is deleted: it is the history a new state is built from
-(:mod:`trident_assets.spark.backfill`). Each call is one set-based statement.
+(:mod:`trident_assets.runtime.backfill_plans`). Each call is one set-based statement.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from trident_assets.backends.state_store import StateStore
+from trident_assets.names import SPOUT_HISTORY_TABLE
 from trident_assets.spouts.ranges import PartitionRange
 
 __all__ = ["HISTORY_TABLE", "SpoutJoins", "read_history", "record_history", "spout_joins"]
 
-HISTORY_TABLE = "_trident_spout_history"
+HISTORY_TABLE = SPOUT_HISTORY_TABLE
 
 
 def _ensure(store: StateStore) -> None:

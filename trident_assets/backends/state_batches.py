@@ -25,11 +25,9 @@ from trident_assets.backends.spilled_partials import (
 )
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
-from trident_assets.core.commit import CommitResult, commit_batch
-from trident_assets.core.txids import validate_txid
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
-from trident_assets.names import validate_identifier
+from trident_assets.names import TOTALS_TABLE, validate_identifier
 
 __all__ = [
     "COMBINERS",
@@ -38,11 +36,10 @@ __all__ = [
     "apply_state_batch",
     "apply_state_files",
     "combiner",
-    "commit_state_batch",
     "state_total",
 ]
 
-TOTALS_TABLE = "_trident_totals"
+TOTALS_TABLE = TOTALS_TABLE
 """Per Count/Sum state, the sum of all its values after its last committed txid."""
 
 COMBINERS: dict[str, type[CombinerAggregator[Any]]] = {
@@ -212,31 +209,3 @@ def state_total(store: StateStore, table: str) -> float | None:
         return None
     found = store.fetch_rows(f'SELECT total FROM "{TOTALS_TABLE}" WHERE table_name = ?', [table])
     return float(found[0][0]) if found else None
-
-
-def commit_state_batch(
-    store: StateStore, scope: str, target: StateTarget, partials: pa.Table, txid: int
-) -> CommitResult[MergeResult]:
-    """Apply ``partials`` to ``target`` and commit ``txid`` to ``scope``, in one transaction.
-
-    Strict order and committed-is-final come from the scope's commit marker: an earlier
-    uncommitted txid raises OutOfOrderCommitError; a committed txid changes nothing
-    (``result.applied`` is False).
-
-    Raises:
-        ConfigError: ``txid`` is not an integer >= 1, or the batch lacks a column.
-    """
-    validate_txid(txid)
-    missing = [
-        c for c in (*target.key_columns, target.value_column) if c not in partials.schema.names
-    ]
-    if missing:
-        msg = (
-            f"state {target.table!r}: the batch lacks columns {missing}; it has "
-            f"{partials.schema.names} (expected key columns {list(target.key_columns)} and "
-            f"value column {target.value_column!r})"
-        )
-        raise ConfigError(msg)
-    return commit_batch(
-        store, scope, txid, lambda _tx: apply_state_batch(store, target, partials, txid)
-    )

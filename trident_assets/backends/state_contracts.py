@@ -8,7 +8,7 @@ declared, so a contract exists exactly when the state's values do.
 :func:`check_contracts` compares the declaration with the stored contracts before anything
 runs: it refuses (:class:`~trident_assets.errors.StateContractError`) an incompatible change,
 a state new to a topology that already committed txids when it cannot be built from the log
-(:mod:`trident_assets.spark.backfill` plans that) and a table owned by another (topology,
+(:mod:`trident_assets.runtime.backfill_plans` plans that) and a table owned by another (topology,
 state); it adopts the declaration of a store created before contracts existed, with a
 warning.
 """
@@ -25,6 +25,7 @@ import pyarrow as pa
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.contracts import StateContract, compare
 from trident_assets.errors import StateContractError
+from trident_assets.names import CONTRACTS_TABLE, STATES_LEFT_TABLE
 
 __all__ = [
     "LEFT_TABLE",
@@ -35,13 +36,14 @@ __all__ = [
     "delete_state_rows",
     "forget_left",
     "record_left",
+    "refuse_value_type",
     "states_left",
     "stored_contracts",
     "write_contracts",
 ]
 
-TABLE = "_trident_state_contracts"
-LEFT_TABLE = "_trident_states_left"
+TABLE = CONTRACTS_TABLE
+LEFT_TABLE = STATES_LEFT_TABLE
 """States a topology committed txids without: (topology, state, left_after)."""
 log = logging.getLogger(__name__)
 
@@ -255,10 +257,31 @@ def _refuse_incompatible(stored: StateContract, declared: StateContract) -> None
         f"{d.name}: stored {_show(d.stored)}, declared {_show(d.declared)}"
         for d in result.incompatible
     )
-    msg = (
+    raise StateContractError(_refusal(declared, lines))
+
+
+def refuse_value_type(
+    declared: StateContract, stored_type: str, declared_type: str, source: str
+) -> None:
+    """Refuse a state whose declared stream yields values the stored value column cannot hold.
+
+    For states whose contract leaves the value type to the input (Sum, Min, Max): the
+    runner types the declared partials before any Spark job runs (``stored_type`` and
+    ``declared_type`` are SQL types; ``source`` says where the declared type comes from,
+    e.g. ``Sum over field 'n' (string)``). Nothing is written.
+
+    Raises:
+        StateContractError: naming the state, both types and the ways out.
+    """
+    detail = f"value_type: stored {stored_type!r}, declared {declared_type!r} ({source})"
+    raise StateContractError(_refusal(declared, detail))
+
+
+def _refusal(declared: StateContract, detail: str) -> str:
+    return (
         f"state {declared.state!r} of topology {declared.topology!r} (table "
         f"{declared.table!r}) is declared differently from how its stored values were made "
-        f"({lines}). Nothing was run or written: the stored values would be mixed with values "
+        f"({detail}). Nothing was run or written: the stored values would be mixed with values "
         "of another meaning. Ways out: restore the stored declaration; rename the state (a "
         "new state is built from the retained log before it joins the topology); remove the "
         "state from the topology, drop its stored values (`trident state drop "
@@ -268,4 +291,3 @@ def _refuse_incompatible(stored: StateContract, declared: StateContract) -> None
         "recompute it under the new declaration (`trident state rebuild "
         f"{declared.topology} {declared.state} --module MODULE`)"
     )
-    raise StateContractError(msg)

@@ -22,7 +22,7 @@ import pyarrow as pa
 from trident_assets.backends.map_layout import MapLayout, quote_ident
 from trident_assets.backends.state_store import StateStore
 from trident_assets.errors import ConfigError
-from trident_assets.names import validate_identifier
+from trident_assets.names import VERIFIED_TABLE, validate_identifier
 
 __all__ = [
     "META_TABLE",
@@ -33,7 +33,7 @@ __all__ = [
     "write_checkpoint",
 ]
 
-META_TABLE = "_trident_verified"
+META_TABLE = VERIFIED_TABLE
 _VALUES_PREFIX = "_trident_verified_"
 
 

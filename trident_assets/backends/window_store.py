@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
-from trident_assets.errors import TridentError
+from trident_assets.errors import ConfigError, TridentError
+from trident_assets.names import WATERMARKS_TABLE
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -45,11 +46,13 @@ __all__ = [
     "last_max_event_us",
     "last_watermark",
     "last_watermark_us",
+    "StoredWindow",
     "read_finals",
     "read_open",
+    "stored_windows",
 ]
 
-WATERMARKS = "_trident_window_watermarks"
+WATERMARKS = WATERMARKS_TABLE
 """The watermark of each windowed state after each committed txid."""
 _EPOCH = datetime(1970, 1, 1)
 
@@ -299,26 +302,119 @@ def apply_window_batch(
     return _Applied(finals, size, top, wm_after, state.spec.name)
 
 
-def read_finals(store: StateStore, state: WindowedState) -> list[dict[str, Any]]:
-    """The final windows of ``state`` as rows, ordered by key and window_start."""
-    keys, _out, _open, finals_t = _names(state)
-    if not store.has_table(state.finals_table):
-        return []
-    order = "".join(f"{c}, " for c in keys)
-    table = store.fetch_arrow(f"SELECT * FROM {finals_t} ORDER BY {order}window_start, window_end")
-    return _key_order(store, state, table).to_pylist()
+@dataclass(frozen=True)
+class StoredWindow:
+    """An event-window state as its contract stores it: what reading it needs, by name."""
+
+    topology: str
+    state: str
+    table: str
+    """The open windows; the finals are ``<table>__finals``."""
+    key_fields: tuple[str, ...]
+    window: dict[str, str]
+    """The window's parameters (``kind``, ``size_us``, ...), as the contract holds them."""
+
+    @property
+    def finals_table(self) -> str:
+        """The store table of the final windows."""
+        return f"{self.table}__finals"
 
 
-def read_open(store: StateStore, state: WindowedState) -> list[dict[str, Any]]:
-    """The open windows of ``state`` (early results, ``final`` False), ordered by key, start."""
-    keys, _out, open_t, _finals = _names(state)
-    if not store.has_table(state.open_table):
-        return []
+def stored_windows(store: StateStore) -> list[StoredWindow]:
+    """Every event-window state of ``store`` (known by its contract), by topology and state."""
+    from trident_assets.backends.state_contracts import stored_contracts
+
+    found = []
+    for contract in stored_contracts(store):
+        params = dict(contract.aggregator_params)
+        if "window.kind" not in params:
+            continue
+        window = {k[7:]: v for k, v in params.items() if k.startswith("window.")}
+        found.append(
+            StoredWindow(
+                contract.topology, contract.state, contract.table, contract.key_fields, window
+            )
+        )
+    return found
+
+
+def _stored_window(
+    store: StateStore, state: WindowedState | StoredWindow | str, topology: str | None
+) -> StoredWindow:
+    """``state`` as a :class:`StoredWindow`: a declared state, or one found by name.
+
+    Raises:
+        ConfigError: no event-window state of that name in the store (the message lists
+            those it holds), or the name is in several topologies and ``topology`` is None.
+    """
+    if isinstance(state, StoredWindow):
+        return state
+    if not isinstance(state, str):
+        windowed = state.windowed
+        return StoredWindow(
+            state.topology.name, state.spec.name, state.open_table, tuple(windowed.group), {}
+        )
+    known = stored_windows(store)
+    found = [w for w in known if w.state == state and topology in (None, w.topology)]
+    if len(found) == 1:
+        return found[0]
+    names = ", ".join(f"{w.topology}.{w.state}" for w in known) or "none"
+    if found:
+        msg = (
+            f"event-window state {state!r} is in several topologies "
+            f"({', '.join(w.topology for w in found)}): pass topology=..."
+        )
+    else:
+        where = f" of topology {topology!r}" if topology is not None else ""
+        msg = (
+            f"no event-window state {state!r}{where} in {store.path}; event-window states: {names}"
+        )
+    raise ConfigError(msg)
+
+
+def _read_windows(store: StateStore, found: StoredWindow, table: str, extra: str) -> pa.Table:
+    keys = [quote_ident(k) for k in found.key_fields]
     order = "".join(f"{c}, " for c in keys)
-    table = store.fetch_arrow(
-        f"SELECT *, FALSE AS final FROM {open_t} ORDER BY {order}window_start, window_end"
+    rows = store.fetch_arrow(
+        f"SELECT *{extra} FROM {quote_ident(table)} ORDER BY {order}window_start, window_end"
     )
-    return _key_order(store, state, table).to_pylist()
+    if not store.dialect.is_postgres or rows.num_rows < 2:
+        return rows
+    names = [*found.key_fields, "window_start", "window_end"]  # code point order, as DuckDB
+    return rows.sort_by([(n, "ascending") for n in names])
+
+
+def read_finals(
+    store: StateStore, state: WindowedState | StoredWindow | str, *, topology: str | None = None
+) -> list[dict[str, Any]]:
+    """The final windows of ``state`` as rows, ordered by key and window_start.
+
+    ``state``: the declared state, or its name (``topology`` tells apart states of the same
+    name in several topologies).
+
+    Raises:
+        ConfigError: no event-window state of that name is stored, or the name is ambiguous.
+    """
+    found = _stored_window(store, state, topology)
+    if not store.has_table(found.finals_table):
+        return []
+    return _read_windows(store, found, found.finals_table, "").to_pylist()
+
+
+def read_open(
+    store: StateStore, state: WindowedState | StoredWindow | str, *, topology: str | None = None
+) -> list[dict[str, Any]]:
+    """The open windows of ``state`` (early results, ``final`` False), ordered by key, start.
+
+    ``state``: the declared state, or its name (as :func:`read_finals`).
+
+    Raises:
+        ConfigError: no event-window state of that name is stored, or the name is ambiguous.
+    """
+    found = _stored_window(store, state, topology)
+    if not store.has_table(found.table):
+        return []
+    return _read_windows(store, found, found.table, ", FALSE AS final").to_pylist()
 
 
 def utc(value: datetime) -> datetime:

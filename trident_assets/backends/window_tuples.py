@@ -37,6 +37,7 @@ from trident_assets.core.trident_windows import (
     fold_window,
 )
 from trident_assets.errors import StaleTxidError
+from trident_assets.names import SEQ_COLUMN, WINDOWS_TABLE
 
 __all__ = [
     "COUNT_COLUMN",
@@ -50,13 +51,13 @@ __all__ = [
     "read_meta",
 ]
 
-META_TABLE = "_trident_windows"
+META_TABLE = WINDOWS_TABLE
 ORDER_COLUMNS = ("_trident_topic", "_trident_part", "_trident_off", "_trident_pos")
 """The columns of a count window's batch that order its tuples (source topic, partition,
 offset, position of the tuple among those of its record)."""
 PARTIAL_COLUMN = "_trident_p"
 COUNT_COLUMN = "_trident_n"
-_SEQ, _TXID, _TS = "_trident_seq", "_trident_txid", "_trident_ts"
+_SEQ, _TXID, _TS = SEQ_COLUMN, "_trident_txid", "_trident_ts"
 
 
 @dataclass(frozen=True)

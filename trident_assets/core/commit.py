@@ -8,6 +8,10 @@ txid in the store, in the same transaction as the values it guards. For batch ``
 * anything else: :class:`~trident_assets.errors.OutOfOrderCommitError`, nothing changes.
 
 An ad-hoc batch (``txid is None``) is applied without touching the marker.
+
+Where the marker lives is the caller's choice (a :class:`CommitMarker`): by default the
+store's own per-scope marker; a state being built from the log keeps its progress as its
+marker instead, and a shadow map being rebuilt keeps one in memory.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from trident_assets.errors import ConfigError, OutOfOrderCommitError
 __all__ = [
     "FIRST_TXID",
     "CommitDecision",
+    "CommitMarker",
     "CommitResult",
     "CommitStore",
     "StoreTransaction",
@@ -78,6 +83,28 @@ class StoreTransaction(Protocol):
         """Record ``txid`` as committed to ``scope`` (effective when the transaction commits)."""
 
 
+class CommitMarker(Protocol):
+    """Where a scope's last committed txid is read and recorded, inside a transaction."""
+
+    def last_committed(self, tx: StoreTransaction, scope: str) -> int | None:
+        """Return the last txid committed to ``scope``, or None."""
+
+    def mark_committed(self, tx: StoreTransaction, scope: str, txid: int) -> None:
+        """Record ``txid`` as committed to ``scope`` in transaction ``tx``."""
+
+
+class StoreMarker:
+    """The store's own per-scope commit marker (the default :class:`CommitMarker`)."""
+
+    def last_committed(self, tx: StoreTransaction, scope: str) -> int | None:
+        """The transaction's view of the scope's marker."""
+        return tx.last_committed(scope)
+
+    def mark_committed(self, tx: StoreTransaction, scope: str, txid: int) -> None:
+        """Move the scope's marker to ``txid``."""
+        tx.mark_committed(scope, txid)
+
+
 class CommitStore(Protocol):
     """A store whose writes can be grouped into one atomic transaction."""
 
@@ -107,21 +134,24 @@ def commit_batch(
     scope: str,
     txid: int | None,
     apply: Callable[[StoreTransaction], R],
+    marker: CommitMarker | None = None,
 ) -> CommitResult[R]:
     """Apply batch ``txid`` to ``scope`` exactly once, atomically with its commit marker.
 
     ``apply`` runs inside the store transaction and must do all of the batch's writes there.
-    If it raises, the transaction rolls back and the error propagates.
+    If it raises, the transaction rolls back and the error propagates. ``marker``: where the
+    scope's last committed txid is kept (default: the store's own marker).
 
     Raises:
         OutOfOrderCommitError: an earlier txid has not committed; nothing was changed.
     """
+    marker = marker or StoreMarker()
     with store.transaction() as tx:
-        previous = tx.last_committed(scope)
+        previous = marker.last_committed(tx, scope)
         if txid is None:
             return CommitResult(scope, None, True, previous, apply(tx))
         if decide_commit(scope, previous, txid) is CommitDecision.ALREADY_COMMITTED:
             return CommitResult(scope, txid, False, previous)
         result = apply(tx)
-        tx.mark_committed(scope, txid)
+        marker.mark_committed(tx, scope, txid)
     return CommitResult(scope, txid, True, previous, result)

@@ -18,6 +18,7 @@ still commits the whole txid in one transaction, and outputs and checks it does 
 """
 
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any, NoReturn
 
 import dagster as dg
@@ -42,6 +43,7 @@ from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.window_assets import FinalsAsset, finals_events
 from trident_assets.errors import (
     ConfigError,
+    CorruptStateError,
     OutOfOrderCommitError,
     QuarantineError,
     UserCodeError,
@@ -115,7 +117,7 @@ def topology_assets(
         context.log.info(f"Spark: {trident.spark_target}")
         spark = pyspark.spark_session
         outcomes: list[BatchOutcome] = []
-        with trident.store() as store:
+        with _opened_store(context, trident, topology, txids[0]) as store:
             runner = TopologyRunner(
                 topology,
                 spark,
@@ -164,6 +166,26 @@ def topology_assets(
     return _batches
 
 
+@contextmanager
+def _opened_store(
+    context: dg.AssetExecutionContext,
+    trident: TridentResource,
+    topology: TridentTopology,
+    txid: int,
+) -> Iterator[Any]:
+    """The run's state store; a damaged one (e.g. it lost committed txids) fails the run.
+
+    The failure is recorded against ``txid`` (``trident status``) and fails the step with
+    the store's message (which names the file and the way out) before anything runs.
+    """
+    with ExitStack() as stack:
+        try:
+            store = stack.enter_context(trident.store())
+        except CorruptStateError as exc:
+            _fail(context, trident, topology, txid, exc)
+        yield store
+
+
 def _failures_recorded(
     context: dg.AssetExecutionContext,
     trident: TridentResource,
@@ -198,7 +220,7 @@ def _fail(
     """Record ``exc`` as ``txid``'s failure (``trident status``) and fail the step with it."""
     error = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
     record_failure(trident.home, topology.name, txid, error, context.run.run_id)
-    if isinstance(exc, UserCodeError):
+    if isinstance(exc, UserCodeError | CorruptStateError):
         context.log.error(f"txid {txid} failed, nothing committed: {error}")
         raise dg.Failure(
             description=str(exc), metadata={"txid": txid, "error": type(exc).__name__}

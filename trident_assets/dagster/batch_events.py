@@ -22,8 +22,8 @@ import dagster as dg
 from trident_assets.dagster.graph import AssetNode, topology_graph
 from trident_assets.dagster.partitions import txid_key
 from trident_assets.dagster.previews import markdown_table, preview_metadata
-from trident_assets.spark.backfill import BackfillOutcome
-from trident_assets.spark.outcomes import BatchOutcome
+from trident_assets.runtime.backfill_plans import BackfillOutcome
+from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
@@ -99,7 +99,9 @@ def _applied_metadata(
                 "ranges_recorded_before": dg.MetadataValue.bool(plan.replay),
                 "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
             }
-        meta["dead_letters"] = dg.MetadataValue.int(outcome.dead_letters)
+        # this spout's own (the txid's total also counts other spouts' and windows' late records)
+        dead = outcome.dead_letters_by_spout.get(sid, 0)
+        meta["dead_letters"] = dg.MetadataValue.int(dead)
         lag = outcome.lag.get(sid)
         if lag is not None:  # plotted per txid: the total, and each partition
             meta["lag"] = dg.MetadataValue.int(sum(lag.values()))

@@ -47,12 +47,12 @@ def read_published_finals(
         StateLayoutError: the finals are not published yet (no batch committed since the
             replica carries them).
     """
-    import duckdb
+    from trident_assets.backends.duckdb_store import quiet_connect
 
     table = str(meta["trident/table"])
     files = [str(f) for f in replica.appended_files(table, str(meta["trident/scope"]))]
     bounds = [naive_utc(window.start), naive_utc(window.end)]
-    with duckdb.connect() as conn:
+    with quiet_connect() as conn:
         return conn.sql(
             _range_sql("read_parquet(?, union_by_name = true)", meta), params=[files, *bounds]
         ).to_arrow_table()

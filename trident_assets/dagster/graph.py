@@ -21,7 +21,8 @@ from typing import Any
 import dagster as dg
 
 from trident_assets.dagster.io_manager import KIND_ROWS, KIND_STATE
-from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
+from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
+from trident_assets.stream.state_kinds import SingleJoinKind, state_kind
 from trident_assets.stream.topology import Node, TridentState, TridentTopology
 
 __all__ = ["IO_MANAGER_KEY", "AssetNode", "asset_keys", "topology_graph"]
@@ -50,7 +51,7 @@ class AssetNode:
 
 def is_map_state(state: TridentState) -> bool:
     """True for ``persistent_aggregate`` states (keys and one value, readable as of a txid)."""
-    return "agg" in state.node.args
+    return state_kind(state.node).map_state
 
 
 def has_partials(state: TridentState) -> bool:
@@ -175,4 +176,4 @@ def asset_keys(topology: TridentTopology) -> dict[str, dg.AssetKey]:
 
 def is_join_state(state: TridentState) -> bool:
     """True for a single join's pending-halves state."""
-    return SINGLE_JOIN in state.node.args
+    return isinstance(state_kind(state.node), SingleJoinKind)

@@ -305,13 +305,9 @@ class TridentIOManager(dg.ConfigurableIOManager):
 
         Returns the materialization metadata (txid, already_committed, keys, state size).
         """
-        from trident_assets.backends.state_batches import (
-            StateTarget,
-            combiner,
-            commit_state_batch,
-            state_total,
-        )
+        from trident_assets.backends.state_batches import StateTarget, combiner, state_total
         from trident_assets.backends.state_contracts import check_state_asset_scope
+        from trident_assets.runtime.commit import commit_state_batch
 
         target = StateTarget(
             table=str(meta["trident/table"]),

@@ -1,6 +1,6 @@
 """Batch previews as Dagster metadata: a Markdown table of a few rows and the column schema.
 
-The rows come from :attr:`BatchOutcome.previews <trident_assets.spark.outcomes.BatchOutcome.
+The rows come from :attr:`BatchOutcome.previews <trident_assets.runtime.outcomes.BatchOutcome.
 previews>` (at most a few rows per asset, computed from the batch, never from the whole
 state); this module only formats them for the asset page.
 """

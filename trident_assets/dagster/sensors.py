@@ -35,10 +35,19 @@ from trident_assets.planner import quarantine_refusal
 from trident_assets.spouts.ranges import partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["coordinator_sensor", "decide_next"]
+__all__ = ["coordinator_name", "coordinator_sensor", "decide_next"]
 
 TXID_TAG = "trident/txid"
 """Run tag: the first txid a run processes (attempts of a txid are counted by it)."""
+
+
+def coordinator_name(topology: str) -> str:
+    """The name of the coordinator sensor of topology ``topology``: ``<topology>_coordinator``.
+
+    Dagster tags each run the sensor requests with it (``dagster/sensor_name``): the UI's Runs
+    page shows such a run as launched by the sensor.
+    """
+    return f"{topology}_coordinator"
 
 
 def _committed_txid(instance: dg.DagsterInstance, key: dg.AssetKey) -> tuple[int, dict[str, Any]]:
@@ -233,7 +242,7 @@ def coordinator_sensor(
     keys = list(asset_keys(topology).values())
 
     @dg.sensor(
-        name=f"{topology.name}_coordinator",
+        name=coordinator_name(topology.name),
         target=keys,
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,

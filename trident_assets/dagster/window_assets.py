@@ -54,12 +54,15 @@ from trident_assets.core.event_windows import MICROS
 from trident_assets.core.window_partitions import has_time_partitions, newly_complete
 from trident_assets.dagster.finals_reader import naive_utc, read_finals_range
 from trident_assets.dagster.graph import IO_MANAGER_KEY
+from trident_assets.dagster.previews import preview_metadata
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
+from trident_assets.names import DEAD_LETTERS_TABLE
+from trident_assets.runtime.outcomes import PREVIEW_ROWS
 from trident_assets.stream.event_windows import WindowedState
 
 if TYPE_CHECKING:
-    from trident_assets.spark.outcomes import BatchOutcome
+    from trident_assets.runtime.outcomes import BatchOutcome
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
@@ -83,7 +86,7 @@ KIND_FINALS = "window_finals"
 DEFAULT_START = "2026-01-01"
 """The first time partition of a finals asset when none is given."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_DEAD_LETTERS = "_trident_dead_letters"
+_DEAD_LETTERS = DEAD_LETTERS_TABLE
 
 
 @dataclass(frozen=True)
@@ -345,6 +348,8 @@ def finals_events(
                     "watermark": dg.MetadataValue.text(str(watermark)),
                     "late_records": dg.MetadataValue.int(late),
                     "dagster/row_count": dg.MetadataValue.int(fp["windows"]),
+                    # the partition's first windows (by key, window_start), as on a state's
+                    **preview_metadata(part.slice(0, PREVIEW_ROWS), part.num_rows),
                 },
             )
 

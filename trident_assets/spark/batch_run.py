@@ -8,7 +8,7 @@ aggregates and queries are built here), then runs the batch in two phases:
    batch's new state: each state's input, the outputs, the dead letters.
 2. :meth:`BatchRun.commit` (inside the store transaction the runner opens): applies every
    state (:mod:`~trident_assets.spark.state_apply`), computes what reads the new values,
-   writes outputs, new values and dead letters (:mod:`~trident_assets.spark.batch_tables`),
+   writes outputs, new values and dead letters (:mod:`~trident_assets.runtime.batch_tables`),
    makes the spout ranges final and records what the batch read
    (:mod:`~trident_assets.backends.spout_history`).
 """
@@ -26,6 +26,8 @@ from trident_assets.backends.spout_history import record_history
 from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard
 from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
+from trident_assets.runtime.batch_tables import store_dead_letters, store_rows
+from trident_assets.runtime.outcomes import BatchOutcome, Prepared, dead_letter_rows, head_rows
 from trident_assets.spark.aggregation import (
     combine_partials,
     reduce_groups,
@@ -34,7 +36,6 @@ from trident_assets.spark.aggregation import (
 )
 from trident_assets.spark.arrow_partials import combine_task_partials
 from trident_assets.spark.arrow_transfer import to_spark
-from trident_assets.spark.batch_tables import store_dead_letters, store_rows
 from trident_assets.spark.event_windows import window_input
 from trident_assets.spark.kernel_plan import (
     arrow_kernel,
@@ -43,7 +44,6 @@ from trident_assets.spark.kernel_plan import (
     kernel_unavailable,
 )
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
-from trident_assets.spark.outcomes import BatchOutcome, Prepared, dead_letter_rows, head_rows
 from trident_assets.spark.pipelined import TXID_COLUMN
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 from trident_assets.spark.single_join import join_batch_table
@@ -52,12 +52,18 @@ from trident_assets.spark.state_apply import apply_state, spilled_previews, stat
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
 from trident_assets.spark.trident_windows import window_batch_table
-from trident_assets.stream.event_windows import EVENT_WINDOW
-from trident_assets.stream.single_join import SINGLE_JOIN, SINGLE_JOIN_EXPIRED
-from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
+from trident_assets.stream.state_kinds import (
+    EventWindowKind,
+    Reducer,
+    SingleJoinKind,
+    TridentWindowKind,
+    Updater,
+    state_kind,
+)
 
 if TYPE_CHECKING:
-    from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.runtime.context import RunContext
     from trident_assets.spouts.ranges import BatchPlan
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
@@ -70,7 +76,7 @@ class BatchRun(NodeFrames):
 
     def __init__(
         self,
-        runner: TopologyRunner,
+        runner: RunContext,
         txid: int,
         plans: dict[str, BatchPlan],
         *,
@@ -101,16 +107,14 @@ class BatchRun(NodeFrames):
         """Spouts whose dead letters a Spark job already counted (an Arrow kernel, or a
         window's decode): how many."""
         self.new_values: dict[str, pa.Table] = {}
+        """Each state's new values this batch, as its apply returned them (new-values
+        streams read them during the commit)."""
         self.expired: dict[str, pa.Table] = {}
         """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
         self.value_types: dict[str, pa.DataType] = {}
         """Arrow type of each combiner state's batch partials (typing empty query results)."""
         self.nulls: dict[str, int] = {}
         """Per Sum/Min/Max state: the null values its partials skipped this batch."""
-        self.extra_dead: dict[str, pa.Table] = {}
-        """Dead letters a state's apply produced (e.g. late records of an event window)."""
-        self.windows: dict[str, Any] = {}
-        """What the batch did to each event-window state (see ``BatchOutcome.windows``)."""
         self.folded_dead: dict[str, pa.Table] = {}
         """Spouts whose dead letters a state's own Spark job collected (see :meth:`fold_dead`)."""
         self.dead_collected = False
@@ -161,7 +165,7 @@ class BatchRun(NodeFrames):
     def _build(self, node: Node) -> Any:
         a = node.args
         if node.kind == "spout":
-            good, dead = a["spout"].scheme.decode(self._raw(node))
+            good, dead = a["spout"].scheme.decode(self.raw(node))
             self.dead[a["spout_id"]] = dead
             return good
         if node.kind == "new_values":
@@ -185,7 +189,7 @@ class BatchRun(NodeFrames):
         msg = f"cannot run node kind {node.kind!r}"
         raise AssertionError(msg)
 
-    def _raw(self, node: Node) -> Any:
+    def raw(self, node: Node) -> Any:
         """The spout's raw records of this batch (built once)."""
         sid = node.args["spout_id"]
         if sid not in self.raws:
@@ -204,7 +208,7 @@ class BatchRun(NodeFrames):
         if not arrow_kernels_on(self.spark, self.plans[sid].record_count):
             return None
         # tag 0, not the txid: the same generated code for every batch
-        raw = self._raw(spout).withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
+        raw = self.raw(spout).withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
         try:
             tasks = kernel_frame(raw, spec).toArrow()
         except Exception as exc:
@@ -307,20 +311,21 @@ class BatchRun(NodeFrames):
         from pyspark.sql import functions as F
 
         a = state.node.args
-        if SINGLE_JOIN in a:
+        kind = state_kind(state.node)
+        if isinstance(kind, SingleJoinKind):
             return join_batch_table(self, state)
-        if TRIDENT_WINDOW in a:
+        if isinstance(kind, TridentWindowKind):
             return window_batch_table(self, state)
-        if EVENT_WINDOW in a:
+        if isinstance(kind, EventWindowKind):
             return window_input(self, state)  # type: ignore[arg-type]
         parent = self.frame(state.node.parents[0])
-        if "updater" in a:
+        if isinstance(kind, Updater):
             return parent.select(*a["inputs"]).toArrow()
         agg = a["agg"]
         group, out = a["group"], a["output"]
-        if is_sql_combiner(agg) and self.is_empty(state.node.parents[0]):
+        if kind.sql_combiner and self.is_empty(state.node.parents[0]):
             return self._empty_partials(state)
-        if isinstance(agg, ReducerAggregator):
+        if isinstance(kind, Reducer):
             cols = F.struct(*[F.col(c) for c in a["inputs"]])
             grouped = (
                 parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
@@ -370,6 +375,7 @@ class BatchRun(NodeFrames):
         store = runner.store
         topo = runner.topology
         outcome = BatchOutcome(topo.name, self.txid, True, self.plans, prepared.tuples_in)
+        state_dead: dict[str, pa.Table] = {}
         for name, state in topo.states.items():
             batch = prepared.partials.get(name)
             nulls = prepared.nulls.get(name, 0)
@@ -377,12 +383,19 @@ class BatchRun(NodeFrames):
                 batch = self.state_input(state)
                 nulls = self.nulls.get(name, 0)
             applied = apply_state(self, state, batch)
+            if applied.new_values is not None:  # read by the states after it (new values)
+                self.new_values[name] = applied.new_values
+            if applied.expired is not None:
+                self.expired[name] = applied.expired
+            if applied.window is not None:
+                outcome.windows[name] = applied.window
+            state_dead |= applied.dead
             if isinstance(batch, SpilledPartials):  # its nulls and previews read from the files
-                outcome.states[name] = applied
+                outcome.states[name] = applied.outcome
                 outcome.previews |= spilled_previews(store, state, self.txid)
                 continue
-            outcome.states[name] = replace(applied, null_values_skipped=nulls)
-            outcome.previews |= state_previews(state, batch, self.new_values.get(name))
+            outcome.states[name] = replace(applied.outcome, null_values_skipped=nulls)
+            outcome.previews |= state_previews(state, batch, applied.new_values)
         runner.fault("after_state_write")
         outputs = dict(prepared.outputs)
         for name, stream in topo.outputs.items():
@@ -395,8 +408,7 @@ class BatchRun(NodeFrames):
         for name, table in self.new_values.items():
             store_rows(store, topo.states[name].new_values_table, self.txid, table)
             outcome.previews.setdefault(f"new_values:{name}", head_rows(table))
-        all_dead = {**prepared.dead, **self.extra_dead}
-        outcome.windows = dict(self.windows)
+        all_dead = {**prepared.dead, **state_dead}
         outcome.dead_letters = store_dead_letters(store, topo.name, self.txid, all_dead)
         outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in all_dead.items()}
         for sid, dead in all_dead.items():

@@ -18,8 +18,8 @@ from trident_assets.planner import chunk_pipelinable, live_spouts
 from trident_assets.spark.spilled import drop_spilled
 
 if TYPE_CHECKING:
+    from trident_assets.runtime.outcomes import Prepared
     from trident_assets.spark.batch_run import BatchRun
-    from trident_assets.spark.outcomes import Prepared
     from trident_assets.spouts.coordinator import BatchCoordinator
     from trident_assets.spouts.ranges import BatchPlan
     from trident_assets.stream.topology import TridentTopology

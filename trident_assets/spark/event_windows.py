@@ -43,10 +43,10 @@ from trident_assets.backends.window_store import (
 )
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.errors import ConfigError
+from trident_assets.runtime.outcomes import Applied, StateOutcome
 from trident_assets.spark.aggregation import sql_expr
 from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.observed import count_dead, observed_frame
-from trident_assets.spark.outcomes import StateOutcome
 from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregation
 
 if TYPE_CHECKING:
@@ -462,14 +462,14 @@ def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, i
     return partials, letters, top, int(partly)
 
 
-def apply_window_state(run: BatchRun, state: WindowedState, table: pa.Table) -> StateOutcome:
+def apply_window_state(run: BatchRun, state: WindowedState, table: pa.Table) -> Applied:
     """Apply the batch inside the open commit transaction.
 
     ``table``: :func:`window_input`'s, or a chunk's resolved
     :class:`~trident_assets.spark.event_window_chunks.WindowSlice`.
 
-    Leaves the windows this txid made final in ``run.new_values``, the dead letters in
-    ``run.extra_dead`` and what it did in ``run.windows``.
+    Returns what it did: the windows this txid made final (its new values), its dead
+    letters (late records) and its ``WindowOutcome``.
     """
     store = run.runner.store
     partials, letters, top, partly = _split(table, state)
@@ -477,10 +477,13 @@ def apply_window_state(run: BatchRun, state: WindowedState, table: pa.Table) -> 
     decided = int(raw) if raw else None
     result = apply_window_batch(store, state, run.txid, WindowBatch(partials, top, decided))
     name = state.spec.name
-    run.new_values[name] = result.finals
-    run.extra_dead[window_dead_letters_key(name)] = letters
     late = int(pc.sum(pc.starts_with(letters.column("reason"), "late record")).as_py() or 0)
-    run.windows[name] = result.outcome(late, letters.num_rows - late, partly)
-    return StateOutcome(
+    outcome = StateOutcome(
         name, state.table, partials.num_rows, partials.num_rows, 0, result.open_windows
+    )
+    return Applied(
+        outcome,
+        new_values=result.finals,
+        dead={window_dead_letters_key(name): letters},
+        window=result.outcome(late, letters.num_rows - late, partly),
     )

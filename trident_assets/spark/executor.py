@@ -27,11 +27,13 @@ The rest of the Spark layer, one concept per module:
 * :mod:`~trident_assets.spark.pipelined`: a chunk of txids as one Spark job;
 * :mod:`~trident_assets.spark.state_apply`: applying a batch to each kind of state;
 * :mod:`~trident_assets.spark.state_query`: ``state_query`` lookups;
-* :mod:`~trident_assets.spark.batch_tables`: outputs, new values and dead letters tables;
-* :mod:`~trident_assets.spark.outcomes`: ``BatchOutcome``, ``StateOutcome``, ``Prepared``;
+* :mod:`~trident_assets.runtime.batch_tables`: outputs, new values and dead letters tables;
+* :mod:`~trident_assets.runtime.outcomes`: ``BatchOutcome``, ``StateOutcome``, ``Prepared``;
 * :mod:`~trident_assets.spark.node_frames`: the memoised per-node DataFrame base;
 * :mod:`~trident_assets.spark.backfill`: building a new state from the log of committed
-  txids (:meth:`TopologyRunner.backfill`), and rebuilding one.
+  txids (:meth:`TopologyRunner.backfill`), planned by
+  :mod:`~trident_assets.runtime.backfill_plans`; :mod:`~trident_assets.spark.rebuild`:
+  rebuilding one.
 
 What can share a Spark job is decided by :mod:`trident_assets.planner` (pure graph analysis).
 """
@@ -39,7 +41,6 @@ What can share a Spark job is decided by :mod:`trident_assets.planner` (pure gra
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,12 +53,10 @@ from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
 from trident_assets.backends.quarantine import (
     QuarantineEntry,
-    add_entries,
     entries,
-    mark_replayed,
 )
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
-from trident_assets.backends.spout_history import record_history, spout_joins
+from trident_assets.backends.spout_history import spout_joins
 from trident_assets.backends.state_contracts import (
     check_contracts,
     check_topology_scope,
@@ -68,39 +67,33 @@ from trident_assets.backends.state_contracts import (
     write_contracts,
 )
 from trident_assets.backends.state_store import StateStore
-from trident_assets.core.commit import commit_batch, decide_commit
+from trident_assets.core.commit import decide_commit
 from trident_assets.core.contracts import StateContract
 from trident_assets.core.txids import validate_txid
-from trident_assets.core.user_code import from_worker_message
 from trident_assets.errors import (
-    BatchUnavailableError,
     ConfigError,
     CorruptStateError,
-    DiskFullError,
-    QuarantineError,
-    TridentError,
-    is_disk_full,
 )
-from trident_assets.planner import all_nodes, pipelinable, quarantine_refusal
-from trident_assets.spark.backfill import (
-    BackfillOutcome,
-    catch_up_one,
-    drop_progress,
-    plan_backfill,
-    plan_rejoin,
-    progress,
-)
+from trident_assets.planner import all_nodes, pipelinable
+from trident_assets.runtime.backfill_plans import BackfillOutcome, plan_backfill, plan_rejoin
+from trident_assets.runtime.batch_tables import DEAD_LETTERS, ensure_dead_letters_table
+from trident_assets.runtime.commit import commit_txid, drop_progress, progress
+from trident_assets.runtime.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
+from trident_assets.runtime.publishing import described as describe
+from trident_assets.runtime.publishing import publish, publish_missing
+from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.batch_tables import DEAD_LETTERS, ensure_dead_letters_table
 from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
 from trident_assets.spark.codegen_conf import codegen_conf
-from trident_assets.spark.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
+from trident_assets.spark.declared_types import check_value_types
 from trident_assets.spark.pipelined import PipelinedRun
+from trident_assets.spark.quarantine_runs import quarantine, replay_quarantined
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import drop_spilled, open_spill
+from trident_assets.spark.user_errors import user_code_errors
 from trident_assets.spouts.coordinator import BatchCoordinator
-from trident_assets.spouts.ranges import BatchPlan, PartitionRange, partition_sort_key
+from trident_assets.spouts.ranges import BatchPlan, partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
@@ -211,6 +204,7 @@ class TopologyRunner:
         a batch with none builds no DataFrame for them)."""
         self._joins_after = self._joining_spouts(last)
         """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
+        check_value_types(self)  # DataFrame analysis only: before any Spark job or write
         ship_package(spark)
         ship_user_modules(topology_code(all_nodes(topology)))
         ensure_dead_letters_table(store)
@@ -220,10 +214,7 @@ class TopologyRunner:
         """How executors write partials for the store (``trident.partials.spill``; None:
         collected to the driver)."""
         if replica is not None:
-            maps, rows = self._published_tables()
-            replica.publish_missing(
-                store, self.scope, maps, rows, self._described(), self._appended_tables()
-            )
+            publish_missing(replica, store, topology)
 
     @property
     def scope(self) -> str:
@@ -336,7 +327,7 @@ class TopologyRunner:
             BatchUnavailableError: a transactional replay can no longer be read.
         """
         ordered = [validate_txid(t) for t in txids]
-        with _user_code_errors():
+        with user_code_errors():
             yield from self._run_batches(ordered)
 
     def backfill(self) -> list[BackfillOutcome]:
@@ -355,7 +346,7 @@ class TopologyRunner:
                 stays, the next call resumes there.
         """
         outcomes: list[BackfillOutcome] = []
-        with _user_code_errors():
+        with user_code_errors():
             for name, first in sorted(self._building.items()):
                 state = self.topology.states[name]
                 done = progress(self.store, self.scope).get(name, (first, first - 1))[1]
@@ -367,7 +358,7 @@ class TopologyRunner:
                 outcome.last_txid = done
                 outcomes.append(outcome)
                 if done >= first and self.replica is not None:  # readers see it whole
-                    described = self._described().get(state.table)
+                    described = describe(self.topology).get(state.table)
                     self.replica.replace_map(self.store, state.table, done, described)
                 if done < first:  # nothing to replay: it starts at ``first``
                     self._pending_contracts.append(replace(state.contract(), first_txid=first))
@@ -375,9 +366,13 @@ class TopologyRunner:
         self._building = {}
         return outcomes
 
-    def _run_batches(self, ordered: list[int]) -> Iterator[BatchOutcome]:
+    def ensure_built(self) -> None:
+        """Build the states still to be built from the log (:meth:`backfill`), if any."""
         if self._building:
             self.backfill()
+
+    def _run_batches(self, ordered: list[int]) -> Iterator[BatchOutcome]:
+        self.ensure_built()
         i = 0
         ahead: Chunk | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-spark") as pool:
@@ -424,7 +419,8 @@ class TopologyRunner:
             finally:
                 settle(ahead)
 
-    def _coordinators(self) -> dict[str, BatchCoordinator]:
+    def coordinators(self) -> dict[str, BatchCoordinator]:
+        """The batch coordinator of each spout."""
         return {sid: self.coordinator(sid) for sid in self.topology.spouts}
 
     def _emit(self, txid: int, limit: int) -> tuple[list[tuple[int, dict[str, BatchPlan]]], bool]:
@@ -433,7 +429,7 @@ class TopologyRunner:
         Returns the chunk and True, or ``[(txid, plans)]`` and False when ``txid`` must run
         alone (the one-batch path).
         """
-        coordinators = self._coordinators()
+        coordinators = self.coordinators()
         first = [(txid, {sid: c.emit(txid) for sid, c in coordinators.items()})]
         batches = extend_chunk(self.topology, self.pipelinable, coordinators, list(first), limit)
         return (first, False) if batches is None else (batches, True)
@@ -479,7 +475,7 @@ class TopologyRunner:
         if j >= len(ordered) or ordered[j] != last_txid + 1:
             return None
         started = time.perf_counter()
-        coordinators = self._coordinators()
+        coordinators = self.coordinators()
         first = {sid: c.emit_after(last_plans[sid]) for sid, c in coordinators.items()}
         limit = chunk_limit(ordered, j, self.max_spout_pending)
         batches = extend_chunk(
@@ -500,7 +496,7 @@ class TopologyRunner:
             try:
                 prepared = run.prepare()
                 spark_s = time.perf_counter() - t_spark
-                return self._commit_one(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
+                return self.commit_run(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
             finally:
                 drop_spilled(run.spilled)
 
@@ -515,7 +511,7 @@ class TopologyRunner:
                 run.value_types = dict(chunk.base.value_types)
                 timings = {"emit": chunk.emit_s / share, "spark": spark_s}
                 try:
-                    outcome = self._commit_one(run, prepared[txid], timings, share)
+                    outcome = self.commit_run(run, prepared[txid], timings, share)
                 finally:
                     drop_spilled(run.spilled)
                 yield outcome
@@ -524,11 +520,11 @@ class TopologyRunner:
         finally:
             drop_spilled(chunk.base.spilled)
 
-    def _commit_one(
+    def commit_run(
         self, run: BatchRun, prepared: Prepared, timings: dict[str, float], share: int
     ) -> BatchOutcome:
         """Commit one txid in its own transaction, then compact what the policy says."""
-        return self._commit(run.txid, run.plans, lambda: run.commit(prepared), timings, share)
+        return self.commit(run.txid, run.plans, lambda: run.commit(prepared), timings, share)
 
     def _apply(self, apply: Callable[[], BatchOutcome], txid: int) -> BatchOutcome:
         """In ``txid``'s commit transaction: the states' bookkeeping, then the batch.
@@ -550,7 +546,7 @@ class TopologyRunner:
             self._joining = joining
             raise
 
-    def _commit(
+    def commit(
         self,
         txid: int,
         plans: dict[str, BatchPlan],
@@ -558,23 +554,15 @@ class TopologyRunner:
         timings: dict[str, float],
         share: int,
     ) -> BatchOutcome:
-        """Run ``apply`` in ``txid``'s commit transaction, publish, then compact."""
+        """Commit ``txid`` of the topology: ``apply`` in its transaction, publish, compact.
+
+        The one way a txid of the topology commits, whatever asked for it (a live batch, a
+        chunk, a quarantine, a quarantine replay): strict order and committed-is-final come
+        from :func:`~trident_assets.runtime.commit.commit_txid`. Returns the txid's outcome
+        (``applied=False`` when it had committed before).
+        """
         t_commit = time.perf_counter()
-        try:
-            result = commit_batch(
-                self.store, self.scope, txid, lambda _tx: self._apply(apply, txid)
-            )
-        except TridentError:
-            raise
-        except Exception as exc:
-            if not is_disk_full(exc):
-                raise
-            msg = (
-                f"no space left on device committing txid {txid} of topology {self.scope!r} "
-                f"to state file {self.store.path}: nothing of it was committed. Free space on "
-                f"that device, then run txid {txid} again"
-            )
-            raise DiskFullError(msg) from exc
+        result = commit_txid(self.store, self.scope, txid, lambda: self._apply(apply, txid))
         outcome = (
             result.result
             if result.applied and result.result
@@ -586,7 +574,7 @@ class TopologyRunner:
         if outcome.applied and self.replica is not None:
             self.fault("after_commit")  # committed, not yet published: readers lag one txid
             t_publish = time.perf_counter()
-            self._publish(txid)
+            publish(self.replica, self.store, self.topology, txid, self.keep_txids)
             timings["publish"] = time.perf_counter() - t_publish
         if outcome.applied and self.compaction is not None:
             t_compact = time.perf_counter()
@@ -603,108 +591,20 @@ class TopologyRunner:
     def quarantine(self, txid: int, error: str) -> BatchOutcome:
         """Set poison batch ``txid`` aside: commit it with no state change, keep its ranges.
 
-        The txid's offset ranges (as its spouts plan them now; a transactional spout's recorded
-        ranges) go to the quarantine with ``error`` in the txid's commit transaction, so the
-        topology moves on and nothing is lost; :meth:`replay_quarantined` processes them later.
-
-        Raises:
-            QuarantineError: the topology cannot be quarantined soundly
-                (:func:`~trident_assets.planner.quarantine_refusal`) or ``txid`` committed.
-            OutOfOrderCommitError: an earlier txid has not committed; nothing changed.
+        See :func:`~trident_assets.spark.quarantine_runs.quarantine`.
         """
-        if self._building:
-            self.backfill()
-        refusal = quarantine_refusal(self.topology)
-        if refusal is not None:
-            msg = (
-                f"cannot quarantine txid {txid} of topology {self.scope!r}: {refusal}. Fix the "
-                "cause and re-run the txid instead"
-            )
-            raise QuarantineError(msg)
-        last = self.last_committed()
-        if last is not None and txid <= last:
-            msg = (
-                f"txid {txid} of topology {self.scope!r} has committed (last committed: {last}); "
-                "only the txid after it can be quarantined"
-            )
-            raise QuarantineError(msg)
-        decide_commit(self.scope, last, txid)
-        plans = {sid: c.emit(txid) for sid, c in self._coordinators().items()}
-        held = sum(p.record_count for p in plans.values())
-
-        def apply() -> BatchOutcome:
-            ranges = {sid: p.ranges for sid, p in plans.items() if p.record_count}
-            add_entries(self.store, self.scope, txid, ranges, error)
-            for sid, plan in plans.items():
-                self.coordinator(sid).commit(plan)
-            # it changed no state: a state built later from the history reads nothing here
-            unread = {
-                sid: [replace(r, next_offset=r.first_offset) for r in p.ranges]
-                for sid, p in plans.items()
-            }
-            record_history(self.store, self.scope, txid, unread)
-            tuples = dict.fromkeys(plans, 0)
-            return BatchOutcome(self.scope, txid, True, plans, tuples, quarantined=held)
-
-        return self._commit(txid, plans, apply, {}, 1)
+        return quarantine(self, txid, error)
 
     def quarantined(self, *, pending_only: bool = True) -> list[QuarantineEntry]:
         """The topology's quarantine entries (those not replayed yet by default)."""
         return entries(self.store, self.scope, pending_only=pending_only)
 
     def replay_quarantined(self, txid: int | None = None) -> BatchOutcome:
-        """Process the records of quarantined ``txid`` (default: the oldest) as the next txid.
+        """Process quarantined ``txid``'s records as the next txid.
 
-        The new txid reads the quarantined ranges and records its spouts' positions unchanged,
-        so later txids continue where they were; the entry is marked replayed in its commit
-        transaction, so the records count exactly once. If it fails again nothing changes.
-
-        Raises:
-            QuarantineError: nothing (or not ``txid``) waits in the quarantine.
-            BatchUnavailableError: the log no longer holds the quarantined ranges.
+        See :func:`~trident_assets.spark.quarantine_runs.replay_quarantined`.
         """
-        if self._building:
-            self.backfill()
-        pending = [e for e in self.quarantined() if txid is None or e.txid == txid]
-        if not pending:
-            which = "nothing" if txid is None else f"no txid {txid}"
-            msg = f"{which} waits in the quarantine of topology {self.scope!r}"
-            raise QuarantineError(msg)
-        source = pending[0].txid
-        held = {e.spout: e for e in pending if e.txid == source}
-        new = (self.last_committed() or 0) + 1
-        read: dict[str, BatchPlan] = {}
-        recorded: dict[str, BatchPlan] = {}
-        for sid, node in self.topology.spouts.items():
-            kind = node.args["spout"].config.kind
-            previous = self.meta.latest_before(self.scope, sid, new, True)
-            position = [
-                PartitionRange(p, r.next_offset, r.next_offset, r.deployment_id, r.topic_id)
-                for p, r in previous.items()
-            ]
-            recorded[sid] = BatchPlan.of(self.scope, sid, new, kind, position, replay=False)
-            read[sid] = recorded[sid]
-            if sid in held:
-                ranges = held[sid].ranges
-                try:
-                    self.coordinator(sid).check_readable(new, ranges)
-                except BatchUnavailableError as exc:
-                    msg = f"quarantined txid {source} can no longer be reprocessed: {exc}"
-                    raise BatchUnavailableError(msg) from None
-                read[sid] = BatchPlan.of(self.scope, sid, new, kind, ranges, replay=True)
-        with _user_code_errors():
-            t_spark = time.perf_counter()
-            run = BatchRun(self, new, read)
-            run.recorded = recorded
-            run.on_commit.append(lambda: mark_replayed(self.store, self.scope, source, new))
-            prepared = run.prepare()
-            timings = {"spark": time.perf_counter() - t_spark}
-            outcome = self._commit_one(run, prepared, timings, 1)
-        # the txid's ranges as recorded: its spouts' positions, unchanged (offsets metadata and
-        # the ranges check follow them); what it read was the quarantined ranges
-        outcome.plans = recorded
-        outcome.reprocessed_txid = source
-        return outcome
+        return replay_quarantined(self, txid)
 
     # -- event windows -------------------------------------------------------------------------
 
@@ -724,45 +624,6 @@ class TopologyRunner:
 
         return read_open(self.store, self.topology.states[state])  # type: ignore[arg-type]
 
-    def _published_tables(self) -> tuple[list[str], list[str]]:
-        """The map states and the per-txid row tables the replica carries."""
-        topo = self.topology
-        maps = [s.table for s in topo.states.values() if "agg" in s.node.args]
-        rows = [topo.output_table(name) for name in topo.outputs]
-        for state in topo.states.values():
-            rows.append(state.new_values_table)
-            if "agg" in state.node.args and state.group:
-                rows.append(state.partials_table)
-        return maps, rows
-
-    def _appended_tables(self) -> dict[str, str]:
-        """The append tables the replica carries (event-window finals), with their txid column."""
-        from trident_assets.stream.event_windows import WindowedState
-
-        return {
-            s.finals_table: "final_txid"
-            for s in self.topology.states.values()
-            if isinstance(s, WindowedState)
-        }
-
-    def _described(self) -> dict[str, dict[str, Any]]:
-        """Per map state: its value field and whether it is global (for the replica's readers)."""
-        return {
-            s.table: {"value_field": s.value_field, "global": not s.group}
-            for s in self.topology.states.values()
-            if s.value_field
-        }
-
-    def _publish(self, txid: int) -> None:
-        """Publish committed ``txid`` to the replica, then fold what falls out of its window."""
-        assert self.replica is not None
-        maps, rows = self._published_tables()
-        appends = self._appended_tables()
-        self.replica.publish(self.store, self.scope, txid, maps, rows, self._described(), appends)
-        fold = max(1, self.keep_txids // 2)
-        for table in [*maps, *rows, *appends]:
-            self.replica.compact(table, self.keep_txids, min_fold=fold)
-
     def _committed_plans(self, txid: int) -> dict[str, BatchPlan]:
         """The recorded ranges of committed ``txid`` (spouts whose ranges were cleaned up omitted).
 
@@ -777,27 +638,3 @@ class TopologyRunner:
                     self.scope, spout_id, txid, kind, stored[0], replay=True
                 )
         return plans
-
-
-@contextlib.contextmanager
-def _user_code_errors() -> Iterator[None]:
-    """Re-raise a user function's failure on a Spark worker as the UserCodeError it was.
-
-    Spark wraps it in its own exception with the worker's traceback; the batch failed and
-    nothing was committed either way. The user's error is raised alone (not chained to
-    Spark's ~160 lines of Java and worker traces, which would bury it); that trace goes to
-    the ``trident_assets.spark`` logger at DEBUG (the run's log, ``HOME/cli.log``, or
-    ``HOME/demo.log``).
-    """
-    try:
-        yield
-    except TridentError:
-        raise
-    except Exception as exc:
-        found = from_worker_message(str(exc))
-        if found is None:
-            raise
-        logging.getLogger("trident_assets.spark").debug(
-            "user code failed on a Spark worker: %s\n%s", found, exc
-        )
-        raise found from None

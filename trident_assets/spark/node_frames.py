@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.user_code import with_step
-from trident_assets.spark.outcomes import GLOBAL_COLUMN
+from trident_assets.runtime.outcomes import GLOBAL_COLUMN
 from trident_assets.spark.partitioning import peek_frame
 
 if TYPE_CHECKING:

@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.spark.node_frames import NodeFrames
+from trident_assets.spark.observation import observed_metrics
 from trident_assets.stream.trident_windows import ORDERED_KINDS
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_run import BatchRun
     from trident_assets.stream.graph import Node
 
-__all__ = ["RECORD_COLUMNS", "Observed", "count_dead", "observed_frame", "observed_metrics"]
+__all__ = ["RECORD_COLUMNS", "Observed", "count_dead", "observed_frame"]
 
 RECORD_COLUMNS = ("topic", "partition", "offset")
 """The raw record's columns a ``keep`` list copies, in its order."""
@@ -41,7 +42,7 @@ def observed_frame(run: BatchRun, node: Node, keep: tuple[str, ...]) -> tuple[An
     if node.kind not in ORDERED_KINDS:
         return None
     if node.kind == "spout":
-        raw = run._raw(node)
+        raw = run.raw(node)
         if keep:  # SQL text: one JVM round trip per expression, not one per function call
             raw = raw.selectExpr(
                 "*", *[f"`{c}` AS `{k}`" for c, k in zip(RECORD_COLUMNS, keep, strict=True)]
@@ -69,25 +70,3 @@ def count_dead(run: BatchRun, observed: Observed) -> None:
     metrics = observed_metrics(observation)
     if metrics is not None:
         run.counted_dead[sid] = int(metrics["dead"])
-
-
-def observed_metrics(observation: Any) -> dict[str, Any] | None:
-    """The metrics an ``Observation`` received from its first action, or None if it got none.
-
-    Spark's adaptive execution replaces a stage whose input turned out empty with an empty
-    relation, the observed node with it: a batch whose records all failed to decode leaves
-    the good tuples' plan empty, and its observation without metrics (Spark raises an
-    ``AssertionError`` from ``Observation.get``). None then: the caller counts another way.
-    Call it after the action that the observation rides on.
-    """
-    from pyspark.errors import PySparkAssertionError
-
-    jo = getattr(observation, "_jo", None)  # classic PySpark: the JVM's Observation
-    if jo is not None:
-        return None if jo.getRow().length() == 0 else observation.get
-    try:  # Spark Connect: an observation the server never reported has no result
-        return observation.get
-    except PySparkAssertionError as exc:
-        if exc.getCondition() == "NO_OBSERVE_BEFORE_GET":
-            return None
-        raise

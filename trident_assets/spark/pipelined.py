@@ -45,6 +45,7 @@ from trident_assets.planner import (
     pipelinable,
     record_time_spout,
 )
+from trident_assets.runtime.outcomes import Prepared
 from trident_assets.spark.aggregation import split_nulls, state_partials
 from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials
 from trident_assets.spark.codegen_conf import codegen_conf
@@ -56,17 +57,16 @@ from trident_assets.spark.kernel_plan import (
     kernel_unavailable,
 )
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
-from trident_assets.spark.observed import observed_metrics
-from trident_assets.spark.outcomes import Prepared
+from trident_assets.spark.observation import observed_metrics
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import spillable
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spouts.ranges import BatchPlan
-from trident_assets.stream.event_windows import EVENT_WINDOW
+from trident_assets.stream.state_kinds import EventWindowKind, state_kind
 
 if TYPE_CHECKING:
+    from trident_assets.runtime.context import RunContext
     from trident_assets.spark.batch_run import BatchRun
-    from trident_assets.spark.executor import TopologyRunner
     from trident_assets.stream.event_windows import WindowedState
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
@@ -92,7 +92,7 @@ class PipelinedRun(NodeFrames):
 
     def __init__(
         self,
-        runner: TopologyRunner,
+        runner: RunContext,
         batches: Batches,
         empty: BatchRun,
         event_tops: dict[str, int | None] | None = None,
@@ -121,7 +121,7 @@ class PipelinedRun(NodeFrames):
         """Per event-time window: an upper bound of its largest event time after the chunk
         (before :meth:`plan`: after the chunk in flight)."""
 
-    def _raw(self, node: Node) -> Any:
+    def raw(self, node: Node) -> Any:
         """The spout's raw records of the whole chunk, tagged with their batch (built once)."""
         from pyspark.sql import functions as F
 
@@ -152,7 +152,7 @@ class PipelinedRun(NodeFrames):
             sid, spout = node.args["spout_id"], node.args["spout"]
             observation = Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}")
             good, dead = spout.scheme.decode(
-                self._raw(node), keep=(TXID_COLUMN,), observation=observation
+                self.raw(node), keep=(TXID_COLUMN,), observation=observation
             )
             self.dead[sid] = (dead, observation)
             return good
@@ -164,7 +164,7 @@ class PipelinedRun(NodeFrames):
 
     def _partials_job(self, state: TridentState) -> Callable[[], dict[int, Any]]:
         """Build the state's partials DataFrame now; the returned call runs its Spark job."""
-        if EVENT_WINDOW in state.node.args:
+        if isinstance(state_kind(state.node), EventWindowKind):
             return self._window_job(state)  # type: ignore[arg-type]
         parent = state.node.parents[0]
         if not is_live(parent, self.live):
@@ -250,7 +250,7 @@ class PipelinedRun(NodeFrames):
         """The state's partials by the Arrow kernel (:mod:`.arrow_partials`)."""
         sid = spout.args["spout_id"]
         counted = self.counted_dead.setdefault(sid, [])
-        df = kernel_frame(self._raw(spout), spec)
+        df = kernel_frame(self.raw(spout), spec)
         self.empty.value_types[state.spec.name] = pa.int64()
         txids = self.txids
 

@@ -21,7 +21,7 @@ from trident_assets.backends.duckdb_join import (
 )
 from trident_assets.backends.join_state import apply_join_batch
 from trident_assets.core.join import SingleJoin
-from trident_assets.spark.outcomes import StateOutcome
+from trident_assets.runtime.outcomes import Applied, StateOutcome
 from trident_assets.stream.single_join import SINGLE_JOIN
 
 if TYPE_CHECKING:
@@ -56,11 +56,11 @@ def join_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
     return union.toArrow()
 
 
-def apply_join_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOutcome:
+def apply_join_state(run: BatchRun, state: TridentState, batch: pa.Table) -> Applied:
     """Apply the batch to the join's pending table inside the open commit transaction.
 
-    Leaves the joined rows in ``run.new_values`` and the expired halves in ``run.expired``
-    (both keyed by the join's name) and returns what the batch did to the join's state.
+    Returns what the batch did to the join's state, the joined rows (its new values) and
+    the expired halves.
     """
     store = run.runner.store
     name = state.spec.name
@@ -68,6 +68,7 @@ def apply_join_state(run: BatchRun, state: TridentState, batch: pa.Table) -> Sta
     result = apply_join_batch(
         store, state.node.args[SINGLE_JOIN], state.table, run.txid, batch, batch_ts=ts
     )
-    run.new_values[name] = result.joined
-    run.expired[name] = result.expired
-    return StateOutcome(name, state.table, result.keys_in, result.keys_in, 0, result.pending_after)
+    outcome = StateOutcome(
+        name, state.table, result.keys_in, result.keys_in, 0, result.pending_after
+    )
+    return Applied(outcome, new_values=result.joined, expired=result.expired)

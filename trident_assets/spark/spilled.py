@@ -35,17 +35,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trident_assets.backends.spilled_partials import SpilledPartials
-from trident_assets.core.aggregators import is_sql_combiner
 from trident_assets.errors import ConfigError
 from trident_assets.planner import all_nodes
 from trident_assets.spark.aggregation import NULLS_COLUMN, VALUES_COLUMN, skips_nulls
 from trident_assets.spark.node_frames import empty_arrow
-from trident_assets.spark.observed import observed_metrics
+from trident_assets.spark.observation import observed_metrics
 from trident_assets.spark.scoped_conf import read_conf
 from trident_assets.spark.txid_tags import TXID_COLUMN
-from trident_assets.stream.event_windows import EVENT_WINDOW
-from trident_assets.stream.single_join import SINGLE_JOIN
-from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.stream.streams import TridentState
@@ -129,10 +126,7 @@ def drop_spilled(cleanups: list[Cleanup]) -> None:
 
 def spillable(state: TridentState, topology: TridentTopology) -> bool:
     """True for a grouped built-in combiner state whose new values nothing reads."""
-    a = state.node.args
-    if any(k in a for k in (SINGLE_JOIN, TRIDENT_WINDOW, EVENT_WINDOW)) or "agg" not in a:
-        return False
-    if not a["group"] or not is_sql_combiner(a["agg"]):
+    if not state.node.args.get("group") or not state_kind(state.node).sql_combiner:
         return False
     return not any(n.kind == "new_values" and n.args["state"] is state for n in all_nodes(topology))
 

@@ -37,21 +37,27 @@ from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
-from trident_assets.spark.batch_tables import prepare_rows_table, store_relation, store_rows
-from trident_assets.spark.event_window_chunks import WindowSlice
-from trident_assets.spark.event_windows import apply_window_state as apply_event_window
-from trident_assets.spark.outcomes import (
+from trident_assets.runtime.batch_tables import prepare_rows_table, store_relation, store_rows
+from trident_assets.runtime.outcomes import (
     GLOBAL_COLUMN,
     PREVIEW_ROWS,
+    Applied,
     StateOutcome,
     head_rows,
     top_rows,
 )
+from trident_assets.spark.event_window_chunks import WindowSlice
+from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.single_join import apply_join_state
 from trident_assets.spark.trident_windows import apply_window_state
-from trident_assets.stream.event_windows import EVENT_WINDOW
-from trident_assets.stream.single_join import SINGLE_JOIN
-from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+from trident_assets.stream.state_kinds import (
+    EventWindowKind,
+    Reducer,
+    SingleJoinKind,
+    TridentWindowKind,
+    Updater,
+    state_kind,
+)
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -74,15 +80,13 @@ __all__ = [
 ]
 
 
-def apply_state(
-    run: BatchRun, state: TridentState, batch: pa.Table | SpilledPartials
-) -> StateOutcome:
+def apply_state(run: BatchRun, state: TridentState, batch: pa.Table | SpilledPartials) -> Applied:
     """Apply ``batch`` (the state's input, see ``BatchRun.state_input``) to ``state``.
 
     Runs inside the open commit transaction: one set-based statement for a SQL combiner,
     the state's map for Python combiners and reducers, the user's ``update_state`` for a
-    ``partition_persist``, the pending table for a single join. Leaves the state's new
-    values in ``run.new_values``.
+    ``partition_persist``, the pending table for a single join. Returns what it did and
+    the batch's new values (see :class:`~trident_assets.runtime.outcomes.Applied`).
     """
     if isinstance(batch, SpilledPartials):
         return apply_spilled_state(run, state, batch)
@@ -90,27 +94,27 @@ def apply_state(
     a = state.node.args
     spec = state.spec
     txid = run.txid
-    if SINGLE_JOIN in a:
+    kind = state_kind(state.node)
+    if isinstance(kind, SingleJoinKind):
         return apply_join_state(run, state, batch)
-    if TRIDENT_WINDOW in a:
+    if isinstance(kind, TridentWindowKind):
         return apply_window_state(run, state, batch)
-    if EVENT_WINDOW in a:
+    if isinstance(kind, EventWindowKind):
         if isinstance(batch, WindowSlice):  # a chunk's rows: decided on the committed watermark
             batch = batch.resolve(last_watermark_us(store, state))  # type: ignore[arg-type]
         return apply_event_window(run, state, batch)  # type: ignore[arg-type]
-    if "updater" in a:
+    if isinstance(kind, Updater):
         updater = a["updater"]
         new = call_batch(
             state.node.label, updater.update_state, batch, store, state.table, batch, txid
         )
-        if new is not None:
-            run.new_values[spec.name] = new
         rows = batch.num_rows
-        return StateOutcome(spec.name, state.table, rows, rows, 0, state_size(store, state.table))
+        size = state_size(store, state.table)
+        return Applied(StateOutcome(spec.name, state.table, rows, rows, 0, size), new_values=new)
     agg = a["agg"]
     keys = list(a["group"]) or [GLOBAL_COLUMN]
     out = a["output"]
-    if isinstance(agg, ReducerAggregator):
+    if isinstance(kind, Reducer):
         result = apply_reducer_state(store, state, batch, keys, txid)
     else:
         target = StateTarget(
@@ -119,13 +123,14 @@ def apply_state(
         result = apply_state_batch(store, target, batch, txid)
         if state.group:  # the grouped-aggregation asset: this txid's partials per key
             store_rows(store, state.partials_table, txid, batch.select([*keys, out]), PARTIALS_KEPT)
+    new_values = None
     if result.new_values is not None:
         # the declared fields: group + [output] (a global state's key column is internal)
-        run.new_values[spec.name] = result.new_values.select(list(state.node.fields))
-    return _outcome(store, state, result)
+        new_values = result.new_values.select(list(state.node.fields))
+    return Applied(_outcome(store, state, result), new_values=new_values)
 
 
-def apply_spilled_state(run: BatchRun, state: TridentState, parts: SpilledPartials) -> StateOutcome:
+def apply_spilled_state(run: BatchRun, state: TridentState, parts: SpilledPartials) -> Applied:
     """Apply a grouped SQL combiner's partials that the executors wrote, all in SQL.
 
     The merge (:func:`~trident_assets.backends.state_batches.apply_state_files`), the
@@ -154,7 +159,7 @@ def apply_spilled_state(run: BatchRun, state: TridentState, parts: SpilledPartia
             select = f"SELECT {key_q}, curr AS {quote_ident(out)} FROM ({latest}) AS l"
             with store.staged_query(select) as rows:
                 store_relation(store, new_values, txid, rows, [*keys, out])
-    return _outcome(store, state, result, stats.nulls)
+    return Applied(_outcome(store, state, result, stats.nulls))
 
 
 def spilled_previews(store: StateStore, state: TridentState, txid: int) -> dict[str, pa.Table]:
@@ -228,7 +233,7 @@ def state_previews(
     name = state.spec.name
     a = state.node.args
     previews: dict[str, pa.Table] = {}
-    if "agg" not in a or SINGLE_JOIN in a:
+    if not state_kind(state.node).map_state:
         if new_values is not None:
             previews[f"new_values:{name}"] = head_rows(new_values)
         return previews

@@ -22,6 +22,7 @@ from trident_assets.spark.stream_ops import static_query
 from trident_assets.spark.tuple_collection import all_tuples_query
 from trident_assets.stream.graph import PersistedState
 from trident_assets.stream.queries import MapGet, SnapshotGet, TupleCollectionGet
+from trident_assets.stream.state_kinds import Updater, state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -68,7 +69,7 @@ def query_frame(run: BatchRun, parent: Any, a: dict[str, Any]) -> Any:
     else:
         read = (
             PersistedState(store, state.table)
-            if "updater" in state.node.args
+            if isinstance(state_kind(state.node), Updater)
             else read_state(store, state)
         )
         args = [tuple(row.values()) for row in keys.to_pylist()]

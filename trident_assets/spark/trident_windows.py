@@ -5,8 +5,8 @@ Declared by :mod:`trident_assets.stream.trident_windows`.
 Two halves around the commit, as for a single join: :func:`window_batch_table` runs the
 batch's Spark job (before the commit transaction) and :func:`apply_window_state` applies its
 result to the window's store table inside it
-(:mod:`trident_assets.backends.window_tuples`), leaving the fired windows' aggregates in
-``run.new_values``: the window's stream in this txid.
+(:mod:`trident_assets.backends.window_tuples`), returning the fired windows' aggregates:
+the window's stream in this txid.
 
 * Count windows: the batch's input tuples with their source record (topic, partition,
   offset) and their position among that record's tuples, so the store numbers them in the
@@ -35,10 +35,10 @@ from trident_assets.backends.window_tuples import (
 from trident_assets.core.aggregators import Count, Sum, is_sql_combiner
 from trident_assets.core.trident_windows import TridentWindow
 from trident_assets.core.user_code import guard
+from trident_assets.runtime.outcomes import Applied, StateOutcome
 from trident_assets.spark.aggregation import combine_partials, sql_expr
 from trident_assets.spark.node_frames import empty_arrow
 from trident_assets.spark.observed import Observed, count_dead, observed_frame
-from trident_assets.spark.outcomes import StateOutcome
 from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
@@ -143,10 +143,10 @@ def output_type(window: TridentWindow, input_type: pa.DataType) -> pa.DataType:
     return to_arrow_schema(ddl, timezone="UTC").field("v").type
 
 
-def apply_window_state(run: BatchRun, state: TridentState, batch: pa.Table) -> StateOutcome:
+def apply_window_state(run: BatchRun, state: TridentState, batch: pa.Table) -> Applied:
     """Apply the batch to the window's store inside the open commit transaction.
 
-    Leaves the fired windows' aggregates in ``run.new_values`` (keyed by the window's name).
+    Returns what it did and the fired windows' aggregates (its new values).
     """
     store = run.runner.store
     window: TridentWindow = state.node.args[TRIDENT_WINDOW]
@@ -159,6 +159,6 @@ def apply_window_state(run: BatchRun, state: TridentState, batch: pa.Table) -> S
         clock = getattr(run.runner, "clock", None) or time.time
         clock_ms = round(float(clock()) * 1000)
         result = apply_duration_batch(store, window, state.table, run.txid, batch, clock_ms, out)
-    run.new_values[name] = result.fired
     fired = result.fired.num_rows
-    return StateOutcome(name, state.table, result.tuples_in, fired, 0, result.held)
+    outcome = StateOutcome(name, state.table, result.tuples_in, fired, 0, result.held)
+    return Applied(outcome, new_values=result.fired)

@@ -21,8 +21,8 @@ from trident_assets.backends.map_layout import log_table, quote_ident
 from trident_assets.backends.verified import values_table
 from trident_assets.errors import StateLayoutError
 from trident_assets.planner import recomputable
+from trident_assets.runtime.outcomes import GLOBAL_COLUMN
 from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.outcomes import GLOBAL_COLUMN
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ class StateComparison:
     """The state against its recomputation: key counts and the first mismatches."""
 
     keys_in_state: int
+    """Every key the state holds (in both comparisons, full and incremental)."""
     keys_expected: int
+    """The keys the recomputation yields (incremental: of the compared keys)."""
     mismatches: int
     sample: list[dict[str, object]]
     verified: pa.Table | None = field(default=None, compare=False, repr=False)
@@ -178,8 +180,10 @@ def verify_increment(
     verified = (
         result.filter(has_expected).select([*keys, "expected"]).rename_columns([*keys, "value"])
     )
-    stored_keys = int(pc.sum(pc.is_valid(result["stored"])).as_py() or 0)
-    return StateComparison(stored_keys, verified.num_rows, differs.num_rows, sample, verified)
+    # every key of the state, not only the compared ones (as the full comparison reports)
+    return StateComparison(
+        store.size(state.table), verified.num_rows, differs.num_rows, sample, verified
+    )
 
 
 def _plain(value: object) -> object:

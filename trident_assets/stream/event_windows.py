@@ -22,6 +22,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.state_kinds import EVENT_WINDOW
 from trident_assets.stream.streams import TridentState
 
 if TYPE_CHECKING:
@@ -36,8 +37,6 @@ __all__ = [
     "declare_window_aggregate",
 ]
 
-EVENT_WINDOW = "event_window"
-"""Node kind (and args key) of a windowed aggregation's state node."""
 WINDOW_START = "window_start"
 WINDOW_END = "window_end"
 

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Literal
 from trident_assets.core.join import SingleJoin, expired_fields
 from trident_assets.core.rotating import DEFAULT_NUM_BUCKETS
 from trident_assets.errors import ConfigError
-from trident_assets.names import MAX_IDENTIFIER_LENGTH, validate_identifier
+from trident_assets.names import MAX_IDENTIFIER_LENGTH, check_output_columns, validate_identifier
 from trident_assets.spouts.config import validate_name
 from trident_assets.stream.fields import as_fields, require_fields
 from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.state_kinds import SINGLE_JOIN
 from trident_assets.stream.streams import Stream, TridentState
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ __all__ = [
     "expired_output_name",
 ]
 
-SINGLE_JOIN = "single_join"
-"""Node kind (and args key) of a single join's state node."""
 
 SINGLE_JOIN_EXPIRED = "single_join_expired"
 """Node kind of a single join's expired-halves stream (built during the commit)."""
@@ -104,8 +103,8 @@ def declare_single_join(
     Raises:
         ConfigError: fewer than two streams, a stream of another topology, bad or repeated
             side names, an out field no input has, no common field, bad timeouts, ``timeout_s``
-            without ``event_time``, a join field named like an expired-output field, or a
-            state/output name already taken.
+            without ``event_time``, a join field named like an expired-output field, an out
+            or join field named ``txid``, or a state/output name already taken.
         FieldNotFoundError: ``event_time`` or a join field missing from an input.
     """
     validate_name("join", name)
@@ -152,6 +151,8 @@ def declare_single_join(
     if expired_name in topology.outputs:
         msg = f"topology {topology.name!r} already has an output {expired_name!r}"
         raise ConfigError(msg)
+    check_output_columns(f"single_join {name!r} (its new values)", spec.out_fields)
+    check_output_columns(f"output {expired_name!r}", expired_fields(spec))
     # both claims checked before either is recorded: a refused join declares nothing
     topology.claim(f"state {name!r}", *topology.state_names(name), check_only=True)
     topology.claim(

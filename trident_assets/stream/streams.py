@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator, is_sql_combiner
 from trident_assets.core.contracts import StateContract, describe_aggregator
 from trident_assets.errors import ConfigError
-from trident_assets.names import check_state_columns
+from trident_assets.names import check_output_columns, check_state_columns
 from trident_assets.spouts.config import validate_name
 from trident_assets.stream.chained import ChainedAggregatorDeclarer
 from trident_assets.stream.comparison import Comparator, declare_comparison
@@ -22,6 +22,7 @@ from trident_assets.stream.graph import Node, StateSpec, StateUpdater
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
 from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
+from trident_assets.stream.state_kinds import Updater, state_kind
 from trident_assets.stream.trident_windows import window_node
 
 if TYPE_CHECKING:
@@ -149,8 +150,14 @@ class Stream:
         return assembly.apply(self)
 
     def as_output(self, name: str) -> Stream:
-        """Keep this stream's tuples of every batch as output ``name`` (an asset in Dagster)."""
+        """Keep this stream's tuples of every batch as output ``name`` (an asset in Dagster).
+
+        Raises:
+            ConfigError: a bad or taken name, or a field named ``txid`` (the output table's
+                column holding each row's batch txid).
+        """
         validate_name("output", name)
+        check_output_columns(f"output {name!r}", self.fields)
         if name in self.topology.outputs:
             msg = f"topology {self.topology.name!r} already has an output {name!r}"
             raise ConfigError(msg)
@@ -607,10 +614,11 @@ class TridentState:
         Key types are not known at declaration (None); the value type is the aggregator's
         ``output_type`` when it sets one. ``first_txid`` is 1 (a declaration covers history).
         """
-        agg = self.node.args.get("agg")
+        declared = state_kind(self.node)
+        agg = self.node.args["agg"] if declared.map_state else None
         if agg is not None:
             subject, kind = agg, "aggregator"
-        elif "updater" in self.node.args:
+        elif isinstance(declared, Updater):
             subject, kind = self.node.args["updater"], "updater"
         else:  # a state written by its node itself (single_join): the node's own spec
             subject, kind = self.node.args.get(self.node.kind, self.node.kind), self.node.kind

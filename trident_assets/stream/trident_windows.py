@@ -19,14 +19,13 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
 from trident_assets.stream.fields import as_fields, require_fields
 from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.state_kinds import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.stream.streams import Stream
 
 __all__ = ["ORDERED_KINDS", "TRIDENT_WINDOW", "window_node"]
 
-TRIDENT_WINDOW = "trident_window"
-"""Node kind (and args key) of a window's state node."""
 
 ORDERED_KINDS = frozenset({"spout", "each", "filter", "project", "peek"})
 """Node kinds a count window's input may pass through: they keep each tuple's source record,

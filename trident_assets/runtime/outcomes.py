@@ -23,6 +23,7 @@ from trident_assets.spouts.ranges import BatchPlan
 __all__ = [
     "GLOBAL_COLUMN",
     "PREVIEW_ROWS",
+    "Applied",
     "BatchOutcome",
     "Prepared",
     "StateOutcome",
@@ -53,6 +54,22 @@ class StateOutcome:
     """The sum of all the state's values (Count/Sum states; None for others)."""
     null_values_skipped: int = 0
     """Null input values a Sum/Min/Max state skipped this batch (they change no value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What applying one batch to one state produced (returned, never written elsewhere)."""
+
+    outcome: StateOutcome
+    new_values: pa.Table | None = None
+    """The (key..., new value) rows of the batch: its ``new_values_stream`` (joined rows of
+    a single join, windows fired or made final of a window)."""
+    expired: pa.Table | None = None
+    """A single join's halves expired this batch (its ``<join>_expired`` output)."""
+    dead: dict[str, pa.Table] = field(default_factory=dict)
+    """Dead letters the apply decided (an event window's late records), by key."""
+    window: Any = None
+    """An event window's ``WindowOutcome`` (watermark, windows made final, late records)."""
 
 
 @dataclass(slots=True)

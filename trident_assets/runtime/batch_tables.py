@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
+from trident_assets.names import DEAD_LETTERS_TABLE
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -25,7 +26,7 @@ __all__ = [
     "store_rows",
 ]
 
-DEAD_LETTERS = "_trident_dead_letters"
+DEAD_LETTERS = DEAD_LETTERS_TABLE
 """The store table of records a spout's scheme could not decode (all topologies)."""
 NEW_VALUES_KEPT = 50
 """How many recent txids of new values and outputs each table keeps."""

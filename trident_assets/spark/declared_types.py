@@ -1,0 +1,81 @@
+"""The value types a declaration yields, checked against the stored states before a batch runs.
+
+A Sum, Min or Max state's value type is its input field's (Spark's aggregate of it), so its
+contract leaves the value type open (:meth:`TridentState.contract`). A redeploy whose input
+field changed type (a bigint field that became a string or a double) would only meet the
+stored value column when the first batch commits, after its Spark jobs. Here the declared
+partials are typed from an empty batch (DataFrame analysis only: no Spark job, nothing
+read or written) and compared with the stored map table's value column.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trident_assets.backends.duckdb_merge import arrow_to_sql_type, value_fits
+from trident_assets.backends.state_contracts import refuse_value_type
+from trident_assets.core.aggregators import is_sql_combiner
+from trident_assets.planner import depends_on_new_values
+from trident_assets.spouts.ranges import BatchPlan
+from trident_assets.stream.event_windows import EVENT_WINDOW
+from trident_assets.stream.single_join import SINGLE_JOIN
+from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+
+if TYPE_CHECKING:
+    from trident_assets.runtime.context import RunContext
+    from trident_assets.stream.streams import TridentState
+
+__all__ = ["check_value_types"]
+
+
+def _typed_by_input(state: TridentState) -> bool:
+    """True for a Sum/Min/Max state whose value type comes from its input field."""
+    a = state.node.args
+    if any(k in a for k in (SINGLE_JOIN, TRIDENT_WINDOW, EVENT_WINDOW, "updater")):
+        return False
+    agg = a.get("agg")
+    return (
+        agg is not None
+        and is_sql_combiner(agg)
+        and getattr(agg, "output_type", None) is None
+        and not depends_on_new_values(state.node)
+    )
+
+
+def check_value_types(runner: RunContext) -> None:
+    """Refuse a stored Sum/Min/Max state whose declared values its value column cannot hold.
+
+    Only states whose map table exists are typed (one DataFrame analysis each, no Spark
+    job). Nothing is written.
+
+    Raises:
+        StateContractError: naming the state, the stored and the declared value types, the
+            input field and its type, and the ways out.
+    """
+    from trident_assets.spark.batch_run import BatchRun
+
+    topo = runner.topology
+    run: BatchRun | None = None
+    for state in topo.states.values():
+        if not _typed_by_input(state):
+            continue
+        stored = runner.store.layout(state.table)
+        if stored is None:
+            continue
+        if run is None:
+            plans = {
+                sid: BatchPlan.of(
+                    topo.name, sid, 0, node.args["spout"].config.kind, (), replay=True
+                )
+                for sid, node in topo.spouts.items()
+            }
+            run = BatchRun(runner, 0, plans)
+        a = state.node.args
+        partials = run.state_input(state)  # empty: typed without a Spark job
+        declared = arrow_to_sql_type(partials.schema.field(a["output"]).type, for_key=False)
+        if declared is not None and value_fits(declared, stored.value_type):
+            continue
+        field = a["inputs"][0]
+        input_type = run.frame(state.node.parents[0]).schema[field].dataType.simpleString()
+        source = f"{type(a['agg']).__name__} over field {field!r}, which is {input_type}"
+        refuse_value_type(state.contract(), stored.value_type, str(declared), source)

@@ -1,0 +1,130 @@
+"""The quarantine: a poison batch set aside so the topology moves on, and replayed later.
+
+:func:`quarantine` commits a txid with no state change and keeps its offset ranges (and the
+error) in the store's quarantine table; :func:`replay_quarantined` processes those records
+later as a new txid. Both commit through the runner's one commit function
+(:meth:`~trident_assets.spark.executor.TopologyRunner.commit`). Allowed only where the order
+of records does not matter (:func:`~trident_assets.planner.quarantine_refusal`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from trident_assets.backends.quarantine import add_entries, mark_replayed
+from trident_assets.backends.spout_history import record_history
+from trident_assets.core.commit import decide_commit
+from trident_assets.errors import BatchUnavailableError, QuarantineError
+from trident_assets.planner import quarantine_refusal
+from trident_assets.runtime.outcomes import BatchOutcome
+from trident_assets.spark.batch_run import BatchRun
+from trident_assets.spark.user_errors import user_code_errors
+from trident_assets.spouts.ranges import BatchPlan, PartitionRange
+
+__all__ = ["quarantine", "replay_quarantined"]
+
+
+def quarantine(runner: Any, txid: int, error: str) -> BatchOutcome:
+    """Set poison batch ``txid`` aside: commit it with no state change, keep its ranges.
+
+    ``runner``: the topology's :class:`~trident_assets.spark.executor.TopologyRunner`.
+
+    The txid's offset ranges (as its spouts plan them now; a transactional spout's recorded
+    ranges) go to the quarantine with ``error`` in the txid's commit transaction, so the
+    topology moves on and nothing is lost; :meth:`replay_quarantined` processes them later.
+
+    Raises:
+        QuarantineError: the topology cannot be quarantined soundly
+            (:func:`~trident_assets.planner.quarantine_refusal`) or ``txid`` committed.
+        OutOfOrderCommitError: an earlier txid has not committed; nothing changed.
+    """
+    runner.ensure_built()
+    refusal = quarantine_refusal(runner.topology)
+    if refusal is not None:
+        msg = (
+            f"cannot quarantine txid {txid} of topology {runner.scope!r}: {refusal}. Fix the "
+            "cause and re-run the txid instead"
+        )
+        raise QuarantineError(msg)
+    last = runner.last_committed()
+    if last is not None and txid <= last:
+        msg = (
+            f"txid {txid} of topology {runner.scope!r} has committed (last committed: {last}); "
+            "only the txid after it can be quarantined"
+        )
+        raise QuarantineError(msg)
+    decide_commit(runner.scope, last, txid)
+    plans = {sid: c.emit(txid) for sid, c in runner.coordinators().items()}
+    held = sum(p.record_count for p in plans.values())
+
+    def apply() -> BatchOutcome:
+        ranges = {sid: p.ranges for sid, p in plans.items() if p.record_count}
+        add_entries(runner.store, runner.scope, txid, ranges, error)
+        for sid, plan in plans.items():
+            runner.coordinator(sid).commit(plan)
+        # it changed no state: a state built later from the history reads nothing here
+        unread = {
+            sid: [replace(r, next_offset=r.first_offset) for r in p.ranges]
+            for sid, p in plans.items()
+        }
+        record_history(runner.store, runner.scope, txid, unread)
+        tuples = dict.fromkeys(plans, 0)
+        return BatchOutcome(runner.scope, txid, True, plans, tuples, quarantined=held)
+
+    return runner.commit(txid, plans, apply, {}, 1)
+
+
+def replay_quarantined(runner: Any, txid: int | None = None) -> BatchOutcome:
+    """Process the records of quarantined ``txid`` (default: the oldest) as the next txid.
+
+    The new txid reads the quarantined ranges and records its spouts' positions unchanged,
+    so later txids continue where they were; the entry is marked replayed in its commit
+    transaction, so the records count exactly once. If it fails again nothing changes.
+
+    Raises:
+        QuarantineError: nothing (or not ``txid``) waits in the quarantine.
+        BatchUnavailableError: the log no longer holds the quarantined ranges.
+    """
+    runner.ensure_built()
+    pending = [e for e in runner.quarantined() if txid is None or e.txid == txid]
+    if not pending:
+        which = "nothing" if txid is None else f"no txid {txid}"
+        msg = f"{which} waits in the quarantine of topology {runner.scope!r}"
+        raise QuarantineError(msg)
+    source = pending[0].txid
+    held = {e.spout: e for e in pending if e.txid == source}
+    new = (runner.last_committed() or 0) + 1
+    read: dict[str, BatchPlan] = {}
+    recorded: dict[str, BatchPlan] = {}
+    for sid, node in runner.topology.spouts.items():
+        kind = node.args["spout"].config.kind
+        previous = runner.meta.latest_before(runner.scope, sid, new, True)
+        position = [
+            PartitionRange(p, r.next_offset, r.next_offset, r.deployment_id, r.topic_id)
+            for p, r in previous.items()
+        ]
+        recorded[sid] = BatchPlan.of(runner.scope, sid, new, kind, position, replay=False)
+        read[sid] = recorded[sid]
+        if sid in held:
+            ranges = held[sid].ranges
+            try:
+                runner.coordinator(sid).check_readable(new, ranges)
+            except BatchUnavailableError as exc:
+                msg = f"quarantined txid {source} can no longer be reprocessed: {exc}"
+                raise BatchUnavailableError(msg) from None
+            read[sid] = BatchPlan.of(runner.scope, sid, new, kind, ranges, replay=True)
+    with user_code_errors():
+        t_spark = time.perf_counter()
+        run = BatchRun(runner, new, read)
+        run.recorded = recorded
+        run.on_commit.append(lambda: mark_replayed(runner.store, runner.scope, source, new))
+        prepared = run.prepare()
+        timings = {"spark": time.perf_counter() - t_spark}
+        outcome = runner.commit_run(run, prepared, timings, 1)
+    # the txid's ranges as recorded: its spouts' positions, unchanged (offsets metadata and
+    # the ranges check follow them); what it read was the quarantined ranges
+    outcome.plans = recorded
+    outcome.reprocessed_txid = source
+    return outcome
