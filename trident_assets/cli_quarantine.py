@@ -10,11 +10,13 @@ topology, or list of them, counts). What they commit is recorded in Dagster's in
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from trident_assets.backends.quarantine import waiting
 from trident_assets.cli_common import (
     DEFAULT_HOME,
     DEFAULT_MODULE,
@@ -32,6 +34,8 @@ from trident_assets.cli_common import (
     require_home,
 )
 from trident_assets.console import engine_logs_to
+from trident_assets.errors import ConfigError, StoreLockedError
+from trident_assets.planner import check_quarantine
 
 if TYPE_CHECKING:
     from trident_assets.spark.executor import BatchOutcome, TopologyRunner
@@ -77,6 +81,29 @@ def _run(
         outcomes = work(runner)
         _report_to_dagster(home, topo, outcomes)
         return outcomes
+
+
+def _refuse_before_spark(
+    home: Path,
+    topology: str,
+    modules: list[str] | None,
+    database: str | None,
+    check: Callable[[TridentTopology, Any], None],
+) -> None:
+    """Run ``check(topology, store)`` over the state opened read-only, before Spark and Dagster.
+
+    A refusal that the declaration and the stored state decide alone (a txid out of order,
+    nothing quarantined) then comes at once. The run checks again under the state's write
+    lock; without a state file yet, or while a writer holds it, only the run checks.
+    """
+    require_home(home)
+    topo = code_location(modules).topology(topology)
+    try:
+        store = open_state(home, database, 0.0)
+    except (ConfigError, StoreLockedError):
+        return
+    with store:
+        check(topo, store)
 
 
 def _report_to_dagster(home: Path, topology: TridentTopology, outcomes: list[Any]) -> None:
@@ -139,7 +166,12 @@ def add(
     database: DatabaseOption = None,
 ) -> None:
     """Set TXID aside: commit it with no state change, its ranges kept in the quarantine."""
+
+    def check(topo: TridentTopology, store: Any) -> None:
+        check_quarantine(topo, store.last_committed(topo.name), txid)
+
     with cli_errors():
+        _refuse_before_spark(home, topology, module, database, check)
         [outcome] = _run(home, topology, module, lambda r: [r.quarantine(txid, reason)], database)
     typer.echo(
         f"txid {outcome.txid} of {topology} quarantined: {outcome.quarantined} records set aside; "
@@ -164,6 +196,9 @@ def replay(
         return [runner.replay_quarantined(t) for t in targets or [None]]  # None: says so
 
     with cli_errors():
+        _refuse_before_spark(
+            home, topology, module, database, lambda topo, store: waiting(store, topo.name, txid)
+        )
         done = _run(home, topology, module, work, database)
     for outcome in done:
         typer.echo(

@@ -682,7 +682,8 @@ def state_accept_lost_commits(
     again with the next batches. Restoring a backup (`trident state restore`) is the
     alternative that keeps them.
     """
-    from trident_assets.backends.marker_file import accept_lost_commits, lost_txids
+    from trident_assets.backends.backup import accept_lost_commits
+    from trident_assets.backends.marker_file import lost_txids
 
     with cli_errors():
         refuse_dsn(database)

@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from trident_assets.core.aggregators import is_sql_combiner
+from trident_assets.core.commit import decide_commit
 from trident_assets.core.values import StateType
+from trident_assets.errors import QuarantineError
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.event_windows import EVENT_WINDOW
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
@@ -30,6 +32,7 @@ __all__ = [
     "PURE_KINDS",
     "ROW_WISE",
     "all_nodes",
+    "check_quarantine",
     "chunk_pipelinable",
     "depends_on_new_values",
     "is_empty",
@@ -197,6 +200,33 @@ def quarantine_refusal(topology: TridentTopology) -> str | None:
         if refusal is not None:
             return f"state {name!r} {refusal}"
     return None
+
+
+def check_quarantine(topology: TridentTopology, last_committed: int | None, txid: int) -> None:
+    """Refuse quarantining ``txid`` of ``topology``, whose last committed txid is given.
+
+    Needs only the declaration and the stored last txid, so a refusal comes before any Spark
+    job or state write.
+
+    Raises:
+        QuarantineError: the topology cannot be quarantined soundly (:func:`quarantine_refusal`)
+            or ``txid`` has committed.
+        OutOfOrderCommitError: ``txid`` is not the txid after ``last_committed``.
+    """
+    refusal = quarantine_refusal(topology)
+    if refusal is not None:
+        msg = (
+            f"cannot quarantine txid {txid} of topology {topology.name!r}: {refusal}. Fix the "
+            "cause and re-run the txid instead"
+        )
+        raise QuarantineError(msg)
+    if last_committed is not None and txid <= last_committed:
+        msg = (
+            f"txid {txid} of topology {topology.name!r} has committed (last committed: "
+            f"{last_committed}); only the txid after it can be quarantined"
+        )
+        raise QuarantineError(msg)
+    decide_commit(topology.name, last_committed, txid)
 
 
 def _row_wise(node: Node, live: set[str]) -> bool:

@@ -195,11 +195,13 @@ def test_a_restored_backup_resumes_exactly_once(
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"restored {tmp_path / 'b.duckdb'} to {db}: ")
     assert lines[0].endswith(" bytes; wc at txid 3")
-    assert [line.split(".before-restore-")[0] for line in lines[1:3]] == [
+    assert [line.split(".before-restore-")[0] for line in lines[1:4]] == [
         f"  moved aside: {db}",
+        f"  moved aside: {db}",  # its commit marker file, <name>.before-restore-<time>.commits
         f"  moved aside: {home / 'replica'}",
     ]
-    assert lines[3] == f"  rebuilt the read replica {home / 'replica'}"
+    assert lines[2] == f"{lines[1]}.commits"
+    assert lines[4] == f"  rebuilt the read replica {home / 'replica'}"
     assert replica.latest(topo.name) == 3
     assert replica.oldest_readable(table) == 1  # no compaction ran: every txid stays readable
     for t in (1, 2, 3):  # downstream as-of reads see what the restored file reads
@@ -250,6 +252,6 @@ def test_restore_replaces_a_truncated_state_file(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     asides = sorted(p.name.split("-restore-")[0] for p in home.iterdir() if "before" in p.name)
-    assert asides == ["state.duckdb.before"]
+    assert asides == ["state.duckdb.before", "state.duckdb.before"]  # the file, its .commits
     with contextlib.closing(DuckDBStore(db, read_only=True)) as store:
         assert store.scan("t__counts").to_pylist() == [{"k0": "a", "value": 1}]

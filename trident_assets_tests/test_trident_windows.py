@@ -512,7 +512,8 @@ def test_count_store_matches_the_reference(tmp_path: Path, config: Any, agg: Any
     import pyarrow as pa
 
     from trident_assets.backends.window_tuples import apply_count_batch
-    from trident_assets.core.trident_windows import TridentWindow, WindowModel
+    from trident_assets.core.trident_windows import TridentWindow
+    from trident_assets_tests.window_model import WindowModel
 
     window = TridentWindow(config, ("n",), agg, "out")
     model = WindowModel(window)
@@ -561,7 +562,8 @@ def test_duration_store_matches_the_reference(tmp_path: Path, config: Any) -> No
     import pyarrow as pa
 
     from trident_assets.backends.window_tuples import apply_duration_batch
-    from trident_assets.core.trident_windows import TridentWindow, WindowModel
+    from trident_assets.core.trident_windows import TridentWindow
+    from trident_assets_tests.window_model import WindowModel
 
     window = TridentWindow(config, ("n",), Sum(), "out")
     model = WindowModel(window)

@@ -14,12 +14,12 @@ from trident_assets.core.trident_windows import (
     TridentWindow,
     TumblingCountWindow,
     TumblingDurationWindow,
-    WindowModel,
     count_keep_from,
     count_windows_fired,
     duration_candidates,
 )
 from trident_assets.errors import ConfigError, StaleTxidError
+from trident_assets_tests.window_model import WindowModel
 
 
 class Concat(ReducerAggregator[str]):

@@ -7,7 +7,8 @@ The same class serves DuckDB and PostgreSQL: it encodes keys and values into Arr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -36,9 +37,42 @@ from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
 
 if TYPE_CHECKING:
-    from trident_assets.backends.sql_store import SqlStateStore
+    from trident_assets.backends.sql_dialect import Dialect
 
-__all__ = ["SqlBackingMap"]
+__all__ = ["MapStore", "SqlBackingMap"]
+
+
+class MapStore(Protocol):
+    """What a backing map needs of its SQL state store (a DuckDB or PostgreSQL store)."""
+
+    dialect: Dialect
+
+    def layout(self, table: str) -> MapLayout | None:
+        """The stored layout of map ``table`` (None: no such map)."""
+
+    def ensure_map(self, layout: MapLayout) -> MapLayout:
+        """Create the map of ``layout`` if missing; return its stored layout."""
+
+    def latest_sql(
+        self, layout: MapLayout, keys_from: str, keys_in: Sequence[str] | None = None
+    ) -> str:
+        """A query for the current row of every stored key in relation ``keys_from``."""
+
+    def staged(self, table: pa.Table, *, analyze: bool = True) -> AbstractContextManager[str]:
+        """``table`` as a relation name for the duration of the context."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement with bound ``params``."""
+
+    def fetch_arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
+        """Run a query with bound ``params``; its rows as Arrow."""
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """One store transaction (joined if one is open)."""
+
+    def close(self) -> None:
+        """Close the store."""
+
 
 _ORD = "_trident_ord"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -59,7 +93,7 @@ class SqlBackingMap(ClosesOnExit):
 
     def __init__(
         self,
-        store: SqlStateStore,
+        store: MapStore,
         table: str,
         *,
         key_columns: Sequence[str] | None = None,

@@ -26,10 +26,15 @@ txids, so the restored state (behind the old file) is not taken for a torn one. 
 replica, if given, is moved aside the same way and rebuilt from the restored state
 (:func:`rebuild_replica`): one base file per map at its topology's committed txid, the
 kept rows of every output per txid, and the scope markers.
+
+**Accepting lost commits** (:func:`accept_lost_commits`): the other way out for a state file
+behind its commit marker file (a torn or deleted write-ahead log) when no backup will do: the
+marker file is rewritten with the database's txids, and the lost txids run again.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -43,12 +48,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trident_assets.backends.duckdb_store import SEQ_COLUMN, DuckDBStore, log_table
-from trident_assets.backends.marker_file import CommitMarkerFile
+from trident_assets.backends.marker_file import CommitMarkerFile, lost_commits
 from trident_assets.backends.replica import DEAD_LETTERS_TABLE, Replica
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
 
-__all__ = ["BackupInfo", "backup_state", "rebuild_replica", "restore_state"]
+__all__ = ["BackupInfo", "accept_lost_commits", "backup_state", "rebuild_replica", "restore_state"]
+
+_log = logging.getLogger(__name__)
 
 _OUTPUT_INFIX = "__out_"
 
@@ -204,6 +211,33 @@ def restore_state(
         with DuckDBStore(target, read_only=True, lock_timeout_s=lock_timeout_s) as store:
             rebuild_replica(store, Replica(replica), previous)
     return BackupInfo(target, target.stat().st_size, seconds, scopes, tuple(moved))
+
+
+def accept_lost_commits(
+    state: str | Path, *, lock_timeout_s: float = 30.0
+) -> dict[str, tuple[int | None, int]]:
+    """Accept that state file ``state`` lost the txids its marker file records past it.
+
+    Opens the file for writing (waiting up to ``lock_timeout_s`` for another process's lock)
+    and rewrites the marker file with the database's txids, so the store opens again; the
+    lost txids run again with the next batches. Returns what was lost, per topology
+    ``(database txid or None, marker txid)``; ``{}``: nothing was lost, nothing changed.
+
+    Raises:
+        ConfigError: ``state`` does not exist.
+        StoreLockedError: another process held the file for ``lock_timeout_s``.
+    """
+    if not Path(state).is_file():
+        msg = f"state file {state} does not exist"
+        raise ConfigError(msg)
+    marker = CommitMarkerFile(state)
+    with DuckDBStore(state, lock_timeout_s=lock_timeout_s, verify_commits=False) as store:
+        database = store.scopes()
+        lost = lost_commits(database, marker.read())
+        if lost:
+            marker.write(database)
+            _log.info("state file %s: accepted the loss of committed txids %s", state, lost)
+    return lost
 
 
 def _hold(target: Path, lock_timeout_s: float) -> DuckDBStore | None:

@@ -28,12 +28,11 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from trident_assets.errors import ConfigError, LostCommitsError
+from trident_assets.errors import LostCommitsError
 
 __all__ = [
     "MARKER_SUFFIX",
     "CommitMarkerFile",
-    "accept_lost_commits",
     "lost_commits",
     "lost_commits_error",
     "lost_txids",
@@ -157,32 +156,3 @@ class CommitMarkerFile:
         except FileNotFoundError:
             return False
         return True
-
-
-def accept_lost_commits(
-    state: str | Path, *, lock_timeout_s: float = 30.0
-) -> dict[str, tuple[int | None, int]]:
-    """Accept that state file ``state`` lost the txids its marker file records past it.
-
-    Opens the file for writing (waiting up to ``lock_timeout_s`` for another process's lock)
-    and rewrites the marker file with the database's txids, so the store opens again; the
-    lost txids run again with the next batches. Returns what was lost, per topology
-    ``(database txid or None, marker txid)``; ``{}``: nothing was lost, nothing changed.
-
-    Raises:
-        ConfigError: ``state`` does not exist.
-        StoreLockedError: another process held the file for ``lock_timeout_s``.
-    """
-    from trident_assets.backends.duckdb_store import DuckDBStore
-
-    if not Path(state).is_file():
-        msg = f"state file {state} does not exist"
-        raise ConfigError(msg)
-    marker = CommitMarkerFile(state)
-    with DuckDBStore(state, lock_timeout_s=lock_timeout_s, verify_commits=False) as store:
-        database = store.scopes()
-        lost = lost_commits(database, marker.read())
-        if lost:
-            marker.write(database)
-            log.info("state file %s: accepted the loss of committed txids %s", state, lost)
-    return lost

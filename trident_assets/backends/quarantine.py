@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trident_assets.errors import QuarantineError
 from trident_assets.names import QUARANTINE_TABLE
 from trident_assets.spouts.ranges import PartitionRange
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
 
-__all__ = ["QUARANTINE", "QuarantineEntry", "add_entries", "entries", "mark_replayed"]
+__all__ = ["QUARANTINE", "QuarantineEntry", "add_entries", "entries", "mark_replayed", "waiting"]
 
 QUARANTINE = QUARANTINE_TABLE
 """The store table of quarantined batches (all topologies)."""
@@ -135,6 +136,20 @@ def entries(
         )
         for topo, txid, spout, ranges, error, at, replayed in rows
     ]
+
+
+def waiting(store: StateStore, topology: str, txid: int | None = None) -> list[QuarantineEntry]:
+    """The entries of ``topology`` not replayed yet (of quarantined ``txid`` if given).
+
+    Raises:
+        QuarantineError: nothing (or not ``txid``) waits in the quarantine.
+    """
+    pending = [e for e in entries(store, topology, pending_only=True) if txid in (None, e.txid)]
+    if not pending:
+        which = "nothing" if txid is None else f"no txid {txid}"
+        msg = f"{which} waits in the quarantine of topology {topology!r}"
+        raise QuarantineError(msg)
+    return pending
 
 
 def mark_replayed(store: StateStore, topology: str, txid: int, replayed_txid: int) -> None:

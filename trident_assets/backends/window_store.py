@@ -25,7 +25,7 @@ sql_dialect.Dialect` spells the conversions between epoch microseconds and the n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -415,8 +415,3 @@ def read_open(
     if not store.has_table(found.table):
         return []
     return _read_windows(store, found, found.table, ", FALSE AS final").to_pylist()
-
-
-def utc(value: datetime) -> datetime:
-    """A naive UTC datetime as an aware one (for display)."""
-    return value.replace(tzinfo=UTC)

@@ -1,6 +1,6 @@
 """A Trident window's store: the tuples (or per-txid partials) its open windows still need.
 
-The set-based twin of :class:`~trident_assets.core.trident_windows.WindowModel`; every
+The set-based twin of the window rules of :mod:`~trident_assets.core.trident_windows`; every
 statement runs inside the caller's transaction (the executor's commit transaction of the
 txid), so the window's new tuples, the windows it fires, the deletion of what no later
 window needs and the window's meta row commit with the txid, or not at all.

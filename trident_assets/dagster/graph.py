@@ -22,7 +22,7 @@ import dagster as dg
 
 from trident_assets.dagster.io_manager import KIND_ROWS, KIND_STATE
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
-from trident_assets.stream.state_kinds import SingleJoinKind, state_kind
+from trident_assets.stream.state_kinds import state_kind
 from trident_assets.stream.topology import Node, TridentState, TridentTopology
 
 __all__ = ["IO_MANAGER_KEY", "AssetNode", "asset_keys", "topology_graph"]
@@ -172,8 +172,3 @@ def topology_graph(topology: TridentTopology) -> dict[str, AssetNode]:
 def asset_keys(topology: TridentTopology) -> dict[str, dg.AssetKey]:
     """The asset key of each asset of ``topology`` (``spout:<id>``, ``state:<name>``, ...)."""
     return {role: node.key for role, node in topology_graph(topology).items()}
-
-
-def is_join_state(state: TridentState) -> bool:
-    """True for a single join's pending-halves state."""
-    return isinstance(state_kind(state.node), SingleJoinKind)

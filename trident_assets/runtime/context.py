@@ -1,4 +1,4 @@
-"""What a batch needs of the runner that runs it: the interface between runtime and engine.
+"""The interfaces between the runner, a txid's run and the state kinds that read it.
 
 A :class:`~trident_assets.spark.executor.TopologyRunner` provides it, and so does a
 rebuild's replay (:mod:`trident_assets.spark.rebuild`), which runs batches of one state
@@ -14,9 +14,11 @@ if TYPE_CHECKING:
 
     from trident_assets.backends.state_store import StateStore
     from trident_assets.spouts.coordinator import BatchCoordinator
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["RunContext"]
+__all__ = ["BatchContext", "ChunkContext", "RunContext"]
 
 
 class RunContext(Protocol):
@@ -38,3 +40,60 @@ class RunContext(Protocol):
 
     def coordinator(self, spout_id: str) -> BatchCoordinator:
         """The batch coordinator of one spout."""
+
+
+class BatchContext(Protocol):
+    """One txid's run as the state kinds see it: its DataFrames and what it has counted.
+
+    :class:`~trident_assets.spark.batch_run.BatchRun` provides it; each state kind's module
+    (single joins, windows, state queries, the apply of every kind) reads through it.
+    """
+
+    txid: int
+    runner: RunContext
+    spark: Any
+    value_types: dict[str, pa.DataType]
+    """Arrow type of each combiner state's batch partials (typing empty query results)."""
+    counted_dead: dict[str, int]
+    """Spouts whose dead letters a Spark job already counted: how many."""
+    folded_dead: dict[str, pa.Table]
+    """Spouts whose dead letters a state's own Spark job collected."""
+    spilled: list[Any]
+    """Cleanups of the partials the executors wrote (run once the batch has committed)."""
+
+    def frame(self, node: Node) -> Any:
+        """The node's DataFrame this batch, built once."""
+
+    def raw(self, node: Node) -> Any:
+        """The spout node's raw records this batch, read once."""
+
+    def is_empty(self, node: Node) -> bool:
+        """True when ``node`` certainly has no tuples this batch."""
+
+    def collect(self, node: Node) -> pa.Table:
+        """The node's tuples this batch, as Arrow."""
+
+    def state_input(self, state: TridentState) -> Any:
+        """What the commit applies to ``state`` (partials, tuples or rows)."""
+
+    def empty_dead_letters(self, sid: str) -> pa.Table:
+        """An empty table of spout ``sid``'s dead letters."""
+
+    def fold_dead(self, node: Node) -> tuple[str, Any] | None:
+        """``(spout id, dead letters frame)`` a state's job over ``node`` may collect."""
+
+    def uncounted_spout(self, node: Node) -> str | None:
+        """The one spout upstream of ``node`` whose dead letters are still to collect."""
+
+
+class ChunkContext(Protocol):
+    """A chunk of txids sharing one Spark job, as a state kind's chunk job sees it."""
+
+    txids: list[int]
+    live: set[str]
+    """Spouts that read records in the chunk."""
+    empty: BatchContext
+    """The chunk's first txid's run, for frames of streams that receive nothing."""
+
+    def frame(self, node: Node) -> Any:
+        """The node's DataFrame over the whole chunk (tagged with each tuple's txid)."""

@@ -44,7 +44,6 @@ from trident_assets.spark.kernel_plan import (
     kernel_unavailable,
 )
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
-from trident_assets.spark.pipelined import TXID_COLUMN
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 from trident_assets.spark.single_join import join_batch_table
 from trident_assets.spark.spilled import Cleanup, spillable
@@ -52,6 +51,7 @@ from trident_assets.spark.state_apply import apply_state, spilled_previews, stat
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
 from trident_assets.spark.trident_windows import window_batch_table
+from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
 from trident_assets.stream.state_kinds import (
     EventWindowKind,

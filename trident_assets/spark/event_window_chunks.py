@@ -55,7 +55,7 @@ from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.stream.event_windows import EVENT_WINDOW
 
 if TYPE_CHECKING:
-    from trident_assets.spark.pipelined import PipelinedRun
+    from trident_assets.runtime.context import ChunkContext
     from trident_assets.stream.event_windows import WindowedAggregation, WindowedState
 
 __all__ = ["WindowSlice", "chunk_bounds", "chunk_window_job", "late_reason"]
@@ -206,7 +206,7 @@ def _window_table(
 
 
 def chunk_window_job(
-    prun: PipelinedRun, state: WindowedState, bounds: Sequence[int | None]
+    prun: ChunkContext, state: WindowedState, bounds: Sequence[int | None]
 ) -> Callable[[], dict[int, WindowSlice]]:
     """Build the chunk's window DataFrame now; the returned call runs its one Spark job.
 

@@ -50,7 +50,7 @@ from trident_assets.spark.observed import count_dead, observed_frame
 from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregation
 
 if TYPE_CHECKING:
-    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.runtime.context import BatchContext
     from trident_assets.stream.event_windows import WindowedState
 
 __all__ = [
@@ -250,7 +250,7 @@ def window_columns(
     )
 
 
-def window_input(run: BatchRun, state: WindowedState) -> pa.Table:
+def window_input(run: BatchContext, state: WindowedState) -> pa.Table:
     """The batch's partials and dead letters for ``state`` as one Arrow table (one action).
 
     Columns: the key fields, ``__ws``/``__we`` (window bounds in epoch microseconds), the
@@ -389,7 +389,7 @@ def _spout_dead_rows() -> list[Any]:
     ]
 
 
-def _take_spout_dead(run: BatchRun, fold: tuple[str, Any], table: pa.Table) -> pa.Table:
+def _take_spout_dead(run: BatchContext, fold: tuple[str, Any], table: pa.Table) -> pa.Table:
     """Leave the spout's dead letters in ``run.folded_dead``; return the other rows."""
     from trident_assets.spark.node_frames import empty_arrow
 
@@ -462,7 +462,7 @@ def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, i
     return partials, letters, top, int(partly)
 
 
-def apply_window_state(run: BatchRun, state: WindowedState, table: pa.Table) -> Applied:
+def apply_window_state(run: BatchContext, state: WindowedState, table: pa.Table) -> Applied:
     """Apply the batch inside the open commit transaction.
 
     ``table``: :func:`window_input`'s, or a chunk's resolved

@@ -56,31 +56,26 @@ from trident_assets.backends.quarantine import (
     entries,
 )
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
-from trident_assets.backends.spout_history import spout_joins
 from trident_assets.backends.state_contracts import (
-    check_contracts,
-    check_topology_scope,
     forget_left,
     record_left,
-    states_left,
     stored_contracts,
     write_contracts,
 )
 from trident_assets.backends.state_store import StateStore
 from trident_assets.core.commit import decide_commit
-from trident_assets.core.contracts import StateContract
 from trident_assets.core.txids import validate_txid
 from trident_assets.errors import (
     ConfigError,
-    CorruptStateError,
 )
 from trident_assets.planner import all_nodes, pipelinable
-from trident_assets.runtime.backfill_plans import BackfillOutcome, plan_backfill, plan_rejoin
+from trident_assets.runtime.backfill_plans import BackfillOutcome
 from trident_assets.runtime.batch_tables import DEAD_LETTERS, ensure_dead_letters_table
 from trident_assets.runtime.commit import commit_txid, drop_progress, progress
 from trident_assets.runtime.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
 from trident_assets.runtime.publishing import described as describe
 from trident_assets.runtime.publishing import publish, publish_missing
+from trident_assets.runtime.startup import plan_startup
 from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
@@ -146,49 +141,16 @@ class TopologyRunner:
         if max_spout_pending < 1:
             msg = f"max_spout_pending must be >= 1, got {max_spout_pending}"
             raise ConfigError(msg)
-        # State contracts are checked here, at creation: the topology and the store are
-        # known, and nothing (coordinator emission, Spark job, spout metadata, state write)
-        # has happened yet, so a refused declaration leaves the store exactly as it was.
-        check_topology_scope(store, topology.name)
-        # A state new to a topology that has committed txids is planned here (replayable,
-        # history readable) and built from the log before the next batch (:meth:`backfill`).
-        last = store.last_committed(topology.name)
-        building = {
-            name: first
-            for name, (first, _done) in progress(store, topology.name).items()
-            if name in topology.states
-        }
-
-        def catch_up(contract: StateContract) -> None:
-            assert last is not None
-            building[contract.state] = plan_backfill(topology, store, log, contract.state, last)
-
-        self._pending_contracts = check_contracts(
-            store,
-            topology.name,
-            [state.contract() for state in topology.states.values()],
-            last,
-            catch_up=catch_up,
-        )
-        # A stored state this declaration lacks misses the txids committed without it; if it
-        # is declared again later, those txids are replayed into it before it rejoins.
-        declared = set(topology.states)
-        stored_here = {c.state for c in stored_contracts(store) if c.topology == topology.name}
-        self._absent = sorted(stored_here - declared)
-        """Stored states not declared: each commit records that they miss its txid."""
-        rejoining: set[str] = set()
-        for name, after in states_left(store, topology.name).items():
-            if name not in declared:
-                continue
-            rejoining.add(name)
-            if name not in building and last is not None:
-                first = plan_rejoin(topology, store, log, name, after, last)
-                if first <= last:
-                    building[name] = first
-        self._building = building
-        """States to build from the log before the next batch: name -> first txid."""
-        self._joining: set[str] = rejoining - building.keys()
-        """States whose progress rows (and records of having left) the next commit removes."""
+        # Checked at creation: the topology and the store are known, and nothing
+        # (coordinator emission, Spark job, spout metadata, state write) has happened yet,
+        # so a refused declaration leaves the store exactly as it was.
+        meta = DuckDBSpoutMetaStore(store)
+        startup = plan_startup(topology, store, log, meta)
+        self._pending_contracts = startup.pending_contracts
+        self._absent = startup.absent
+        self._building = startup.building
+        self._joining = startup.joining
+        self._joins_after = startup.joins_after
         self.compaction = compaction
         self.max_spout_pending = max_spout_pending
         self.pipelinable = pipelinable(topology)
@@ -198,12 +160,10 @@ class TopologyRunner:
         self.log = log
         self.fault = fault or (lambda _point: None)
         self.clock = clock or time.time
-        self.meta = DuckDBSpoutMetaStore(store)
+        self.meta = meta
         self.no_dead_letters: dict[str, pa.Table] = {}
         """Per spout: an empty table of its dead letters (their schema, found once per runner:
         a batch with none builds no DataFrame for them)."""
-        self._joins_after = self._joining_spouts(last)
-        """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
         check_value_types(self)  # DataFrame analysis only: before any Spark job or write
         ship_package(spark)
         ship_user_modules(topology_code(all_nodes(topology)))
@@ -246,34 +206,6 @@ class TopologyRunner:
             self.meta,
             self._joins_after.get(spout_id, 0),
         )
-
-    def _joining_spouts(self, last: int | None) -> dict[str, int]:
-        """Spouts declared since the topology committed txids ``1..last``: name -> ``last``.
-
-        Such a spout joins at ``last + 1`` from its start position. A spout without committed
-        positions whose reads the history records lost its positions: refused.
-
-        Raises:
-            CorruptStateError: a spout's committed positions are missing from the store.
-        """
-        if not last:
-            return {}
-        joins = spout_joins(self.store, self.scope)
-        joining: dict[str, int] = {}
-        for sid in self.topology.spouts:
-            if self.meta.last_committed_txid(self.scope, sid) is not None:
-                continue
-            if sid in joins.joined:
-                msg = (
-                    f"spout {sid!r} of topology {self.scope!r} read txids from "
-                    f"{joins.joined[sid]} on (the store's spout history records them), but its "
-                    "committed positions are missing from the store, so its next batch cannot "
-                    "know where to start. Nothing was run or written. Restore the state store "
-                    "from a backup (`trident state restore`)"
-                )
-                raise CorruptStateError(msg)
-            joining[sid] = last
-        return joining
 
     def backlog(self) -> int:
         """Records available to the next batch across all spouts (before batch-size limits)."""

@@ -16,7 +16,7 @@ from trident_assets.spark.observation import observed_metrics
 from trident_assets.stream.trident_windows import ORDERED_KINDS
 
 if TYPE_CHECKING:
-    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.runtime.context import BatchContext
     from trident_assets.stream.graph import Node
 
 __all__ = ["RECORD_COLUMNS", "Observed", "count_dead", "observed_frame"]
@@ -28,7 +28,9 @@ Observed = tuple[str, Any]
 """A spout id and the ``Observation`` that counts its dead letters."""
 
 
-def observed_frame(run: BatchRun, node: Node, keep: tuple[str, ...]) -> tuple[Any, Observed] | None:
+def observed_frame(
+    run: BatchContext, node: Node, keep: tuple[str, ...]
+) -> tuple[Any, Observed] | None:
     """``node``'s DataFrame rebuilt from its spout, which counts the spout's dead letters.
 
     ``keep``: names under which the record's :data:`RECORD_COLUMNS` are carried along (as
@@ -59,7 +61,7 @@ def observed_frame(run: BatchRun, node: Node, keep: tuple[str, ...]) -> tuple[An
     return None if built is None else (built, parent[1])
 
 
-def count_dead(run: BatchRun, observed: Observed) -> None:
+def count_dead(run: BatchContext, observed: Observed) -> None:
     """After the first action over an :func:`observed_frame` DataFrame: its spout's dead letters.
 
     ``BatchRun.prepare`` fetches the spout's dead letters only when there are any.

@@ -65,8 +65,7 @@ from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.state_kinds import EventWindowKind, state_kind
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import RunContext
-    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.runtime.context import BatchContext, RunContext
     from trident_assets.stream.event_windows import WindowedState
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
@@ -94,7 +93,7 @@ class PipelinedRun(NodeFrames):
         self,
         runner: RunContext,
         batches: Batches,
-        empty: BatchRun,
+        empty: BatchContext,
         event_tops: dict[str, int | None] | None = None,
     ) -> None:
         """``empty`` builds the nodes that receive no tuples in the chunk (no Spark job).

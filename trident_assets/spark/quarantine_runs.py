@@ -13,11 +13,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from trident_assets.backends.quarantine import add_entries, mark_replayed
+from trident_assets.backends.quarantine import add_entries, mark_replayed, waiting
 from trident_assets.backends.spout_history import record_history
-from trident_assets.core.commit import decide_commit
-from trident_assets.errors import BatchUnavailableError, QuarantineError
-from trident_assets.planner import quarantine_refusal
+from trident_assets.errors import BatchUnavailableError
+from trident_assets.planner import check_quarantine
 from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.user_errors import user_code_errors
@@ -41,21 +40,7 @@ def quarantine(runner: Any, txid: int, error: str) -> BatchOutcome:
         OutOfOrderCommitError: an earlier txid has not committed; nothing changed.
     """
     runner.ensure_built()
-    refusal = quarantine_refusal(runner.topology)
-    if refusal is not None:
-        msg = (
-            f"cannot quarantine txid {txid} of topology {runner.scope!r}: {refusal}. Fix the "
-            "cause and re-run the txid instead"
-        )
-        raise QuarantineError(msg)
-    last = runner.last_committed()
-    if last is not None and txid <= last:
-        msg = (
-            f"txid {txid} of topology {runner.scope!r} has committed (last committed: {last}); "
-            "only the txid after it can be quarantined"
-        )
-        raise QuarantineError(msg)
-    decide_commit(runner.scope, last, txid)
+    check_quarantine(runner.topology, runner.last_committed(), txid)
     plans = {sid: c.emit(txid) for sid, c in runner.coordinators().items()}
     held = sum(p.record_count for p in plans.values())
 
@@ -88,11 +73,7 @@ def replay_quarantined(runner: Any, txid: int | None = None) -> BatchOutcome:
         BatchUnavailableError: the log no longer holds the quarantined ranges.
     """
     runner.ensure_built()
-    pending = [e for e in runner.quarantined() if txid is None or e.txid == txid]
-    if not pending:
-        which = "nothing" if txid is None else f"no txid {txid}"
-        msg = f"{which} waits in the quarantine of topology {runner.scope!r}"
-        raise QuarantineError(msg)
+    pending = waiting(runner.store, runner.scope, txid)
     source = pending[0].txid
     held = {e.spout: e for e in pending if e.txid == source}
     new = (runner.last_committed() or 0) + 1

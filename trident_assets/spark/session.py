@@ -113,9 +113,7 @@ def local_daemon_conf(conf: Mapping[str, str], *, same_cwd: bool = True) -> dict
     python = conf.get("spark.pyspark.python", "")
     if os.path.abspath(python) != os.path.abspath(sys.executable):  # a venv's own path
         return {}
-    import trident_assets
-
-    root = Path(trident_assets.__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the directory that holds trident_assets/
     script = Path(sys.path[0] or os.getcwd()).resolve() if sys.path else None
     cwd = Path.cwd().resolve()
     if (root == script and root != cwd) or (root == cwd and not same_cwd):

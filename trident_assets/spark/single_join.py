@@ -25,13 +25,13 @@ from trident_assets.runtime.outcomes import Applied, StateOutcome
 from trident_assets.stream.single_join import SINGLE_JOIN
 
 if TYPE_CHECKING:
-    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.runtime.context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["apply_join_state", "join_batch_table"]
 
 
-def join_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
+def join_batch_table(run: BatchContext, state: TridentState) -> pa.Table:
     """The batch's rows of every side as one Arrow table (one Spark union, one transfer).
 
     Columns: ``__side`` (the side's index), ``__v<i>`` (a struct of side i's fields, NULL on
@@ -56,7 +56,7 @@ def join_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
     return union.toArrow()
 
 
-def apply_join_state(run: BatchRun, state: TridentState, batch: pa.Table) -> Applied:
+def apply_join_state(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:
     """Apply the batch to the join's pending table inside the open commit transaction.
 
     Returns what the batch did to the join's state, the joined rows (its new values) and

@@ -61,7 +61,7 @@ from trident_assets.stream.state_kinds import (
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
-    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.runtime.context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 PARTIALS_KEPT = 2
@@ -80,7 +80,9 @@ __all__ = [
 ]
 
 
-def apply_state(run: BatchRun, state: TridentState, batch: pa.Table | SpilledPartials) -> Applied:
+def apply_state(
+    run: BatchContext, state: TridentState, batch: pa.Table | SpilledPartials
+) -> Applied:
     """Apply ``batch`` (the state's input, see ``BatchRun.state_input``) to ``state``.
 
     Runs inside the open commit transaction: one set-based statement for a SQL combiner,
@@ -130,7 +132,7 @@ def apply_state(run: BatchRun, state: TridentState, batch: pa.Table | SpilledPar
     return Applied(_outcome(store, state, result), new_values=new_values)
 
 
-def apply_spilled_state(run: BatchRun, state: TridentState, parts: SpilledPartials) -> Applied:
+def apply_spilled_state(run: BatchContext, state: TridentState, parts: SpilledPartials) -> Applied:
     """Apply a grouped SQL combiner's partials that the executors wrote, all in SQL.
 
     The merge (:func:`~trident_assets.backends.state_batches.apply_state_files`), the

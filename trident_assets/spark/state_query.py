@@ -26,13 +26,13 @@ from trident_assets.stream.state_kinds import Updater, state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
-    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.runtime.context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["bulk_lookup", "null_column", "query_frame", "read_global", "value_type"]
 
 
-def query_frame(run: BatchRun, parent: Any, a: dict[str, Any]) -> Any:
+def query_frame(run: BatchContext, parent: Any, a: dict[str, Any]) -> Any:
     """``parent`` with the query's output column(s): one bulk lookup for the whole batch.
 
     ``a`` holds the query node's args plus ``parent`` (its parent node) and ``label``.
@@ -85,7 +85,7 @@ def query_frame(run: BatchRun, parent: Any, a: dict[str, Any]) -> Any:
     return parent.join(F.broadcast(lookup), on=list(a["inputs"]), how="left")
 
 
-def value_type(run: BatchRun, state: TridentState) -> pa.DataType | None:
+def value_type(run: BatchContext, state: TridentState) -> pa.DataType | None:
     """The Arrow type of the state's values: stored layout, else this batch's partials."""
     layout = run.runner.store.layout(state.table)
     if layout is not None:
@@ -93,7 +93,7 @@ def value_type(run: BatchRun, state: TridentState) -> pa.DataType | None:
     return run.value_types.get(state.spec.name)
 
 
-def null_column(run: BatchRun, state: TridentState) -> Any:
+def null_column(run: BatchContext, state: TridentState) -> Any:
     """A NULL query result typed as the state's values (so outputs keep one type)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_type

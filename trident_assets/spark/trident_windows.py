@@ -42,7 +42,7 @@ from trident_assets.spark.observed import Observed, count_dead, observed_frame
 from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
-    from trident_assets.spark.batch_run import BatchRun
+    from trident_assets.runtime.context import BatchContext
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
@@ -51,7 +51,7 @@ __all__ = ["apply_window_state", "output_type", "window_batch_table"]
 _SOURCE = ORDER_COLUMNS[:3]
 
 
-def _tagged(run: BatchRun, node: Node) -> tuple[Any, Observed]:
+def _tagged(run: BatchContext, node: Node) -> tuple[Any, Observed]:
     """``node``'s DataFrame carrying each tuple's source record columns; its :data:`Observed`."""
     observed = observed_frame(run, node, _SOURCE)
     if observed is None:  # refused at declaration (stream.trident_windows)
@@ -69,7 +69,7 @@ def _global_partial(agg: Any, column: str) -> Any:
     return value if zero is None else F.coalesce(value, F.lit(zero))
 
 
-def window_batch_table(run: BatchRun, state: TridentState) -> pa.Table:
+def window_batch_table(run: BatchContext, state: TridentState) -> pa.Table:
     """What the commit adds to the window; no Spark job for an empty batch.
 
     Count windows: one Spark job (no shuffle). Duration windows: one aggregation of the
@@ -143,7 +143,7 @@ def output_type(window: TridentWindow, input_type: pa.DataType) -> pa.DataType:
     return to_arrow_schema(ddl, timezone="UTC").field("v").type
 
 
-def apply_window_state(run: BatchRun, state: TridentState, batch: pa.Table) -> Applied:
+def apply_window_state(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:
     """Apply the batch to the window's store inside the open commit transaction.
 
     Returns what it did and the fired windows' aggregates (its new values).
