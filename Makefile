@@ -1,4 +1,4 @@
-# Two commands for a fresh machine: `make demo` (the main job) and `make test` (the test suite);
+# On a fresh machine: `make demo` (the main job) and `make test` (the test suite);
 # `make ui` then opens the Dagster UI over the demo's home (.trident) on http://127.0.0.1:3000.
 VENV := .venv
 BIN := $(VENV)/bin

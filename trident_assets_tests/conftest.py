@@ -131,32 +131,38 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @dataclass(frozen=True)
 class DemoRun:
     cwd: Path
-    """The directory the demo ran in (its HOME too)."""
+    """The directory the demo ran in (its HOME too), with ``.venv`` linking to the virtualenv."""
     home: Path
-    """The demo's trident home, ``cwd / "h"``."""
+    """The demo's trident home, the default ``cwd / ".trident"``."""
     done: subprocess.CompletedProcess[str]
 
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    """``trident demo --home h`` (smaller: 5 txids of 400 sentences, txid 3 killed, replayed).
+    """``make demo`` once its set-up is done: ``.venv/bin/trident demo`` with the defaults.
 
     Run once: a child process in a clean environment (HOME, PATH=/usr/local/bin:/usr/bin:/bin,
-    80 columns), as `make demo` runs it.
+    80 columns, ``MAKELEVEL`` as make sets it), in a directory whose ``.venv`` is a link to
+    this virtualenv, so the documented commands run there as written.
     """
     cwd = tmp_path_factory.mktemp("demo")
-    home = cwd / "h"
-    trident = Path(sys.executable).parent / "trident"
+    (cwd / ".venv").symlink_to(Path(sys.prefix))
     done = subprocess.run(
-        [str(trident), "demo", "--home", str(home), "--sentences", "2000", "--batch-size", "400"],
+        [".venv/bin/trident", "demo"],
         cwd=cwd,
-        env={"HOME": str(cwd), "PATH": "/usr/local/bin:/usr/bin:/bin", "COLUMNS": "80", **JVM_ENV},
+        env={
+            "HOME": str(cwd),
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "COLUMNS": "80",
+            "MAKELEVEL": "1",
+            **JVM_ENV,
+        },
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-    return DemoRun(cwd, home, done)
+    return DemoRun(cwd, cwd / ".trident", done)
 
 
 @pytest.fixture(scope="session")

@@ -239,8 +239,8 @@ def test_executors_without_pyarrow_fall_back_to_sparks_operators(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pending: int
 ) -> None:
     """A cluster whose Python lacks pyarrow still runs the word count, on Spark's operators."""
-    import trident_assets.spark.batch_run as batch_run
     import trident_assets.spark.pipelined as pipelined
+    import trident_assets.spark.state_apply as state_apply
 
     def no_pyarrow(raw: Any, spec: CountSplit) -> Any:
         def fail(batches: Any) -> Any:
@@ -250,7 +250,7 @@ def test_executors_without_pyarrow_fall_back_to_sparks_operators(
         return raw.select("value", spec.txid).mapInArrow(fail, spec.schema())
 
     monkeypatch.setattr(pipelined, "kernel_frame", no_pyarrow)
-    monkeypatch.setattr(batch_run, "kernel_frame", no_pyarrow)
+    monkeypatch.setattr(state_apply, "kernel_frame", no_pyarrow)
     log = _log(tmp_path, {"sentences": 1})
     _send(log, "sentences", VALUES)
     try:

@@ -779,7 +779,7 @@ def test_demo_runs_are_tagged_by_their_origin(demo_run: DemoRun) -> None:
 
 
 def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
-    """The whole demo (smaller), as `make demo` runs it: a child process, a clean environment.
+    """The whole demo, as `make demo` runs it: a child process, a clean environment.
 
     The run (``demo_run``) is shared with the UI test over its home (test_demo_ui.py).
     """
@@ -787,9 +787,11 @@ def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
     assert (done.returncode, done.stderr) == (0, ""), done.stdout
     out = done.stdout.splitlines()
     assert len(out) <= 30, done.stdout
-    assert out[0] == "trident demo in h (Dagster and Spark logs: h/demo.log)"
-    assert out[1] == "1. produced 2,000 sentences into h/log (topic sentences, 4 partitions)"
-    assert out[3].startswith("   txid 1: 400 sentences committed (attempt 0, ")
+    assert out[0] == "trident demo in .trident (Dagster and Spark logs: .trident/demo.log)"
+    assert (
+        out[1] == "1. produced 20,000 sentences into .trident/log (topic sentences, 4 partitions)"
+    )
+    assert out[3].startswith("   txid 1: 4,000 sentences committed (attempt 0, ")
     assert out[5] == (
         "   txid 3: run in a child process, SIGKILLed between its state write and its commit..."
     )
@@ -797,13 +799,13 @@ def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
         "   txid 3: child exit code -9 (SIGKILL); state and commit marker unchanged "
         "(last committed txid 2)"
     )
-    assert out[7].startswith("   txid 3: 400 sentences replayed after the crash (attempt 1, ")
+    assert out[7].startswith("   txid 3: 4,000 sentences replayed after the crash (attempt 1, ")
     assert out[10] == "   coordinator: word_count: no new records after txid 5"
     assert "3. re-materialized txid 1: already_committed=True, state unchanged=True" in out
     assert any(line.startswith("4. exactly-once check PASSED: ") for line in out)
-    assert out[-3] == (f"Read the state: {TRIDENT} state scan word_count word_counts --home h")
+    assert out[-3] == (f"Read the state: {TRIDENT} state scan word_count word_counts")
     assert out[-2] == "Open the Dagster UI (http://127.0.0.1:3000) with:"
-    assert out[-1] == f"{TRIDENT} ui --home {home}"
+    assert out[-1] == "make ui"  # the demo ran as `make demo` runs it
     logged = (home / "demo.log").read_text()
     assert "DEBUG" in logged  # Dagster's logs and Spark's, not the story's
     assert "jdk.incubator.vector" in logged  # the Spark JVM's one start-up line

@@ -1,7 +1,7 @@
 """End to end, as a new user: `trident demo --home H`, then `trident ui --home H`, then the browser.
 
 The demo run is the session's ``demo_run`` (shared with the demo's story test in
-test_cli.py): 5 txids of 400 sentences, txid 3 SIGKILLed between its state write and its
+test_cli.py): 5 txids of 4,000 sentences, txid 3 SIGKILLed between its state write and its
 commit, then replayed (attempt 1). `trident ui` (``dagster dev`` over the demo's home) runs
 as a child process with a clean environment in its own session, and is stopped by process
 group. GraphQL cross-checks what the pages show; headless Chromium (Debian's ``chromium``)
@@ -163,8 +163,8 @@ def test_demo_then_ui_shows_the_state_preview_and_the_replayed_txid(
         "   txid 3: child exit code -9 (SIGKILL); state and commit marker unchanged "
         "(last committed txid 2)"
     )
-    assert story[7].startswith("   txid 3: 400 sentences replayed after the crash (attempt 1, ")
-    assert story[-1] == f"{TRIDENT} ui --home {home}"
+    assert story[7].startswith("   txid 3: 4,000 sentences replayed after the crash (attempt 1, ")
+    assert story[-1] == "make ui"
     _need_chromium()
     with DuckDBStore(home / "state.duckdb") as store:
         assert store.last_committed("word_count") == 5

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from trident_assets.backends.state_store import StateStore
     from trident_assets.spouts.coordinator import BatchCoordinator
+    from trident_assets.spouts.ranges import BatchPlan
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
@@ -52,6 +53,12 @@ class BatchContext(Protocol):
     txid: int
     runner: RunContext
     spark: Any
+    plans: dict[str, BatchPlan]
+    """Per spout: the offset ranges this txid reads."""
+    spill: bool
+    """Whether a combiner's partials may be written by the executors (never in a rebuild)."""
+    nulls: dict[str, int]
+    """Per Sum/Min/Max state: the null values its partials skipped this batch."""
     value_types: dict[str, pa.DataType]
     """Arrow type of each combiner state's batch partials (typing empty query results)."""
     counted_dead: dict[str, int]

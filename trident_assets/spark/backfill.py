@@ -23,7 +23,7 @@ from trident_assets.runtime.commit import (
     commit_txid,
 )
 from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.state_apply import apply_state
+from trident_assets.spark.state_engines import engine_for
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def catch_up_one(runner: Any, state: TridentState, txid: int, first: int) -> boo
     batch = run.state_input(state)
 
     def apply() -> None:
-        new = apply_state(run, state, batch).new_values
+        new = engine_for(state).apply(run, state, batch).new_values
         runner.fault("backfill_after_state_write")
         if new is not None:
             store_rows(store, state.new_values_table, txid, new)

@@ -31,36 +31,16 @@ from trident_assets.runtime.outcomes import BatchOutcome, Prepared, dead_letter_
 from trident_assets.spark.aggregation import (
     combine_partials,
     reduce_groups,
-    split_nulls,
-    state_partials,
 )
-from trident_assets.spark.arrow_partials import combine_task_partials
 from trident_assets.spark.arrow_transfer import to_spark
-from trident_assets.spark.event_windows import window_input
-from trident_assets.spark.kernel_plan import (
-    arrow_kernel,
-    arrow_kernels_on,
-    kernel_frame,
-    kernel_unavailable,
-)
-from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
+from trident_assets.spark.node_frames import NodeFrames, empty_arrow
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
-from trident_assets.spark.single_join import join_batch_table
-from trident_assets.spark.spilled import Cleanup, spillable
-from trident_assets.spark.state_apply import apply_state, spilled_previews, state_previews
+from trident_assets.spark.spilled import Cleanup
+from trident_assets.spark.state_apply import spilled_previews, state_previews
+from trident_assets.spark.state_engines import engine_for
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
-from trident_assets.spark.trident_windows import window_batch_table
-from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
-from trident_assets.stream.state_kinds import (
-    EventWindowKind,
-    Reducer,
-    SingleJoinKind,
-    TridentWindowKind,
-    Updater,
-    state_kind,
-)
 
 if TYPE_CHECKING:
     from trident_assets.runtime.context import RunContext
@@ -196,30 +176,6 @@ class BatchRun(NodeFrames):
             self.raws[sid] = node.args["spout"].read(self.spark, self.runner.log, self.plans[sid])
         return self.raws[sid]
 
-    def _kernel_partials(self, state: TridentState) -> pa.Table | None:
-        """``state``'s partials by the Arrow kernel (:mod:`.arrow_partials`), if it applies."""
-        from pyspark.sql import functions as F
-
-        kernel = arrow_kernel(state, TXID_COLUMN)
-        if kernel is None:
-            return None
-        spec, spout = kernel
-        sid = spout.args["spout_id"]
-        if not arrow_kernels_on(self.spark, self.plans[sid].record_count):
-            return None
-        # tag 0, not the txid: the same generated code for every batch
-        raw = self.raw(spout).withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
-        try:
-            tasks = kernel_frame(raw, spec).toArrow()
-        except Exception as exc:
-            if not kernel_unavailable(self.spark, exc):
-                raise
-            return None  # Spark's operators compute them
-        table, dead = combine_task_partials(spec, tasks)
-        self.counted_dead[sid] = dead
-        self.value_types[state.spec.name] = pa.int64()
-        return table.drop_columns([TXID_COLUMN])
-
     def prepare(self) -> Prepared:
         """Run Spark for everything that does not depend on this batch's new state."""
         topo = self.runner.topology
@@ -297,77 +253,12 @@ class BatchRun(NodeFrames):
             return None
         return sid
 
-    def state_input(self, state: TridentState) -> pa.Table | SpilledPartials:
-        """What the commit applies to ``state``: per-key partials, grouped tuples or rows.
+    def state_input(self, state: TridentState) -> Any:
+        """What the commit applies to ``state``: its kind's batch input.
 
-        Partials the executors wrote to files (``trident.partials.spill``, see
-        :mod:`~trident_assets.spark.spilled`) come as :class:`SpilledPartials`.
-
-        A combiner's partials per key (one row for a global state), a reducer's tuples per
-        key (``__tuples``), an updater's input rows, a single join's rows of every side.
-        Sum/Min/Max skip null values: their count is left in ``self.nulls`` (see
-        :func:`~trident_assets.spark.aggregation.split_nulls`).
+        Per-key partials, grouped tuples or rows (:mod:`~trident_assets.spark.state_engines`).
         """
-        from pyspark.sql import functions as F
-
-        a = state.node.args
-        kind = state_kind(state.node)
-        if isinstance(kind, SingleJoinKind):
-            return join_batch_table(self, state)
-        if isinstance(kind, TridentWindowKind):
-            return window_batch_table(self, state)
-        if isinstance(kind, EventWindowKind):
-            return window_input(self, state)  # type: ignore[arg-type]
-        parent = self.frame(state.node.parents[0])
-        if isinstance(kind, Updater):
-            return parent.select(*a["inputs"]).toArrow()
-        agg = a["agg"]
-        group, out = a["group"], a["output"]
-        if kind.sql_combiner and self.is_empty(state.node.parents[0]):
-            return self._empty_partials(state)
-        if isinstance(kind, Reducer):
-            cols = F.struct(*[F.col(c) for c in a["inputs"]])
-            grouped = (
-                parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
-                if group
-                else parent.agg(F.collect_list(cols).alias("__tuples"))
-            )
-            return grouped.toArrow()
-        spill = self.runner.spill if self.spill else None  # (a rebuild's runner has none)
-        if spill is not None and spillable(state, self.runner.topology):
-            agg = guard(agg, state.node.label)
-            df = state_partials(parent, group, a["inputs"][0], agg, out)
-            job = spill.plan(df, agg, None, self.spilled)
-            if job is not None:
-                (parts,) = job()
-                self.value_types[state.spec.name] = parts.schema.field(out).type
-                return parts
-        kernel = self._kernel_partials(state)
-        if kernel is not None:
-            return kernel
-        agg = guard(agg, state.node.label)
-        collected = state_partials(parent, group, a["inputs"][0], agg, out).toArrow()
-        table, self.nulls[state.spec.name] = split_nulls(collected, bool(group))
-        self.value_types[state.spec.name] = table.schema.field(out).type
-        if not group:
-            for name, column in global_partials(table.column(out)).items():
-                table = table.append_column(name, column)
-        return table
-
-    def _empty_partials(self, state: TridentState) -> pa.Table:
-        """The partials of a SQL-combiner state whose input is empty, without a Spark job.
-
-        Grouped: no rows. Global: the one row of ``agg.zero()`` (as :func:`combine_partials`).
-        """
-        a = state.node.args
-        parent = self.frame(state.node.parents[0])
-        group, out, agg = a["group"], a["output"], a["agg"]
-        schema = empty_arrow(combine_partials(parent, group, a["inputs"][0], agg, out)).schema
-        self.value_types[state.spec.name] = schema.field(out).type
-        if group:
-            return schema.empty_table()
-        zero = pa.array([agg.zero()], schema.field(out).type)
-        return pa.table({out: zero, **global_partials(zero)})
+        return engine_for(state).batch_input(self, state)
 
     def commit(self, prepared: Prepared) -> BatchOutcome:
         """Apply everything inside the open store transaction."""
@@ -382,7 +273,7 @@ class BatchRun(NodeFrames):
             if batch is None:
                 batch = self.state_input(state)
                 nulls = self.nulls.get(name, 0)
-            applied = apply_state(self, state, batch)
+            applied = engine_for(state).apply(self, state, batch)
             if applied.new_values is not None:  # read by the states after it (new values)
                 self.new_values[name] = applied.new_values
             if applied.expired is not None:

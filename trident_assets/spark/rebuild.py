@@ -43,7 +43,7 @@ from trident_assets.runtime.commit import (
 )
 from trident_assets.spark.backfill import read_plans
 from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.state_apply import apply_state
+from trident_assets.spark.state_engines import engine_for
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ def rebuild_state(
         for txid in range(built.done + 1, target + 1):
             run = BatchRun(replay, txid, read_plans(replay, ts, txid))
             batch = run.state_input(ts)
-            apply = partial(apply_state, run, shadow, batch)
+            apply = partial(engine_for(ts).apply, run, shadow, batch)
             commit_txid(store, shadow_name, txid, apply, built, f"the rebuild of state {state!r}")
         replay.fault("rebuild_before_swap")
         with store.transaction():

@@ -31,7 +31,6 @@ from trident_assets.backends.state_batches import (
     apply_state_files,
     state_total,
 )
-from trident_assets.backends.window_store import last_watermark_us
 from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
@@ -46,16 +45,19 @@ from trident_assets.runtime.outcomes import (
     head_rows,
     top_rows,
 )
-from trident_assets.spark.event_window_chunks import WindowSlice
-from trident_assets.spark.event_windows import apply_window_state as apply_event_window
-from trident_assets.spark.single_join import apply_join_state
-from trident_assets.spark.trident_windows import apply_window_state
+from trident_assets.spark.aggregation import combine_partials, split_nulls, state_partials
+from trident_assets.spark.arrow_partials import combine_task_partials
+from trident_assets.spark.kernel_plan import (
+    arrow_kernel,
+    arrow_kernels_on,
+    kernel_frame,
+    kernel_unavailable,
+)
+from trident_assets.spark.node_frames import empty_arrow, global_partials
+from trident_assets.spark.spilled import spillable
+from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.stream.state_kinds import (
-    EventWindowKind,
     Reducer,
-    SingleJoinKind,
-    TridentWindowKind,
-    Updater,
     state_kind,
 )
 
@@ -71,7 +73,10 @@ PARTIALS_KEPT = 2
 __all__ = [
     "apply_reducer_state",
     "apply_spilled_state",
-    "apply_state",
+    "apply_map_state",
+    "apply_updater_state",
+    "map_input",
+    "updater_input",
     "spilled_previews",
     "map_state",
     "read_state",
@@ -80,15 +85,120 @@ __all__ = [
 ]
 
 
-def apply_state(
+def updater_input(run: BatchContext, state: TridentState) -> pa.Table:
+    """A ``partition_persist``'s batch input: the rows of its input fields."""
+    parent = run.frame(state.node.parents[0])
+    return parent.select(*state.node.args["inputs"]).toArrow()
+
+
+def map_input(run: BatchContext, state: TridentState) -> pa.Table | SpilledPartials:
+    """A ``persistent_aggregate``'s batch input: per-key partials (combiner), tuples (reducer).
+
+    A combiner's partials per key (one row for a global state) come from the executors'
+    files (``trident.partials.spill``, see :mod:`~trident_assets.spark.spilled`, as
+    :class:`SpilledPartials`), the Arrow kernel, or Spark's operators; a reducer's tuples per
+    key come as ``__tuples``. Sum/Min/Max skip null values: their count is left in
+    ``run.nulls`` (see :func:`~trident_assets.spark.aggregation.split_nulls`).
+    """
+    from pyspark.sql import functions as F
+
+    a = state.node.args
+    parent = run.frame(state.node.parents[0])
+    agg = a["agg"]
+    group, out = a["group"], a["output"]
+    if state_kind(state.node).sql_combiner and run.is_empty(state.node.parents[0]):
+        return _empty_partials(run, state)
+    if isinstance(state_kind(state.node), Reducer):
+        cols = F.struct(*[F.col(c) for c in a["inputs"]])
+        grouped = (
+            parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
+            if group
+            else parent.agg(F.collect_list(cols).alias("__tuples"))
+        )
+        return grouped.toArrow()
+    spill = run.runner.spill if run.spill else None  # (a rebuild's runner has none)
+    if spill is not None and spillable(state, run.runner.topology):
+        agg = guard(agg, state.node.label)
+        df = state_partials(parent, group, a["inputs"][0], agg, out)
+        job = spill.plan(df, agg, None, run.spilled)
+        if job is not None:
+            (parts,) = job()
+            run.value_types[state.spec.name] = parts.schema.field(out).type
+            return parts
+    kernel = _kernel_partials(run, state)
+    if kernel is not None:
+        return kernel
+    agg = guard(agg, state.node.label)
+    collected = state_partials(parent, group, a["inputs"][0], agg, out).toArrow()
+    table, run.nulls[state.spec.name] = split_nulls(collected, bool(group))
+    run.value_types[state.spec.name] = table.schema.field(out).type
+    if not group:
+        for name, column in global_partials(table.column(out)).items():
+            table = table.append_column(name, column)
+    return table
+
+
+def _kernel_partials(run: BatchContext, state: TridentState) -> pa.Table | None:
+    """``state``'s partials by the Arrow kernel (:mod:`.arrow_partials`), if it applies."""
+    from pyspark.sql import functions as F
+
+    kernel = arrow_kernel(state, TXID_COLUMN)
+    if kernel is None:
+        return None
+    spec, spout = kernel
+    sid = spout.args["spout_id"]
+    if not arrow_kernels_on(run.spark, run.plans[sid].record_count):
+        return None
+    # tag 0, not the txid: the same generated code for every batch
+    raw = run.raw(spout).withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
+    try:
+        tasks = kernel_frame(raw, spec).toArrow()
+    except Exception as exc:
+        if not kernel_unavailable(run.spark, exc):
+            raise
+        return None  # Spark's operators compute them
+    table, dead = combine_task_partials(spec, tasks)
+    run.counted_dead[sid] = dead
+    run.value_types[state.spec.name] = pa.int64()
+    return table.drop_columns([TXID_COLUMN])
+
+
+def _empty_partials(run: BatchContext, state: TridentState) -> pa.Table:
+    """The partials of a SQL-combiner state whose input is empty, without a Spark job.
+
+    Grouped: no rows. Global: the one row of ``agg.zero()`` (as :func:`combine_partials`).
+    """
+    a = state.node.args
+    parent = run.frame(state.node.parents[0])
+    group, out, agg = a["group"], a["output"], a["agg"]
+    schema = empty_arrow(combine_partials(parent, group, a["inputs"][0], agg, out)).schema
+    run.value_types[state.spec.name] = schema.field(out).type
+    if group:
+        return schema.empty_table()
+    zero = pa.array([agg.zero()], schema.field(out).type)
+    return pa.table({out: zero, **global_partials(zero)})
+
+
+def apply_updater_state(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:
+    """A ``partition_persist``: the user's ``update_state`` over the batch's rows."""
+    store = run.runner.store
+    updater = state.node.args["updater"]
+    new = call_batch(
+        state.node.label, updater.update_state, batch, store, state.table, batch, run.txid
+    )
+    rows = batch.num_rows
+    size = state_size(store, state.table)
+    outcome = StateOutcome(state.spec.name, state.table, rows, rows, 0, size)
+    return Applied(outcome, new_values=new)
+
+
+def apply_map_state(
     run: BatchContext, state: TridentState, batch: pa.Table | SpilledPartials
 ) -> Applied:
-    """Apply ``batch`` (the state's input, see ``BatchRun.state_input``) to ``state``.
+    """A ``persistent_aggregate``: the batch's partials (combiner) or tuples (reducer).
 
-    Runs inside the open commit transaction: one set-based statement for a SQL combiner,
-    the state's map for Python combiners and reducers, the user's ``update_state`` for a
-    ``partition_persist``, the pending table for a single join. Returns what it did and
-    the batch's new values (see :class:`~trident_assets.runtime.outcomes.Applied`).
+    One set-based statement for a SQL combiner, the state's map for Python combiners and
+    reducers; partials the executors wrote (:class:`SpilledPartials`) are merged in SQL.
     """
     if isinstance(batch, SpilledPartials):
         return apply_spilled_state(run, state, batch)
@@ -96,27 +206,10 @@ def apply_state(
     a = state.node.args
     spec = state.spec
     txid = run.txid
-    kind = state_kind(state.node)
-    if isinstance(kind, SingleJoinKind):
-        return apply_join_state(run, state, batch)
-    if isinstance(kind, TridentWindowKind):
-        return apply_window_state(run, state, batch)
-    if isinstance(kind, EventWindowKind):
-        if isinstance(batch, WindowSlice):  # a chunk's rows: decided on the committed watermark
-            batch = batch.resolve(last_watermark_us(store, state))  # type: ignore[arg-type]
-        return apply_event_window(run, state, batch)  # type: ignore[arg-type]
-    if isinstance(kind, Updater):
-        updater = a["updater"]
-        new = call_batch(
-            state.node.label, updater.update_state, batch, store, state.table, batch, txid
-        )
-        rows = batch.num_rows
-        size = state_size(store, state.table)
-        return Applied(StateOutcome(spec.name, state.table, rows, rows, 0, size), new_values=new)
     agg = a["agg"]
     keys = list(a["group"]) or [GLOBAL_COLUMN]
     out = a["output"]
-    if isinstance(kind, Reducer):
+    if isinstance(state_kind(state.node), Reducer):
         result = apply_reducer_state(store, state, batch, keys, txid)
     else:
         target = StateTarget(

@@ -1,0 +1,77 @@
+"""Each state kind's engine: the batch input it needs from Spark and how a batch is applied.
+
+One engine per kind of :mod:`trident_assets.stream.state_kinds`, registered in
+:data:`ENGINES` under the kind's name; a txid's run asks :func:`engine_for` and never tells
+kinds apart itself. An engine's ``batch_input`` runs the kind's Spark work before the
+commit transaction (or during it, for a state fed by this batch's new values); its
+``apply`` runs inside the transaction and returns an
+:class:`~trident_assets.runtime.outcomes.Applied`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.backends.window_store import last_watermark_us
+from trident_assets.spark.event_window_chunks import WindowSlice
+from trident_assets.spark.event_windows import apply_window_state as apply_event_window
+from trident_assets.spark.event_windows import window_input
+from trident_assets.spark.single_join import apply_join_state, join_batch_table
+from trident_assets.spark.state_apply import (
+    apply_map_state,
+    apply_updater_state,
+    map_input,
+    updater_input,
+)
+from trident_assets.spark.trident_windows import apply_window_state, window_batch_table
+from trident_assets.stream.state_kinds import (
+    EVENT_WINDOW,
+    SINGLE_JOIN,
+    TRIDENT_WINDOW,
+    Combiner,
+    Reducer,
+    Updater,
+    state_kind,
+)
+
+if TYPE_CHECKING:
+    from trident_assets.runtime.context import BatchContext
+    from trident_assets.runtime.outcomes import Applied
+    from trident_assets.stream.streams import TridentState
+
+__all__ = ["ENGINES", "StateEngine", "engine_for"]
+
+
+@dataclass(frozen=True)
+class StateEngine:
+    """How one kind of state runs: its batch input and the apply of a batch."""
+
+    batch_input: Callable[[BatchContext, TridentState], Any]
+    """The state's input this batch (partials, tuples or rows), computed on Spark."""
+    apply: Callable[[BatchContext, TridentState, Any], Applied]
+    """Apply an input to the state inside the txid's commit transaction."""
+
+
+def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> Applied:
+    """A chunk's window rows are decided on the watermark committed before the txid."""
+    if isinstance(batch, WindowSlice):
+        batch = batch.resolve(last_watermark_us(run.runner.store, state))  # type: ignore[arg-type]
+    return apply_event_window(run, state, batch)  # type: ignore[arg-type]
+
+
+ENGINES: dict[str, StateEngine] = {
+    Combiner.name: StateEngine(map_input, apply_map_state),
+    Reducer.name: StateEngine(map_input, apply_map_state),
+    Updater.name: StateEngine(updater_input, apply_updater_state),
+    SINGLE_JOIN: StateEngine(join_batch_table, apply_join_state),
+    TRIDENT_WINDOW: StateEngine(window_batch_table, apply_window_state),
+    EVENT_WINDOW: StateEngine(window_input, _apply_event_window),  # type: ignore[arg-type]
+}
+"""The engine of each state kind, by the kind's name."""
+
+
+def engine_for(state: TridentState) -> StateEngine:
+    """The engine of ``state``'s kind."""
+    return ENGINES[state_kind(state.node).name]
