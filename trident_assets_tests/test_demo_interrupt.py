@@ -68,8 +68,9 @@ def test_ctrl_c_ends_the_demo_with_a_message_and_status_130(
     doing: str,
 ) -> None:
     proc = subprocess.Popen(
-        # many sentences: producing them lasts a while (step 1)
-        [str(TRIDENT), "demo", "--home", "h", "--sentences", "200000", "--batch-size", "50000"],
+        # many sentences: producing them lasts a while (step 1); small batches: txid 1's run,
+        # which Dagster lets finish before the demo sees the signal, is short
+        [str(TRIDENT), "demo", "--home", "h", "--sentences", "200000", "--batch-size", "5000"],
         cwd=tmp_path,
         env={"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **JVM_ENV},
         stdout=subprocess.PIPE,
@@ -82,7 +83,7 @@ def test_ctrl_c_ends_the_demo_with_a_message_and_status_130(
     try:
         first = wait(tmp_path, proc)
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -7,7 +7,7 @@ A runner compares the declaration with what the store holds (:func:`plan_startup
 * a state new to a topology that committed txids, or declared again after it was removed,
   is planned to be built from the log of the txids it missed before the next batch;
 * stored states the declaration lacks are recorded, at each commit, as missing its txid;
-* a spout added after txid N joins at N + 1, from its start position.
+* a spout added after txid N joins at N + 1, from its start position (:func:`joining_spouts`).
 
 A refused declaration leaves the store exactly as it was.
 """
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from trident_assets.core.contracts import StateContract
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["Startup", "plan_startup"]
+__all__ = ["Startup", "joining_spouts", "plan_startup"]
 
 
 @dataclass
@@ -51,20 +51,17 @@ class Startup:
     """States to build from the log before the next batch: name -> first txid."""
     joining: set[str]
     """States whose progress rows (and records of having left) the next commit removes."""
-    joins_after: dict[str, int]
-    """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
 
 
-def plan_startup(
-    topology: TridentTopology, store: StateStore, log: Any, meta: DuckDBSpoutMetaStore
-) -> Startup:
-    """Check ``topology``'s declaration against ``store``; plan its catch-ups and joins.
+def plan_startup(topology: TridentTopology, store: StateStore, log: Any) -> Startup:
+    """Check ``topology``'s declaration against ``store``; plan its states' catch-ups.
+
+    Writes nothing: a refused declaration leaves the store as it was.
 
     Raises:
         StateContractError: a state's declaration changes what its stored values mean.
         ConfigError: the topology's tables belong to another topology.
         BatchUnavailableError: a new state's history can no longer be read.
-        CorruptStateError: a spout's committed positions are missing from the store.
     """
     check_topology_scope(store, topology.name)
     last = store.last_committed(topology.name)
@@ -104,7 +101,6 @@ def plan_startup(
         sorted(stored_here - declared),
         building,
         rejoining - building.keys(),
-        joining_spouts(topology, store, meta, last),
     )
 
 

@@ -75,7 +75,7 @@ from trident_assets.runtime.commit import commit_txid, drop_progress, progress
 from trident_assets.runtime.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
 from trident_assets.runtime.publishing import described as describe
 from trident_assets.runtime.publishing import publish, publish_missing
-from trident_assets.runtime.startup import plan_startup
+from trident_assets.runtime.startup import joining_spouts, plan_startup
 from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
@@ -144,13 +144,11 @@ class TopologyRunner:
         # Checked at creation: the topology and the store are known, and nothing
         # (coordinator emission, Spark job, spout metadata, state write) has happened yet,
         # so a refused declaration leaves the store exactly as it was.
-        meta = DuckDBSpoutMetaStore(store)
-        startup = plan_startup(topology, store, log, meta)
+        startup = plan_startup(topology, store, log)
         self._pending_contracts = startup.pending_contracts
         self._absent = startup.absent
         self._building = startup.building
         self._joining = startup.joining
-        self._joins_after = startup.joins_after
         self.compaction = compaction
         self.max_spout_pending = max_spout_pending
         self.pipelinable = pipelinable(topology)
@@ -160,7 +158,9 @@ class TopologyRunner:
         self.log = log
         self.fault = fault or (lambda _point: None)
         self.clock = clock or time.time
-        self.meta = meta
+        self.meta = DuckDBSpoutMetaStore(store)  # creates its table: after the checks
+        self._joins_after = joining_spouts(topology, store, self.meta, startup.last)
+        """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
         self.no_dead_letters: dict[str, pa.Table] = {}
         """Per spout: an empty table of its dead letters (their schema, found once per runner:
         a batch with none builds no DataFrame for them)."""
