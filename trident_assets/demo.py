@@ -212,6 +212,20 @@ def _sigint_check() -> Iterator[Callable[[], None]]:
         writer.close()
 
 
+def _was_interrupted(result: Any) -> bool:
+    """True when Dagster ended the run because a SIGINT interrupted it."""
+    if result.success:
+        return False
+    for event in result.all_events:
+        data = event.step_failure_data if event.is_step_failure else None
+        error = getattr(data, "error", None) if data is not None else None
+        if error is None and event.is_run_failure:
+            error = getattr(event.event_specific_data, "error", None)
+        if error is not None and error.cls_name == "DagsterExecutionInterruptedError":
+            return True
+    return False
+
+
 def _interrupted(home: Path, doing: str) -> str:
     """What to tell the user after a Ctrl-C while the demo was ``doing`` something."""
     return (
@@ -364,6 +378,8 @@ def _story(
             partition_key=key, instance=instance, tags=tags, raise_on_error=False
         )
         check_sigint()
+        if _was_interrupted(result):  # Ctrl-C, even where the signal's byte was not seen
+            raise KeyboardInterrupt
         if not result.success:
             console.print(
                 f"   txid {txid}: run {result.run_id} failed (see {_shown(home / LOG_FILE)}); "

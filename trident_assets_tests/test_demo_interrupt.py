@@ -83,7 +83,12 @@ def test_ctrl_c_ends_the_demo_with_a_message_and_status_130(
     try:
         first = wait(tmp_path, proc)
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=300)
+        try:
+            out, err = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"the demo did not end within 300 s of SIGINT:\n{''.join(first)}{out}{err}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
