@@ -261,6 +261,9 @@ FILE_SECONDS: dict[str, float] = {
     "test_backfill_dagster.py": 15,
     "test_log.py": 14,
     "test_pipelined.py": 13,
+    "test_cli_read_surface.py": 30,
+    "test_batch_corners.py": 22,
+    "test_commit_marker_file.py": 17,
 }
 
 
