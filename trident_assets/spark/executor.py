@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -63,7 +62,6 @@ from trident_assets.backends.state_contracts import (
     write_contracts,
 )
 from trident_assets.backends.state_store import StateStore
-from trident_assets.core.commit import decide_commit
 from trident_assets.core.txids import validate_txid
 from trident_assets.errors import (
     ConfigError,
@@ -78,14 +76,11 @@ from trident_assets.runtime.publishing import publish, publish_missing
 from trident_assets.runtime.startup import joining_spouts, plan_startup
 from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
-from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.declared_types import check_value_types
-from trident_assets.spark.pipelined import PipelinedRun
 from trident_assets.spark.quarantine_runs import quarantine, replay_quarantined
-from trident_assets.spark.scoped_conf import scoped_conf
-from trident_assets.spark.spilled import drop_spilled, open_spill
+from trident_assets.spark.spilled import open_spill
+from trident_assets.spark.txid_loop import TxidLoop
 from trident_assets.spark.user_errors import user_code_errors
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan, partition_sort_key
@@ -260,7 +255,7 @@ class TopologyRunner:
         """
         ordered = [validate_txid(t) for t in txids]
         with user_code_errors():
-            yield from self._run_batches(ordered)
+            yield from TxidLoop(self).run(ordered)
 
     def backfill(self) -> list[BackfillOutcome]:
         """Build the topology's new states from the log of its committed txids, exactly once.
@@ -303,154 +298,9 @@ class TopologyRunner:
         if self._building:
             self.backfill()
 
-    def _run_batches(self, ordered: list[int]) -> Iterator[BatchOutcome]:
-        self.ensure_built()
-        i = 0
-        ahead: Chunk | None = None
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-spark") as pool:
-            try:
-                while i < len(ordered):
-                    chunk, ahead = ahead, None
-                    if chunk is None:
-                        txid = ordered[i]
-                        started = time.perf_counter()
-                        last = self.last_committed()
-                        if last is not None and txid <= last:
-                            yield BatchOutcome(self.scope, txid, False, self._committed_plans(txid))
-                            i += 1
-                            continue
-                        decide_commit(self.scope, last, txid)
-                        limit = chunk_limit(ordered, i, self.max_spout_pending)
-                        batches, pipelined = self._emit(txid, limit)
-                        emit_s = time.perf_counter() - started
-                        self.fault("after_emit")
-                        if not pipelined:
-                            yield self._run_alone(*batches[0], emit_s)
-                            i += 1
-                            continue
-                        chunk = self._start(pool, batches, emit_s)
-                    # plan the next chunk while this one's job runs: queued behind it in the
-                    # one-worker pool, it starts the moment this job ends, so Spark never idles
-                    # while the driver plans or this chunk commits
-                    ahead = self._start_next(pool, chunk, ordered, i + len(chunk.batches))
-                    try:
-                        prepared = chunk.future.result()
-                    except BaseException:
-                        drop_spilled(chunk.base.spilled)
-                        raise
-                    spark_s = (chunk.plan_s + time.perf_counter() - chunk.t_spark) / len(
-                        chunk.batches
-                    )
-                    for outcome in self._commit_chunk(chunk, prepared, spark_s):
-                        yield outcome
-                        i += 1
-                        if not outcome.applied:  # another attempt committed it: re-plan
-                            settle(ahead)
-                            ahead = None
-                            break
-            finally:
-                settle(ahead)
-
     def coordinators(self) -> dict[str, BatchCoordinator]:
         """The batch coordinator of each spout."""
         return {sid: self.coordinator(sid) for sid in self.topology.spouts}
-
-    def _emit(self, txid: int, limit: int) -> tuple[list[tuple[int, dict[str, BatchPlan]]], bool]:
-        """Plan a chunk from ``txid``: up to ``limit`` txids that can share one Spark job.
-
-        Returns the chunk and True, or ``[(txid, plans)]`` and False when ``txid`` must run
-        alone (the one-batch path).
-        """
-        coordinators = self.coordinators()
-        first = [(txid, {sid: c.emit(txid) for sid, c in coordinators.items()})]
-        batches = extend_chunk(self.topology, self.pipelinable, coordinators, list(first), limit)
-        return (first, False) if batches is None else (batches, True)
-
-    def _start(
-        self,
-        pool: ThreadPoolExecutor,
-        batches: list[tuple[int, dict[str, BatchPlan]]],
-        emit_s: float,
-        event_tops: dict[str, int | None] | None = None,
-    ) -> Chunk:
-        """Build the chunk's DataFrames here, run its Spark jobs in ``pool``.
-
-        ``event_tops``: the chunk in flight before it's (:attr:`Chunk.event_tops`).
-
-        The chunk's ``t_spark`` is when its job starts in the pool (it may queue behind the
-        previous chunk's), ``plan_s`` what building its DataFrames took here.
-        """
-        t_plan = time.perf_counter()
-        base = BatchRun(self, *batches[0])
-        prun = PipelinedRun(self, batches, base, event_tops)
-        work = prun.plan()
-        now = time.perf_counter()
-        chunk = Chunk(batches, emit_s, base, Future(), now, now - t_plan, prun.event_tops)
-
-        def run() -> dict[int, Prepared]:
-            chunk.t_spark = time.perf_counter()
-            return work()
-
-        chunk.future = pool.submit(run)
-        return chunk
-
-    def _start_next(
-        self, pool: ThreadPoolExecutor, chunk: Chunk, ordered: list[int], j: int
-    ) -> Chunk | None:
-        """Plan and start the chunk after ``chunk`` (from ``ordered[j]``) before it commits.
-
-        Trident keeps batches in flight while earlier ones commit; the next chunk's plans
-        continue from ``chunk``'s last plans (nothing in them waits for ``chunk``'s job or
-        commits), and its Spark work queues right behind ``chunk``'s, overlapping its commits.
-        """
-        last_txid, last_plans = chunk.batches[-1]
-        if j >= len(ordered) or ordered[j] != last_txid + 1:
-            return None
-        started = time.perf_counter()
-        coordinators = self.coordinators()
-        first = {sid: c.emit_after(last_plans[sid]) for sid, c in coordinators.items()}
-        limit = chunk_limit(ordered, j, self.max_spout_pending)
-        batches = extend_chunk(
-            self.topology, self.pipelinable, coordinators, [(last_txid + 1, first)], limit
-        )
-        if batches is None:
-            return None
-        emit_s = time.perf_counter() - started
-        self.fault("after_emit")
-        return self._start(pool, batches, emit_s, chunk.event_tops)
-
-    def _run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
-        """The one-batch path: run every stream on Spark, then commit."""
-        t_spark = time.perf_counter()
-        records = sum(plan.record_count for plan in plans.values())
-        with scoped_conf(self.spark, codegen_conf(self.spark, records)):  # commit's jobs too
-            run = BatchRun(self, txid, plans, spill=True)
-            try:
-                prepared = run.prepare()
-                spark_s = time.perf_counter() - t_spark
-                return self.commit_run(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
-            finally:
-                drop_spilled(run.spilled)
-
-    def _commit_chunk(
-        self, chunk: Chunk, prepared: dict[int, Prepared], spark_s: float
-    ) -> Iterator[BatchOutcome]:
-        """Commit the chunk's txids one by one, in order; stop at one that was not applied."""
-        share = len(chunk.batches)
-        try:
-            for txid, plans in chunk.batches:
-                run = BatchRun(self, txid, plans, spill=True)
-                run.value_types = dict(chunk.base.value_types)
-                timings = {"emit": chunk.emit_s / share, "spark": spark_s}
-                try:
-                    outcome = self.commit_run(run, prepared[txid], timings, share)
-                finally:
-                    drop_spilled(run.spilled)
-                yield outcome
-                if not outcome.applied:
-                    return
-        finally:
-            drop_spilled(chunk.base.spilled)
 
     def commit_run(
         self, run: BatchRun, prepared: Prepared, timings: dict[str, float], share: int
@@ -556,7 +406,7 @@ class TopologyRunner:
 
         return read_open(self.store, self.topology.states[state])  # type: ignore[arg-type]
 
-    def _committed_plans(self, txid: int) -> dict[str, BatchPlan]:
+    def committed_plans(self, txid: int) -> dict[str, BatchPlan]:
         """The recorded ranges of committed ``txid`` (spouts whose ranges were cleaned up omitted).
 
         Read only: a committed batch is final, so nothing is planned, recorded or re-read.
