@@ -167,37 +167,7 @@ def test_no_import_cycles():
         if not imp.type_checking and imp.target in MODULES and imp.target != imp.module:
             graph[imp.module].setdefault(imp.target, imp)
 
-    # Tarjan's strongly connected components: any component of more than one module is a cycle.
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-
-    def connect(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph[node]:
-            if nxt not in index:
-                connect(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for mod in sorted(graph):
-        if mod not in index:
-            connect(mod)
+    cycles = [sorted(c) for c in _strongly_connected({m: set(t) for m, t in graph.items()})]
 
     report = []
     for component in cycles:
