@@ -179,37 +179,66 @@ class _Progress:
     doing: str = "preparing its home"
 
 
+GRACE_S = 30.0
+"""How long the demo waits for an interrupted run to wind down before it exits anyway."""
+
+
 @contextlib.contextmanager
-def _sigint_check() -> Iterator[Callable[[], None]]:
+def _sigint_check(on_force_exit: Callable[[], str]) -> Iterator[Callable[[], None]]:
     """Yield a function that raises KeyboardInterrupt if a SIGINT arrived since the last call.
 
     Dagster holds a SIGINT back while a run executes in this process and ends the run as
     failed instead (``raise_on_error=False`` returns its result, it raises nothing): the
-    signal still reaches the wakeup file descriptor set here, which the function reads.
-    Off the main thread (no wakeup file descriptor can be set there) it never raises.
+    signal still reaches the wakeup file descriptor set here, which a watcher thread reads.
+    Ctrl-C always ends the demo: a second SIGINT, or :data:`GRACE_S` seconds after the
+    first while the demo has not ended, prints ``on_force_exit()`` to stderr and exits the
+    process with status 130 at once (a commit is one transaction: nothing committed is lost,
+    and the home's lock goes with the process). Off the main thread (no wakeup file
+    descriptor can be set there) the function never raises.
     """
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None
         return
     reader, writer = socket.socketpair()
-    reader.setblocking(False)
     writer.setblocking(False)
+    seen = threading.Event()
+
+    def force_exit() -> None:
+        for stream in (sys.stdout, sys.__stdout__):
+            with contextlib.suppress(Exception):
+                stream.flush()  # the story told so far
+        sys.stderr.write(on_force_exit() + "\n")
+        sys.stderr.flush()
+        os._exit(130)
+
+    def watch() -> None:
+        timer: threading.Timer | None = None
+        while chunk := reader.recv(512):
+            for _ in range(chunk.count(signal.SIGINT)):
+                if seen.is_set():
+                    force_exit()
+                seen.set()
+                timer = threading.Timer(GRACE_S, force_exit)
+                timer.daemon = True
+                timer.start()
+        if timer is not None:
+            timer.cancel()
+
+    watcher = threading.Thread(target=watch, name="trident-demo-sigint", daemon=True)
+    watcher.start()
     previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
 
     def check() -> None:
-        seen = b""
-        with contextlib.suppress(BlockingIOError):
-            while chunk := reader.recv(512):
-                seen += chunk
-        if signal.SIGINT in seen:
+        if seen.is_set():
             raise KeyboardInterrupt
 
     try:
         yield check
     finally:
         signal.set_wakeup_fd(previous)
+        writer.close()  # the watcher reads the end of the stream and stops
+        watcher.join()
         reader.close()
-        writer.close()
 
 
 def _was_interrupted(result: Any) -> bool:
@@ -258,7 +287,8 @@ def run_demo(
     home = Path(home)
     _check_home(home)
     progress = _Progress()
-    with home_lock(home, "trident demo"), _sigint_check() as check_sigint:
+    interrupted = lambda: _interrupted(home, progress.doing)  # noqa: E731
+    with home_lock(home, "trident demo"), _sigint_check(interrupted) as check_sigint:
         try:
             _prepare_home(home)
             progress.doing = "producing sentences (step 1)"

@@ -3,8 +3,9 @@
 The demo runs as a child process in its own session with a clean environment, as `make demo`
 runs it; SIGINT goes to its process group (as Ctrl-C in a terminal sends it) at a point read
 from its output: right after its first line (producing sentences), and once txid 1's run has
-started its step (Dagster holds a SIGINT back during a run and ends the run as failed). The
-group is killed by PID in the test's ``finally``.
+started its step (Dagster holds a SIGINT back during a run and ends the run as failed), and
+twice there (a second Ctrl-C ends the demo at once). The group is killed by PID in the test's
+``finally``.
 """
 
 from __future__ import annotations
@@ -54,16 +55,18 @@ def _after_txid_1_started(cwd: Path, proc: subprocess.Popen[str]) -> list[str]:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    ("wait", "seen", "doing"),
+    ("wait", "sigints", "seen", "doing"),
     [
-        (_after_first_line, 1, "producing sentences (step 1)"),
-        (_after_txid_1_started, 3, "running word_count through Dagster (step 2, txid 1)"),
+        (_after_first_line, 1, 1, "producing sentences (step 1)"),
+        (_after_txid_1_started, 1, 3, "running word_count through Dagster (step 2, txid 1)"),
+        (_after_txid_1_started, 2, 3, "running word_count through Dagster (step 2, txid 1)"),
     ],
-    ids=["producing", "in-txid-1"],
+    ids=["producing", "in-txid-1", "twice-in-txid-1"],
 )
 def test_ctrl_c_ends_the_demo_with_a_message_and_status_130(
     tmp_path: Path,
     wait: Callable[[Path, subprocess.Popen[str]], list[str]],
+    sigints: int,
     seen: int,
     doing: str,
 ) -> None:
@@ -82,7 +85,9 @@ def test_ctrl_c_ends_the_demo_with_a_message_and_status_130(
     )
     try:
         first = wait(tmp_path, proc)
-        os.killpg(proc.pid, signal.SIGINT)
+        for _ in range(sigints):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
         try:
             out, err = proc.communicate(timeout=300)
         except subprocess.TimeoutExpired:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +149,28 @@ def build_spark_session(conf: Mapping[str, str] | None = None, remote: str | Non
     merged.update(local_daemon_conf(merged))
     for key, value in merged.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _sigint_handler_kept():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextlib.contextmanager
+def _sigint_handler_kept() -> Iterator[None]:
+    """Keep a SIGINT handler someone installed (Dagster's, during a run) over PySpark's.
+
+    A new SparkContext on the main thread replaces the SIGINT handler with one that calls
+    into the JVM from inside the handler, on the thread that may be waiting for an answer
+    on the same Py4J connection, and raises KeyboardInterrupt wherever the thread is: that
+    bypasses Dagster's interrupt handling of a run. Python's default handler is replaced
+    as before (a script's or a notebook's Ctrl-C cancels the Spark jobs).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        if previous is not signal.default_int_handler and previous is not None:
+            signal.signal(signal.SIGINT, previous)
