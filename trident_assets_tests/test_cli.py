@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.cli import app
 from trident_assets.core.values import OpaqueValue
-from trident_assets_tests.conftest import JVM_ENV, DemoRun
+from trident_assets_tests.children import TRIDENT, clean_env, run_python, run_trident
+from trident_assets_tests.conftest import DemoRun
 
-TRIDENT = Path(sys.executable).parent / "trident"
 DEAD_LETTERS_DDL = (
     "CREATE TABLE _trident_dead_letters (topology VARCHAR NOT NULL, spout VARCHAR NOT NULL, "
     'txid BIGINT NOT NULL, topic VARCHAR, partition INTEGER, "offset" BIGINT, '
@@ -443,10 +443,6 @@ def test_a_locked_store_fails_fast_naming_the_file_and_wait(home: Path) -> None:
 # -- child processes with a clean environment ------------------------------------------------------
 
 
-def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **JVM_ENV, **extra}
-
-
 def _global_home(root: Path, with_replica: bool) -> Path:
     """A home whose topology ``clicks`` keeps a global count ``total`` (value field ``n``).
 
@@ -476,15 +472,8 @@ def test_a_global_state_reads_without_its_internal_key(tmp_path: Path, with_repl
     name = "n" if with_replica else "value"  # the value field is published with the replica
 
     def trident(*args: str) -> tuple[int, str, str]:
-        done = subprocess.run(
-            [str(TRIDENT), *args],
-            cwd=tmp_path,
-            env=_clean_env(tmp_path, TRIDENT_HOME=str(home), COLUMNS="80"),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        env = clean_env(tmp_path, TRIDENT_HOME=str(home), COLUMNS="80")
+        done = run_trident(tmp_path, *args, env=env)
         return done.returncode, done.stdout, done.stderr
 
     bar = "━" * (len(name) + 2)
@@ -544,15 +533,7 @@ def test_state_get_without_a_key_is_refused_for_a_keyed_state(home: Path) -> Non
 
 def test_commands_as_child_processes_with_a_clean_environment(home: Path, tmp_path: Path) -> None:
     def trident(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(TRIDENT), *args],
-            cwd=tmp_path,
-            env=_clean_env(tmp_path, TRIDENT_HOME=str(home)),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_trident(tmp_path, *args, env=clean_env(tmp_path, TRIDENT_HOME=str(home)))
 
     done = trident("state", "list", "--format", "csv")
     assert (done.returncode, done.stdout.splitlines()[-1], done.stderr.splitlines()[0]) == (
@@ -598,21 +579,8 @@ main()
 """
 
 
-def _python_child(tmp_path: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -c code args`` in ``tmp_path`` with a clean environment."""
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        cwd=tmp_path,
-        env=_clean_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_a_native_crash_of_the_cli_prints_every_threads_stack(tmp_path: Path) -> None:
-    done = _python_child(tmp_path, CRASH_AT_EXIT)
+    done = run_python(tmp_path, CRASH_AT_EXIT)
     assert done.returncode == -6
     assert "Usage: trident log" in done.stdout
     assert "Fatal Python error: Aborted" in done.stderr
@@ -642,7 +610,7 @@ def test_the_cli_ends_with_its_status_after_atexit_and_without_interpreter_shutd
     tmp_path: Path, args: list[str], code: int, out: str
 ) -> None:
     """Module globals are never collected at exit (py4j's __del__ there aborted a demo)."""
-    done = _python_child(tmp_path, ENDS_WITHOUT_SHUTDOWN, *args)
+    done = run_python(tmp_path, ENDS_WITHOUT_SHUTDOWN, *args)
     assert done.returncode == code, done.stderr
     assert out in done.stdout
     assert done.stdout.endswith("atexit handlers ran\n")
@@ -837,7 +805,7 @@ def test_the_cli_default_module_is_the_code_locations_topologies_without_dagster
     """`trident state list|drop|rebuild`, `quarantine add|replay` find the examples fast."""
     from trident_assets.cli_quarantine import module_topologies
 
-    done = _python_child(tmp_path, DEFAULT_MODULE_IMPORTS)
+    done = run_python(tmp_path, DEFAULT_MODULE_IMPORTS)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "trident_assets.examples.topologies "

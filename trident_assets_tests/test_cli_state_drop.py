@@ -30,8 +30,9 @@ from trident_assets.backends.state_drop import drop_state, plan_drop
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import ConfigError, StateContractError
 from trident_assets.spouts.ranges import PartitionRange
-from trident_assets_tests.conftest import JVM_ENV, OpenStore
-from trident_assets_tests.test_cli import TRIDENT, make_home
+from trident_assets_tests.children import clean_env, run_trident
+from trident_assets_tests.conftest import OpenStore
+from trident_assets_tests.test_cli import make_home
 
 
 def _contract(state: str, **more: Any) -> StateContract:
@@ -142,23 +143,10 @@ def _snapshot(home: Path) -> dict[str, Any]:
         }
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", **JVM_ENV, **extra}
-
-
 def trident(
     tmp_path: Path, *args: str, stdin: str = "", **env: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(TRIDENT), *args],
-        cwd=tmp_path,
-        env=_env(tmp_path, **env),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_trident(tmp_path, *args, env=clean_env(tmp_path, **env), stdin=stdin)
 
 
 def test_drop_removes_the_state_and_nothing_else(home: Path, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.marker_file import CommitMarkerFile
 from trident_assets.errors import LostCommitsError
 from trident_assets.runtime.commit import commit_txid
+from trident_assets_tests.children import clean_env, run_trident
 
 REPO = Path(__file__).resolve().parents[1]
 TRIDENT = Path(sys.executable).parent / "trident"
@@ -42,16 +43,12 @@ os._exit(0)  # a crash: no checkpoint on close, the last commits live in the .wa
 """
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"}
-
-
 def _crash_after_two_commits(tmp_path: Path, db: Path, checkpoint_after: int) -> None:
     script = tmp_path / "writer.py"
     script.write_text(textwrap.dedent(CRASHING_WRITER))
     subprocess.run(
         [sys.executable, str(script), str(db), str(checkpoint_after)],
-        env={**_env(tmp_path), "PYTHONPATH": str(REPO)},
+        env={**clean_env(tmp_path), "PYTHONPATH": str(REPO)},
         check=True,
         timeout=120,
     )
@@ -231,15 +228,7 @@ def test_backup_refuses_a_torn_state_and_restore_keeps_the_marker_consistent(
 
 
 def _trident(tmp_path: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(TRIDENT), *args, "--home", str(home)],
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_trident(tmp_path, *args, "--home", str(home))
 
 
 def test_status_shows_the_loss_and_accept_lost_commits_ends_it(tmp_path: Path) -> None:

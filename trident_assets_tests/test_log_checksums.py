@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import random
-import subprocess
 import sys
 import threading
 import zlib
@@ -43,6 +42,7 @@ from trident_assets.spouts.metastore import MemorySpoutMetaStore
 from trident_assets.stream.graph import StateSpec
 from trident_assets.stream.operations import Split
 from trident_assets.stream.topology import TridentTopology
+from trident_assets_tests.children import run_trident
 
 TRIDENT = Path(sys.executable).parent / "trident"
 FLIPS = 200
@@ -401,24 +401,12 @@ def test_an_opaque_topology_counts_a_recreated_topic_from_its_start(
         store.close()
 
 
-def _trident(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"}
-    return subprocess.run(
-        [str(TRIDENT), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_log_verify_reports_a_checksum_mismatch_and_bad_metadata(tmp_path: Path) -> None:
     home = tmp_path / "home"
     _, seg = _topic(home / "log")
     good = seg.read_bytes()
     seg.write_bytes(_flip(good, 40, 5))
-    done = _trident(["log", "verify", "words", "--home", str(home), "--format", "csv"], tmp_path)
+    done = run_trident(tmp_path, "log", "verify", "words", "--home", str(home), "--format", "csv")
     assert done.returncode == 1
     (line,) = done.stdout.splitlines()[1:]
     assert line.startswith(f'words,0,1,0,10,CORRUPT,"{SEG} (offsets 0..9): checksum mismatch: ')
@@ -426,7 +414,7 @@ def test_log_verify_reports_a_checksum_mismatch_and_bad_metadata(tmp_path: Path)
     seg.write_bytes(good)
     meta = home / "log" / "words" / "topic.json"
     meta.write_text(meta.read_text()[:15])
-    done = _trident(["log", "verify", "words", "--home", str(home)], tmp_path)
+    done = run_trident(tmp_path, "log", "verify", "words", "--home", str(home))
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.startswith(

@@ -28,6 +28,7 @@ from trident_assets.examples.word_count import SENTENCES, build_word_count
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spouts.config import SpoutKind
+from trident_assets_tests.children import clean_env, run_trident
 
 TRIDENT = Path(sys.executable).parent / "trident"
 REPO = Path(__file__).resolve().parents[1]
@@ -49,22 +50,6 @@ print(txid)
 """
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    return {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"}
-
-
-def _trident(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(TRIDENT), *args],
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_a_backup_taken_while_another_process_commits_is_one_whole_txid(tmp_path: Path) -> None:
     db, stop = tmp_path / "state.duckdb", tmp_path / "stop"
     with DuckDBStore(db) as store, store.transaction() as tx:
@@ -73,7 +58,7 @@ def test_a_backup_taken_while_another_process_commits_is_one_whole_txid(tmp_path
     script.write_text(textwrap.dedent(WRITER))
     writer = subprocess.Popen(
         [sys.executable, str(script), str(db), str(stop)],
-        env={**_env(tmp_path), "PYTHONPATH": str(REPO)},
+        env={**clean_env(tmp_path), "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -175,20 +160,22 @@ def test_a_restored_backup_resumes_exactly_once(
     with DuckDBStore(db, read_only=True) as store:
         at_three = _counts(store, topo.name)
         as_of = {t: store.scan(table, as_of=t).to_pylist() for t in (1, 2, 3)}
-    done = _trident(tmp_path, "state", "backup", str(tmp_path / "b.duckdb"), "--home", str(home))
+    done = run_trident(tmp_path, "state", "backup", str(tmp_path / "b.duckdb"), "--home", str(home))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"backed up {db} to {tmp_path / 'b.duckdb'}: ")
     assert done.stdout.endswith("; wc at txid 3\n")
     run(range(4, 7))
     _sentences(log, ["late words arrive", "after the backup"])
 
-    done = _trident(tmp_path, "state", "restore", str(tmp_path / "b.duckdb"), "--home", str(home))
+    done = run_trident(
+        tmp_path, "state", "restore", str(tmp_path / "b.duckdb"), "--home", str(home)
+    )
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
         f"error: state file {db} exists; restoring would replace it (pass --force to move it "
         "aside as state.duckdb.before-restore-<time> and restore)\n"
     )
-    done = _trident(
+    done = run_trident(
         tmp_path, "state", "restore", str(tmp_path / "b.duckdb"), "--force", "--home", str(home)
     )
     assert done.returncode == 0, done.stderr

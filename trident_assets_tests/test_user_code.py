@@ -29,7 +29,7 @@ from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.operations import PyFunction, PyMap
 from trident_assets.stream.queries import QueryFunction
 from trident_assets.stream.topology import StateSpec, StateUpdater, TridentTopology
-from trident_assets_tests.conftest import JVM_ENV
+from trident_assets_tests.children import clean_env
 
 USERLAND = Path(__file__).parent / "userland"
 VOWELS = "aeiou"
@@ -78,18 +78,6 @@ def expected(batches: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
     return {"outputs": outputs, "states": states}
 
 
-def _clean_env(home: Path) -> dict[str, str]:
-    """What a shell, ``dagster dev`` or cron gives a process: no Spark or project variables.
-
-    Only the suite's JVM options (:data:`JVM_ENV`: JIT, collector, class archive) are added:
-    they change how fast a JVM starts, never what it does.
-    """
-    env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-    env.update(JVM_ENV)
-    assert "PYSPARK_PYTHON" not in env
-    return env
-
-
 def copy_app(tmp_path: Path) -> Path:
     """The user's project (script + module) in a directory of its own, as a user has it."""
     app = tmp_path / "my_project"
@@ -104,7 +92,7 @@ def run_child(script: Path, *args: str, tmp_path: Path) -> str:
     proc = subprocess.run(
         [sys.executable, str(script), *args],
         cwd=cwd,
-        env=_clean_env(tmp_path),
+        env=clean_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=400,
