@@ -38,21 +38,16 @@ reads of offsets below the log start raise :class:`~trident_assets.errors.BatchU
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import re
 import shutil
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trident_assets.errors import (
@@ -61,7 +56,6 @@ from trident_assets.errors import (
     CorruptLogMetadataError,
     CorruptSegmentError,
     DiskFullError,
-    LogLockTimeoutError,
     is_disk_full,
 )
 from trident_assets.log.corruption import (
@@ -72,12 +66,31 @@ from trident_assets.log.corruption import (
     read_failure,
     read_verified,
 )
+from trident_assets.log.files import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    TMP_PREFIX,
+    UnknownTopicError,
+    flock,
+    fsync_path,
+    write_json_atomic,
+)
 from trident_assets.log.names import (
     validate_partition,
     validate_partition_count,
     validate_topic,
 )
-from trident_assets.log.partitioner import kafka_partitions
+from trident_assets.log.producer import Partitioner, Producer
+from trident_assets.log.records import (
+    HEADERS_TYPE,
+    LOG_SCHEMA,
+    SEGMENT_PATTERN,
+    PartitionInfo,
+    Record,
+    Segment,
+    check_offset,
+    now_ms,
+    to_body,
+)
 
 __all__ = [
     "HEADERS_TYPE",
@@ -96,36 +109,6 @@ __all__ = [
 
 FORMAT_VERSION = 1
 
-HEADERS_TYPE = pa.list_(
-    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
-)
-"""Arrow type of the ``headers`` column: ``list<struct<key: string, value: binary>>``."""
-
-LOG_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary(), nullable=False),
-        pa.field("headers", HEADERS_TYPE),
-    ]
-)
-"""Schema of every segment file and of every table :meth:`PartitionedLog.read` returns.
-
-``timestamp`` is Parquet ``TIMESTAMP(MILLIS, isAdjustedToUTC=true)``: Spark reads it as a
-``TimestampType`` (usable in windows) and Arrow as ``timestamp[ms, UTC]``; its integer value
-is Kafka's epoch-millisecond timestamp.
-"""
-
-_BODY_SCHEMA = pa.schema([LOG_SCHEMA.field(n) for n in ("key", "value", "timestamp", "headers")])
-
-SEGMENT_PATTERN = re.compile(r"(\d{20})-(\d{20})\.parquet")
-"""Final segment file names (always used with ``fullmatch``); nothing else is ever read."""
-
-_TMP_PREFIX = ".tmp-"
-_BYTES = (bytes, bytearray, memoryview)
 _ROW_GROUP_ROWS = 128 * 1024
 _WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
@@ -141,12 +124,6 @@ Only crash tests set it (in a child process) to stop a writer between "temp file
 and "segment published"; it is ``None`` in normal use.
 """
 
-Partitioner = Literal["hash", "round_robin"]
-
-
-class UnknownTopicError(ConfigError):
-    """The named topic does not exist in this log."""
-
 
 class TopicExistsError(ConfigError):
     """A topic with that name already exists."""
@@ -157,261 +134,6 @@ LogCorruptedError = CorruptSegmentError
 
 The same class as :class:`~trident_assets.errors.CorruptSegmentError` (kept under this name).
 """
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record to append.
-
-    Attributes:
-        value: The payload bytes (required, may be empty).
-        key: The key bytes, or ``None`` (a null key is not the same as ``b""``).
-        timestamp_ms: Epoch milliseconds (Kafka ``CreateTime``); ``None`` means "now" at append.
-        headers: Ordered ``(name, value)`` pairs, or ``None``.
-    """
-
-    value: bytes
-    key: bytes | None = None
-    timestamp_ms: int | None = None
-    headers: list[tuple[str, bytes | None]] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One published segment file holding offsets ``first .. last`` (inclusive)."""
-
-    first: int
-    last: int
-    path: Path
-
-
-class PartitionInfo(NamedTuple):
-    """Offsets of one partition: ``earliest`` readable offset and ``latest`` (next to write)."""
-
-    partition: int
-    earliest: int
-    latest: int
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _fsync_path(path: Path, directory: bool = False) -> None:
-    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{uuid.uuid4().hex}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.rename(tmp, path)
-    _fsync_path(path.parent, directory=True)
-
-
-DEFAULT_LOCK_TIMEOUT_S = 30.0
-"""How long a writer waits for a partition or topic lock before failing (seconds)."""
-
-
-def _lock_holder(fd: int) -> str:
-    """The PID the current holder wrote into the lock file, as text for a message."""
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
-    except OSError:
-        text = ""
-    return f"process {text}" if text.isdigit() else "an unknown process"
-
-
-@contextlib.contextmanager
-def _flock(path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold an exclusive flock on ``path``, waiting at most ``timeout_s`` seconds for it.
-
-    The holder writes its PID into the lock file after acquiring it (a flock has no owner),
-    so a writer that times out can name the process holding it.
-
-    Raises:
-        LogLockTimeoutError: the lock was not free within ``timeout_s``; the message names the
-            lock file and the holder's PID when known.
-    """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except FileNotFoundError:
-        msg = f"directory {str(path.parent)!r} is missing (topic deleted?)"
-        raise UnknownTopicError(msg) from None
-    try:
-        deadline = time.monotonic() + timeout_s
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    msg = (
-                        f"timed out after {timeout_s:g} s waiting for the log lock "
-                        f"{str(path)!r}, held by {_lock_holder(fd)}; if that process is stuck, "
-                        "stop it (the lock is released when it exits), or raise lock_timeout_s"
-                    )
-                    raise LogLockTimeoutError(msg) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def _binary_column(col: pa.ChunkedArray | pa.Array, name: str) -> pa.ChunkedArray | pa.Array:
-    t = col.type
-    if t == pa.binary():
-        return col
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return col.cast(pa.binary())
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return col.cast(pa.binary())
-    if pa.types.is_null(t):
-        return col.cast(pa.binary())
-    msg = f"column {name!r} must be binary or string, got {t}"
-    raise ConfigError(msg)
-
-
-def _normalize_table(table: pa.Table) -> pa.Table:
-    """Return ``table`` as ``key, value, timestamp, headers`` typed like :data:`LOG_SCHEMA`."""
-    names = list(table.column_names)
-    if len(set(names)) != len(names):
-        msg = f"records table has duplicate column names: {names}"
-        raise ConfigError(msg)
-    allowed = {
-        "key",
-        "value",
-        "timestamp",
-        "timestamp_ms",
-        "headers",
-        "topic",
-        "partition",
-        "offset",
-    }
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
-        msg = (
-            f"records table has unknown column(s) {unknown}; expected 'value' and optionally "
-            "'key', 'timestamp' (or 'timestamp_ms'), 'headers' (topic/partition/offset are "
-            "ignored and reassigned)"
-        )
-        raise ConfigError(msg)
-    if "value" not in names:
-        msg = f"records table has no 'value' column (columns: {names})"
-        raise ConfigError(msg)
-    if "timestamp" in names and "timestamp_ms" in names:
-        msg = "records table has both 'timestamp' and 'timestamp_ms'; keep one"
-        raise ConfigError(msg)
-    n = table.num_rows
-    value = _binary_column(table.column("value"), "value")
-    if value.null_count:
-        msg = f"records table has {value.null_count} null value(s); values are required bytes"
-        raise ConfigError(msg)
-    key = _binary_column(table.column("key"), "key") if "key" in names else pa.nulls(n, pa.binary())
-    ts_name = "timestamp" if "timestamp" in names else "timestamp_ms"
-    ts_type = LOG_SCHEMA.field("timestamp").type
-    if ts_name in names:
-        ts = table.column(ts_name)
-        if pa.types.is_integer(ts.type) or pa.types.is_null(ts.type):
-            ts = ts.cast(pa.int64()).cast(ts_type)
-        elif pa.types.is_timestamp(ts.type):
-            # A naive timestamp is taken as UTC; sub-millisecond precision is truncated.
-            ts = pc.cast(ts, pa.timestamp("ms", tz="UTC"), safe=False)
-        else:
-            msg = f"column {ts_name!r} must be int64 epoch ms or a timestamp, got {ts.type}"
-            raise ConfigError(msg)
-        if ts.null_count:
-            ts = ts.fill_null(pa.scalar(_now_ms(), pa.int64()).cast(ts_type))
-    else:
-        ts = pa.array(np.full(n, _now_ms(), dtype=np.int64)).cast(ts_type)
-    if "headers" in names:
-        try:
-            headers = table.column("headers").cast(HEADERS_TYPE)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            msg = f"column 'headers' must be {HEADERS_TYPE}, got {table.column('headers').type}"
-            raise ConfigError(msg) from exc
-    else:
-        headers = pa.nulls(n, HEADERS_TYPE)
-    return pa.Table.from_arrays([key, value, ts, headers], schema=_BODY_SCHEMA)
-
-
-def _records_to_table(
-    values: Sequence[Any],
-    keys: Sequence[Any],
-    timestamps: Sequence[int | None],
-    headers: Sequence[Any],
-) -> pa.Table:
-    now = _now_ms()
-    ts = [now if t is None else t for t in timestamps]
-    hdrs: list[Any] = [
-        None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers
-    ]
-    try:
-        return pa.Table.from_arrays(
-            [
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array(ts, pa.int64()).cast(LOG_SCHEMA.field("timestamp").type),
-                pa.array(hdrs, HEADERS_TYPE)
-                if any(h is not None for h in hdrs)
-                else pa.nulls(len(hdrs), HEADERS_TYPE),
-            ],
-            schema=_BODY_SCHEMA,
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-        msg = (
-            "invalid record: value must be bytes, key bytes or None, timestamp_ms an int or "
-            f"None, headers a list of (str, bytes) pairs or None ({exc})"
-        )
-        raise ConfigError(msg) from exc
-
-
-def _to_body(records: pa.Table | pa.RecordBatch | Sequence[Record]) -> pa.Table:
-    if isinstance(records, pa.RecordBatch):
-        records = pa.Table.from_batches([records])
-    if isinstance(records, pa.Table):
-        return _normalize_table(records)
-    if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
-        msg = f"records must be a pyarrow Table or a list of Record, got {type(records).__name__}"
-        raise ConfigError(msg)
-    for r in records:
-        if not isinstance(r, Record):
-            msg = f"records must be a pyarrow Table or a list of Record, found {type(r).__name__}"
-            raise ConfigError(msg)
-        if r.value is None:
-            msg = "invalid record: value is None; values are required bytes (may be b'')"
-            raise ConfigError(msg)
-        if not isinstance(r.value, _BYTES) or not (r.key is None or isinstance(r.key, _BYTES)):
-            msg = (
-                f"invalid record: value must be bytes and key bytes or None, got value "
-                f"{type(r.value).__name__} and key {type(r.key).__name__}"
-            )
-            raise ConfigError(msg)
-    return _records_to_table(
-        [r.value for r in records],
-        [r.key for r in records],
-        [r.timestamp_ms for r in records],
-        [r.headers for r in records],
-    )
-
-
-def _check_offset(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        msg = f"{what} must be an int offset, got {value!r}"
-        raise ConfigError(msg)
-    return int(value)
 
 
 class PartitionedLog:
@@ -567,17 +289,17 @@ class PartitionedLog:
                 "format": FORMAT_VERSION,
                 "name": name,
                 "partitions": partitions,
-                "created_ms": _now_ms(),
+                "created_ms": now_ms(),
                 "topic_id": uuid.uuid4().hex,
                 "checksum": "crc32",
             }
-            _write_json_atomic(staging / "topic.json", meta)
+            write_json_atomic(staging / "topic.json", meta)
             try:
                 os.rename(staging, final)
             except OSError as exc:  # ENOTEMPTY/EEXIST: created concurrently
                 msg = f"topic {name!r} already exists in log {str(self.root)!r}"
                 raise TopicExistsError(msg) from exc
-            _fsync_path(self.root, directory=True)
+            fsync_path(self.root, directory=True)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
@@ -599,7 +321,7 @@ class PartitionedLog:
         total = validate_partition_count(total)
         tdir = self._topic_dir(name)
         self._read_meta(name)
-        with _flock(tdir / ".lock", self.lock_timeout_s):
+        with flock(tdir / ".lock", self.lock_timeout_s):
             meta = self._read_meta(name)
             current = int(meta["partitions"])
             if total <= current:
@@ -610,8 +332,8 @@ class PartitionedLog:
                 raise ConfigError(msg)
             for p in range(current, total):
                 (tdir / f"{p:05d}").mkdir(exist_ok=True)
-            _fsync_path(tdir, directory=True)
-            _write_json_atomic(tdir / "topic.json", {**meta, "partitions": total})
+            fsync_path(tdir, directory=True)
+            write_json_atomic(tdir / "topic.json", {**meta, "partitions": total})
 
     def delete_topic(self, name: str) -> None:
         """Delete topic ``name`` and all its records.
@@ -631,7 +353,7 @@ class PartitionedLog:
         except FileNotFoundError:
             msg = f"topic {name!r} does not exist in log {str(self.root)!r}"
             raise UnknownTopicError(msg) from None
-        _fsync_path(self.root, directory=True)
+        fsync_path(self.root, directory=True)
         shutil.rmtree(trash, ignore_errors=True)
 
     def topics(self) -> list[str]:
@@ -763,8 +485,8 @@ class PartitionedLog:
         return BatchUnavailableError(msg)
 
     def _check_range(self, topic: str, partition: int, first: Any, last: Any) -> tuple[int, int]:
-        first = _check_offset(first, "first")
-        last = _check_offset(last, "last")
+        first = check_offset(first, "first")
+        last = check_offset(last, "last")
         if first < 0 or last < first - 1:
             msg = (
                 f"invalid offset range {first}..{last} for topic {topic!r} partition "
@@ -820,14 +542,14 @@ class PartitionedLog:
         """
         pdir = self._pdir(topic, partition)
         partition = int(partition)
-        body = _to_body(records)
+        body = to_body(records)
         n = body.num_rows
         if n == 0:
             latest = self.latest_offset(topic, partition)
             return latest, latest - 1
-        with _flock(pdir / ".lock", self.lock_timeout_s):
+        with flock(pdir / ".lock", self.lock_timeout_s):
             for entry in os.scandir(pdir):
-                if entry.name.startswith(_TMP_PREFIX):
+                if entry.name.startswith(TMP_PREFIX):
                     # Left by a writer that died holding the lock: never published.
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
@@ -845,11 +567,11 @@ class PartitionedLog:
                 ],
                 schema=LOG_SCHEMA,
             )
-            tmp = pdir / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.parquet"
+            tmp = pdir / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.parquet"
             final = pdir / f"{first:020d}-{last:020d}.parquet"
             try:
                 pq.write_table(table, tmp, **_WRITE_OPTIONS)
-                _fsync_path(tmp)
+                fsync_path(tmp)
             except OSError as exc:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)  # never published; give its space back now
@@ -863,7 +585,7 @@ class PartitionedLog:
                 )
                 raise DiskFullError(msg) from exc
             # the checksum file is published first: a visible segment always has one
-            side_tmp = pdir / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.crc32"
+            side_tmp = pdir / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.crc32"
             with open(side_tmp, "w", encoding="ascii") as fh:
                 fh.write(crc32_text(tmp.read_bytes()))
                 fh.flush()
@@ -872,7 +594,7 @@ class PartitionedLog:
             if _before_publish is not None:
                 _before_publish(tmp)
             os.rename(tmp, final)
-            _fsync_path(pdir, directory=True)
+            fsync_path(pdir, directory=True)
         return first, last
 
     def producer(
@@ -911,8 +633,8 @@ class PartitionedLog:
             ConfigError: If ``offset`` is negative or beyond the latest offset.
         """
         pdir = self._pdir(topic, partition)
-        offset = _check_offset(offset, "offset")
-        with _flock(pdir / ".lock", self.lock_timeout_s):
+        offset = check_offset(offset, "offset")
+        with flock(pdir / ".lock", self.lock_timeout_s):
             start = self._read_log_start(pdir)
             segs = self._list_segments(pdir)
             latest = self._latest(segs, start)
@@ -924,14 +646,14 @@ class PartitionedLog:
                 raise ConfigError(msg)
             if offset <= start:
                 return start
-            _write_json_atomic(pdir / "log_start.json", {"log_start": offset})
+            write_json_atomic(pdir / "log_start.json", {"log_start": offset})
             for s in segs:
                 if s.last < offset:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(s.path)
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(checksum_path(s.path))
-            _fsync_path(pdir, directory=True)
+            fsync_path(pdir, directory=True)
             return offset
 
     # ------------------------------------------------------------------ queries
@@ -969,7 +691,7 @@ class PartitionedLog:
             The offset, or ``None`` if no readable record has such a timestamp.
         """
         pdir = self._pdir(topic, partition)
-        timestamp_ms = _check_offset(timestamp_ms, "timestamp_ms")
+        timestamp_ms = check_offset(timestamp_ms, "timestamp_ms")
         start = self._read_log_start(pdir)
         required = self.checksums_required(topic)
         for seg in self._list_segments(pdir):
@@ -1111,167 +833,3 @@ class PartitionedLog:
             problem = f"rows {lo}..{hi} hold offsets {got}, its name says {want[0]}..{want[1]}"
             raise corrupt_segment_error(topic, partition, seg, problem)
         return t
-
-
-class Producer:
-    """A buffering producer for one topic, like Kafka's ``KafkaProducer`` (not thread-safe).
-
-    :meth:`send` only buffers; :meth:`flush` assigns partitions and appends each partition's
-    records as one atomic segment. A flush is atomic per partition, not across partitions.
-    Use it as a context manager to flush on a clean exit (on an exception the buffer is kept,
-    see :attr:`pending`).
-
-    Partitioning of a record, in order: the explicit ``partition`` given to :meth:`send`;
-    with ``partitioner="hash"`` and a non-null key, Kafka's murmur2 partition of the key for
-    the topic's partition count at flush time; otherwise round robin.
-    """
-
-    def __init__(
-        self,
-        log: PartitionedLog,
-        topic: str,
-        partitioner: Partitioner = "hash",
-        max_buffered: int = 100_000,
-    ) -> None:
-        if partitioner not in ("hash", "round_robin"):
-            msg = f"unknown partitioner {partitioner!r}: use 'hash' or 'round_robin'"
-            raise ConfigError(msg)
-        if isinstance(max_buffered, bool) or not isinstance(max_buffered, int) or max_buffered < 1:
-            msg = f"max_buffered must be a positive int, got {max_buffered!r}"
-            raise ConfigError(msg)
-        self.log = log
-        self.topic = topic
-        self.partitioner: Partitioner = partitioner
-        self.max_buffered = max_buffered
-        self._count = log.partitions(topic)
-        self._rr = 0
-        self._clear()
-
-    def _clear(self) -> None:
-        self._values: list[bytes] = []
-        self._keys: list[bytes | None] = []
-        self._ts: list[int] = []
-        self._headers: list[list[tuple[str, bytes | None]] | None] = []
-        self._parts: list[int | None] = []
-
-    @property
-    def pending(self) -> int:
-        """The number of records sent but not yet flushed."""
-        return len(self._values)
-
-    def send(
-        self,
-        value: bytes,
-        key: bytes | None = None,
-        timestamp_ms: int | None = None,
-        headers: list[tuple[str, bytes | None]] | None = None,
-        partition: int | None = None,
-    ) -> None:
-        """Buffer one record; flush automatically once ``max_buffered`` records are buffered.
-
-        Args:
-            value: The payload bytes.
-            key: The key bytes or ``None``.
-            timestamp_ms: Epoch milliseconds; ``None`` stamps the record now (at send).
-            headers: ``(name, value)`` pairs or ``None``.
-            partition: An explicit partition, overriding the partitioner.
-
-        Raises:
-            ConfigError: If ``value``/``key`` is not bytes, ``timestamp_ms`` not an int,
-                ``headers`` malformed or ``partition`` out of range (nothing is buffered, so
-                one bad record never blocks a flush).
-        """
-        if not isinstance(value, _BYTES):
-            msg = f"value must be bytes, got {type(value).__name__}"
-            raise ConfigError(msg)
-        if key is not None and not isinstance(key, _BYTES):
-            msg = f"key must be bytes or None, got {type(key).__name__}"
-            raise ConfigError(msg)
-        if timestamp_ms is not None and (
-            isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer))
-        ):
-            msg = f"timestamp_ms must be an int (epoch ms) or None, got {timestamp_ms!r}"
-            raise ConfigError(msg)
-        if headers is not None and not (
-            isinstance(headers, list)
-            and all(
-                isinstance(h, tuple)
-                and len(h) == 2
-                and isinstance(h[0], str)
-                and (h[1] is None or isinstance(h[1], _BYTES))
-                for h in headers
-            )
-        ):
-            msg = f"headers must be a list of (str, bytes | None) tuples or None, got {headers!r}"
-            raise ConfigError(msg)
-        if partition is not None:
-            try:
-                partition = validate_partition(partition, self._count, self.topic)
-            except ConfigError:
-                self._count = self.log.partitions(self.topic)  # partitions may have been added
-                partition = validate_partition(partition, self._count, self.topic)
-        self._values.append(value)
-        self._keys.append(key)
-        self._ts.append(_now_ms() if timestamp_ms is None else int(timestamp_ms))
-        self._headers.append(headers)
-        self._parts.append(partition)
-        if len(self._values) >= self.max_buffered:
-            self.flush()
-
-    def flush(self) -> dict[int, tuple[int, int]]:
-        """Append every buffered record: one atomic segment per partition touched.
-
-        Returns:
-            ``{partition: (first_offset, last_offset)}`` for the partitions written.
-
-        Raises:
-            TridentError: If an append fails; records of partitions already appended are
-                removed from the buffer, the others stay buffered so a retry neither loses
-                nor duplicates records.
-        """
-        n = len(self._values)
-        if n == 0:
-            return {}
-        body = _records_to_table(self._values, self._keys, self._ts, self._headers)
-        count = self.log.partitions(self.topic)
-        self._count = count
-        parts = np.full(n, -1, dtype=np.int64)
-        explicit = [i for i, p in enumerate(self._parts) if p is not None]
-        if explicit:
-            parts[explicit] = [self._parts[i] for i in explicit]
-        if self.partitioner == "hash":
-            keyed = [i for i, k in enumerate(self._keys) if k is not None and parts[i] < 0]
-            if keyed:
-                parts[keyed] = kafka_partitions([bytes(self._keys[i]) for i in keyed], count)  # type: ignore[arg-type]
-        rr = np.nonzero(parts < 0)[0]
-        if len(rr):
-            parts[rr] = (self._rr + np.arange(len(rr))) % count
-            self._rr = int((self._rr + len(rr)) % count)
-        result: dict[int, tuple[int, int]] = {}
-        done = np.zeros(n, dtype=bool)
-        try:
-            for p in np.unique(parts).tolist():
-                idx = np.nonzero(parts == p)[0]
-                result[p] = self.log.append(self.topic, p, body.take(pa.array(idx)))
-                done[idx] = True
-        finally:
-            keep = np.nonzero(~done)[0].tolist()
-            values, keys = self._values, self._keys
-            ts, headers, explicit_parts = self._ts, self._headers, self._parts
-            self._clear()
-            for i in keep:
-                self._values.append(values[i])
-                self._keys.append(keys[i])
-                self._ts.append(ts[i])
-                self._headers.append(headers[i])
-                self._parts.append(
-                    explicit_parts[i] if explicit_parts[i] is not None else int(parts[i])
-                )
-        return result
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.flush()
