@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,8 @@ from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_contracts import write_contracts
 from trident_assets.errors import ConfigError
 from trident_assets.log.store import PartitionedLog
-from trident_assets_tests.test_cli import TRIDENT, _clean_env, make_home
+from trident_assets_tests.children import clean_env, run_python, run_trident
+from trident_assets_tests.test_cli import make_home
 
 ORDERS_MODULE = """
 import trident_assets as ta
@@ -47,15 +47,7 @@ DEAD = [
 
 
 def trident(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(TRIDENT), *args],
-        cwd=cwd,
-        env=_clean_env(cwd, **env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_trident(cwd, *args, env=clean_env(cwd, **env))
 
 
 def _minute(m: int) -> datetime:
@@ -218,15 +210,7 @@ FORMAT_COMMANDS = [
 def test_json_and_csv_go_to_stdout_alone(home: Path, tmp_path: Path, args: list[str]) -> None:
     add_orders(home, published=True)
     for fmt in ("json", "csv"):
-        done = subprocess.run(
-            [sys.executable, "-c", NOISY_DUCKDB, *args, "--home", str(home), "--format", fmt],
-            cwd=tmp_path,
-            env=_clean_env(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_python(tmp_path, NOISY_DUCKDB, *args, "--home", str(home), "--format", fmt)
         assert done.returncode == 0, done.stderr
         if fmt == "json":
             data = json.loads(done.stdout)

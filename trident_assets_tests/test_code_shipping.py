@@ -36,10 +36,10 @@ from trident_assets.spark.local_servers import (
     start_connect_server,
     start_standalone,
 )
+from trident_assets_tests.children import clean_env
 from trident_assets_tests.kafka_broker import MockKafkaBroker
 from trident_assets_tests.test_user_code import (
     USERLAND,
-    _clean_env,
     app_batches,
     copy_app,
     expected,
@@ -144,7 +144,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     stage.mkdir()
     prefix = own_view(home, home / "log", stage) if _can_unshare() else []
     cluster = start_standalone(
-        directory / "cluster", env=_clean_env(directory), worker_prefix=prefix
+        directory / "cluster", env=clean_env(directory), worker_prefix=prefix
     )
     try:
         yield Cluster(cluster.url, home, bool(prefix), _worker_python(directory), None)

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets_tests.children import TRIDENT, clean_env
 from trident_assets_tests.conftest import DemoRun
-from trident_assets_tests.test_cli import TRIDENT, _clean_env
 from trident_assets_tests.test_dagster_dev import (
     STATE,
     _browser_page,
@@ -179,7 +179,7 @@ def test_demo_then_ui_shows_the_state_preview_and_the_replayed_txid(
         proc = subprocess.Popen(
             [str(TRIDENT), "ui", "--home", str(home), "--port", str(port)],
             cwd=demo_run.cwd,
-            env=_clean_env(demo_run.cwd),
+            env=clean_env(demo_run.cwd),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
