@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -12,12 +12,19 @@ from trident_assets.log.names import validate_partition
 from trident_assets.log.partitioner import kafka_partitions
 from trident_assets.log.records import BYTES, now_ms, records_to_table
 
-if TYPE_CHECKING:
-    from trident_assets.log.store import PartitionedLog
-
 __all__ = ["Partitioner", "Producer"]
 
 Partitioner = Literal["hash", "round_robin"]
+
+
+class Topics(Protocol):
+    """What a producer needs of its log (a :class:`~trident_assets.log.store.PartitionedLog`)."""
+
+    def partitions(self, name: str) -> int:
+        """The topic's partition count."""
+
+    def append(self, topic: str, partition: int, records: pa.Table) -> tuple[int, int]:
+        """Append ``records`` to one partition atomically; their first and last offsets."""
 
 
 class Producer:
@@ -35,7 +42,7 @@ class Producer:
 
     def __init__(
         self,
-        log: PartitionedLog,
+        log: Topics,
         topic: str,
         partitioner: Partitioner = "hash",
         max_buffered: int = 100_000,
