@@ -25,6 +25,7 @@ from trident_assets.spark.kernel_plan import (
     MIN_RECORDS_CONF,
     arrow_kernel,
 )
+from trident_assets.spark.partials import combiner_partials
 from trident_assets.spark.pipelined import TXID_COLUMN, PipelinedRun
 from trident_assets.spark.schemes import JsonScheme, StringScheme
 from trident_assets.spark.txid_loop import TxidLoop
@@ -33,6 +34,14 @@ from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.operations import FilterNull, Split
 from trident_assets.stream.topology import StateSpec, TridentTopology
 from trident_assets_tests.test_executor import _log, _send
+
+
+def _counted(run: PipelinedRun) -> dict[str, int]:
+    """The dead letters an Arrow kernel counted computing the chunk's ``counts`` partials."""
+    topology = run.runner.topology
+    job = combiner_partials(run, topology.states["counts"], topology, None, [])
+    return job.run().counted_dead
+
 
 VALUES: list[bytes] = [
     b"the cow  the",  # a doubled separator: an empty piece, dropped
@@ -149,7 +158,7 @@ def test_a_chunk_of_the_word_count_runs_the_kernel_and_counts_its_dead_letters(
         assert len(batches) == 3
         run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
         prepared = run.plan()()
-    assert run.counted_dead == {"sentences": [3]}
+        assert _counted(run) == {"sentences": 3}
     spark.conf.set(ARROW_KERNEL_CONF, "false")
     try:
         with DuckDBStore(tmp_path / "off.duckdb") as store:
@@ -157,9 +166,9 @@ def test_a_chunk_of_the_word_count_runs_the_kernel_and_counts_its_dead_letters(
             batches, _ = TxidLoop(runner).emit(1, 3)
             off = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
             off.plan()()
+            assert _counted(off) == {}, "trident.partials.arrowKernel=false: Spark's plan"
     finally:
         spark.conf.unset(ARROW_KERNEL_CONF)
-    assert off.counted_dead == {}, "trident.partials.arrowKernel=false: Spark's plan"
     partials = {t: p.partials["counts"] for t, p in prepared.items()}
     assert all(t.column_names == ["word", "value"] for t in partials.values())
     got = Counter(dict.fromkeys([], 0))
@@ -240,8 +249,7 @@ def test_executors_without_pyarrow_fall_back_to_sparks_operators(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pending: int
 ) -> None:
     """A cluster whose Python lacks pyarrow still runs the word count, on Spark's operators."""
-    import trident_assets.spark.pipelined as pipelined
-    import trident_assets.spark.state_apply as state_apply
+    import trident_assets.spark.partials as partials
 
     def no_pyarrow(raw: Any, spec: CountSplit) -> Any:
         def fail(batches: Any) -> Any:
@@ -250,8 +258,7 @@ def test_executors_without_pyarrow_fall_back_to_sparks_operators(
 
         return raw.select("value", spec.txid).mapInArrow(fail, spec.schema())
 
-    monkeypatch.setattr(pipelined, "kernel_frame", no_pyarrow)
-    monkeypatch.setattr(state_apply, "kernel_frame", no_pyarrow)
+    monkeypatch.setattr(partials, "kernel_frame", no_pyarrow)  # one batch or a chunk alike
     log = _log(tmp_path, {"sentences": 1})
     _send(log, "sentences", VALUES)
     try:
@@ -280,11 +287,11 @@ def test_small_batches_use_sparks_operators(spark: Any, tmp_path: Path) -> None:
         run.plan()()
         one = BatchRun(runner, *batches[0])
         one.prepare()
-    assert (run.counted_dead, one.counted_dead) == ({}, {})
+        assert (_counted(run), one.counted_dead) == ({}, {})
     spark.conf.set(MIN_RECORDS_CONF, str(len(VALUES)))  # the chunk's 12 records: enough
     with DuckDBStore(tmp_path / "t.duckdb") as store:
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
         batches, _ = TxidLoop(runner).emit(1, 3)
         run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
         run.plan()()
-    assert run.counted_dead == {"sentences": [3]}
+        assert _counted(run) == {"sentences": 3}

@@ -33,9 +33,7 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from trident_assets.backends.spilled_partials import SpilledPartials
 from trident_assets.backends.window_store import last_max_event_us
 from trident_assets.log.timestamps import UNKNOWN
 from trident_assets.planner import (
@@ -46,20 +44,12 @@ from trident_assets.planner import (
     record_time_spout,
 )
 from trident_assets.runtime.outcomes import Prepared
-from trident_assets.spark.aggregation import split_nulls, state_partials
-from trident_assets.spark.arrow_partials import CountSplit, combine_task_partials
 from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.event_window_chunks import WindowSlice, chunk_bounds, chunk_window_job
-from trident_assets.spark.kernel_plan import (
-    arrow_kernel,
-    arrow_kernels_on,
-    kernel_frame,
-    kernel_unavailable,
-)
-from trident_assets.spark.node_frames import NodeFrames, empty_arrow, global_partials
+from trident_assets.spark.node_frames import NodeFrames, empty_arrow
 from trident_assets.spark.observation import observed_metrics
+from trident_assets.spark.partials import ChunkPartials, combiner_partials
 from trident_assets.spark.scoped_conf import scoped_conf
-from trident_assets.spark.spilled import spillable
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.state_kinds import EventWindowKind, state_kind
@@ -110,12 +100,8 @@ class PipelinedRun(NodeFrames):
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, tuple[Any, Any]] = {}
         self.raws: dict[str, Any] = {}
-        self.counted_dead: dict[str, list[int]] = {}
-        """Spouts whose records an Arrow kernel decodes: the dead letters it counted."""
         self.conf: dict[str, str] = {}
         """Spark settings for the chunk's jobs (how the reads split into tasks)."""
-        self.nulls: dict[str, dict[int, int]] = {}
-        """Per Sum/Min/Max state, per txid: the null values its partials skipped."""
         self.event_tops: dict[str, int | None] = dict(event_tops or {})
         """Per event-time window: an upper bound of its largest event time after the chunk
         (before :meth:`plan`: after the chunk in flight)."""
@@ -161,64 +147,32 @@ class PipelinedRun(NodeFrames):
         msg = f"node kind {node.kind!r} cannot be pipelined"
         raise AssertionError(msg)
 
-    def _partials_job(self, state: TridentState) -> Callable[[], dict[int, Any]]:
-        """Build the state's partials DataFrame now; the returned call runs its Spark job."""
+    def tagged(self, node: Node) -> Any:
+        """``node``'s DataFrame with its tag; a node without tuples in the chunk: typed only."""
+        from pyspark.sql import functions as F
+
+        if is_live(node, self.live):
+            return self.frame(node)
+        return self.empty.frame(node).withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
+
+    def tagged_raw(self, spout: Node) -> Any:
+        """``spout``'s raw records of the chunk, tagged."""
+        return self.raw(spout)
+
+    def has_no_tuples(self, node: Node) -> bool:
+        """True when ``node`` receives no tuples in the chunk."""
+        return not is_live(node, self.live)
+
+    def _partials_job(self, state: TridentState) -> Callable[[], ChunkPartials]:
+        """Plan the state's partials now; the returned call runs its Spark job."""
         if isinstance(state_kind(state.node), EventWindowKind):
-            return self._window_job(state)  # type: ignore[arg-type]
-        parent = state.node.parents[0]
-        if not is_live(parent, self.live):
-            table = self.empty.state_input(state)
-            return lambda: dict.fromkeys(self.txids, table)
-        if self.runner.spill is not None and spillable(state, self.runner.topology):
-            job = self._spill_job(state)
-            if job is not None:
-                return job
-        kernel = arrow_kernel(state, TXID_COLUMN)
-        if kernel is not None and arrow_kernels_on(self.spark, self._records(kernel[1])):
-            return self._kernel_job(state, *kernel)
-        return self._operators_job(state)
-
-    def _operators_job(self, state: TridentState) -> Callable[[], dict[int, pa.Table]]:
-        """The state's partials by Spark's operators: grouped by ``(txid, key)``."""
-        a = state.node.args
-        parent = state.node.parents[0]
-        group, out, agg = list(a["group"]), a["output"], a["agg"]
-        df = state_partials(self.frame(parent), [*group, TXID_COLUMN], a["inputs"][0], agg, out)
-        out_type = empty_arrow(df).schema.field(out).type
-        self.empty.value_types[state.spec.name] = out_type  # types empty query results
-        txids = self.txids
-        nulls = self.nulls.setdefault(state.spec.name, {})
-
-        def run() -> dict[int, pa.Table]:
-            split: dict[int, pa.Table] = {}
-            for txid, part in split_by_txid(df.toArrow(), txids).items():
-                split[txid], nulls[txid] = split_nulls(part, bool(group))
-            if group:
-                return split
-            zero = agg.zero()
-            result: dict[int, pa.Table] = {}
-            for txid, part in split.items():
-                value = part.column(out) if part.num_rows else pa.array([zero], out_type)
-                if zero is not None:
-                    value = pc.fill_null(value, pa.scalar(zero, out_type))
-                result[txid] = pa.table({out: value, **global_partials(value)})
-            return result
-
-        return run
-
-    def _spill_job(self, state: TridentState) -> Callable[[], dict[int, SpilledPartials]] | None:
-        """The state's partials by Spark's operators, written by the executors per txid."""
-        a = state.node.args
-        group, out, agg = list(a["group"]), a["output"], a["agg"]
-        parent = self.frame(state.node.parents[0])
-        df = state_partials(parent, [*group, TXID_COLUMN], a["inputs"][0], agg, out)
-        assert self.runner.spill is not None
-        job = self.runner.spill.plan(df, agg, len(self.txids), self.empty.spilled)
-        if job is None:
-            return None
-        self.empty.value_types[state.spec.name] = empty_arrow(df).schema.field(out).type
-        txids = self.txids
-        return lambda: dict(zip(txids, job(), strict=True))
+            window = self._window_job(state)  # type: ignore[arg-type]
+            return lambda: ChunkPartials(dict(window()))
+        job = combiner_partials(
+            self, state, self.runner.topology, self.runner.spill, self.empty.spilled
+        )
+        self.empty.value_types[state.spec.name] = job.value_type  # types empty query results
+        return job.run
 
     def _window_job(self, state: WindowedState) -> Callable[[], dict[int, WindowSlice]]:
         """An event-time window's job: lateness bounded by the log's timestamps."""
@@ -238,33 +192,10 @@ class PipelinedRun(NodeFrames):
         self.event_tops[state.spec.name] = after
         return chunk_window_job(self, state, bounds)
 
-    def _records(self, spout: Node) -> int:
+    def records(self, spout: Node) -> int:
         """How many records ``spout`` reads in the chunk."""
         sid = spout.args["spout_id"]
         return sum(plans[sid].record_count for _, plans in self.batches)
-
-    def _kernel_job(
-        self, state: TridentState, spec: CountSplit, spout: Node
-    ) -> Callable[[], dict[int, pa.Table]]:
-        """The state's partials by the Arrow kernel (:mod:`.arrow_partials`)."""
-        sid = spout.args["spout_id"]
-        counted = self.counted_dead.setdefault(sid, [])
-        df = kernel_frame(self.raw(spout), spec)
-        self.empty.value_types[state.spec.name] = pa.int64()
-        txids = self.txids
-
-        def run() -> dict[int, pa.Table]:
-            try:
-                table = df.toArrow()
-            except Exception as exc:
-                if not kernel_unavailable(self.spark, exc):
-                    raise
-                return self._operators_job(state)()  # its dead letters: a job of their own
-            summed, dead = combine_task_partials(spec, table)
-            counted.append(dead)
-            return split_by_txid(summed, txids)
-
-        return run
 
     def _output_job(self, stream_node: Node) -> Callable[[], dict[int, pa.Table]]:
         if not is_live(stream_node, self.live):
@@ -273,20 +204,22 @@ class PipelinedRun(NodeFrames):
         df = self.frame(stream_node)
         return lambda: split_by_txid(df.toArrow(), self.txids)
 
-    def _dead_letters_job(self, sid: str, node: Node) -> Callable[[], dict[int, pa.Table]]:
+    def _dead_letters_job(
+        self, sid: str, node: Node
+    ) -> Callable[[int | None], dict[int, pa.Table]]:
+        """The spout's dead letters per txid; the call takes those an Arrow kernel counted."""
         if sid not in self.live:  # read nothing: its empty table, found once per runner
             table = self.empty.empty_dead_letters(sid)
-            return lambda: dict.fromkeys(self.txids, table)
+            return lambda counted: dict.fromkeys(self.txids, table)
         observed = sid in self.dead  # its tuples feed a state or output: a job observes them
-        counted = self.counted_dead.get(sid)  # an Arrow kernel decoded all of them
         self.frame(node)
         dead, observation = self.dead[sid]
         none = empty_arrow(dead)
 
-        def run() -> dict[int, pa.Table]:
-            if counted and sum(counted) == 0:
+        def run(counted: int | None) -> dict[int, pa.Table]:
+            if counted == 0:  # an Arrow kernel decoded all of the spout's records
                 return split_by_txid(none, self.txids)
-            if observed and not counted:
+            if observed and counted is None:
                 metrics = observed_metrics(observation)  # None: unknown, fetched below
                 if metrics is not None and metrics["dead"] == 0:
                     return split_by_txid(none, self.txids)
@@ -311,14 +244,19 @@ class PipelinedRun(NodeFrames):
             with scoped_conf(self.spark, self.conf):
                 p = {name: job() for name, job in partials.items()}
                 o = {name: job() for name, job in outputs.items()}
-                d = {sid: job() for sid, job in dead.items()}  # after the jobs observing them
+                counted: dict[str, int] = {}
+                for found in p.values():
+                    for sid, n in found.counted_dead.items():
+                        counted[sid] = counted.get(sid, 0) + n
+                # after the jobs observing them
+                d = {sid: job(counted.get(sid)) for sid, job in dead.items()}
             return {
                 txid: Prepared(
-                    partials={name: t[txid] for name, t in p.items()},
+                    partials={name: found.tables[txid] for name, found in p.items()},
                     outputs={name: t[txid] for name, t in o.items()},
                     dead={sid: t[txid] for sid, t in d.items()},
                     tuples_in={sid: plan.record_count for sid, plan in plans.items()},
-                    nulls={name: n[txid] for name, n in self.nulls.items() if txid in n},
+                    nulls={n: f.nulls[txid] for n, f in p.items() if txid in f.nulls},
                 )
                 for txid, plans in self.batches
             }

@@ -45,18 +45,11 @@ from trident_assets.runtime.outcomes import (
     head_rows,
     top_rows,
 )
-from trident_assets.spark.aggregation import combine_partials, split_nulls, state_partials
-from trident_assets.spark.arrow_partials import combine_task_partials
-from trident_assets.spark.kernel_plan import (
-    arrow_kernel,
-    arrow_kernels_on,
-    kernel_frame,
-    kernel_unavailable,
-)
-from trident_assets.spark.node_frames import empty_arrow, global_partials
-from trident_assets.spark.spilled import spillable
+from trident_assets.spark.kv_state import kv_map
+from trident_assets.spark.partials import combiner_partials
 from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.stream.state_kinds import (
+    KeyValueKind,
     Reducer,
     state_kind,
 )
@@ -64,6 +57,7 @@ from trident_assets.stream.state_kinds import (
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
     from trident_assets.runtime.context import BatchContext
+    from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
 PARTIALS_KEPT = 2
@@ -94,21 +88,19 @@ def updater_input(run: BatchContext, state: TridentState) -> pa.Table:
 def map_input(run: BatchContext, state: TridentState) -> pa.Table | SpilledPartials:
     """A ``persistent_aggregate``'s batch input: per-key partials (combiner), tuples (reducer).
 
-    A combiner's partials per key (one row for a global state) come from the executors'
-    files (``trident.partials.spill``, see :mod:`~trident_assets.spark.spilled`, as
-    :class:`SpilledPartials`), the Arrow kernel, or Spark's operators; a reducer's tuples per
-    key come as ``__tuples``. Sum/Min/Max skip null values: their count is left in
-    ``run.nulls`` (see :func:`~trident_assets.spark.aggregation.split_nulls`).
+    A combiner's partials per key (one row for a global state) are the batch's as a chunk of
+    one (:func:`~trident_assets.spark.partials.combiner_partials`: the executors' files, the
+    Arrow kernel, Spark's operators, or none for an empty input); a reducer's tuples per key
+    come as ``__tuples``. What the job found besides the partials is kept on ``run``: the
+    partials' value type, the null values a Sum/Min/Max skipped, the dead letters a kernel
+    counted.
     """
     from pyspark.sql import functions as F
 
     a = state.node.args
-    parent = run.frame(state.node.parents[0])
-    agg = a["agg"]
-    group, out = a["group"], a["output"]
-    if state_kind(state.node).sql_combiner and run.is_empty(state.node.parents[0]):
-        return _empty_partials(run, state)
+    group = a["group"]
     if isinstance(state_kind(state.node), Reducer):
+        parent = run.frame(state.node.parents[0])
         cols = F.struct(*[F.col(c) for c in a["inputs"]])
         grouped = (
             parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
@@ -117,66 +109,45 @@ def map_input(run: BatchContext, state: TridentState) -> pa.Table | SpilledParti
         )
         return grouped.toArrow()
     spill = run.runner.spill if run.spill else None  # (a rebuild's runner has none)
-    if spill is not None and spillable(state, run.runner.topology):
-        agg = guard(agg, state.node.label)
-        df = state_partials(parent, group, a["inputs"][0], agg, out)
-        job = spill.plan(df, agg, None, run.spilled)
-        if job is not None:
-            (parts,) = job()
-            run.value_types[state.spec.name] = parts.schema.field(out).type
-            return parts
-    kernel = _kernel_partials(run, state)
-    if kernel is not None:
-        return kernel
-    agg = guard(agg, state.node.label)
-    collected = state_partials(parent, group, a["inputs"][0], agg, out).toArrow()
-    table, run.nulls[state.spec.name] = split_nulls(collected, bool(group))
-    run.value_types[state.spec.name] = table.schema.field(out).type
-    if not group:
-        for name, column in global_partials(table.column(out)).items():
-            table = table.append_column(name, column)
-    return table
+    job = combiner_partials(_OneBatch(run), state, run.runner.topology, spill, run.spilled)
+    run.value_types[state.spec.name] = job.value_type
+    found = job.run()
+    if run.txid in found.nulls:
+        run.nulls[state.spec.name] = found.nulls[run.txid]
+    run.counted_dead.update(found.counted_dead)
+    return found.tables[run.txid]
 
 
-def _kernel_partials(run: BatchContext, state: TridentState) -> pa.Table | None:
-    """``state``'s partials by the Arrow kernel (:mod:`.arrow_partials`), if it applies."""
+class _OneBatch:
+    """One batch's frames as a chunk of one txid (:class:`~.partials.TaggedFrames`)."""
+
+    def __init__(self, run: BatchContext) -> None:
+        self.run = run
+        self.spark = run.spark
+        self.txids = [run.txid]
+
+    def tagged(self, node: Node) -> Any:
+        """``node``'s DataFrame tagged 0 (the same generated code for every batch)."""
+        return _tag(self.run.frame(node))
+
+    def tagged_raw(self, spout: Node) -> Any:
+        """``spout``'s raw records of the batch, tagged 0."""
+        return _tag(self.run.raw(spout))
+
+    def records(self, spout: Node) -> int:
+        """How many records ``spout`` reads in the batch."""
+        return self.run.plans[spout.args["spout_id"]].record_count
+
+    def has_no_tuples(self, node: Node) -> bool:
+        """True when ``node`` certainly has no tuples this batch."""
+        return self.run.is_empty(node)
+
+
+def _tag(frame: Any) -> Any:
+    """``frame`` with the tag column of a chunk's first (here: only) txid."""
     from pyspark.sql import functions as F
 
-    kernel = arrow_kernel(state, TXID_COLUMN)
-    if kernel is None:
-        return None
-    spec, spout = kernel
-    sid = spout.args["spout_id"]
-    if not arrow_kernels_on(run.spark, run.plans[sid].record_count):
-        return None
-    # tag 0, not the txid: the same generated code for every batch
-    raw = run.raw(spout).withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
-    try:
-        tasks = kernel_frame(raw, spec).toArrow()
-    except Exception as exc:
-        if not kernel_unavailable(run.spark, exc):
-            raise
-        return None  # Spark's operators compute them
-    table, dead = combine_task_partials(spec, tasks)
-    run.counted_dead[sid] = dead
-    run.value_types[state.spec.name] = pa.int64()
-    return table.drop_columns([TXID_COLUMN])
-
-
-def _empty_partials(run: BatchContext, state: TridentState) -> pa.Table:
-    """The partials of a SQL-combiner state whose input is empty, without a Spark job.
-
-    Grouped: no rows. Global: the one row of ``agg.zero()`` (as :func:`combine_partials`).
-    """
-    a = state.node.args
-    parent = run.frame(state.node.parents[0])
-    group, out, agg = a["group"], a["output"], a["agg"]
-    schema = empty_arrow(combine_partials(parent, group, a["inputs"][0], agg, out)).schema
-    run.value_types[state.spec.name] = schema.field(out).type
-    if group:
-        return schema.empty_table()
-    zero = pa.array([agg.zero()], schema.field(out).type)
-    return pa.table({out: zero, **global_partials(zero)})
+    return frame.withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
 
 
 def apply_updater_state(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:
@@ -361,7 +332,13 @@ def map_state(store: StateStore, state: TridentState, **layout: Any) -> Any:
 
 
 def read_state(store: StateStore, state: TridentState) -> Any:
-    """The state as committed (read outside any batch: ``curr`` of each value)."""
+    """The state as committed (read outside any batch: ``curr`` of each value).
+
+    A state kept in a Redis Cluster or memcached is read from its servers (bulk reads of
+    the keys asked for; see :func:`~trident_assets.spark.kv_state.kv_map`).
+    """
+    if isinstance(state_kind(state.node), KeyValueKind):
+        return kv_map(state)
     return map_state(store, state)
 
 

@@ -1,0 +1,210 @@
+"""A combiner state's per-key partials for a chunk of txids: operators, kernel, spill or empty.
+
+One module computes every combiner state's batch partials, for a pipelined chunk of many
+txids and for one txid alike (a chunk of one): the frames carry each tuple's batch tag
+(:data:`~trident_assets.spark.txid_tags.TXID_COLUMN`, tag ``i`` for the chunk's ``i``-th
+txid) and the partials are grouped by ``(key, tag)``. Which way, in order:
+
+* **empty**: a built-in combiner's input has no tuples in the chunk: typed from the
+  DataFrame schema, no Spark job (a global state's one row per txid is ``agg.zero()``);
+* **spill**: the executors write the partials to files or staging tables
+  (:mod:`~trident_assets.spark.spilled`, ``trident.partials.spill``);
+* **kernel**: the Arrow kernel counts words in the executors
+  (:mod:`~trident_assets.spark.arrow_partials`), and counts the dead letters it met;
+* **operators**: Spark's ``groupBy`` (and, for Sum/Min/Max, the null values skipped).
+
+:func:`combiner_partials` plans the state's job now (the thread that owns the store) and
+returns a :class:`PartialsJob`; its ``run`` touches only Spark and **returns** everything the
+job found (:class:`ChunkPartials`), nothing is written into the caller's objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from trident_assets.backends.spilled_partials import SpilledPartials
+from trident_assets.core.user_code import guard
+from trident_assets.spark.aggregation import combine_partials, split_nulls, state_partials
+from trident_assets.spark.arrow_partials import combine_task_partials
+from trident_assets.spark.kernel_plan import (
+    arrow_kernel,
+    arrow_kernels_on,
+    kernel_frame,
+    kernel_unavailable,
+)
+from trident_assets.spark.node_frames import empty_arrow, global_partials
+from trident_assets.spark.spilled import Cleanup, spillable
+from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
+from trident_assets.stream.state_kinds import state_kind
+
+if TYPE_CHECKING:
+    from trident_assets.spark.spilled import Spill
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import TridentState
+    from trident_assets.stream.topology import TridentTopology
+
+__all__ = ["ChunkPartials", "PartialsJob", "TaggedFrames", "combiner_partials"]
+
+
+class TaggedFrames(Protocol):
+    """The frames of a chunk, every tuple tagged with its batch (:data:`TXID_COLUMN`)."""
+
+    spark: Any
+    txids: list[int]
+    """The chunk's txids, ascending: tag ``i`` is ``txids[i]``'s."""
+
+    def tagged(self, node: Node) -> Any:
+        """``node``'s DataFrame with its tag column."""
+
+    def tagged_raw(self, spout: Node) -> Any:
+        """``spout``'s raw records with their tag column."""
+
+    def records(self, spout: Node) -> int:
+        """How many records ``spout`` reads in the chunk."""
+
+    def has_no_tuples(self, node: Node) -> bool:
+        """True when ``node`` certainly has no tuples in the chunk."""
+
+
+@dataclass(frozen=True)
+class ChunkPartials:
+    """What a state's partials job found, per txid of the chunk."""
+
+    tables: dict[int, pa.Table | SpilledPartials]
+    """The partials of each txid (key columns, the output column; a global state: one row)."""
+    nulls: dict[int, int] = field(default_factory=dict)
+    """Per txid, the null values a Sum/Min/Max skipped (absent: none counted)."""
+    counted_dead: dict[str, int] = field(default_factory=dict)
+    """Per spout, the dead letters the Arrow kernel met over the whole chunk."""
+
+
+@dataclass(frozen=True)
+class PartialsJob:
+    """A state's partials, planned: its value type now, its Spark job when run."""
+
+    value_type: pa.DataType
+    """The Arrow type of the state's partial values (types empty query results)."""
+    run: Callable[[], ChunkPartials]
+    """The Spark job (touches only Spark: may run in another thread)."""
+
+
+def combiner_partials(
+    frames: TaggedFrames,
+    state: TridentState,
+    topology: TridentTopology,
+    spill: Spill | None,
+    cleanups: list[Cleanup],
+) -> PartialsJob:
+    """Plan ``state``'s partials over ``frames`` (a combiner state of ``topology``).
+
+    ``spill``: the runner's spill target when the batch may spill (None: never); the files
+    it writes are registered in ``cleanups``.
+    """
+    if state_kind(state.node).sql_combiner and frames.has_no_tuples(state.node.parents[0]):
+        return _empty_job(frames, state)
+    if spill is not None and spillable(state, topology):
+        job = _spill_job(frames, state, spill, cleanups)
+        if job is not None:
+            return job
+    kernel = arrow_kernel(state, TXID_COLUMN)
+    if kernel is not None and arrow_kernels_on(frames.spark, frames.records(kernel[1])):
+        return _kernel_job(frames, state, *kernel)
+    return _operators_job(frames, state)
+
+
+def _tagged_partials(frames: TaggedFrames, state: TridentState) -> Any:
+    """The state's partials DataFrame, grouped by ``(key, tag)``."""
+    a = state.node.args
+    agg = guard(a["agg"], state.node.label)
+    parent = frames.tagged(state.node.parents[0])
+    return state_partials(parent, [*a["group"], TXID_COLUMN], a["inputs"][0], agg, a["output"])
+
+
+def _per_txid_globals(
+    split: dict[int, pa.Table], out: str, out_type: pa.DataType, zero: Any
+) -> dict[int, pa.Table]:
+    """A global state's one row per txid: its partial, or ``zero`` for a txid without one."""
+    result: dict[int, pa.Table] = {}
+    for txid, part in split.items():
+        value = part.column(out) if part.num_rows else pa.array([zero], out_type)
+        if zero is not None:
+            value = pc.fill_null(value, pa.scalar(zero, out_type))
+        result[txid] = pa.table({out: value, **global_partials(value)})
+    return result
+
+
+def _operators_job(frames: TaggedFrames, state: TridentState) -> PartialsJob:
+    """The state's partials by Spark's operators."""
+    a = state.node.args
+    group, out, agg = list(a["group"]), a["output"], a["agg"]
+    df = _tagged_partials(frames, state)
+    out_type = empty_arrow(df).schema.field(out).type
+    txids = frames.txids
+
+    def run() -> ChunkPartials:
+        split: dict[int, pa.Table] = {}
+        nulls: dict[int, int] = {}
+        for txid, part in split_by_txid(df.toArrow(), txids).items():
+            split[txid], nulls[txid] = split_nulls(part, bool(group))
+        tables = split if group else _per_txid_globals(split, out, out_type, agg.zero())
+        return ChunkPartials(dict(tables), nulls)
+
+    return PartialsJob(out_type, run)
+
+
+def _spill_job(
+    frames: TaggedFrames, state: TridentState, spill: Spill, cleanups: list[Cleanup]
+) -> PartialsJob | None:
+    """The state's partials by Spark's operators, written by the executors per txid."""
+    a = state.node.args
+    df = _tagged_partials(frames, state)
+    job = spill.plan(df, a["agg"], len(frames.txids), cleanups)
+    if job is None:
+        return None
+    txids = frames.txids
+    out_type = empty_arrow(df).schema.field(a["output"]).type
+    return PartialsJob(out_type, lambda: ChunkPartials(dict(zip(txids, job(), strict=True))))
+
+
+def _kernel_job(frames: TaggedFrames, state: TridentState, spec: Any, spout: Node) -> PartialsJob:
+    """The state's partials by the Arrow kernel; Spark's operators where it is unavailable."""
+    sid = spout.args["spout_id"]
+    df = kernel_frame(frames.tagged_raw(spout), spec)
+    txids = frames.txids
+
+    def run() -> ChunkPartials:
+        try:
+            table = df.toArrow()
+        except Exception as exc:
+            if not kernel_unavailable(frames.spark, exc):
+                raise
+            return _operators_job(frames, state).run()  # its dead letters: a job of their own
+        summed, dead = combine_task_partials(spec, table)
+        return ChunkPartials(dict(split_by_txid(summed, txids)), counted_dead={sid: dead})
+
+    return PartialsJob(pa.int64(), run)
+
+
+def _empty_job(frames: TaggedFrames, state: TridentState) -> PartialsJob:
+    """The partials of a state whose input is empty in the chunk, without a Spark job.
+
+    Grouped: no rows. Global: the one row of ``agg.zero()`` per txid.
+    """
+    a = state.node.args
+    parent = frames.tagged(state.node.parents[0])
+    group, out, agg = a["group"], a["output"], a["agg"]
+    df = combine_partials(parent, group, a["inputs"][0], guard(agg, state.node.label), out)
+    schema = empty_arrow(df).schema
+    out_type = schema.field(out).type
+    if group:
+        table = schema.empty_table()
+    else:
+        zero = pa.array([agg.zero()], out_type)
+        table = pa.table({out: zero, **global_partials(zero)})
+    txids = frames.txids
+    return PartialsJob(out_type, lambda: ChunkPartials(dict.fromkeys(txids, table)))
