@@ -1,5 +1,9 @@
 """The event-time window benchmark: trident_assets vs Spark Structured Streaming, in one run.
 
+With the PyFlink peer installed (``python -m bench.peer_env install flink``), also Flink SQL's
+tumbling window with a watermark on the same records (:mod:`bench.flink_windows`;
+``--no-flink`` leaves it out, ``--flink`` requires it).
+
 Run: ``python -m bench.event_windows`` (``--quick`` for a 1-2 minute smoke run; ``--help``
 for sizes and switches). In ONE run, on the same seeded corpus and machine:
 
@@ -586,6 +590,68 @@ def spark_ss_in_subprocess(
     return run_json_child(cmd, out, f"bench.event_windows spark-ss {provider}/{shuffle}", 3600)
 
 
+def run_flink_windows(
+    args: argparse.Namespace,
+    spec: EvSpec,
+    corpus: WrittenCorpus,
+    truth: Truth,
+    work: Path,
+    results: dict[str, Any],
+    table: list[dict[str, Any]],
+    startup: dict[str, Any],
+    notes: list[str],
+) -> None:
+    """The PyFlink peer (:mod:`bench.flink_windows`), each backend its own process.
+
+    Flink's bounded run ends with the watermark at the maximum, so it emits every window: its
+    output is compared with the truth's final and open windows together.
+    """
+    from bench import flink_windows
+    from bench.peer_env import missing_message, peer_python, skip_message
+
+    python = peer_python("flink")
+    if python is None:
+        if args.flink:
+            raise SystemExit(missing_message("flink", "--flink"))
+        log(skip_message("flink"))
+        notes.append(skip_message("flink"))
+        return
+    every = pa.concat_tables([truth.finals, truth.open])
+    runs = []
+    for backend in args.flink_backends.split(","):
+        name = f"flink_{backend}"
+        raw = flink_windows.run_in_subprocess(
+            python, corpus.files_dir, work / name, lateness_s=spec.lateness_s, backend=backend
+        )
+        raw["words"] = raw["sentences"] * spec.words_per_sentence
+        raw["words_per_s"] = round(raw["words"] / raw["wall_s"])
+        got = pq.read_table(work / name / "result-windows" / "windows.parquet")
+        raw["verify"] = diff(every, got)
+        startup[f"{name} (Flink gateway JVM)"] = raw["flink_startup_s"]
+        runs.append(raw)
+        log(
+            f"PyFlink {backend}: {raw['words_per_s']:,} words/s, exact={raw['verify']['identical']}"
+        )
+        table.append(
+            {
+                "system": "PyFlink (Flink SQL)",
+                "mode": f"TUMBLE 1 minute, watermark - {spec.lateness_s} s, {backend} state, "
+                "parallelism 2, exactly-once checkpoints",
+                "words_per_s": raw["words_per_s"],
+                "wall_s": raw["wall_s"],
+                "median_batch_s": None,
+                "warm_words_per_s": None,
+                "exact": raw["verify"]["identical"],
+            }
+        )
+    results["flink"] = runs
+    notes.append(
+        "PyFlink: its output is every window (a bounded run ends with the watermark at the "
+        "maximum), compared with the truth's final and open windows together; wall = the "
+        "job's net runtime (Flink's MiniCluster start excluded)."
+    )
+
+
 # -- comparison ---------------------------------------------------------------------------------
 
 
@@ -841,6 +907,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shuffle-partitions", type=int, default=4, help="ours")
     p.add_argument("--dagster", action="store_true", help="also one Dagster catch-up run")
     p.add_argument("--skip-spark-ss", action="store_true")
+    p.add_argument(
+        "--flink",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the PyFlink peer (default: if installed, see bench.peer_env)",
+    )
+    p.add_argument("--flink-backends", default=None, help="hashmap,rocksdb (quick: hashmap)")
     p.add_argument("--quick", action="store_true", help="a small run (~1-2 min) for smoke tests")
     p.add_argument("--work", type=Path, default=None, help="work directory (default: temp)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -850,11 +923,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "batches": 8 if args.quick else 40,
         "sentences": 10_000 if args.quick else 100_000,
         "ss_configs": "hdfs:2,rocksdb:2" if args.quick else "hdfs:2,hdfs:4,rocksdb:2,rocksdb:4",
+        "flink_backends": "hashmap" if args.quick else "hashmap,rocksdb",
         "out": RESULTS / "quick" if args.quick else RESULTS,
     }
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    from bench.flink_wordcount import BACKENDS
+
+    for backend in args.flink_backends.split(","):
+        if backend not in BACKENDS:
+            p.error(
+                f"--flink-backends: unknown state backend {backend!r}; use {', '.join(BACKENDS)}"
+            )
     return args
 
 
@@ -995,6 +1076,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 notes.append(f"Spark SS read {best['sentences']:,} sentences")
         else:
             report_cmp = ours_exact
+        if args.flink is not False:
+            run_flink_windows(args, spec, corpus, truth, work, results, table, startup, notes)
     finally:
         if args.keep:
             log(f"kept {work}")

@@ -17,7 +17,12 @@ Run: ``python -m bench.run_all`` (``make bench``); ``--quick`` for a 1-2 minute 
 4. a single-process DuckDB ``GROUP BY`` over the whole corpus (this machine's practical limit);
 5. checks that every system's final counts equal the ground truth exactly (DuckDB ``EXCEPT
    ALL`` both ways over Arrow tables);
-6. the state-merge scaling of :mod:`bench.state_merge` at ``--state-sizes``.
+6. the state-merge scaling of :mod:`bench.state_merge` at ``--state-sizes``;
+7. the optional peers (:mod:`bench.peers`), each in its own venv (``python -m bench.peer_env
+   install flink pathway``): PyFlink's word count (Flink SQL, exactly-once checkpoints, the
+   ``hashmap`` and ``rocksdb`` state backends) and Pathway's (persistence on), counts checked
+   exactly; ``--flink``/``--skip-flink``, ``--pathway``/``--skip-pathway`` (default: run a
+   peer if installed, else report it skipped).
 
 Every Spark measurement runs in its own process (one JVM at a time). Results:
 ``<out>/bench.json`` and ``<out>/bench.md`` (``<out>`` = ``bench/results``, or
@@ -41,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench import pipeline, spark_batch, spark_ss, state_merge
+from bench import peers, pipeline, spark_batch, spark_ss, state_merge
 from bench.corpus import CorpusSpec, write_corpus
 from bench.machine import describe, one_line
 
@@ -143,9 +148,10 @@ def render(report: dict[str, Any]) -> str:
         f"{report['label']}",
         "",
         "| system | mode | words/s | median batch s | s / batch (wall) | tiny batch s "
-        "| vs Spark SS | vs Spark batch alone | vs DuckDB | counts exact |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| vs ours (catch-up) | vs Spark SS | vs Spark batch alone | vs DuckDB | counts exact |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
+    ours_rate = (r.get("catchup") or {}).get("words_per_s")
     ss_rate = ss["words_per_s"] if ss else None
     alone = r.get("spark_batch")
     alone_rate = alone["words_per_s"] if alone else None
@@ -155,6 +161,7 @@ def render(report: dict[str, Any]) -> str:
             f"| {row['system']} | {row['mode']} | {fmt_rate(row.get('words_per_s'))} | "
             f"{fmt_s(row.get('median_batch_s'))} | {fmt_s(row.get('per_batch_s'))} | "
             f"{fmt_s(row.get('tiny_batch_s'))} | "
+            f"{ratio(row.get('words_per_s'), ours_rate) or '-'} | "
             f"{ratio(row.get('words_per_s'), ss_rate) or '-'} | "
             f"{ratio(row.get('words_per_s'), alone_rate) or '-'} | "
             f"{ratio(row.get('words_per_s'), duck_rate) or '-'} | {row.get('exact', '-')} |"
@@ -165,7 +172,8 @@ def render(report: dict[str, Any]) -> str:
         "query start to the last commit; JVM start excluded, reported below). median batch s = "
         "median per-batch latency (ours: the txid's `run_batch` stages: its share of the "
         "Spark job its chunk of txids ran as, plus its own commit; Spark SS: "
-        "`triggerExecution`). s / batch (wall) = wall / batches (catch-up, Spark SS) or the "
+        "`triggerExecution`; PyFlink: the median checkpoint duration). vs ours = words/s over "
+        "our catch-up's. s / batch (wall) = wall / batches (catch-up, Spark SS) or the "
         "median wall of one Dagster run (per-run modes). tiny batch s = the fixed per-batch "
         "overhead, on the tiny corpus: catch-up, the median time between consecutive "
         "materializations in the run; per-run modes, the median wall of one run (fresh: of "
@@ -222,6 +230,7 @@ def render(report: dict[str, Any]) -> str:
                 f"{s['verify']['identical']} |"
             )
         lines.append("")
+    lines += peers.render(r)
     starts = report.get("startup_s")
     if starts:
         lines += [
@@ -367,10 +376,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "tiny",
     ):
         p.add_argument(f"--skip-{what}", action="store_true")
+    peers.add_args(p)
     p.add_argument("--work", type=Path, default=None, help="work directory (default: temp)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
+    peers.check_args(args)
     quick = args.quick
     defaults = {
         "batches": 3 if quick else 20,
@@ -631,6 +642,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 }
             )
             log(f"DuckDB GROUP BY: {res['words_per_s']:,} words/s")
+
+        peers.run(
+            args,
+            corpus.files_dir,
+            truth,
+            spec.words_per_sentence,
+            work,
+            results,
+            table,
+            startup,
+            notes,
+            log,
+        )
 
         if not args.skip_state_merge:
             log(f"state merge at sizes {args.state_sizes}")
