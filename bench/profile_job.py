@@ -31,12 +31,11 @@ def _ours(spark: Any, log: Any, store: Any, sentences: int, first_txid: int, chu
     from trident_assets.spark.batch_run import BatchRun
     from trident_assets.spark.executor import TopologyRunner
     from trident_assets.spark.pipelined import PipelinedRun
-    from trident_assets.spark.txid_loop import TxidLoop
 
     topo = build_word_count(max_batch_size=sentences)
     runner = TopologyRunner(topo, spark, store, log, compaction=None, max_spout_pending=chunk)
     t = time.perf_counter()
-    batches, pipelined = TxidLoop(runner).emit(first_txid, chunk)
+    batches, pipelined = runner.txid_loop().emit(first_txid, chunk)
     if not pipelined or len(batches) != chunk:
         raise RuntimeError(f"chunk not pipelined as {chunk} txids: {len(batches)}")
     emit_s = time.perf_counter() - t

@@ -28,7 +28,6 @@ from trident_assets.spark.kernel_plan import (
 from trident_assets.spark.partials import combiner_partials
 from trident_assets.spark.pipelined import TXID_COLUMN, PipelinedRun
 from trident_assets.spark.schemes import JsonScheme, StringScheme
-from trident_assets.spark.txid_loop import TxidLoop
 from trident_assets.spouts.config import SpoutConfig
 from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.operations import FilterNull, Split
@@ -153,7 +152,7 @@ def test_a_chunk_of_the_word_count_runs_the_kernel_and_counts_its_dead_letters(
     _send(log, "sentences", VALUES)
     with DuckDBStore(tmp_path / "s.duckdb") as store:
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
-        batches, pipelined = TxidLoop(runner).emit(1, 3)
+        batches, pipelined = runner.txid_loop().emit(1, 3)
         assert pipelined
         assert len(batches) == 3
         run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
@@ -163,7 +162,7 @@ def test_a_chunk_of_the_word_count_runs_the_kernel_and_counts_its_dead_letters(
     try:
         with DuckDBStore(tmp_path / "off.duckdb") as store:
             runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
-            batches, _ = TxidLoop(runner).emit(1, 3)
+            batches, _ = runner.txid_loop().emit(1, 3)
             off = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
             off.plan()()
             assert _counted(off) == {}, "trident.partials.arrowKernel=false: Spark's plan"
@@ -233,7 +232,7 @@ def test_one_batch_runs_the_kernel_and_skips_the_dead_letter_job_when_none(
     _send(log, "sentences", [b"a b", b"b"])
     with DuckDBStore(tmp_path / "s.duckdb") as store:
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=1)
-        (batch,) = TxidLoop(runner).emit(1, 1)[0]
+        (batch,) = runner.txid_loop().emit(1, 1)[0]
         run = BatchRun(runner, *batch)
         prepared = run.prepare()
     assert run.counted_dead == {"sentences": 0}
@@ -282,7 +281,7 @@ def test_small_batches_use_sparks_operators(spark: Any, tmp_path: Path) -> None:
     _send(log, "sentences", VALUES)
     with DuckDBStore(tmp_path / "s.duckdb") as store:
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
-        batches, _ = TxidLoop(runner).emit(1, 3)
+        batches, _ = runner.txid_loop().emit(1, 3)
         run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
         run.plan()()
         one = BatchRun(runner, *batches[0])
@@ -291,7 +290,7 @@ def test_small_batches_use_sparks_operators(spark: Any, tmp_path: Path) -> None:
     spark.conf.set(MIN_RECORDS_CONF, str(len(VALUES)))  # the chunk's 12 records: enough
     with DuckDBStore(tmp_path / "t.duckdb") as store:
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
-        batches, _ = TxidLoop(runner).emit(1, 3)
+        batches, _ = runner.txid_loop().emit(1, 3)
         run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
         run.plan()()
         assert _counted(run) == {"sentences": 3}

@@ -23,7 +23,8 @@ This module holds the runner (planning chunks, pipelining, ordered commits, comp
 The rest of the Spark layer, one concept per module:
 
 * :mod:`~trident_assets.spark.batch_run`: one batch's DataFrames, prepare and commit;
-* :mod:`~trident_assets.spark.chunks`: which consecutive txids share one Spark job;
+* :mod:`~trident_assets.spark.execution`: Spark as the engine of the txid loop
+  (:mod:`~trident_assets.runtime.txid_loop`; chunks in :mod:`~trident_assets.runtime.chunks`);
 * :mod:`~trident_assets.spark.pipelined`: a chunk of txids as one Spark job;
 * :mod:`~trident_assets.spark.state_apply`: applying a batch to each kind of state;
 * :mod:`~trident_assets.spark.state_query`: ``state_query`` lookups;
@@ -74,13 +75,14 @@ from trident_assets.runtime.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepare
 from trident_assets.runtime.publishing import described as describe
 from trident_assets.runtime.publishing import publish, publish_missing
 from trident_assets.runtime.startup import joining_spouts, plan_startup
+from trident_assets.runtime.txid_loop import TxidLoop
 from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
 from trident_assets.spark.declared_types import check_value_types
+from trident_assets.spark.execution import SparkExecution
 from trident_assets.spark.quarantine_runs import quarantine, replay_quarantined
 from trident_assets.spark.spilled import open_spill
-from trident_assets.spark.txid_loop import TxidLoop
 from trident_assets.spark.user_errors import user_code_errors
 from trident_assets.spouts.coordinator import BatchCoordinator
 from trident_assets.spouts.ranges import BatchPlan, partition_sort_key
@@ -255,7 +257,7 @@ class TopologyRunner:
         """
         ordered = [validate_txid(t) for t in txids]
         with user_code_errors():
-            yield from TxidLoop(self).run(ordered)
+            yield from self.txid_loop().run(ordered)
 
     def backfill(self) -> list[BackfillOutcome]:
         """Build the topology's new states from the log of its committed txids, exactly once.
@@ -292,6 +294,10 @@ class TopologyRunner:
                 self._joining.add(name)
         self._building = {}
         return outcomes
+
+    def txid_loop(self) -> TxidLoop:
+        """The one loop over this runner's txids, on Spark."""
+        return TxidLoop(self, SparkExecution(self))
 
     def ensure_built(self) -> None:
         """Build the states still to be built from the log (:meth:`backfill`), if any."""

@@ -1,10 +1,10 @@
 """Chunks: consecutive txids whose Spark work runs as one job (Trident's max spout pending).
 
-The runner (:class:`~trident_assets.spark.executor.TopologyRunner`) takes up to
-``max_spout_pending`` consecutive txids (:func:`chunk_limit`), plans the first, and extends
-the chunk while the planner allows (:func:`extend_chunk`, see
-:func:`~trident_assets.planner.chunk_pipelinable`). A started :class:`Chunk` runs its Spark
-job in a worker thread while earlier txids commit; :func:`settle` drops one that will not.
+The txid loop (:mod:`~trident_assets.runtime.txid_loop`) takes up to ``max_spout_pending``
+consecutive txids (:func:`chunk_limit`), plans the first, and extends the chunk while the
+planner allows (:func:`extend_chunk`, see :func:`~trident_assets.planner.chunk_pipelinable`).
+A started :class:`Chunk` runs its engine job in a worker thread while earlier txids commit;
+:func:`settle` drops one that will not.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trident_assets.planner import chunk_pipelinable, live_spouts
-from trident_assets.spark.spilled import drop_spilled
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from trident_assets.runtime.outcomes import Prepared
-    from trident_assets.spark.batch_run import BatchRun
     from trident_assets.spouts.coordinator import BatchCoordinator
     from trident_assets.spouts.ranges import BatchPlan
     from trident_assets.stream.topology import TridentTopology
@@ -33,8 +33,8 @@ class Chunk:
 
     batches: list[tuple[int, dict[str, BatchPlan]]]
     emit_s: float
-    base: BatchRun
-    """Builds the chunk's streams that receive no tuples; its value types type query results."""
+    base: Any
+    """What the engine keeps of the chunk until its txids committed (its cleanups too)."""
     future: Future[dict[int, Prepared]]
     t_spark: float
     """When the chunk's job started in the worker (set by the worker)."""
@@ -83,12 +83,12 @@ def extend_chunk(
     return batches
 
 
-def settle(chunk: Chunk | None) -> None:
+def settle(chunk: Chunk | None, release: Callable[[Chunk], None]) -> None:
     """Wait for a chunk started ahead that will not commit (its result is dropped).
 
-    What its job spilled (see :mod:`.spilled`) is removed.
+    ``release`` then drops what its job left behind (e.g. the partials it spilled).
     """
     if chunk is not None:
         with contextlib.suppress(Exception):  # its txids are re-planned and re-run later
             chunk.future.result()
-        drop_spilled(chunk.base.spilled)
+        release(chunk)

@@ -1,49 +1,117 @@
-"""The one loop that owns a runner's txids: plan a chunk, run it on Spark, commit in order.
+"""The one loop that owns a runner's txids: plan a chunk, run it on the engine, commit in order.
 
 Spark's ``MicroBatchExecution`` in Trident's terms. For each txid asked for (ascending):
 a txid committed before yields its recorded outcome; otherwise the spouts' coordinators emit
-its ranges, consecutive txids that can share one Spark job form a chunk
-(:mod:`~trident_assets.spark.chunks`, up to ``max_spout_pending``), the chunk's job runs in a
-one-worker pool while the next chunk is planned behind it, and the chunk's txids commit one
-by one, in order, through the runner's one commit function
-(:meth:`~trident_assets.spark.executor.TopologyRunner.commit_run`). A txid that must run alone
-(its topology reads state its batch leaves behind) is a chunk of its own.
+its ranges, consecutive txids that can share one engine job form a chunk
+(:mod:`~trident_assets.runtime.chunks`, up to ``max_spout_pending``), the chunk's job runs in
+a one-worker pool while the next chunk is planned behind it, and the chunk's txids commit one
+by one, in order, through the runner's one commit function. A txid that must run alone (its
+topology reads state its batch leaves behind) is a chunk of its own.
+
+The loop knows no engine: an :class:`Execution` (Spark's is
+:class:`~trident_assets.spark.execution.SparkExecution`) builds a chunk's work, runs a txid
+alone, commits one txid of a chunk and releases what a chunk left behind.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trident_assets.core.commit import decide_commit
+from trident_assets.runtime.chunks import Chunk, chunk_limit, extend_chunk, settle
 from trident_assets.runtime.outcomes import BatchOutcome, Prepared
-from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.chunks import Chunk, chunk_limit, extend_chunk, settle
-from trident_assets.spark.codegen_conf import codegen_conf
-from trident_assets.spark.pipelined import PipelinedRun
-from trident_assets.spark.scoped_conf import scoped_conf
-from trident_assets.spark.spilled import drop_spilled
-from trident_assets.spouts.ranges import BatchPlan
 
-__all__ = ["TxidLoop"]
+if TYPE_CHECKING:
+    from trident_assets.spouts.coordinator import BatchCoordinator
+    from trident_assets.spouts.ranges import BatchPlan
+    from trident_assets.stream.topology import TridentTopology
+
+__all__ = ["Batches", "Execution", "LoopRunner", "PlannedChunk", "TxidLoop"]
+
+Batches = list[tuple[int, dict[str, "BatchPlan"]]]
+"""A chunk's txids with their spouts' plans, ascending."""
+
+
+class LoopRunner(Protocol):
+    """What the loop needs of its runner (a ``TopologyRunner``)."""
+
+    scope: str
+    topology: TridentTopology
+    max_spout_pending: int
+    pipelinable: bool
+    """Whether the topology's txids may share a job at all (:func:`~.planner.pipelinable`)."""
+
+    def ensure_built(self) -> None:
+        """Build the states still to be built from the log (before the first txid)."""
+
+    def last_committed(self) -> int | None:
+        """The topology's last committed txid."""
+
+    def committed_plans(self, txid: int) -> dict[str, BatchPlan]:
+        """The ranges committed ``txid`` read, per spout."""
+
+    def coordinators(self) -> dict[str, BatchCoordinator]:
+        """The spouts' batch coordinators."""
+
+    def fault(self, point: str) -> None:
+        """Called at the named points (the chaos tests kill the process there)."""
+
+
+@dataclass(frozen=True)
+class PlannedChunk:
+    """A chunk's engine work, built on the loop's thread."""
+
+    work: Callable[[], dict[int, Prepared]]
+    """The engine job: each txid's prepared batch (touches only the engine: any thread)."""
+    base: Any
+    """What the engine keeps of the chunk until it is released."""
+    event_tops: dict[str, int | None]
+    """Per event-time window: an upper bound of its largest event time after the chunk."""
+
+
+class Execution(Protocol):
+    """How an engine runs the loop's txids."""
+
+    def plan_chunk(self, batches: Batches, event_tops: dict[str, int | None]) -> PlannedChunk:
+        """Build ``batches``' work (DataFrames, jobs) here; do not run it."""
+
+    def run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
+        """Run one txid by itself and commit it."""
+
+    def commit(
+        self,
+        chunk: Chunk,
+        txid: int,
+        plans: dict[str, BatchPlan],
+        prepared: Prepared,
+        timings: dict[str, float],
+    ) -> BatchOutcome:
+        """Commit one txid of ``chunk`` from its prepared batch (``timings``: its share)."""
+
+    def release(self, chunk: Chunk) -> None:
+        """Drop what ``chunk``'s job left behind (e.g. spilled partials)."""
 
 
 class TxidLoop:
-    """The txid loop of one runner (a :class:`~trident_assets.spark.executor.TopologyRunner`)."""
+    """The txid loop of one runner, on one engine."""
 
-    def __init__(self, runner: Any) -> None:
-        """Loop over ``runner``'s txids: its topology, coordinators, Spark and commits."""
+    def __init__(self, runner: LoopRunner, execution: Execution) -> None:
+        """Loop over ``runner``'s txids, running them on ``execution``."""
         self.runner = runner
+        self.execution = execution
 
     def run(self, ordered: list[int]) -> Iterator[BatchOutcome]:
         """Process and commit ``ordered`` (ascending txids) exactly once each, in order.
 
-        Consecutive txids share one Spark job, up to ``max_spout_pending``, where the
+        Consecutive txids share one engine job, up to ``max_spout_pending``, where the
         topology allows; each commits alone, in order, and is yielded once it has.
         """
         self.runner.ensure_built()
+        release = self.execution.release
         i = 0
         ahead: Chunk | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-spark") as pool:
@@ -66,18 +134,18 @@ class TxidLoop:
                         emit_s = time.perf_counter() - started
                         self.runner.fault("after_emit")
                         if not pipelined:
-                            yield self._run_alone(*batches[0], emit_s)
+                            yield self.execution.run_alone(*batches[0], emit_s)
                             i += 1
                             continue
                         chunk = self._start(pool, batches, emit_s)
                     # plan the next chunk while this one's job runs: queued behind it in the
-                    # one-worker pool, it starts the moment this job ends, so Spark never idles
-                    # while the driver plans or this chunk commits
+                    # one-worker pool, it starts the moment this job ends, so the engine never
+                    # idles while the driver plans or this chunk commits
                     ahead = self._start_next(pool, chunk, ordered, i + len(chunk.batches))
                     try:
                         prepared = chunk.future.result()
                     except BaseException:
-                        drop_spilled(chunk.base.spilled)
+                        release(chunk)
                         raise
                     spark_s = (chunk.plan_s + time.perf_counter() - chunk.t_spark) / len(
                         chunk.batches
@@ -86,14 +154,14 @@ class TxidLoop:
                         yield outcome
                         i += 1
                         if not outcome.applied:  # another attempt committed it: re-plan
-                            settle(ahead)
+                            settle(ahead, release)
                             ahead = None
                             break
             finally:
-                settle(ahead)
+                settle(ahead, release)
 
-    def emit(self, txid: int, limit: int) -> tuple[list[tuple[int, dict[str, BatchPlan]]], bool]:
-        """Plan a chunk from ``txid``: up to ``limit`` txids that can share one Spark job.
+    def emit(self, txid: int, limit: int) -> tuple[Batches, bool]:
+        """Plan a chunk from ``txid``: up to ``limit`` txids that can share one engine job.
 
         Returns the chunk and True, or ``[(txid, plans)]`` and False when ``txid`` must run
         alone (the one-batch path).
@@ -108,27 +176,27 @@ class TxidLoop:
     def _start(
         self,
         pool: ThreadPoolExecutor,
-        batches: list[tuple[int, dict[str, BatchPlan]]],
+        batches: Batches,
         emit_s: float,
         event_tops: dict[str, int | None] | None = None,
     ) -> Chunk:
-        """Build the chunk's DataFrames here, run its Spark jobs in ``pool``.
+        """Build the chunk's work here, run its engine job in ``pool``.
 
         ``event_tops``: the chunk in flight before it's (:attr:`Chunk.event_tops`).
 
         The chunk's ``t_spark`` is when its job starts in the pool (it may queue behind the
-        previous chunk's), ``plan_s`` what building its DataFrames took here.
+        previous chunk's), ``plan_s`` what building its work took here.
         """
         t_plan = time.perf_counter()
-        base = BatchRun(self.runner, *batches[0])
-        prun = PipelinedRun(self.runner, batches, base, event_tops)
-        work = prun.plan()
+        planned = self.execution.plan_chunk(batches, dict(event_tops or {}))
         now = time.perf_counter()
-        chunk = Chunk(batches, emit_s, base, Future(), now, now - t_plan, prun.event_tops)
+        chunk = Chunk(
+            batches, emit_s, planned.base, Future(), now, now - t_plan, planned.event_tops
+        )
 
         def run() -> dict[int, Prepared]:
             chunk.t_spark = time.perf_counter()
-            return work()
+            return planned.work()
 
         chunk.future = pool.submit(run)
         return chunk
@@ -140,7 +208,8 @@ class TxidLoop:
 
         Trident keeps batches in flight while earlier ones commit; the next chunk's plans
         continue from ``chunk``'s last plans (nothing in them waits for ``chunk``'s job or
-        commits), and its Spark work queues right behind ``chunk``'s, overlapping its commits.
+        commits), and its engine work queues right behind ``chunk``'s, overlapping its
+        commits.
         """
         last_txid, last_plans = chunk.batches[-1]
         if j >= len(ordered) or ordered[j] != last_txid + 1:
@@ -162,21 +231,6 @@ class TxidLoop:
         self.runner.fault("after_emit")
         return self._start(pool, batches, emit_s, chunk.event_tops)
 
-    def _run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
-        """The one-batch path: run every stream on Spark, then commit."""
-        t_spark = time.perf_counter()
-        records = sum(plan.record_count for plan in plans.values())
-        with scoped_conf(
-            self.runner.spark, codegen_conf(self.runner.spark, records)
-        ):  # commit's jobs too
-            run = BatchRun(self.runner, txid, plans, spill=True)
-            try:
-                prepared = run.prepare()
-                spark_s = time.perf_counter() - t_spark
-                return self.runner.commit_run(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
-            finally:
-                drop_spilled(run.spilled)
-
     def _commit_chunk(
         self, chunk: Chunk, prepared: dict[int, Prepared], spark_s: float
     ) -> Iterator[BatchOutcome]:
@@ -184,15 +238,10 @@ class TxidLoop:
         share = len(chunk.batches)
         try:
             for txid, plans in chunk.batches:
-                run = BatchRun(self.runner, txid, plans, spill=True)
-                run.value_types = dict(chunk.base.value_types)
                 timings = {"emit": chunk.emit_s / share, "spark": spark_s}
-                try:
-                    outcome = self.runner.commit_run(run, prepared[txid], timings, share)
-                finally:
-                    drop_spilled(run.spilled)
+                outcome = self.execution.commit(chunk, txid, plans, prepared[txid], timings)
                 yield outcome
                 if not outcome.applied:
                     return
         finally:
-            drop_spilled(chunk.base.spilled)
+            self.execution.release(chunk)

@@ -1,0 +1,77 @@
+"""Spark as the txid loop's engine: a chunk's DataFrames and jobs, a txid alone, a commit.
+
+:class:`SparkExecution` is the :class:`~trident_assets.runtime.txid_loop.Execution` of a
+:class:`~trident_assets.spark.executor.TopologyRunner`: a chunk's work is a
+:class:`~trident_assets.spark.pipelined.PipelinedRun` (its first txid's
+:class:`~trident_assets.spark.batch_run.BatchRun` builds the streams that receive no tuples),
+a txid alone is a :class:`BatchRun`, and every txid commits through the runner's one commit
+function (:meth:`~trident_assets.spark.executor.TopologyRunner.commit_run`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.runtime.txid_loop import Batches, PlannedChunk
+from trident_assets.spark.batch_run import BatchRun
+from trident_assets.spark.codegen_conf import codegen_conf
+from trident_assets.spark.pipelined import PipelinedRun
+from trident_assets.spark.scoped_conf import scoped_conf
+from trident_assets.spark.spilled import drop_spilled
+
+if TYPE_CHECKING:
+    from trident_assets.runtime.chunks import Chunk
+    from trident_assets.runtime.outcomes import BatchOutcome, Prepared
+    from trident_assets.spouts.ranges import BatchPlan
+
+__all__ = ["SparkExecution"]
+
+
+class SparkExecution:
+    """The txid loop's engine for one runner: Spark."""
+
+    def __init__(self, runner: Any) -> None:
+        """Run ``runner``'s txids on its Spark session."""
+        self.runner = runner
+
+    def plan_chunk(self, batches: Batches, event_tops: dict[str, int | None]) -> PlannedChunk:
+        """Build the chunk's DataFrames (this thread: it reads the store); not its jobs."""
+        base = BatchRun(self.runner, *batches[0])
+        run = PipelinedRun(self.runner, batches, base, event_tops)
+        work = run.plan()
+        return PlannedChunk(work, base, run.event_tops)
+
+    def run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
+        """The one-batch path: run every stream on Spark, then commit."""
+        t_spark = time.perf_counter()
+        records = sum(plan.record_count for plan in plans.values())
+        spark = self.runner.spark
+        with scoped_conf(spark, codegen_conf(spark, records)):  # the commit's jobs too
+            run = BatchRun(self.runner, txid, plans, spill=True)
+            try:
+                prepared = run.prepare()
+                spark_s = time.perf_counter() - t_spark
+                return self.runner.commit_run(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
+            finally:
+                drop_spilled(run.spilled)
+
+    def commit(
+        self,
+        chunk: Chunk,
+        txid: int,
+        plans: dict[str, BatchPlan],
+        prepared: Prepared,
+        timings: dict[str, float],
+    ) -> BatchOutcome:
+        """Commit one txid of ``chunk``: its queries typed by the chunk's value types."""
+        run = BatchRun(self.runner, txid, plans, spill=True)
+        run.value_types = dict(chunk.base.value_types)
+        try:
+            return self.runner.commit_run(run, prepared, timings, len(chunk.batches))
+        finally:
+            drop_spilled(run.spilled)
+
+    def release(self, chunk: Chunk) -> None:
+        """Remove the partials ``chunk``'s job spilled."""
+        drop_spilled(chunk.base.spilled)
