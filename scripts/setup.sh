@@ -9,10 +9,13 @@ need=()
 if ! command -v java >/dev/null 2>&1; then need+=(openjdk-17-jre-headless); fi
 # PostgreSQL server binaries (initdb, pg_ctl) for the PostgreSQL state store's tests.
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then need+=(postgresql); fi
+# memcached and Redis (redis-server, redis-cli) for the key-value state's tests.
+if ! command -v memcached >/dev/null 2>&1; then need+=(memcached); fi
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then need+=(redis-server); fi
 if [ "${TRIDENT_WITH_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then need+=(chromium); fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    step "apt-get install ${need[*]} (Java runs Spark; PostgreSQL and chromium serve the tests)"
+    step "apt-get install ${need[*]} (Java runs Spark; PostgreSQL, memcached, Redis and chromium serve the tests)"
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
   else
     echo "Please install: ${need[*]} (Debian/Ubuntu: sudo apt-get install ${need[*]})" >&2

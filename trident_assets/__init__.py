@@ -53,6 +53,7 @@ from trident_assets.errors import (
     FieldNotFoundError,
     HistoryUnavailableError,
     HomeLockedError,
+    KeyValueStoreError,
     LogLockTimeoutError,
     LostCommitsError,
     OutOfOrderCommitError,
@@ -132,6 +133,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
     from trident_assets.stream.batch_join import (
         JoinType,
     )
+    from trident_assets.stream.kv_specs import MemcachedState, RedisClusterState
     from trident_assets.stream.operations import (
         Filter,
         FilterNull,
@@ -188,6 +190,7 @@ _LAZY = {
     "KafkaUpdater": "trident_assets.kafka.sink",
     "KeyValueScheme": "trident_assets.spark.schemes",
     "LogSpout": "trident_assets.spouts.log_spout",
+    "MemcachedState": "trident_assets.stream.kv_specs",
     "MapFunction": "trident_assets.stream.operations",
     "MapGet": "trident_assets.stream.queries",
     "PandasFlatMap": "trident_assets.stream.operations",
@@ -201,6 +204,7 @@ _LAZY = {
     "PyMap": "trident_assets.stream.operations",
     "QueryFunction": "trident_assets.stream.queries",
     "RawScheme": "trident_assets.spark.schemes",
+    "RedisClusterState": "trident_assets.stream.kv_specs",
     "Scheme": "trident_assets.spark.schemes",
     "SinkMode": "trident_assets.kafka.sink",
     "SnapshotGet": "trident_assets.stream.queries",
@@ -236,6 +240,8 @@ __all__ = [
     "GroupedStream",
     "TridentState",
     "StateSpec",
+    "RedisClusterState",
+    "MemcachedState",
     "StateUpdater",
     "ExactlyOnceWarning",
     "JoinType",
@@ -331,6 +337,7 @@ __all__ = [
     "FieldNotFoundError",
     "HistoryUnavailableError",
     "HomeLockedError",
+    "KeyValueStoreError",
     "LogLockTimeoutError",
     "LostCommitsError",
     "OutOfOrderCommitError",

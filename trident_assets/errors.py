@@ -19,6 +19,7 @@ __all__ = [
     "FieldNotFoundError",
     "HistoryUnavailableError",
     "HomeLockedError",
+    "KeyValueStoreError",
     "LogLockTimeoutError",
     "LostCommitsError",
     "OutOfOrderCommitError",
@@ -155,4 +156,13 @@ class UserCodeError(TridentError):
 
     The message names the operation, the user function and the offending input; the batch
     failed and nothing was committed, so it is replayed once the code or the data is fixed.
+    """
+
+
+class KeyValueStoreError(TridentError):
+    """A key-value state's servers refused, lost or did not replicate a batch's writes.
+
+    The message names the state, the server and what to do; the txid did not commit, so it
+    runs again once the servers are fixed (a memcached server that lost its keys cannot be
+    fixed: its state must be built anew).
     """

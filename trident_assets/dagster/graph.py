@@ -20,9 +20,10 @@ from typing import Any
 
 import dagster as dg
 
-from trident_assets.dagster.io_manager import KIND_ROWS, KIND_STATE
+from trident_assets.backends.kv_target import target_of
+from trident_assets.dagster.io_manager import KIND_KV_STATE, KIND_ROWS, KIND_STATE
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
-from trident_assets.stream.state_kinds import state_kind
+from trident_assets.stream.state_kinds import KeyValueKind, state_kind
 from trident_assets.stream.topology import Node, TridentState, TridentTopology
 
 __all__ = ["IO_MANAGER_KEY", "AssetNode", "asset_keys", "topology_graph"]
@@ -46,7 +47,7 @@ class AssetNode:
     @property
     def loadable(self) -> bool:
         """True when the TridentIOManager can load it downstream."""
-        return self.metadata.get("trident/kind") in (KIND_STATE, KIND_ROWS)
+        return self.metadata.get("trident/kind") in (KIND_STATE, KIND_ROWS, KIND_KV_STATE)
 
 
 def is_map_state(state: TridentState) -> bool:
@@ -131,6 +132,13 @@ def topology_graph(topology: TridentTopology) -> dict[str, AssetNode]:
             )
             sources = (keys[f"partials:{state_name}"],)
         meta: dict[str, Any] = {"dagster/table_name": state.table, "trident/table": state.table}
+        if isinstance(state_kind(state.node), KeyValueKind):  # read from its servers
+            meta |= {
+                "trident/kind": KIND_KV_STATE,
+                "trident/kv": target_of(state).to_json(),
+                "trident/key_fields": list(state.group),
+                "trident/value_field": state.value_field,
+            }
         if is_map_state(state):
             meta |= {
                 "trident/kind": KIND_STATE,

@@ -44,6 +44,7 @@ from trident_assets.spouts.config import validate_name
 from trident_assets.stream.fields import as_fields
 
 __all__ = [
+    "KIND_KV_STATE",
     "KIND_ROWS",
     "KIND_STATE",
     "TridentIOManager",
@@ -53,6 +54,8 @@ __all__ = [
 
 KIND_STATE = "state"
 """``trident/kind`` of a map state: loaded as of a txid."""
+KIND_KV_STATE = "kv_state"
+"""``trident/kind`` of a state in a Redis Cluster or memcached: its latest values only."""
 KIND_ROWS = "rows"
 """``trident/kind`` of per-txid rows (outputs, new values, partials)."""
 GLOBAL_KEY_COLUMN = "key"
@@ -134,6 +137,21 @@ def as_arrow(obj: Any, what: str) -> pa.Table:
     raise ConfigError(msg)
 
 
+def _read_kv_state(meta: dict[str, Any], txids: list[int]) -> pa.Table:
+    """A key-value state's latest values (a partitioned input, as of a txid, is refused).
+
+    Raises:
+        KeyValueStoreError: a read as of a txid, or a store that cannot list keys (memcached).
+    """
+    from trident_assets.backends.kv_backing import read_latest, refuse_as_of
+    from trident_assets.backends.kv_target import KeyValueTarget
+
+    target = KeyValueTarget.from_json(str(meta["trident/kv"]))
+    if txids:
+        raise refuse_as_of(target, max(txids))
+    return read_latest(target, list(meta["trident/key_fields"]), str(meta["trident/value_field"]))
+
+
 def _convert(table: pa.Table, wanted: Any) -> Any:
     """``table`` as the type a downstream input is annotated with."""
     if wanted is pa.Table:
@@ -213,6 +231,9 @@ class TridentIOManager(dg.ConfigurableIOManager):
 
             window = context.asset_partitions_time_window
             table = read_published_finals(self.replica, meta, window)
+            return _convert(table, context.dagster_type.typing_type)
+        if kind == KIND_KV_STATE:  # a key-value state: the latest values, from its servers
+            table = _read_kv_state(meta, self._input_txids(context))
             return _convert(table, context.dagster_type.typing_type)
         if kind not in (KIND_STATE, KIND_ROWS):
             msg = (

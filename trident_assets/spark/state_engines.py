@@ -18,6 +18,7 @@ from trident_assets.backends.window_store import last_watermark_us
 from trident_assets.spark.event_window_chunks import WindowSlice
 from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.event_windows import window_input
+from trident_assets.spark.kv_state import apply_kv_state, kv_input
 from trident_assets.spark.single_join import apply_join_state, join_batch_table
 from trident_assets.spark.state_apply import (
     apply_map_state,
@@ -28,6 +29,7 @@ from trident_assets.spark.state_apply import (
 from trident_assets.spark.trident_windows import apply_window_state, window_batch_table
 from trident_assets.stream.state_kinds import (
     EVENT_WINDOW,
+    KEY_VALUE,
     SINGLE_JOIN,
     TRIDENT_WINDOW,
     Combiner,
@@ -68,6 +70,7 @@ ENGINES: dict[str, StateEngine] = {
     SINGLE_JOIN: StateEngine(join_batch_table, apply_join_state),
     TRIDENT_WINDOW: StateEngine(window_batch_table, apply_window_state),
     EVENT_WINDOW: StateEngine(window_input, _apply_event_window),  # type: ignore[arg-type]
+    KEY_VALUE: StateEngine(kv_input, apply_kv_state),
 }
 """The engine of each state kind, by the kind's name."""
 

@@ -17,12 +17,13 @@ from trident_assets.backends.map_layout import sql_to_arrow
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.user_code import retrieve_batch
 from trident_assets.spark.arrow_transfer import to_spark
+from trident_assets.spark.kv_state import close_kv_map
 from trident_assets.spark.state_apply import read_state
 from trident_assets.spark.stream_ops import static_query
 from trident_assets.spark.tuple_collection import all_tuples_query
 from trident_assets.stream.graph import PersistedState
 from trident_assets.stream.queries import MapGet, SnapshotGet, TupleCollectionGet
-from trident_assets.stream.state_kinds import Updater, state_kind
+from trident_assets.stream.state_kinds import KeyValueKind, Updater, state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -73,7 +74,10 @@ def query_frame(run: BatchContext, parent: Any, a: dict[str, Any]) -> Any:
             else read_state(store, state)
         )
         args = [tuple(row.values()) for row in keys.to_pylist()]
-        results = retrieve_batch(a["label"], a["query"], read, args)
+        try:
+            results = retrieve_batch(a["label"], a["query"], read, args)
+        finally:
+            close_kv_map(read)
         column = pa.array(results)
         known = value_type(run, state)
         if pa.types.is_null(column.type) and known is not None:
@@ -104,9 +108,13 @@ def null_column(run: BatchContext, state: TridentState) -> Any:
 
 def read_global(store: StateStore, state: TridentState) -> Any:
     """The committed value of a global (ungrouped) state, None before its first batch."""
-    if store.layout(state.table) is None:
+    if not isinstance(state_kind(state.node), KeyValueKind) and store.layout(state.table) is None:
         return None
-    return read_state(store, state).multi_get([GLOBAL_KEY])[0]
+    read = read_state(store, state)
+    try:
+        return read.multi_get([GLOBAL_KEY])[0]
+    finally:
+        close_kv_map(read)
 
 
 def bulk_lookup(

@@ -22,6 +22,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.kv_specs import KeyValueStateSpec
 from trident_assets.stream.state_kinds import EVENT_WINDOW
 from trident_assets.stream.streams import TridentState
 
@@ -115,6 +116,12 @@ def declare_window_aggregate(
         raise ConfigError(msg)
     if not isinstance(spec, StateSpec):
         msg = f"window_aggregate needs spec=StateSpec(...), got {spec!r}"
+        raise ConfigError(msg)
+    if isinstance(spec, KeyValueStateSpec):
+        msg = (
+            f"{spec.store} state {spec.name!r}: window_aggregate keeps its state in the topology's "
+            "store; give it a StateSpec (key-value stores hold persistent_aggregate states)"
+        )
         raise ConfigError(msg)
     require_fields((window.time_field,), stream.fields, "window_aggregate time_field")
     if not isinstance(agg, CombinerAggregator):

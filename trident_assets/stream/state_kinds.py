@@ -12,6 +12,8 @@ kind               declared by
 ``single_join``    ``single_join`` (pending halves, expired after a timeout)
 ``trident_window`` ``window`` (Trident's count and duration windows)
 ``event_window``   ``window_aggregate`` (event-time windows with a watermark)
+``key_value``      ``persistent_aggregate`` into a ``RedisClusterState`` or
+                   ``MemcachedState`` (values updated on the executors)
 =================  ==============================================================
 
 A kind answers the capability questions the runtime asks (is it a map of keys to one value,
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator, is_sql_combiner
+from trident_assets.stream.kv_specs import KeyValueStateSpec
 
 if TYPE_CHECKING:
     from trident_assets.stream.graph import Node
@@ -35,6 +38,8 @@ __all__ = [
     "TRIDENT_WINDOW",
     "Combiner",
     "EventWindowKind",
+    "KEY_VALUE",
+    "KeyValueKind",
     "Reducer",
     "SingleJoinKind",
     "StateKind",
@@ -49,6 +54,8 @@ SINGLE_JOIN = "single_join"
 """Node argument (and node kind) of a single join's state."""
 TRIDENT_WINDOW = "trident_window"
 """Node argument (and node kind) of a Trident window state."""
+KEY_VALUE = "key_value"
+"""Kind name of a state kept in a key-value cluster (its spec is a ``KeyValueStateSpec``)."""
 
 
 class StateKind:
@@ -146,6 +153,21 @@ class EventWindowKind(StateKind):
     )
 
 
+class KeyValueKind(StateKind):
+    """``persistent_aggregate`` into a Redis Cluster or memcached: updated on the executors.
+
+    Not a map state of the store (no as-of reads, rebuild or replica), never pipelined
+    (each txid's reads and writes reach the servers in txid order, one Spark job per txid)
+    and never spilled (the executors write the servers, not files).
+    """
+
+    name = KEY_VALUE
+    log_refusal = (
+        "it is kept in a key-value store: building it from the log is not supported "
+        "(declare it before the topology's first txid)"
+    )
+
+
 KINDS: dict[str, type[StateKind]] = {
     SINGLE_JOIN: SingleJoinKind,
     TRIDENT_WINDOW: TridentWindowKind,
@@ -165,6 +187,8 @@ def state_kind(node: Node) -> StateKind:
     for marker, kind in KINDS.items():
         if marker in node.args:
             return kind(node)
+    if isinstance(node.args.get("spec"), KeyValueStateSpec):
+        return KeyValueKind(node)
     agg = node.args.get("agg")
     if isinstance(agg, CombinerAggregator):
         return Combiner(node)

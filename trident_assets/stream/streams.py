@@ -19,10 +19,11 @@ from trident_assets.stream.chained import ChainedAggregatorDeclarer
 from trident_assets.stream.comparison import Comparator, declare_comparison
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec, StateUpdater
+from trident_assets.stream.kv_specs import KeyValueStateSpec
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
 from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
-from trident_assets.stream.state_kinds import Updater, state_kind
+from trident_assets.stream.state_kinds import KeyValueKind, Updater, state_kind
 from trident_assets.stream.trident_windows import window_node
 
 if TYPE_CHECKING:
@@ -526,6 +527,13 @@ class GroupedStream:
                 f"persistent_aggregate needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
             )
             raise ConfigError(msg)
+        if isinstance(spec, KeyValueStateSpec) and not isinstance(agg, CombinerAggregator):
+            msg = (
+                f"{spec.store} state {spec.name!r} takes a combiner aggregator (Count, Sum, "
+                f"Min, Max or your CombinerAggregator), got {type(agg).__name__}; keep a "
+                "reducer's state in the topology's store (StateSpec.opaque(...))"
+            )
+            raise ConfigError(msg)
         topo = self.stream.topology
         topo.check_exactly_once(spec, self.stream.node)
         node = Node(
@@ -605,7 +613,17 @@ class TridentState:
         return f"{self.table}__partials"
 
     def new_values_stream(self) -> Stream:
-        """The (key..., new value) tuples each batch produced."""
+        """The (key..., new value) tuples each batch produced.
+
+        Raises:
+            ConfigError: the state is kept in a key-value store (its new values stay there).
+        """
+        if isinstance(self.spec, KeyValueStateSpec):
+            msg = (
+                f"{self.spec.store} state {self.spec.name!r} has no new values stream: its "
+                "values are written by the executors and never come to the driver"
+            )
+            raise ConfigError(msg)
         return Stream(self.topology, Node("new_values", self.node.fields, (), {"state": self}))
 
     def contract(self) -> StateContract:
@@ -615,7 +633,8 @@ class TridentState:
         ``output_type`` when it sets one. ``first_txid`` is 1 (a declaration covers history).
         """
         declared = state_kind(self.node)
-        agg = self.node.args["agg"] if declared.map_state else None
+        keeps_agg = declared.map_state or isinstance(declared, KeyValueKind)
+        agg = self.node.args["agg"] if keeps_agg else None
         if agg is not None:
             subject, kind = agg, "aggregator"
         elif isinstance(declared, Updater):
@@ -647,6 +666,13 @@ def _require_spec(spec: object, operation: str) -> None:
         msg = (
             f"{operation} needs a StateSpec as its state, got {spec!r}; "
             "e.g. StateSpec.opaque('counts')"
+        )
+        raise ConfigError(msg)
+    if isinstance(spec, KeyValueStateSpec) and operation != "persistent_aggregate":
+        msg = (
+            f"{spec.store} state {spec.name!r}: {operation} cannot keep its state in a "
+            "key-value store; use it with persistent_aggregate, or give "
+            f"{operation} a StateSpec"
         )
         raise ConfigError(msg)
 

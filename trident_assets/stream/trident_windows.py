@@ -19,6 +19,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
 from trident_assets.stream.fields import as_fields, require_fields
 from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.kv_specs import KeyValueStateSpec
 from trident_assets.stream.state_kinds import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
@@ -70,6 +71,12 @@ def window_node(
         spec = StateSpec.opaque(spec)
     if not isinstance(spec, StateSpec):
         msg = f"a window needs a StateSpec or a name for its store, got {spec!r}"
+        raise ConfigError(msg)
+    if isinstance(spec, KeyValueStateSpec):
+        msg = (
+            f"{spec.store} state {spec.name!r}: a window keeps its state in the topology's "
+            "store; give it a StateSpec (key-value stores hold persistent_aggregate states)"
+        )
         raise ConfigError(msg)
     name = spec.name
     if not isinstance(config, WindowConfig):

@@ -1,0 +1,243 @@
+"""The engine of a state kept in a Redis Cluster or memcached: updated where the data is.
+
+The batch input (:func:`kv_input`) is the batch's per-key partials as a Spark DataFrame,
+never collected. The apply (:func:`apply_kv_state`, inside the txid's commit transaction of
+the topology's store) runs one Spark job in which each partition reads its own keys
+(``multi_get``), applies the txid rules of :mod:`trident_assets.core.maps` (an opaque key
+stored at this txid is recomputed from ``prev``; a transactional one is skipped) and writes
+them back (``multi_put``; Redis waits for a replica), returning only its counts. The commit
+marker moves after the job succeeded in every partition, in the same
+:func:`~trident_assets.runtime.commit.commit_txid` as any other state: a txid that failed
+after some partitions wrote runs again and recomputes exactly (Trident's coordinator commits
+after the state updates the same way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from trident_assets.backends.kv_backing import open_backing, read_latest, refuse_as_of
+from trident_assets.backends.kv_target import MEMCACHED, KeyValueTarget, target_of
+from trident_assets.backends.memcached_map import MemcachedBackingMap, check_sentinels
+from trident_assets.backends.redis_cluster_map import RedisClusterBackingMap
+from trident_assets.core.aggregators import apply_combiner
+from trident_assets.core.caching import GLOBAL_KEY
+from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
+from trident_assets.core.user_code import guard
+from trident_assets.core.values import StateType
+from trident_assets.errors import (
+    KeyValueStoreError,
+    StaleTxidError,
+    StateLayoutError,
+    TridentError,
+)
+from trident_assets.runtime.outcomes import Applied, StateOutcome
+from trident_assets.spark.aggregation import combine_partials, skips_nulls
+from trident_assets.spark.user_errors import user_code_errors
+
+if TYPE_CHECKING:
+    from trident_assets.core.protocols import Key
+    from trident_assets.runtime.context import BatchContext
+    from trident_assets.stream.streams import TridentState
+
+__all__ = [
+    "COUNTS_SCHEMA",
+    "apply_kv_state",
+    "apply_partition",
+    "close_kv_map",
+    "kv_input",
+    "kv_map",
+    "kv_target",
+    "read_kv_state",
+    "store_errors",
+]
+
+COUNTS_SCHEMA = "written long, skipped long"
+"""What each partition returns: keys written, keys skipped (a transactional replay)."""
+
+_MAPS: dict[StateType, Any] = {
+    StateType.OPAQUE: OpaqueMap,
+    StateType.TRANSACTIONAL: TransactionalMap,
+    StateType.NON_TRANSACTIONAL: NonTransactionalMap,
+}
+
+
+def kv_target(state: TridentState) -> KeyValueTarget:
+    """Where ``state`` (declared with a ``KeyValueStateSpec``) keeps its values."""
+    return target_of(state)
+
+
+def kv_map(state: TridentState) -> Any:
+    """The state's MapState (opaque, transactional or not) over its servers, for reads.
+
+    Read outside any batch, a value is its ``curr``; :func:`close_kv_map` closes its
+    connections.
+    """
+    return _MAPS[state.spec.state_type](open_backing(kv_target(state)))
+
+
+def close_kv_map(mstate: Any) -> None:
+    """Close the servers' connections of a map :func:`kv_map` opened (other maps: nothing)."""
+    backing = getattr(mstate, "backing", None)
+    backing = getattr(backing, "delegate", backing)
+    if isinstance(backing, RedisClusterBackingMap | MemcachedBackingMap):
+        backing.close()
+
+
+def read_kv_state(state: TridentState, as_of: int | None = None) -> pa.Table:
+    """Every key of ``state`` with its latest value (the group fields + the value field).
+
+    Raises:
+        KeyValueStoreError: ``as_of`` is given (the servers keep no history), or the store
+            cannot list its keys (memcached).
+    """
+    target = kv_target(state)
+    if as_of is not None:
+        raise refuse_as_of(target, as_of)
+    return read_latest(target, list(state.group), str(state.value_field))
+
+
+def kv_input(run: BatchContext, state: TridentState) -> Any:
+    """The batch's per-key partials, a Spark DataFrame left on the executors.
+
+    Grouped Sum/Min/Max groups whose values were all null have no partial (their key is not
+    touched); a global state's one row is keyed by the global key.
+    """
+    from pyspark.sql import functions as F
+
+    a = state.node.args
+    agg = guard(a["agg"], state.node.label)
+    group, out = a["group"], a["output"]
+    parent = run.frame(state.node.parents[0])
+    partials = combine_partials(parent, group, a["inputs"][0], agg, out)
+    if group and skips_nulls(agg):
+        partials = partials.where(F.col(out).isNotNull())
+    return partials
+
+
+class _Counted:
+    """Delegates to a backing map and counts the keys written."""
+
+    def __init__(self, delegate: Any) -> None:
+        self.delegate = delegate
+        self.written = 0
+
+    def multi_get(self, keys: list[Key]) -> list[Any]:
+        return self.delegate.multi_get(keys)
+
+    def multi_put(self, keys: list[Key], values: list[Any]) -> None:
+        self.delegate.multi_put(keys, values)
+        self.written += len(keys)
+
+
+def apply_partition(
+    target: KeyValueTarget,
+    agg: Any,
+    group: tuple[str, ...],
+    output: str,
+    txid: int,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Apply one partition's partials to its keys on the servers; yield its counts.
+
+    Each Arrow batch is one ``multi_get`` and at most one ``multi_put`` through the state's
+    map (:mod:`trident_assets.core.maps`). A partition's keys are distinct (the partials
+    are grouped), so no key is written twice.
+    """
+    backing = _Counted(open_backing(target))
+    state = _MAPS[target.state_type](backing)
+    seen = 0
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if group:
+                columns = [batch.column(c).to_pylist() for c in group]
+                keys: list[Key] = list(zip(*columns, strict=True))
+            else:
+                keys = [GLOBAL_KEY] * batch.num_rows
+            state.begin_commit(txid)
+            apply_combiner(state, agg, keys, batch.column(output).to_pylist())
+            state.commit(txid)
+            seen += batch.num_rows
+    finally:
+        backing.delegate.close()
+    yield pa.record_batch(
+        [pa.array([backing.written], pa.int64()), pa.array([seen - backing.written], pa.int64())],
+        names=["written", "skipped"],
+    )
+
+
+_WORKER_ERROR = re.compile(
+    r"trident_assets\.errors\.(KeyValueStoreError|StateLayoutError|StaleTxidError): (.+)"
+)
+_ERRORS: dict[str, type[TridentError]] = {
+    "KeyValueStoreError": KeyValueStoreError,
+    "StateLayoutError": StateLayoutError,
+    "StaleTxidError": StaleTxidError,
+}
+
+
+@contextlib.contextmanager
+def store_errors() -> Iterator[None]:
+    """Re-raise a partition's store error (a server refusing, a stale txid) as what it was.
+
+    Spark wraps an executor's exception in its own; the batch failed and nothing of it was
+    committed either way. The error is raised alone (Spark's trace goes to the
+    ``trident_assets.spark`` logger at DEBUG).
+    """
+    try:
+        yield
+    except TridentError:
+        raise
+    except Exception as exc:
+        found = _WORKER_ERROR.findall(str(exc))
+        if not found:
+            raise
+        name, message = found[-1]
+        logging.getLogger("trident_assets.spark").debug("a key-value partition failed: %s", exc)
+        raise _ERRORS[name](message) from None
+
+
+def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> Applied:
+    """Apply the batch's partials on the executors; the driver only sums their counts.
+
+    Runs inside the txid's commit transaction: the marker moves once every partition has
+    written (a failed partition fails the txid, and its re-run recomputes exactly).
+
+    Raises:
+        KeyValueStoreError: a server is unreachable, lost the state's keys (memcached) or
+            did not replicate the writes (Redis); the txid is not committed.
+    """
+    from pyspark.sql import functions as F
+
+    target = kv_target(state)
+    if target.store == MEMCACHED:
+        first = run.runner.store.last_committed(state.topology.name) is None
+        check_sentinels(target, first)
+    a = state.node.args
+    job = partial(
+        apply_partition,
+        target,
+        guard(a["agg"], state.node.label),
+        a["group"],
+        a["output"],
+        run.txid,
+    )
+    counts = partials.mapInArrow(job, COUNTS_SCHEMA).agg(
+        F.coalesce(F.sum("written"), F.lit(0)).alias("written"),
+        F.coalesce(F.sum("skipped"), F.lit(0)).alias("skipped"),
+    )
+    with user_code_errors(), store_errors():
+        written, skipped = counts.collect()[0]
+    keys_in = int(written) + int(skipped)
+    # (the servers are not asked how many keys the state holds: its size is reported as 0)
+    outcome = StateOutcome(state.spec.name, state.table, keys_in, int(written), int(skipped), 0)
+    return Applied(outcome)

@@ -1,0 +1,422 @@
+"""States in a Redis Cluster and in memcached, updated on the Spark executors, exactly once.
+
+One 3-master Redis Cluster (1 replica each) and 3 memcached servers for the module, on free
+127.0.0.1 ports under tmp; each test uses its own topology name (so its own key prefix).
+Counts are checked against the log read directly (the ground truth). The tests that kill a
+Redis master or restart a memcached server come last (or use servers of their own).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+from dagster._core.types.dagster_type import resolve_dagster_type
+
+import trident_assets as ta
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.dagster.graph import topology_graph
+from trident_assets.errors import ConfigError, KeyValueStoreError
+from trident_assets.examples.word_count import SENTENCES
+from trident_assets.log.store import PartitionedLog
+from trident_assets.planner import pipelinable, recomputable
+from trident_assets.runtime.backfill_plans import replay_refusal
+from trident_assets.spark.executor import TopologyRunner
+from trident_assets.spark.kv_state import close_kv_map, read_kv_state
+from trident_assets.spark.spilled import spillable
+from trident_assets.spark.state_apply import read_state
+from trident_assets.spouts.config import SpoutKind
+from trident_assets.stream.state_kinds import KeyValueKind, state_kind
+from trident_assets.stream.topology import TridentTopology
+from trident_assets_tests.kv_servers import MemcachedServers, RedisClusterServers, servers_installed
+
+pytestmark = pytest.mark.skipif(
+    not servers_installed(), reason="needs memcached and redis-server (scripts/setup.sh)"
+)
+
+MORE = (
+    "the quick brown fox jumps over the lazy dog",
+    "a stitch in time saves nine",
+    "the early bird catches the worm",
+)
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
+    cluster = RedisClusterServers(tmp_path_factory.mktemp("redis"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def memcached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemcachedServers]:
+    servers = MemcachedServers(tmp_path_factory.mktemp("memcached"))
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture(params=["redis", "memcached"])
+def servers(request: pytest.FixtureRequest) -> tuple[str, list[str]]:
+    """``(store, servers)`` of each kind (the module's servers)."""
+    if request.param == "redis":
+        return "redis", request.getfixturevalue("redis_cluster").servers
+    return "memcached", request.getfixturevalue("memcached").servers
+
+
+def _spec(store: str, state_type: str, servers: Sequence[str]) -> Any:
+    cls = ta.RedisClusterState if store == "redis" else ta.MemcachedState
+    return getattr(cls, state_type)("word_counts", servers)
+
+
+def _topology(
+    name: str, spec: Any, kind: SpoutKind = SpoutKind.OPAQUE, batch: int = 2
+) -> TridentTopology:
+    topo = ta.TridentTopology(name)
+    config = ta.SpoutConfig(kind=kind, max_batch_size=batch)
+    counts = (
+        topo.new_stream("sentences", ta.LogSpout("sentences", ta.StringScheme("sentence"), config))
+        .each("sentence", ta.Split(), "word")
+        .group_by("word")
+        .persistent_aggregate(spec, "word", ta.Count(), "count")
+    )
+    queries = ta.LogSpout("word_queries", ta.StringScheme("args"), config)
+    (
+        topo.new_stream("queries", queries)
+        .each("args", ta.Split(), "word")
+        .group_by("word")
+        .state_query(counts, "word", ta.MapGet(), "count")
+        .each("count", ta.FilterNull())
+        .aggregate("count", ta.Sum(), "sum")
+        .as_output("words")
+    )
+    return topo
+
+
+def _log(root: Path, sentences: Sequence[str] = SENTENCES) -> PartitionedLog:
+    log = PartitionedLog(root / "log")
+    log.create_topic("sentences", 2)
+    log.create_topic("word_queries", 1)
+    _send(log, sentences)
+    return log
+
+
+def _send(log: PartitionedLog, values: Sequence[str], topic: str = "sentences") -> None:
+    producer = log.producer(topic, partitioner="round_robin")
+    for v in values:
+        producer.send(v.encode())
+    producer.flush()
+
+
+def _truth(log: PartitionedLog) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for p in range(log.partitions("sentences")):
+        end = log.latest_offset("sentences", p)
+        for value in log.read("sentences", p, 0, end - 1).column("value").to_pylist():
+            counts.update(w for w in value.decode().split(" ") if w)
+    return dict(counts)
+
+
+def _counts(topo: TridentTopology, words: Sequence[str]) -> dict[str, int]:
+    """The state's values of ``words`` (and of a word never sent), read from the servers."""
+    state = topo.states["word_counts"]
+    mstate = read_state(None, state)  # type: ignore[arg-type]
+    try:
+        keys = [(w,) for w in [*words, "never-sent"]]
+        found = mstate.multi_get(keys)
+    finally:
+        close_kv_map(mstate)
+    return {k[0]: v for k, v in zip(keys, found, strict=True) if v is not None}
+
+
+def _drain(runner: TopologyRunner) -> int:
+    while runner.backlog() > 0:
+        last = runner.last_committed() or 0
+        assert runner.run_batch(last + 1).applied
+    return runner.last_committed() or 0
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def _crash_at(point: str) -> Any:
+    def fault(where: str) -> None:
+        if where == point:
+            raise _Crash(where)
+
+    return fault
+
+
+# -- the word count, several txids ----------------------------------------------------------
+
+
+def test_word_count_is_exact_and_a_committed_replay_changes_nothing(
+    spark: Any, tmp_path: Path, servers: tuple[str, list[str]]
+) -> None:
+    store_kind, addresses = servers
+    log = _log(tmp_path)
+    truth = _truth(log)
+    topo = _topology(f"wc_exact_{store_kind}", _spec(store_kind, "opaque", addresses))
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log)
+        first = runner.run_batch(1)
+        assert first.states["word_counts"].keys_in == first.states["word_counts"].keys_updated
+        assert first.states["word_counts"].keys_skipped == 0
+        assert _drain(runner) == 3  # 5 sentences, 2 per txid
+        assert _counts(topo, list(truth)) == truth
+        replay = runner.run_batch(2)
+        assert not replay.applied
+        assert _counts(topo, list(truth)) == truth
+        assert store.last_committed(topo.name) == 3
+        # the query stream reads the state as committed before its batch
+        _send(log, ["the cow", "moon nothing"], topic="word_queries")
+        assert runner.run_batch(4).applied
+        rows = store.fetch_rows(f'SELECT sum FROM "{topo.output_table("words")}" WHERE txid = 4')
+        assert rows == [(truth["the"] + truth["cow"] + truth["moon"],)]
+
+
+def test_non_transactional_state_counts_a_rerun_twice(
+    spark: Any, tmp_path: Path, memcached: MemcachedServers
+) -> None:
+    """At-least-once, as declared: a txid re-run after its writes counts again."""
+    log = _log(tmp_path, SENTENCES[:1])
+    with pytest.warns(ta.ExactlyOnceWarning, match="counts replays twice"):
+        topo = _topology("wc_nontx", _spec("memcached", "non_transactional", memcached.servers))
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        crashing = TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write"))
+        with pytest.raises(_Crash):
+            crashing.run_batch(1)
+        assert TopologyRunner(topo, spark, store, log).run_batch(1).applied
+    assert _counts(topo, ["the", "cow"]) == {"the": 4, "cow": 2}
+
+
+# -- killed between the executors' writes and the commit marker ---------------------------------
+
+
+@pytest.mark.parametrize("state_type", ["opaque", "transactional"])
+def test_killed_after_executor_writes_then_rerun_is_exact(
+    spark: Any, tmp_path: Path, servers: tuple[str, list[str]], state_type: str
+) -> None:
+    store_kind, addresses = servers
+    log = _log(tmp_path)
+    kind = SpoutKind.OPAQUE if state_type == "opaque" else SpoutKind.TRANSACTIONAL
+    topo = _topology(
+        f"wc_crash_{store_kind}_{state_type}", _spec(store_kind, state_type, addresses), kind
+    )
+    truth = _truth(log)
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log)
+        assert runner.run_batch(1).applied
+        crashing = TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write"))
+        with pytest.raises(_Crash):
+            crashing.run_batch(2)
+        assert store.last_committed(topo.name) == 1  # the servers hold txid 2's writes
+        rerun = runner.run_batch(2)
+        assert rerun.applied
+        outcome = rerun.states["word_counts"]
+        if state_type == "transactional":  # every key already at txid 2: skipped
+            assert (outcome.keys_updated, outcome.keys_skipped) == (0, outcome.keys_in)
+        else:  # recomputed from prev
+            assert (outcome.keys_updated, outcome.keys_skipped) == (outcome.keys_in, 0)
+        assert outcome.keys_in > 0
+        assert _drain(runner) == 3
+        assert _counts(topo, list(truth)) == truth
+
+
+def test_opaque_rerun_with_different_batch_counts_once(
+    spark: Any, tmp_path: Path, servers: tuple[str, list[str]]
+) -> None:
+    """Trident's opaque guarantee: a failed txid re-run over other records counts them once."""
+    store_kind, addresses = servers
+    log = _log(tmp_path, SENTENCES[:2])
+    topo = _topology(f"wc_opaque_{store_kind}", _spec(store_kind, "opaque", addresses), batch=50)
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log)
+        assert runner.run_batch(1).applied
+        _send(log, SENTENCES[2:4])
+        crashing = TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write"))
+        with pytest.raises(_Crash):
+            crashing.run_batch(2)  # wrote SENTENCES[2:4]'s counts under txid 2
+        _send(log, MORE)  # the re-run of txid 2 reads these too: a different batch
+        rerun = runner.run_batch(2)
+        assert rerun.tuples_in["sentences"] == 2 + len(MORE)
+        truth = _truth(log)
+        assert _counts(topo, list(truth)) == truth
+        assert store.last_committed(topo.name) == 2
+
+
+def test_global_state_and_snapshot_query(
+    spark: Any, tmp_path: Path, memcached: MemcachedServers
+) -> None:
+    log = _log(tmp_path)
+    topo = ta.TridentTopology("wc_global")
+    config = ta.SpoutConfig(max_batch_size=2)
+    words = topo.new_stream(
+        "sentences", ta.LogSpout("sentences", ta.StringScheme("sentence"), config)
+    ).each("sentence", ta.Split(), "word")
+    total = words.persistent_aggregate(
+        ta.MemcachedState.opaque("total", memcached.servers), "word", ta.Count(), "n"
+    )
+    (
+        topo.new_stream("queries", ta.LogSpout("word_queries", ta.StringScheme("args"), config))
+        .state_query(total, "args", ta.SnapshotGet(), "n")
+        .as_output("totals")
+    )
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log)
+        assert _drain(runner) == 3
+        _send(log, ["how many"], topic="word_queries")
+        assert runner.run_batch(4).applied
+        rows = store.fetch_rows(f'SELECT n FROM "{topo.output_table("totals")}" WHERE txid = 4')
+    assert rows == [(sum(_truth(log).values()),)]
+
+
+# -- reads ----------------------------------------------------------------------------------------
+
+
+def test_reads_scan_redis_and_refuse_memcached_scans(
+    spark: Any, tmp_path: Path, redis_cluster: RedisClusterServers, memcached: MemcachedServers
+) -> None:
+    log = _log(tmp_path)
+    truth = _truth(log)
+    for store_kind, addresses in (
+        ("redis", redis_cluster.servers),
+        ("memcached", memcached.servers),
+    ):
+        topo = _topology(f"wc_reads_{store_kind}", _spec(store_kind, "opaque", addresses), batch=50)
+        with DuckDBStore(tmp_path / f"{store_kind}.duckdb") as store:
+            assert TopologyRunner(topo, spark, store, log).run_batch(1).applied
+        state = topo.states["word_counts"]
+        label = f"{'redis-cluster' if store_kind == 'redis' else 'memcached'} state 'word_counts'"
+        with pytest.raises(KeyValueStoreError, match=f"{label} .* cannot be read as of txid 1: "):
+            read_kv_state(state, as_of=1)
+        meta = topology_graph(topo)["state:word_counts"].metadata
+        context = dg.build_input_context(
+            upstream_output=dg.build_output_context(definition_metadata=meta),
+            dagster_type=resolve_dagster_type(pa.Table),
+        )
+        manager = ta.TridentIOManager(home=str(tmp_path / "home"))
+        if store_kind == "redis":
+            latest = read_kv_state(state)
+            assert dict(zip(*latest.to_pydict().values(), strict=True)) == truth
+            assert latest.column_names == ["word", "count"]
+            assert manager.load_input(context).equals(latest)
+        else:
+            with pytest.raises(KeyValueStoreError, match="memcached cannot list its keys"):
+                read_kv_state(state)
+            with pytest.raises(KeyValueStoreError, match="memcached cannot list its keys"):
+                manager.load_input(context)
+
+
+# -- declarations refused before any write ------------------------------------------------------
+
+
+def test_bad_declarations_are_refused() -> None:
+    with pytest.raises(ConfigError, match="needs a non-empty list of 'host:port' servers"):
+        ta.MemcachedState.opaque("counts", [])
+    with pytest.raises(ConfigError, match="server 'localhost' is not 'host:port'"):
+        ta.RedisClusterState.opaque("counts", ["localhost"])
+    with pytest.raises(ConfigError, match=r"has port 70000, outside 1\.\.65535"):
+        ta.RedisClusterState.opaque("counts", ["127.0.0.1:70000"])
+    with pytest.raises(ConfigError, match="min_replicas must be an integer >= 0"):
+        ta.RedisClusterState.opaque("counts", ["127.0.0.1:7000"], min_replicas=-1)
+    topo = ta.TridentTopology("wc_refused")
+    stream = topo.new_stream(
+        "s", ta.LogSpout("sentences", ta.StringScheme("sentence"), ta.SpoutConfig())
+    ).each("sentence", ta.Split(), "word")
+    spec = ta.MemcachedState.opaque("counts", ["127.0.0.1:11211"])
+
+    class Longest(ta.ReducerAggregator):
+        def init(self) -> int:
+            return 0
+
+        def reduce(self, acc: int, values: tuple[Any, ...]) -> int:
+            return max(acc, len(values[0]))
+
+    with pytest.raises(ConfigError, match=r"takes a combiner aggregator .* got Longest"):
+        stream.group_by("word").persistent_aggregate(spec, "word", Longest(), "longest")
+    with pytest.raises(ConfigError, match="partition_persist cannot keep its state"):
+        stream.partition_persist(spec, "word", ta.StateUpdater())
+    state = stream.group_by("word").persistent_aggregate(spec, "word", ta.Count(), "count")
+    with pytest.raises(ConfigError, match="has no new values stream"):
+        state.new_values_stream()
+
+
+def test_kind_answers_and_contract() -> None:
+    topo = _topology("wc_kind", _spec("redis", "opaque", ["127.0.0.1:7000"]))
+    state = topo.states["word_counts"]
+    kind = state_kind(state.node)
+    assert isinstance(kind, KeyValueKind)
+    assert (kind.map_state, kind.sql_combiner, kind.order_refusal) == (False, False, None)
+    assert not pipelinable(topo)
+    assert not recomputable(state)
+    assert not spillable(state, topo)
+    assert replay_refusal(state) == (
+        "it is kept in a key-value store: building it from the log is not supported "
+        "(declare it before the topology's first txid)"
+    )
+    contract = state.contract()
+    assert (contract.aggregator, contract.state_type) == (
+        "trident_assets.core.aggregators.Count",
+        "opaque",
+    )
+
+
+# -- servers failing ------------------------------------------------------------------------------
+
+
+def test_memcached_restart_is_detected(spark: Any, tmp_path: Path) -> None:
+    servers = MemcachedServers(tmp_path / "memcached")
+    try:
+        log = _log(tmp_path)
+        topo = _topology("wc_mc_restart", _spec("memcached", "opaque", servers.servers))
+        with DuckDBStore(tmp_path / "state.duckdb") as store:
+            runner = TopologyRunner(topo, spark, store, log)
+            assert runner.run_batch(1).applied
+            servers.restart(1)
+            with pytest.raises(KeyValueStoreError) as info:
+                runner.run_batch(2)
+            assert f"memcached server(s) {servers.servers[1]} lost the state's keys" in str(
+                info.value
+            )
+            assert "declare the state under a new name" in str(info.value)
+            assert store.last_committed(topo.name) == 1
+    finally:
+        servers.stop()
+
+
+def test_redis_master_killed_and_replica_promoted_then_exact(
+    spark: Any, tmp_path: Path, redis_cluster: RedisClusterServers
+) -> None:
+    """Runs last: it leaves the module's cluster with other masters than it started with."""
+    log = _log(tmp_path)
+    spec = ta.RedisClusterState.opaque("word_counts", redis_cluster.servers, wait_timeout_ms=300)
+    topo = _topology("wc_failover", spec)
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log)
+        assert runner.run_batch(1).applied
+        assert runner.run_batch(2).applied
+        before = redis_cluster.masters()
+        victim = before[0]
+        redis_cluster.kill(victim)
+        redis_cluster.wait_promoted(victim)  # its replica took over (cluster-node-timeout 1 s)
+        _send(log, MORE)
+        # the promoted master has no replica yet: a batch writing there is refused
+        with pytest.raises(KeyValueStoreError, match=r"on 0 replica\(s\) within 300 ms"):
+            runner.run_batch(3)
+        assert store.last_committed(topo.name) == 2
+        redis_cluster.start_node(victim)  # comes back as the new master's replica
+        redis_cluster.wait_ok()
+        redis_cluster.wait_synced()
+        assert _drain(runner) >= 4
+        truth = _truth(log)
+        assert _counts(topo, list(truth)) == truth
