@@ -51,7 +51,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trident_assets.errors import (
-    BatchUnavailableError,
     ConfigError,
     CorruptLogMetadataError,
     CorruptSegmentError,
@@ -62,7 +61,6 @@ from trident_assets.log.corruption import (
     checksum_path,
     corrupt_segment_error,
     crc32_text,
-    gap_error,
     read_failure,
     read_verified,
 )
@@ -90,6 +88,14 @@ from trident_assets.log.records import (
     check_offset,
     now_ms,
     to_body,
+)
+from trident_assets.log.segments import (
+    covering,
+    list_segments,
+    next_offset,
+    read_log_start,
+    read_segment,
+    unavailable,
 )
 
 __all__ = [
@@ -379,111 +385,6 @@ class PartitionedLog:
         count = self.partitions(topic)
         return self._partition_dir(topic, validate_partition(partition, count, topic))
 
-    # ------------------------------------------------------------------ segments
-
-    @staticmethod
-    def _list_segments(pdir: Path) -> list[Segment]:
-        segs = []
-        try:
-            entries = list(os.scandir(pdir))
-        except FileNotFoundError:
-            msg = f"partition directory {str(pdir)!r} is missing (topic deleted?)"
-            raise UnknownTopicError(msg) from None
-        for entry in entries:
-            m = SEGMENT_PATTERN.fullmatch(entry.name)
-            if m:
-                segs.append(Segment(int(m.group(1)), int(m.group(2)), Path(entry.path)))
-        segs.sort(key=lambda s: s.first)
-        return segs
-
-    @staticmethod
-    def _read_log_start(pdir: Path) -> int:
-        path = pdir / "log_start.json"
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except FileNotFoundError:
-            return 0
-        try:
-            value = json.loads(text)["log_start"]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                problem = f"'log_start' is {value!r}"
-                raise ValueError(problem)
-        except (ValueError, KeyError, TypeError) as exc:
-            msg = (
-                f"the retention start file {str(path)!r} is unreadable ({exc}); restore it "
-                'from a copy of the log, or write {"log_start": N} with the partition\'s '
-                "first readable offset"
-            )
-            raise CorruptLogMetadataError(msg) from None
-        return value
-
-    @staticmethod
-    def _latest(segs: list[Segment], log_start: int) -> int:
-        return max(segs[-1].last + 1, log_start) if segs else log_start
-
-    def _covering(
-        self, topic: str, partition: int, pdir: Path, first: int, last: int
-    ) -> list[Segment]:
-        """Return the segments covering ``first .. last`` in order, checked for gaps.
-
-        A directory listing taken while another writer renames segments in may (per POSIX)
-        miss an entry added during the listing, so a gap triggers one fresh listing before the
-        partition is declared corrupt.
-        """
-        for attempt in range(2):
-            segs = [s for s in self._list_segments(pdir) if s.last >= first and s.first <= last]
-            expected = first
-            ok = bool(segs) and segs[0].first <= first
-            for s in segs:
-                if s.first > expected:
-                    ok = False
-                    break
-                expected = s.last + 1
-            if ok and expected > last:
-                return segs
-            if attempt == 0:
-                continue
-            earliest = self._read_log_start(pdir)
-            if first < earliest:
-                raise self._unavailable(topic, partition, first, last, earliest, None)
-        raise self._gap(topic, partition, pdir, first, last)
-
-    def _gap(
-        self, topic: str, partition: int, pdir: Path, first: int, last: int
-    ) -> CorruptSegmentError:
-        """The error naming the first offsets of ``first .. last`` that no segment holds."""
-        segs = self._list_segments(pdir)
-        expected, before = first, None
-        for s in segs:
-            if s.last < expected:
-                before = s.path
-                continue
-            if s.first > expected:
-                return gap_error(topic, partition, (expected, s.first - 1), before, s.path)
-            expected, before = s.last + 1, s.path
-        return gap_error(topic, partition, (expected, last), before, None)
-
-    @staticmethod
-    def _unavailable(
-        topic: str, partition: int, first: int, last: int, earliest: int, latest: int | None
-    ) -> BatchUnavailableError:
-        if first < earliest:
-            why = (
-                f"offsets before {earliest} were deleted by retention (earliest readable offset "
-                f"is {earliest})"
-            )
-        else:
-            why = (
-                f"only offsets below the latest offset {latest} have been written (earliest "
-                f"readable offset is {earliest})"
-            )
-        msg = (
-            f"topic {topic!r} partition {partition}: offsets {first}..{last} cannot be read: "
-            f"{why}; a transactional batch cannot be re-read exactly"
-        )
-        return BatchUnavailableError(msg)
-
     def _check_range(self, topic: str, partition: int, first: Any, last: Any) -> tuple[int, int]:
         first = check_offset(first, "first")
         last = check_offset(last, "last")
@@ -499,15 +400,15 @@ class PartitionedLog:
         """Validate a range and return its segments, or ``None`` for an empty range."""
         pdir = self._pdir(topic, partition)
         first, last = self._check_range(topic, partition, first, last)
-        earliest = self._read_log_start(pdir)
-        latest = self._latest(self._list_segments(pdir), earliest)
+        earliest = read_log_start(pdir)
+        latest = next_offset(list_segments(pdir), earliest)
         if last == first - 1:
             if first > latest:
-                raise self._unavailable(topic, partition, first, last, earliest, latest)
+                raise unavailable(topic, partition, first, last, earliest, latest)
             return None
         if first < earliest or last >= latest:
-            raise self._unavailable(topic, partition, first, last, earliest, latest)
-        return self._covering(topic, partition, pdir, first, last)
+            raise unavailable(topic, partition, first, last, earliest, latest)
+        return covering(topic, partition, pdir, first, last)
 
     # ------------------------------------------------------------------ writing
 
@@ -553,8 +454,8 @@ class PartitionedLog:
                     # Left by a writer that died holding the lock: never published.
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
-            segs = self._list_segments(pdir)
-            first = self._latest(segs, self._read_log_start(pdir))
+            segs = list_segments(pdir)
+            first = next_offset(segs, read_log_start(pdir))
             last = first + n - 1
             table = pa.Table.from_arrays(
                 [
@@ -635,9 +536,9 @@ class PartitionedLog:
         pdir = self._pdir(topic, partition)
         offset = check_offset(offset, "offset")
         with flock(pdir / ".lock", self.lock_timeout_s):
-            start = self._read_log_start(pdir)
-            segs = self._list_segments(pdir)
-            latest = self._latest(segs, start)
+            start = read_log_start(pdir)
+            segs = list_segments(pdir)
+            latest = next_offset(segs, start)
             if offset < 0 or offset > latest:
                 msg = (
                     f"cannot delete records before offset {offset} in topic {topic!r} partition "
@@ -664,20 +565,20 @@ class PartitionedLog:
         It is 0 until retention deletes records; for an empty partition it equals
         :meth:`latest_offset`.
         """
-        return self._read_log_start(self._pdir(topic, partition))
+        return read_log_start(self._pdir(topic, partition))
 
     def latest_offset(self, topic: str, partition: int) -> int:
         """Return the next offset to be written (Kafka's high watermark / log end offset)."""
         pdir = self._pdir(topic, partition)
-        return self._latest(self._list_segments(pdir), self._read_log_start(pdir))
+        return next_offset(list_segments(pdir), read_log_start(pdir))
 
     def partition_offsets(self, topic: str) -> list[PartitionInfo]:
         """Return ``(partition, earliest, latest)`` for every partition of ``topic``."""
         out = []
         for p in range(self.partitions(topic)):
             pdir = self._partition_dir(topic, p)
-            start = self._read_log_start(pdir)
-            out.append(PartitionInfo(p, start, self._latest(self._list_segments(pdir), start)))
+            start = read_log_start(pdir)
+            out.append(PartitionInfo(p, start, next_offset(list_segments(pdir), start)))
         return out
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
@@ -692,9 +593,9 @@ class PartitionedLog:
         """
         pdir = self._pdir(topic, partition)
         timestamp_ms = check_offset(timestamp_ms, "timestamp_ms")
-        start = self._read_log_start(pdir)
+        start = read_log_start(pdir)
         required = self.checksums_required(topic)
-        for seg in self._list_segments(pdir):
+        for seg in list_segments(pdir):
             if seg.last < start:
                 continue
             try:
@@ -764,12 +665,12 @@ class PartitionedLog:
         required = self.checksums_required(topic)
         try:
             for seg in segs:
-                pieces.append(self._read_segment(topic, partition, seg, first, last, required))
+                pieces.append(read_segment(topic, partition, seg, first, last, required))
         except FileNotFoundError:
             pdir = self._partition_dir(topic, partition)
-            earliest = self._read_log_start(pdir)
+            earliest = read_log_start(pdir)
             if first < earliest:
-                raise self._unavailable(topic, partition, first, last, earliest, None) from None
+                raise unavailable(topic, partition, first, last, earliest, None) from None
             raise
         table = pa.concat_tables(pieces)
         offsets = table.column("offset")
@@ -787,49 +688,3 @@ class PartitionedLog:
             )
             raise CorruptSegmentError(msg)
         return table
-
-    @staticmethod
-    def _read_segment(
-        topic: str, partition: int, seg: Segment, first: int, last: int, required: bool = True
-    ) -> pa.Table:
-        """Read offsets ``first .. last`` of ``seg``; every failure names the segment.
-
-        The whole file is read once and its CRC-32 checked against its checksum file
-        (missing allowed only when not ``required``) before Parquet decodes it.
-
-        Raises:
-            CorruptSegmentError: the checksum does not match (or is missing when required),
-                the file is not readable Parquet, or its rows or offsets disagree with its name.
-            FileNotFoundError: the file is gone (retention; the caller decides).
-        """
-        lo = max(first, seg.first) - seg.first  # row index within the segment
-        hi = min(last, seg.last) - seg.first
-        data = read_verified(topic, partition, seg, required)
-        try:
-            with pq.ParquetFile(pa.BufferReader(data)) as pf:
-                meta = pf.metadata
-                size = seg.last - seg.first + 1
-                if meta.num_rows != size:
-                    problem = f"holds {meta.num_rows} rows, its name says {size}"
-                    raise corrupt_segment_error(topic, partition, seg, problem)
-                groups, start, base = [], 0, None
-                for rg in range(meta.num_row_groups):
-                    rows = meta.row_group(rg).num_rows
-                    if start + rows > lo and start <= hi:
-                        groups.append(rg)
-                        base = start if base is None else base
-                    start += rows
-                t = pf.read_row_groups(groups)
-            t = t.slice(lo - (base or 0), hi - lo + 1)
-            t = t.cast(LOG_SCHEMA) if t.schema != LOG_SCHEMA else t
-        except FileNotFoundError:
-            raise
-        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
-            raise corrupt_segment_error(topic, partition, seg, read_failure(exc)) from exc
-        offsets = t.column("offset")
-        want = (lo + seg.first, hi + seg.first)
-        if t.num_rows != hi - lo + 1 or (offsets[0].as_py(), offsets[-1].as_py()) != want:
-            got = f"{offsets[0].as_py()}..{offsets[-1].as_py()}" if t.num_rows else "none"
-            problem = f"rows {lo}..{hi} hold offsets {got}, its name says {want[0]}..{want[1]}"
-            raise corrupt_segment_error(topic, partition, seg, problem)
-        return t

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trident_assets.log.corruption import checksum_problem, corrupt_segment_error, footer_problem
+from trident_assets.log.segments import list_segments, read_log_start
 from trident_assets.log.store import SEGMENT_PATTERN, PartitionedLog, Segment
 
 __all__ = ["PartitionReport", "check_segment_files", "verify_log", "verify_partition"]
@@ -63,8 +64,8 @@ def verify_partition(log: PartitionedLog, topic: str, partition: int) -> Partiti
     """
     pdir = log._pdir(topic, partition)
     required = log.checksums_required(topic)
-    start = log._read_log_start(pdir)
-    segs = log._list_segments(pdir)
+    start = read_log_start(pdir)
+    segs = list_segments(pdir)
     problems: list[str] = []
     expected: int | None = None
     previous: Segment | None = None
@@ -92,7 +93,7 @@ def verify_partition(log: PartitionedLog, topic: str, partition: int) -> Partiti
             problem = checksum_problem(seg.path, seg.path.read_bytes(), required)
             problem = problem or footer_problem(seg)
         except FileNotFoundError:
-            problem = None if seg.last < log._read_log_start(pdir) else "file vanished"
+            problem = None if seg.last < read_log_start(pdir) else "file vanished"
         if problem is not None:
             problems.append(f"{_name(seg.path)} (offsets {seg.first}..{seg.last}): {problem}")
         expected = seg.last + 1 if expected is None else max(expected, seg.last + 1)

@@ -1,0 +1,198 @@
+"""A partition's segment files: listing them, its retention start, covering a range, reading one.
+
+Segments are Parquet files named ``<first>-<last>.parquet`` (:data:`SEGMENT_PATTERN`), each
+with a CRC-32 checksum file; ``log_start.json`` holds the first offset retention kept. Every
+failure names the file and the offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trident_assets.errors import (
+    BatchUnavailableError,
+    CorruptLogMetadataError,
+    CorruptSegmentError,
+)
+from trident_assets.log.corruption import (
+    corrupt_segment_error,
+    gap_error,
+    read_failure,
+    read_verified,
+)
+from trident_assets.log.files import UnknownTopicError
+from trident_assets.log.records import LOG_SCHEMA, SEGMENT_PATTERN, Segment
+
+__all__ = [
+    "covering",
+    "gap",
+    "list_segments",
+    "next_offset",
+    "read_log_start",
+    "read_segment",
+    "unavailable",
+]
+
+
+def list_segments(pdir: Path) -> list[Segment]:
+    """The partition's published segments, by first offset.
+
+    Raises:
+        UnknownTopicError: the partition's directory is missing.
+    """
+    segs = []
+    try:
+        entries = list(os.scandir(pdir))
+    except FileNotFoundError:
+        msg = f"partition directory {str(pdir)!r} is missing (topic deleted?)"
+        raise UnknownTopicError(msg) from None
+    for entry in entries:
+        m = SEGMENT_PATTERN.fullmatch(entry.name)
+        if m:
+            segs.append(Segment(int(m.group(1)), int(m.group(2)), Path(entry.path)))
+    segs.sort(key=lambda s: s.first)
+    return segs
+
+
+def read_log_start(pdir: Path) -> int:
+    """The partition's first readable offset (retention moves it; 0 without its file).
+
+    Raises:
+        CorruptLogMetadataError: the file is unreadable.
+    """
+    path = pdir / "log_start.json"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return 0
+    try:
+        value = json.loads(text)["log_start"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            problem = f"'log_start' is {value!r}"
+            raise ValueError(problem)
+    except (ValueError, KeyError, TypeError) as exc:
+        msg = (
+            f"the retention start file {str(path)!r} is unreadable ({exc}); restore it "
+            'from a copy of the log, or write {"log_start": N} with the partition\'s '
+            "first readable offset"
+        )
+        raise CorruptLogMetadataError(msg) from None
+    return value
+
+
+def next_offset(segs: list[Segment], log_start: int) -> int:
+    """The offset the partition writes next (Kafka's log end offset)."""
+    return max(segs[-1].last + 1, log_start) if segs else log_start
+
+
+def covering(topic: str, partition: int, pdir: Path, first: int, last: int) -> list[Segment]:
+    """Return the segments covering ``first .. last`` in order, checked for gaps.
+
+    A directory listing taken while another writer renames segments in may (per POSIX)
+    miss an entry added during the listing, so a gap triggers one fresh listing before the
+    partition is declared corrupt.
+    """
+    for attempt in range(2):
+        segs = [s for s in list_segments(pdir) if s.last >= first and s.first <= last]
+        expected = first
+        ok = bool(segs) and segs[0].first <= first
+        for s in segs:
+            if s.first > expected:
+                ok = False
+                break
+            expected = s.last + 1
+        if ok and expected > last:
+            return segs
+        if attempt == 0:
+            continue
+        earliest = read_log_start(pdir)
+        if first < earliest:
+            raise unavailable(topic, partition, first, last, earliest, None)
+    raise gap(topic, partition, pdir, first, last)
+
+
+def gap(topic: str, partition: int, pdir: Path, first: int, last: int) -> CorruptSegmentError:
+    """The error naming the first offsets of ``first .. last`` that no segment holds."""
+    segs = list_segments(pdir)
+    expected, before = first, None
+    for s in segs:
+        if s.last < expected:
+            before = s.path
+            continue
+        if s.first > expected:
+            return gap_error(topic, partition, (expected, s.first - 1), before, s.path)
+        expected, before = s.last + 1, s.path
+    return gap_error(topic, partition, (expected, last), before, None)
+
+
+def unavailable(
+    topic: str, partition: int, first: int, last: int, earliest: int, latest: int | None
+) -> BatchUnavailableError:
+    """The error for offsets ``first .. last`` outside ``earliest .. latest - 1``."""
+    if first < earliest:
+        why = (
+            f"offsets before {earliest} were deleted by retention (earliest readable offset "
+            f"is {earliest})"
+        )
+    else:
+        why = (
+            f"only offsets below the latest offset {latest} have been written (earliest "
+            f"readable offset is {earliest})"
+        )
+    msg = (
+        f"topic {topic!r} partition {partition}: offsets {first}..{last} cannot be read: "
+        f"{why}; a transactional batch cannot be re-read exactly"
+    )
+    return BatchUnavailableError(msg)
+
+
+def read_segment(
+    topic: str, partition: int, seg: Segment, first: int, last: int, required: bool = True
+) -> pa.Table:
+    """Read offsets ``first .. last`` of ``seg``; every failure names the segment.
+
+    The whole file is read once and its CRC-32 checked against its checksum file
+    (missing allowed only when not ``required``) before Parquet decodes it.
+
+    Raises:
+        CorruptSegmentError: the checksum does not match (or is missing when required),
+            the file is not readable Parquet, or its rows or offsets disagree with its name.
+        FileNotFoundError: the file is gone (retention; the caller decides).
+    """
+    lo = max(first, seg.first) - seg.first  # row index within the segment
+    hi = min(last, seg.last) - seg.first
+    data = read_verified(topic, partition, seg, required)
+    try:
+        with pq.ParquetFile(pa.BufferReader(data)) as pf:
+            meta = pf.metadata
+            size = seg.last - seg.first + 1
+            if meta.num_rows != size:
+                problem = f"holds {meta.num_rows} rows, its name says {size}"
+                raise corrupt_segment_error(topic, partition, seg, problem)
+            groups, start, base = [], 0, None
+            for rg in range(meta.num_row_groups):
+                rows = meta.row_group(rg).num_rows
+                if start + rows > lo and start <= hi:
+                    groups.append(rg)
+                    base = start if base is None else base
+                start += rows
+            t = pf.read_row_groups(groups)
+        t = t.slice(lo - (base or 0), hi - lo + 1)
+        t = t.cast(LOG_SCHEMA) if t.schema != LOG_SCHEMA else t
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+        raise corrupt_segment_error(topic, partition, seg, read_failure(exc)) from exc
+    offsets = t.column("offset")
+    want = (lo + seg.first, hi + seg.first)
+    if t.num_rows != hi - lo + 1 or (offsets[0].as_py(), offsets[-1].as_py()) != want:
+        got = f"{offsets[0].as_py()}..{offsets[-1].as_py()}" if t.num_rows else "none"
+        problem = f"rows {lo}..{hi} hold offsets {got}, its name says {want[0]}..{want[1]}"
+        raise corrupt_segment_error(topic, partition, seg, problem)
+    return t
