@@ -47,7 +47,11 @@ class BatchContext(Protocol):
     """One txid's run as the state kinds see it: its DataFrames and what it has counted.
 
     :class:`~trident_assets.spark.batch_run.BatchRun` provides it; each state kind's module
-    (single joins, windows, state queries, the apply of every kind) reads through it.
+    (single joins, windows, state queries, the apply of every kind) reads through it. What
+    it has counted (nulls, value types, dead letters counted or collected) the run keeps
+    from what each state's batch input returned
+    (:class:`~trident_assets.runtime.outcomes.StateInput`): state kinds read it, never
+    write it.
     """
 
     txid: int

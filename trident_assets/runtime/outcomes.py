@@ -26,6 +26,7 @@ __all__ = [
     "Applied",
     "BatchOutcome",
     "Prepared",
+    "StateInput",
     "StateOutcome",
     "dead_letter_rows",
     "head_rows",
@@ -70,6 +71,9 @@ class Applied:
     """Dead letters the apply decided (an event window's late records), by key."""
     window: Any = None
     """An event window's ``WindowOutcome`` (watermark, windows made final, late records)."""
+    previews: dict[str, pa.Table] = field(default_factory=dict)
+    """Previews the apply made itself, keyed like ``BatchOutcome.previews`` (a key-value
+    state's ``state:<name>``: its executors return the rows, the driver never holds the batch)."""
 
 
 @dataclass(slots=True)
@@ -105,6 +109,22 @@ class BatchOutcome:
     windows: dict[str, Any] = field(default_factory=dict)
     """Per event-window state: its ``WindowOutcome`` (watermark, windows made final, late
     records...; see :mod:`trident_assets.backends.window_store`)."""
+
+
+@dataclass(frozen=True)
+class StateInput:
+    """A state's batch input, as its kind's engine computed it, and what the job found."""
+
+    batch: Any
+    """What the commit applies (per-key partials, grouped tuples, rows, a window's rows)."""
+    value_type: pa.DataType | None = None
+    """A combiner's partial values' Arrow type (types empty query results); None: none."""
+    nulls: int | None = None
+    """The null input values a Sum/Min/Max skipped (None: not counted)."""
+    counted_dead: dict[str, int] = field(default_factory=dict)
+    """Per spout: the dead letters the job met and counted (no job of their own if 0)."""
+    folded_dead: dict[str, pa.Table] = field(default_factory=dict)
+    """Per spout: the dead letters the job itself collected (no job of their own)."""
 
 
 @dataclass

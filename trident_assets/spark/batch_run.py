@@ -257,8 +257,19 @@ class BatchRun(NodeFrames):
         """What the commit applies to ``state``: its kind's batch input.
 
         Per-key partials, grouped tuples or rows (:mod:`~trident_assets.spark.state_engines`).
+        What the engine's job found besides is kept here: the partials' value type, the nulls
+        skipped, the dead letters it counted or collected (the next states and
+        :meth:`prepare` read them).
         """
-        return engine_for(state).batch_input(self, state)
+        found = engine_for(state).batch_input(self, state)
+        name = state.spec.name
+        if found.value_type is not None:
+            self.value_types[name] = found.value_type
+        if found.nulls is not None:
+            self.nulls[name] = found.nulls
+        self.counted_dead.update(found.counted_dead)
+        self.folded_dead.update(found.folded_dead)
+        return found.batch
 
     def commit(self, prepared: Prepared) -> BatchOutcome:
         """Apply everything inside the open store transaction."""
@@ -287,6 +298,7 @@ class BatchRun(NodeFrames):
                 continue
             outcome.states[name] = replace(applied.outcome, null_values_skipped=nulls)
             outcome.previews |= state_previews(state, batch, applied.new_values)
+            outcome.previews |= applied.previews
         runner.fault("after_state_write")
         outputs = dict(prepared.outputs)
         for name, stream in topo.outputs.items():

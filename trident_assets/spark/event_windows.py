@@ -43,7 +43,7 @@ from trident_assets.backends.window_store import (
 )
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.errors import ConfigError
-from trident_assets.runtime.outcomes import Applied, StateOutcome
+from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
 from trident_assets.spark.aggregation import sql_expr
 from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.observed import count_dead, observed_frame
@@ -250,7 +250,7 @@ def window_columns(
     )
 
 
-def window_input(run: BatchContext, state: WindowedState) -> pa.Table:
+def window_input(run: BatchContext, state: WindowedState) -> StateInput:
     """The batch's partials and dead letters for ``state`` as one Arrow table (one action).
 
     Columns: the key fields, ``__ws``/``__we`` (window bounds in epoch microseconds), the
@@ -292,12 +292,14 @@ def window_input(run: BatchContext, state: WindowedState) -> pa.Table:
         spout_rows = fold[1].select(*reuse(state, "spout_dead", None, parent, _spout_dead_rows))
         result = result.unionByName(spout_rows, allowMissingColumns=True)
     table = result.toArrow()
-    if observed is not None:  # BatchRun.prepare reads the dead letters only if there are any
-        count_dead(run, observed[1])
+    # BatchRun.prepare reads the dead letters only if there are any
+    counted = {} if observed is None else count_dead(observed[1])
+    folded: dict[str, pa.Table] = {}
     if fold is not None:
-        table = _take_spout_dead(run, fold, table)
+        table, folded[fold[0]] = _take_spout_dead(fold[1], table)
     meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}
-    return table.replace_schema_metadata(meta)
+    batch = table.replace_schema_metadata(meta)
+    return StateInput(batch, counted_dead=counted, folded_dead=folded)
 
 
 def _sessions(base: Any, c: WindowColumns, w: EventWindow, group: list[str], wm_lit: Any) -> Any:
@@ -389,18 +391,21 @@ def _spout_dead_rows() -> list[Any]:
     ]
 
 
-def _take_spout_dead(run: BatchContext, fold: tuple[str, Any], table: pa.Table) -> pa.Table:
-    """Leave the spout's dead letters in ``run.folded_dead``; return the other rows."""
+def _take_spout_dead(frame: Any, table: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``(the other rows, the spout's dead letters)`` of the job's ``table``.
+
+    ``frame``: the spout's dead letters frame, whose Arrow schema they take.
+    """
     from trident_assets.spark.node_frames import empty_arrow
 
-    sid, frame = fold
     schema = empty_arrow(frame).schema  # exactly what ``frame.toArrow()`` would give
     mine = pc.equal(table.column(KIND), SPOUT_DEAD)
     rows = table.filter(mine)
     source = {**SPOUT_DEAD_COLUMNS, "reason": REASON, "value": VALUE}
     columns = [rows.column(source[f.name]).cast(f.type) for f in schema]
-    run.folded_dead[sid] = pa.Table.from_arrays(columns, schema=schema)
-    return table.filter(pc.invert(mine)).drop_columns(list(SPOUT_DEAD_COLUMNS.values()))
+    dead = pa.Table.from_arrays(columns, schema=schema)
+    rest = table.filter(pc.invert(mine)).drop_columns(list(SPOUT_DEAD_COLUMNS.values()))
+    return rest, dead
 
 
 def _late_reason(window: EventWindow, wm_lit: Any) -> Any:

@@ -37,10 +37,9 @@ class SparkExecution:
 
     def plan_chunk(self, batches: Batches, event_tops: dict[str, int | None]) -> PlannedChunk:
         """Build the chunk's DataFrames (this thread: it reads the store); not its jobs."""
-        base = BatchRun(self.runner, *batches[0])
-        run = PipelinedRun(self.runner, batches, base, event_tops)
+        run = PipelinedRun(self.runner, batches, BatchRun(self.runner, *batches[0]), event_tops)
         work = run.plan()
-        return PlannedChunk(work, base, run.event_tops)
+        return PlannedChunk(work, run, run.event_tops)
 
     def run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
         """The one-batch path: run every stream on Spark, then commit."""

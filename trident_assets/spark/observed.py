@@ -61,14 +61,15 @@ def observed_frame(
     return None if built is None else (built, parent[1])
 
 
-def count_dead(run: BatchContext, observed: Observed) -> None:
+def count_dead(observed: Observed) -> dict[str, int]:
     """After the first action over an :func:`observed_frame` DataFrame: its spout's dead letters.
 
     ``BatchRun.prepare`` fetches the spout's dead letters only when there are any.
     Adaptive execution may drop the observed node (see :func:`observed_metrics`): the count
-    is then unknown, and the spout's dead letters are fetched by a job of their own.
+    is then unknown (``{}``), and the spout's dead letters are fetched by a job of their own.
+    Returns ``{spout id: dead letters counted}`` for a
+    :class:`~trident_assets.runtime.outcomes.StateInput`.
     """
     sid, observation = observed
     metrics = observed_metrics(observation)
-    if metrics is not None:
-        run.counted_dead[sid] = int(metrics["dead"])
+    return {} if metrics is None else {sid: int(metrics["dead"])}

@@ -102,9 +102,16 @@ class PipelinedRun(NodeFrames):
         self.raws: dict[str, Any] = {}
         self.conf: dict[str, str] = {}
         """Spark settings for the chunk's jobs (how the reads split into tasks)."""
+        self.value_types: dict[str, pa.DataType] = {}
+        """Arrow type of each combiner state's partials (types the chunk's query results)."""
         self.event_tops: dict[str, int | None] = dict(event_tops or {})
         """Per event-time window: an upper bound of its largest event time after the chunk
         (before :meth:`plan`: after the chunk in flight)."""
+
+    @property
+    def spilled(self) -> list[Any]:
+        """Cleanups of the partials the chunk's job spilled (run once its txids committed)."""
+        return self.empty.spilled
 
     def raw(self, node: Node) -> Any:
         """The spout's raw records of the whole chunk, tagged with their batch (built once)."""
@@ -171,7 +178,7 @@ class PipelinedRun(NodeFrames):
         job = combiner_partials(
             self, state, self.runner.topology, self.runner.spill, self.empty.spilled
         )
-        self.empty.value_types[state.spec.name] = job.value_type  # types empty query results
+        self.value_types[state.spec.name] = job.value_type  # types empty query results
         return job.run
 
     def _window_job(self, state: WindowedState) -> Callable[[], dict[int, WindowSlice]]:

@@ -41,6 +41,7 @@ from trident_assets.runtime.outcomes import (
     GLOBAL_COLUMN,
     PREVIEW_ROWS,
     Applied,
+    StateInput,
     StateOutcome,
     head_rows,
     top_rows,
@@ -79,21 +80,20 @@ __all__ = [
 ]
 
 
-def updater_input(run: BatchContext, state: TridentState) -> pa.Table:
+def updater_input(run: BatchContext, state: TridentState) -> StateInput:
     """A ``partition_persist``'s batch input: the rows of its input fields."""
     parent = run.frame(state.node.parents[0])
-    return parent.select(*state.node.args["inputs"]).toArrow()
+    return StateInput(parent.select(*state.node.args["inputs"]).toArrow())
 
 
-def map_input(run: BatchContext, state: TridentState) -> pa.Table | SpilledPartials:
+def map_input(run: BatchContext, state: TridentState) -> StateInput:
     """A ``persistent_aggregate``'s batch input: per-key partials (combiner), tuples (reducer).
 
     A combiner's partials per key (one row for a global state) are the batch's as a chunk of
     one (:func:`~trident_assets.spark.partials.combiner_partials`: the executors' files, the
     Arrow kernel, Spark's operators, or none for an empty input); a reducer's tuples per key
-    come as ``__tuples``. What the job found besides the partials is kept on ``run``: the
-    partials' value type, the null values a Sum/Min/Max skipped, the dead letters a kernel
-    counted.
+    come as ``__tuples``. With the partials: their value type, the null values a Sum/Min/Max
+    skipped, the dead letters a kernel counted.
     """
     from pyspark.sql import functions as F
 
@@ -107,15 +107,13 @@ def map_input(run: BatchContext, state: TridentState) -> pa.Table | SpilledParti
             if group
             else parent.agg(F.collect_list(cols).alias("__tuples"))
         )
-        return grouped.toArrow()
+        return StateInput(grouped.toArrow())
     spill = run.runner.spill if run.spill else None  # (a rebuild's runner has none)
     job = combiner_partials(_OneBatch(run), state, run.runner.topology, spill, run.spilled)
-    run.value_types[state.spec.name] = job.value_type
     found = job.run()
-    if run.txid in found.nulls:
-        run.nulls[state.spec.name] = found.nulls[run.txid]
-    run.counted_dead.update(found.counted_dead)
-    return found.tables[run.txid]
+    return StateInput(
+        found.tables[run.txid], job.value_type, found.nulls.get(run.txid), found.counted_dead
+    )
 
 
 class _OneBatch:

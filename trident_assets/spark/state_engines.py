@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.backends.window_store import last_watermark_us
+from trident_assets.runtime.outcomes import Applied, StateInput
 from trident_assets.spark.event_window_chunks import WindowSlice
 from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.event_windows import window_input
@@ -40,7 +41,6 @@ from trident_assets.stream.state_kinds import (
 
 if TYPE_CHECKING:
     from trident_assets.runtime.context import BatchContext
-    from trident_assets.runtime.outcomes import Applied
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["ENGINES", "StateEngine", "engine_for"]
@@ -50,8 +50,9 @@ __all__ = ["ENGINES", "StateEngine", "engine_for"]
 class StateEngine:
     """How one kind of state runs: its batch input and the apply of a batch."""
 
-    batch_input: Callable[[BatchContext, TridentState], Any]
-    """The state's input this batch (partials, tuples or rows), computed on Spark."""
+    batch_input: Callable[[BatchContext, TridentState], StateInput]
+    """The state's input this batch (partials, tuples or rows), computed on Spark, with what
+    the job found besides (returned, never written into the run)."""
     apply: Callable[[BatchContext, TridentState, Any], Applied]
     """Apply an input to the state inside the txid's commit transaction."""
 
@@ -63,14 +64,21 @@ def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> A
     return apply_event_window(run, state, batch)  # type: ignore[arg-type]
 
 
+def _input(
+    compute: Callable[[BatchContext, Any], Any],
+) -> Callable[[BatchContext, TridentState], StateInput]:
+    """A batch input that finds nothing besides the input itself."""
+    return lambda run, state: StateInput(compute(run, state))
+
+
 ENGINES: dict[str, StateEngine] = {
     Combiner.name: StateEngine(map_input, apply_map_state),
     Reducer.name: StateEngine(map_input, apply_map_state),
     Updater.name: StateEngine(updater_input, apply_updater_state),
-    SINGLE_JOIN: StateEngine(join_batch_table, apply_join_state),
+    SINGLE_JOIN: StateEngine(_input(join_batch_table), apply_join_state),
     TRIDENT_WINDOW: StateEngine(window_batch_table, apply_window_state),
     EVENT_WINDOW: StateEngine(window_input, _apply_event_window),  # type: ignore[arg-type]
-    KEY_VALUE: StateEngine(kv_input, apply_kv_state),
+    KEY_VALUE: StateEngine(_input(kv_input), apply_kv_state),
 }
 """The engine of each state kind, by the kind's name."""
 

@@ -35,7 +35,7 @@ from trident_assets.backends.window_tuples import (
 from trident_assets.core.aggregators import Count, Sum, is_sql_combiner
 from trident_assets.core.trident_windows import TridentWindow
 from trident_assets.core.user_code import guard
-from trident_assets.runtime.outcomes import Applied, StateOutcome
+from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
 from trident_assets.spark.aggregation import combine_partials, sql_expr
 from trident_assets.spark.node_frames import empty_arrow
 from trident_assets.spark.observed import Observed, count_dead, observed_frame
@@ -69,7 +69,7 @@ def _global_partial(agg: Any, column: str) -> Any:
     return value if zero is None else F.coalesce(value, F.lit(zero))
 
 
-def window_batch_table(run: BatchContext, state: TridentState) -> pa.Table:
+def window_batch_table(run: BatchContext, state: TridentState) -> StateInput:
     """What the commit adds to the window; no Spark job for an empty batch.
 
     Count windows: one Spark job (no shuffle). Duration windows: one aggregation of the
@@ -87,32 +87,29 @@ def window_batch_table(run: BatchContext, state: TridentState) -> pa.Table:
             schema = empty_arrow(run.frame(parent).select(*window.inputs)).schema
             for name, kind in zip(ORDER_COLUMNS, _ORDER_TYPES, strict=True):
                 schema = schema.append(pa.field(name, kind))
-            return schema.empty_table()
+            return StateInput(schema.empty_table())
         frame, observed = _tagged(run, parent)
         # rows of one record are adjacent in one Spark partition: the id orders them
         table = frame.selectExpr(  # field names are identifiers (stream.fields): no backtick
             *[f"`{c}`" for c in (*window.inputs, *_SOURCE)],
             f"monotonically_increasing_id() AS `{ORDER_COLUMNS[3]}`",
         ).toArrow()
-        count_dead(run, observed)
-        return table
+        return StateInput(table, counted_dead=count_dead(observed))
     agg = guard(window.aggregator, state.node.label)
     column = window.inputs[0]
     if run.is_empty(parent):
         partial = combine_partials(run.frame(parent), (), column, agg, PARTIAL_COLUMN)
         empty = empty_arrow(partial).schema.empty_table()
-        return empty.append_column(COUNT_COLUMN, pa.array([], pa.int64()))
+        return StateInput(empty.append_column(COUNT_COLUMN, pa.array([], pa.int64())))
     counted = F.count(F.lit(1)).alias(COUNT_COLUMN)
     if not is_sql_combiner(agg):  # its input is read twice: no observation over it
         frame = run.frame(parent)
         partial = combine_partials(frame, (), column, agg, PARTIAL_COLUMN)
-        return partial.crossJoin(frame.agg(counted)).toArrow()
+        return StateInput(partial.crossJoin(frame.agg(counted)).toArrow())
     built = observed_frame(run, parent, ())
     frame = run.frame(parent) if built is None else built[0]
     table = frame.agg(_global_partial(agg, column).alias(PARTIAL_COLUMN), counted).toArrow()
-    if built is not None:
-        count_dead(run, built[1])
-    return table
+    return StateInput(table, counted_dead={} if built is None else count_dead(built[1]))
 
 
 _ORDER_TYPES = (pa.string(), pa.int32(), pa.int64(), pa.int64())
