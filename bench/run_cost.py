@@ -37,7 +37,7 @@ PARTS: list[tuple[str, str, str]] = [
     ("dagster: resource init", "execution/resources_init.py", "resource_initialization_manager"),
     ("trident: store open (TridentResource.store)", "dagster/resources.py", "store"),
     ("trident: TopologyRunner init", "spark/executor.py", "__init__"),
-    ("trident: backfill (_caught_up)", "dagster/assets.py", "_caught_up"),
+    ("trident: backfill (caught_up)", "dagster/batch_steps.py", "caught_up"),
     ("trident: batch_events", "dagster/batch_events.py", "batch_events"),
     ("trident: finals_events", "dagster/window_assets.py", "finals_events"),
     ("checks: evaluate_checks", "dagster/checks.py", "evaluate_checks"),

@@ -99,6 +99,14 @@ def ui(
             "to keep them.",
         ),
     ] = None,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Live mode: the coordinator of each topology launches a long-lived run that "
+            "commits each txid seconds after its records arrive, instead of a run per txid.",
+        ),
+    ] = False,
 ) -> None:
     """Start `dagster dev` on 127.0.0.1 over HOME (after `trident demo`: its runs and data).
 
@@ -128,6 +136,7 @@ def ui(
             spark_remote=spark_remote,
             warm_spark=warm_spark,
             modules=modules,
+            live=live,
             echo=lambda line: typer.echo(line, err=True),
         )
     raise typer.Exit(code)

@@ -6,7 +6,9 @@ themselves are declared in :mod:`trident_assets.examples.topologies`),
 ``TRIDENT_MAX_CATCH_UP`` (txids one sensor-launched run may process, default 10),
 ``TRIDENT_STATE_DSN`` (a ``postgresql://`` DSN: the state in PostgreSQL instead of
 ``$TRIDENT_HOME/state.duckdb``), ``TRIDENT_SPARK_REMOTE`` (a Spark Connect URL the runs use,
-as ``trident ui`` sets it for its warm Spark; unset: local Spark in each run's process).
+as ``trident ui`` sets it for its warm Spark; unset: local Spark in each run's process),
+``TRIDENT_LIVE`` (``all`` or topology names: those run live, as ``trident ui --live`` sets it;
+:mod:`trident_assets.dagster.live`).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from typing import IO
 from trident_assets.errors import ConfigError
 
 __all__ = [
+    "LIVE_ENV",
     "SPARK_REMOTE_ENV",
     "BUILTIN_MODULE",
     "IdleTickFilter",
@@ -44,6 +45,10 @@ __all__ = [
     "ui_environment",
     "workspace_yaml",
 ]
+
+LIVE_ENV = "TRIDENT_LIVE"
+"""Which topologies run live (``all`` or names separated by commas; see
+:mod:`trident_assets.dagster.live`): ``trident ui --live`` sets ``all``."""
 
 SPARK_REMOTE_ENV = "TRIDENT_SPARK_REMOTE"
 """The Spark Connect URL runs use when their ``TridentResource`` sets no ``spark_remote`` (the
@@ -123,11 +128,14 @@ def dagster_home(
     return path
 
 
-def ui_environment(home: Path, spark_remote: str | None = None) -> dict[str, str]:
+def ui_environment(
+    home: Path, spark_remote: str | None = None, *, live: bool = False
+) -> dict[str, str]:
     """The environment of ``dagster dev`` over ``home``: absolute DAGSTER_HOME and TRIDENT_HOME.
 
     ``spark_remote``: the Spark Connect URL its runs use (``TRIDENT_SPARK_REMOTE``); without
     it, an inherited ``TRIDENT_SPARK_REMOTE`` is dropped and each run starts local Spark.
+    ``live``: every topology runs live (``TRIDENT_LIVE=all``; else an inherited value stays).
     """
     env = {
         **os.environ,
@@ -137,6 +145,8 @@ def ui_environment(home: Path, spark_remote: str | None = None) -> dict[str, str
     env.pop(SPARK_REMOTE_ENV, None)
     if spark_remote:
         env[SPARK_REMOTE_ENV] = spark_remote
+    if live:
+        env[LIVE_ENV] = "all"
     return env
 
 
@@ -176,6 +186,7 @@ def serve_ui(
     spark_remote: str | None = None,
     warm_spark: bool = True,
     modules: Sequence[str] = (),
+    live: bool = False,
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run ``dagster dev`` over ``home`` until it exits or this process is told to stop.
@@ -185,6 +196,8 @@ def serve_ui(
     ``<home>/spark-connect.log``) started here first and shared by every run, so a run does not
     start a JVM of its own; else local Spark in each run's process. ``modules``: the code
     location modules (default: the shipped one), imported from the current directory.
+    ``live``: every topology runs live (``TRIDENT_LIVE=all``: a live run per topology commits
+    each txid seconds after its records arrive; :mod:`trident_assets.dagster.live`).
     ``dagster dev`` runs in ``<home>/dagster`` (so a ``dagster.yaml`` of the current directory
     is not mistaken for the instance's). Its output is copied to this process's stdout without
     sensor ticks that request nothing (:class:`IdleTickFilter`).
@@ -233,10 +246,11 @@ def serve_ui(
                 "every run launched by dagster dev uses it"
             )
         command = ui_command(home, port)
-        env = ui_environment(home, spark_remote)
+        env = ui_environment(home, spark_remote, live=live)
         here = Path.cwd().resolve()
         dagster_home(home, modules, here)  # the workspace of these modules
         shown = f" {SPARK_REMOTE_ENV}={spark_remote}" if spark_remote else ""
+        shown += f" {LIVE_ENV}={env[LIVE_ENV]}" if env.get(LIVE_ENV) else ""
         echo(f"DAGSTER_HOME={env['DAGSTER_HOME']}{shown} {' '.join(command)}")
         if stop_requested:
             return 0

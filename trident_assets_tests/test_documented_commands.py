@@ -82,6 +82,9 @@ ELSEWHERE = {
     ".venv/bin/trident ui --home .trident --port 3000": (
         "starts dagster dev: test_demo_ui.py runs it over the demo's home"
     ),
+    ".venv/bin/trident ui --home .trident --port 3000 --live": (
+        "starts dagster dev in live mode: test_live_ui.py runs it over a fresh home"
+    ),
 }
 """Documented commands run by another test, and why not here."""
 

@@ -18,17 +18,17 @@ still commits the whole txid in one transaction, and outputs and checks it does 
 """
 
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from typing import Any, NoReturn
+from typing import Any
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
-from trident_assets.dagster.batch_events import (
-    backfill_events,
-    batch_events,
-    refusal_observations,
-    summary,
+from trident_assets.dagster.batch_events import batch_events, refusal_observations, summary
+from trident_assets.dagster.batch_steps import (
+    caught_up,
+    failures_recorded,
+    opened_store,
+    quarantine_txid,
 )
 from trident_assets.dagster.checks import (
     FULL_CHECK_TAG,
@@ -43,13 +43,9 @@ from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.window_assets import FinalsAsset, finals_events
 from trident_assets.errors import (
     ConfigError,
-    CorruptStateError,
     OutOfOrderCommitError,
-    QuarantineError,
-    UserCodeError,
 )
 from trident_assets.spark.executor import BatchOutcome, TopologyRunner
-from trident_assets.status import record_failure
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["TOPOLOGY_TAG", "asset_keys", "topology_assets"]
@@ -117,7 +113,7 @@ def topology_assets(
         context.log.info(f"Spark: {trident.spark_target}")
         spark = pyspark.spark_session
         outcomes: list[BatchOutcome] = []
-        with _opened_store(context, trident, topology, txids[0]) as store:
+        with opened_store(context, trident, topology, txids[0]) as store:
             runner = TopologyRunner(
                 topology,
                 spark,
@@ -128,15 +124,15 @@ def topology_assets(
                 replica=trident.replica(),
                 keep_txids=trident.keep_txids,
             )
-            yield from _caught_up(context, trident, topology, runner, keys, txids[0])
+            yield from caught_up(context, trident, topology, runner, keys, txids[0])
             reason = context.run.tags.get(QUARANTINE_TAG)
             batches = (
                 runner.run_batches(txids)
                 if reason is None
-                else _quarantine(context, runner, txids, reason)
+                else quarantine_txid(context, runner, txids, reason)
             )
             try:
-                for outcome in _failures_recorded(context, trident, topology, txids, batches):
+                for outcome in failures_recorded(context, trident, topology, txids, batches):
                     outcomes.append(outcome)
                     context.log.info(summary(outcome))
                     yield from batch_events(
@@ -164,117 +160,6 @@ def topology_assets(
                 )
 
     return _batches
-
-
-@contextmanager
-def _opened_store(
-    context: dg.AssetExecutionContext,
-    trident: TridentResource,
-    topology: TridentTopology,
-    txid: int,
-) -> Iterator[Any]:
-    """The run's state store; a damaged one (e.g. it lost committed txids) fails the run.
-
-    The failure is recorded against ``txid`` (``trident status``) and fails the step with
-    the store's message (which names the file and the way out) before anything runs.
-    """
-    with ExitStack() as stack:
-        try:
-            store = stack.enter_context(trident.store())
-        except CorruptStateError as exc:
-            _fail(context, trident, topology, txid, exc)
-        yield store
-
-
-def _failures_recorded(
-    context: dg.AssetExecutionContext,
-    trident: TridentResource,
-    topology: TridentTopology,
-    txids: list[int],
-    outcomes: Iterator[BatchOutcome],
-) -> Iterator[BatchOutcome]:
-    """``outcomes``, recording a failing txid for ``trident status`` before re-raising.
-
-    A user function's failure (:class:`UserCodeError`, already without Spark's Java trace)
-    fails the step as a ``dagster.Failure`` whose description is the user's error (operation,
-    function, input, exception): the run's log and the UI show it first, not Dagster's wrapper.
-    """
-    done = 0
-    try:
-        for outcome in outcomes:
-            done += 1
-            yield outcome
-    except OutOfOrderCommitError:
-        raise
-    except Exception as exc:
-        _fail(context, trident, topology, txids[done], exc)
-
-
-def _fail(
-    context: dg.AssetExecutionContext,
-    trident: TridentResource,
-    topology: TridentTopology,
-    txid: int,
-    exc: Exception,
-) -> NoReturn:
-    """Record ``exc`` as ``txid``'s failure (``trident status``) and fail the step with it."""
-    error = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
-    record_failure(trident.home, topology.name, txid, error, context.run.run_id)
-    if isinstance(exc, UserCodeError | CorruptStateError):
-        context.log.error(f"txid {txid} failed, nothing committed: {error}")
-        raise dg.Failure(
-            description=str(exc), metadata={"txid": txid, "error": type(exc).__name__}
-        ) from None
-    raise exc
-
-
-def _caught_up(
-    context: dg.AssetExecutionContext,
-    trident: TridentResource,
-    topology: TridentTopology,
-    runner: TopologyRunner,
-    keys: dict[str, dg.AssetKey],
-    txid: int,
-) -> Iterator[dg.AssetMaterialization]:
-    """Build the topology's new states from the log before ``txid`` (the run's first).
-
-    Each txid a catch-up applies materializes that partition of the state's asset
-    (:func:`~.batch_events.backfill_events`), so the UI shows the new state filling in.
-    A failure is recorded against ``txid``; what was applied stays, the next run resumes.
-    """
-    try:
-        built = runner.backfill()
-    except Exception as exc:
-        _fail(context, trident, topology, txid, exc)
-    for outcome in built:
-        if outcome.applied:
-            context.log.info(
-                f"state {outcome.state} built from the log of txids {outcome.applied[0]}.."
-                f"{outcome.applied[-1]} (it covers txids from {outcome.first_txid})"
-            )
-        yield from backfill_events(keys, outcome)
-
-
-def _quarantine(
-    context: dg.AssetExecutionContext, runner: TopologyRunner, txids: list[int], reason: str
-) -> Iterator[BatchOutcome]:
-    """A run tagged ``trident/quarantine``: set its one txid aside instead of processing it.
-
-    Raises:
-        dagster.Failure: the run covers several txids, or the topology refuses a quarantine.
-    """
-    if len(txids) != 1:
-        msg = f"a {QUARANTINE_TAG} run sets aside one txid; this run covers {len(txids)}"
-        raise dg.Failure(description=msg)
-    try:
-        outcome = runner.quarantine(txids[0], reason)
-    except QuarantineError as exc:
-        raise dg.Failure(description=str(exc)) from None
-    context.log.warning(
-        f"txid {txids[0]} quarantined ({reason}): {outcome.quarantined} records set aside; "
-        f"`trident quarantine replay {runner.scope}` processes them once the cause is fixed"
-    )
-    yield outcome
 
 
 def _txids(context: dg.AssetExecutionContext) -> list[int]:

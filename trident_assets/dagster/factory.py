@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -12,6 +12,7 @@ from trident_assets.dagster.checks import CheckSettings
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.dagster.io_manager import TridentIOManager
+from trident_assets.dagster.live import LiveSettings, live_job, live_topologies
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
 from trident_assets.dagster.window_assets import (
@@ -71,6 +72,8 @@ def trident_definitions(
     assets: Sequence[dg.AssetsDefinition] = (),
     window_partitions: Mapping[str, dg.TimeWindowPartitionsDefinition] | None = None,
     window_partitions_start: str = DEFAULT_START,
+    live: bool | Collection[str] | None = None,
+    live_settings: LiveSettings | None = None,
 ) -> dg.Definitions:
     """Definitions for ``topologies``: their assets, checks and sensors.
 
@@ -97,6 +100,11 @@ def trident_definitions(
             hourly when the window's slide divides an hour, else daily when it divides a day
             (:mod:`.window_assets`).
         window_partitions_start: the first day (``YYYY-MM-DD``) of default finals partitions.
+        live: which topologies run live (:mod:`.live`: one bounded run polls the log and
+            commits each txid seconds after its records arrive, instead of a sensor-launched
+            run per txid): True (all), False (none), their names, or None: as
+            ``TRIDENT_LIVE`` says (``trident ui --live`` sets it to ``all``; unset: none).
+        live_settings: how live runs poll and when they end (default :class:`LiveSettings`).
     """
     finals = {
         t.name: finals_assets(t, window_partitions, window_partitions_start) for t in topologies
@@ -104,6 +112,12 @@ def trident_definitions(
     check_partition_names(list(window_partitions or {}), [f for fs in finals.values() for f in fs])
     pools = {t.name: batches_pool(t.name, trident.state_dsn, trident.database) for t in topologies}
     finals_checks = [finals_check(f, pools[name]) for name, fs in finals.items() for f in fs]
+    live_names = live_topologies(live, [t.name for t in topologies])
+    live_jobs = {
+        t.name: live_job(t, pools[t.name], checks, finals[t.name], live_settings)
+        for t in topologies
+        if t.name in live_names
+    }
     return dg.Definitions(
         assets=[
             *(
@@ -119,6 +133,7 @@ def trident_definitions(
             *assets,
         ],
         asset_checks=finals_checks,
+        jobs=list(live_jobs.values()),
         sensors=[
             *(
                 coordinator_sensor(
@@ -126,6 +141,7 @@ def trident_definitions(
                     max_attempts=max_attempts,
                     max_catch_up=max_catch_up,
                     on_poison=on_poison,
+                    live=live_jobs.get(t.name),
                 )
                 for t in topologies
             ),

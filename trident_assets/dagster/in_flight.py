@@ -24,6 +24,7 @@ __all__ = [
     "batches_pool",
     "QUARANTINE_TAG",
     "TOPOLOGY_TAG",
+    "TXID_TAG",
     "in_flight_run",
     "pool_name",
     "touches_topology",
@@ -31,6 +32,10 @@ __all__ = [
 
 TOPOLOGY_TAG = "trident/topology"
 """Run tag naming the topology; dagster.yaml limits it to one run at a time."""
+
+TXID_TAG = "trident/txid"
+"""Run tag: the first txid a run processes (a live run: the txid it works on); the
+coordinator counts a txid's attempts by it."""
 
 QUARANTINE_TAG = "trident/quarantine"
 """Run tag (its value: the reason): set the run's one txid aside instead of processing it."""

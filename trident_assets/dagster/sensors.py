@@ -11,6 +11,10 @@ selected only some of them still counts.
 
 Every coordinator ticks every 5 s (the daemon's shortest loop), also for a topology whose log
 was empty when the definitions loaded: its first records start a run within one tick.
+
+In live mode (:mod:`.live`) the coordinator launches the topology's live run instead of a run
+per txid (or range): the same decision (wait while a run is in flight, replay after backoff,
+give up or quarantine after ``max_attempts``), another job.
 """
 
 import time
@@ -23,9 +27,11 @@ from trident_assets.dagster.assets import asset_keys
 from trident_assets.dagster.in_flight import (
     QUARANTINE_TAG,
     TOPOLOGY_TAG,
+    TXID_TAG,
     batches_pool,
     in_flight_run,
 )
+from trident_assets.dagster.live import LIVE_TAG
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
@@ -35,10 +41,7 @@ from trident_assets.planner import quarantine_refusal
 from trident_assets.spouts.ranges import partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["coordinator_name", "coordinator_sensor", "decide_next"]
-
-TXID_TAG = "trident/txid"
-"""Run tag: the first txid a run processes (attempts of a txid are counted by it)."""
+__all__ = ["TXID_TAG", "coordinator_name", "coordinator_sensor", "decide_next"]
 
 
 def coordinator_name(topology: str) -> str:
@@ -76,6 +79,7 @@ def decide_next(
     now: float | None = None,
     max_catch_up: int = 1,
     on_poison: str = "stop",
+    live_job: str | None = None,
 ) -> dg.SensorResult | dg.SkipReason:
     """Decide what the coordinator does now: run the next txid(s), replay one, wait, or give up.
 
@@ -84,6 +88,9 @@ def decide_next(
     commits separately and in order. Replays of a failed txid always run it alone. After
     ``max_attempts`` failures: ``on_poison="stop"`` stops and says what to run;
     ``"quarantine"`` launches one run that sets the txid's records aside (where sound).
+    ``live_job``: the topology's live job (live mode): every run requested is a run of it,
+    which commits from the next txid on as records arrive (a quarantine run sets the txid
+    aside first).
     """
     now = time.time() if now is None else now
     keys = asset_keys(topology)
@@ -109,7 +116,7 @@ def decide_next(
         filters=dg.RunsFilter(tags={TOPOLOGY_TAG: topology.name, TXID_TAG: key})
     )
     if len(attempts) >= max_attempts:
-        return _poison(topology, txid, attempts, max_attempts, on_poison)
+        return _poison(topology, txid, attempts, max_attempts, on_poison, live_job)
     count = 1
     if attempts:
         record = instance.get_run_record_by_id(attempts[0].run_id)
@@ -131,7 +138,14 @@ def decide_next(
         count = max(1, min(pending, max_catch_up))
     new_keys = [txid_key(t) for t in range(txid, txid + count)]
     tags = {TOPOLOGY_TAG: topology.name, "trident/attempt": str(len(attempts)), TXID_TAG: key}
-    if count == 1:
+    if live_job is not None:
+        new_keys = [key]
+        request = dg.RunRequest(
+            job_name=live_job,
+            run_key=f"{topology.name}-live-{key}-a{len(attempts)}",
+            tags={**tags, LIVE_TAG: "true"},
+        )
+    elif count == 1:
         request = dg.RunRequest(
             partition_key=key, run_key=f"{topology.name}-{key}-a{len(attempts)}", tags=tags
         )
@@ -156,8 +170,12 @@ def _poison(
     attempts: list[Any],
     max_attempts: int,
     on_poison: str,
+    live_job: str | None = None,
 ) -> dg.SensorResult | dg.SkipReason:
-    """A txid that failed ``max_attempts`` times: quarantine it (if asked and sound), or stop."""
+    """A txid that failed ``max_attempts`` times: quarantine it (if asked and sound), or stop.
+
+    In live mode (``live_job``) the quarantine run is a live run that sets the txid aside first.
+    """
     name, key = topology.name, txid_key(txid)
     refusal = quarantine_refusal(topology)
     tried = [run for run in attempts if QUARANTINE_TAG in run.tags]
@@ -167,11 +185,17 @@ def _poison(
             f"last run {attempts[0].run_id}"
         )
         tags = {TOPOLOGY_TAG: name, TXID_TAG: key, QUARANTINE_TAG: reason}
-        return dg.SensorResult(
-            run_requests=[
-                dg.RunRequest(partition_key=key, run_key=f"{name}-{key}-quarantine", tags=tags)
-            ]
-        )
+        if live_job is not None:
+            request = dg.RunRequest(
+                job_name=live_job,
+                run_key=f"{name}-live-{key}-quarantine",
+                tags={**tags, LIVE_TAG: "true"},
+            )
+        else:
+            request = dg.RunRequest(
+                partition_key=key, run_key=f"{name}-{key}-quarantine", tags=tags
+            )
+        return dg.SensorResult(run_requests=[request])
     head = (
         f"{name}: txid {txid} failed {len(attempts)} times (max_attempts={max_attempts}); "
         f"giving up. See run {attempts[0].run_id}. Fix the cause, then launch partition {key} "
@@ -221,6 +245,7 @@ def coordinator_sensor(
     interval_s: int = 5,
     max_catch_up: int = 10,
     on_poison: str = "stop",
+    live: dg.JobDefinition | None = None,
 ) -> dg.SensorDefinition:
     """The coordinator sensor of ``topology`` (running by default), ticking every ``interval_s``.
 
@@ -229,7 +254,8 @@ def coordinator_sensor(
     (the skip reason says what to run) or ``"quarantine"`` (set its records aside and move
     on, where :func:`~trident_assets.planner.quarantine_refusal` allows).
     Replays wait ``backoff``, else the ``retry`` policy a spout declares (e.g. a KafkaSpout's),
-    else 1 s, 2 s, 4 s ... capped at 60 s.
+    else 1 s, 2 s, 4 s ... capped at 60 s. ``live``: the topology's live job
+    (:func:`~.live.live_job`): the sensor launches it instead of runs of the txids assets.
     """
     if on_poison not in ("stop", "quarantine"):
         msg = f'on_poison must be "stop" or "quarantine", got {on_poison!r}'
@@ -240,14 +266,18 @@ def coordinator_sensor(
         or ExponentialBackoff(initial_delay_s=1.0, delay_period_s=2.0, max_delay_s=60.0)
     )
     keys = list(asset_keys(topology).values())
+    what = (
+        f"the live run of {topology.name} (it commits txid after txid as records arrive)"
+        if live is not None
+        else f"txid N+1 of {topology.name} once N committed and data waits"
+    )
 
     @dg.sensor(
         name=coordinator_name(topology.name),
-        target=keys,
+        target=keys if live is None else live,
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Launches txid N+1 of {topology.name} once N committed and data waits; "
-        "replays failed txids with exponential backoff.",
+        description=f"Launches {what}; replays failed txids with exponential backoff.",
     )
     def _coordinator(context: dg.SensorEvaluationContext, trident: TridentResource) -> Any:
         return decide_next(
@@ -258,6 +288,7 @@ def coordinator_sensor(
             max_attempts,
             max_catch_up=max_catch_up,
             on_poison=on_poison,
+            live_job=None if live is None else live.name,
         )
 
     return _coordinator

@@ -1,0 +1,387 @@
+"""The live run of a topology: one bounded run that commits txid after txid as records arrive.
+
+A sensor-launched run per txid pays the sensor's tick and a run's launch for every txid (about
+8 s of a record's 10 s under ``trident ui``). The live run pays them once: it polls the
+topology's log every ``poll_interval_s`` and, whenever records wait, commits the next txid(s)
+through the same runner as every other run (:meth:`TopologyRunner.run_batches`: the one txid
+loop and the one commit function), so strict order, replay and exactly-once are unchanged.
+
+Each txid is still one partition of ``<topology>_txids``: the run adds the partition, then
+logs the same materializations (:func:`~.batch_events.batch_events`) a per-txid run's step
+yields, as soon as the txid committed and was published. The asset checks
+(:func:`~.checks.evaluate_checks`) cover every txid the run committed: they are evaluated when
+the log is idle and ``check_every_s`` passed since the last evaluation, and when the run ends
+(each evaluation replaces the run's previous one on the check's page).
+
+The live job is an op job, not a run of the txids assets: in Dagster 1.13 an op's compute
+may yield ``AssetMaterialization`` and ``AssetObservation`` events for any asset and
+partition, and ``AssetCheckEvaluation`` events for any check, each stored as it is yielded
+(``execute_step``); the event log keeps one check execution per (check, run, partition), so a
+later evaluation in the same run updates the earlier one.
+
+One writer per topology: the live run refuses to start while any other run that may commit
+the topology's txids is in flight (:func:`other_run_in_flight`), and it carries the topology's
+run tag and pool, so no other such run starts while it runs. It ends after ``idle_s`` without
+records, after ``max_duration_s``, or after ``max_txids`` txids; the coordinator sensor
+launches the next one when records wait. A killed live run loses nothing: a txid it had not
+committed is replayed (its recorded ranges) by the next live run.
+"""
+
+import time
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+
+from trident_assets.dagster.batch_events import batch_events, summary
+from trident_assets.dagster.batch_steps import (
+    caught_up,
+    failures_recorded,
+    opened_store,
+    quarantine_txid,
+)
+from trident_assets.dagster.checks import FULL_CHECK_TAG, CheckSettings, evaluate_checks
+from trident_assets.dagster.graph import asset_keys
+from trident_assets.dagster.in_flight import (
+    IN_FLIGHT,
+    QUARANTINE_TAG,
+    SCANNED_RUNS,
+    TOPOLOGY_TAG,
+    TXID_TAG,
+    touches_topology,
+)
+from trident_assets.dagster.partitions import txid_key, txid_partitions
+from trident_assets.dagster.resources import TridentResource
+from trident_assets.dagster.window_assets import FinalsAsset, finals_events
+from trident_assets.errors import ConfigError
+from trident_assets.runtime.outcomes import BatchOutcome
+from trident_assets.spark.executor import TopologyRunner
+from trident_assets.stream.topology import TridentTopology
+from trident_assets.ui import LIVE_ENV
+
+__all__ = [
+    "LIVE_TAG",
+    "LiveSettings",
+    "live_job",
+    "live_job_name",
+    "live_topologies",
+    "other_run_in_flight",
+    "pending_batches",
+]
+
+LIVE_TAG = "trident/live"
+"""Run tag of a live run (``true``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSettings:
+    """How a live run polls, when it evaluates the checks and when it ends."""
+
+    poll_interval_s: float = 0.1
+    """Seconds between two looks at the log while no records wait."""
+    idle_s: float = 60.0
+    """The run ends after this long without a record to commit."""
+    max_duration_s: float = 900.0
+    """The run ends (after the txid in hand) once it has run this long."""
+    max_txids: int = 0
+    """The run ends once it committed this many txids (0: no limit)."""
+    check_every_s: float = 30.0
+    """Evaluate the asset checks at most this often while the run lasts (the log idle)."""
+    max_catch_up: int = 10
+    """The most waiting batches one call of the runner takes (they share Spark jobs)."""
+
+    def __post_init__(self) -> None:
+        """Validate the settings.
+
+        Raises:
+            ConfigError: a setting is out of range.
+        """
+        for name in ("poll_interval_s", "idle_s", "max_duration_s", "check_every_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                msg = f"LiveSettings.{name} must be a number of seconds > 0, got {value!r}"
+                raise ConfigError(msg)
+        for name, low in (("max_txids", 0), ("max_catch_up", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                msg = f"LiveSettings.{name} must be an integer >= {low}, got {value!r}"
+                raise ConfigError(msg)
+
+
+def live_topologies(live: bool | Collection[str] | None, names: Sequence[str]) -> set[str]:
+    """The topologies of ``names`` that run live.
+
+    ``live``: True (all), False (none), topology names, or None: as the environment variable
+    ``TRIDENT_LIVE`` says (``all``, names separated by commas; unset: none).
+
+    Raises:
+        ConfigError: a name is not one of the topologies; nothing was defined.
+    """
+    import os
+
+    where = "live"
+    if live is None:
+        text = os.environ.get(LIVE_ENV, "").strip()
+        where = f"{LIVE_ENV}={text!r}"
+        live = text == "all" or [n.strip() for n in text.split(",") if n.strip()]
+    if isinstance(live, bool):
+        return set(names) if live else set()
+    if isinstance(live, str):
+        live = [live]
+    unknown = sorted(set(live) - set(names))
+    if unknown:
+        msg = (
+            f"{where} names {', '.join(map(repr, unknown))}, not a topology of these "
+            f"definitions ({', '.join(names)}): name one of them, or all"
+        )
+        raise ConfigError(msg)
+    return set(live)
+
+
+def live_job_name(topology: str) -> str:
+    """The name of ``topology``'s live job: ``<topology>_live``."""
+    return f"{topology}_live"
+
+
+def other_run_in_flight(
+    instance: dg.DagsterInstance,
+    topology: str,
+    keys: Collection[dg.AssetKey],
+    pool: str,
+    run_id: str,
+) -> dg.DagsterRun | None:
+    """An unfinished run created before ``run_id`` that may commit txids of ``topology``.
+
+    Any run :func:`~.in_flight.touches_topology` accepts (tagged, needing ``pool`` or
+    selecting one of ``keys``), queued ones too. The older run wins: of two live runs
+    started together, the newer one is refused, whichever reaches the check first.
+    """
+    own = instance.get_run_record_by_id(run_id)
+    created = None if own is None else own.create_timestamp
+    wanted = set(keys)
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=SCANNED_RUNS
+    )
+    for record in records:
+        run = record.dagster_run
+        older = created is None or record.create_timestamp <= created
+        if run.run_id != run_id and older and touches_topology(run, topology, wanted, pool):
+            return run
+    return None
+
+
+def pending_batches(runner: TopologyRunner) -> int:
+    """How many batches the records after the last committed txid fill (0: none wait).
+
+    Per spout: records after its last final ranges, divided by its ``max_batch_size``
+    (rounded up; one batch if unlimited); the topology needs as many as its busiest spout.
+    Records of a txid emitted but not committed (a killed run's) count: it is replayed.
+    """
+    batches = 0
+    for spout_id, node in runner.topology.spouts.items():
+        spout = node.args["spout"]
+        source = spout.source(runner.log)
+        done = runner.meta.latest_before(runner.scope, spout_id, 1 << 62, True)
+        waiting = 0
+        for partition in source.partitions():
+            prev = done.get(partition)
+            start = source.earliest(partition) if prev is None else prev.next_offset
+            waiting += max(0, source.latest(partition) - start)
+        size = spout.config.max_batch_size
+        if waiting:
+            batches = max(batches, 1 if not size else -(-waiting // size))
+    return batches
+
+
+def _check_evaluation(
+    instance: dg.DagsterInstance, result: dg.AssetCheckResult, txid: int
+) -> dg.AssetCheckEvaluation:
+    """``result`` as the evaluation event a step logs, targeting ``txid``'s materialization."""
+    key = result.asset_key
+    assert key is not None  # evaluate_checks names the asset and the check
+    assert result.check_name is not None
+    found = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[txid_key(txid)]), limit=1
+    ).records
+    target = None
+    if found:
+        from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+            AssetCheckEvaluationTargetMaterializationData,
+        )
+
+        target = AssetCheckEvaluationTargetMaterializationData(
+            run_id=found[0].event_log_entry.run_id,
+            storage_id=found[0].storage_id,
+            timestamp=found[0].timestamp,
+        )
+    return dg.AssetCheckEvaluation(
+        asset_key=key,
+        check_name=result.check_name,
+        passed=result.passed,
+        metadata=result.metadata,
+        target_materialization_data=target,
+        severity=result.severity,
+        description=result.description,
+    )
+
+
+def live_job(
+    topology: TridentTopology,
+    pool: str,
+    checks: CheckSettings | None = None,
+    finals: Sequence[FinalsAsset] = (),
+    settings: LiveSettings | None = None,
+) -> dg.JobDefinition:
+    """The live job of ``topology`` (see the module): one op, in process, holding ``pool``."""
+    name = topology.name
+    keys = asset_keys(topology)
+    live = settings or LiveSettings()
+    check_settings = checks or CheckSettings()
+
+    @dg.op(
+        name=f"{name}_live_commits",
+        out={},
+        pool=pool,
+        tags={TOPOLOGY_TAG: name},
+        description=f"Commits txid after txid of {name} as records arrive (polls its log "
+        f"every {live.poll_interval_s:g} s; ends after {live.idle_s:g} s idle or "
+        f"{live.max_duration_s:g} s).",
+    )
+    def _live(
+        context: dg.OpExecutionContext,
+        trident: TridentResource,
+        pyspark: LazyPySparkResource,
+    ) -> Iterator[Any]:
+        yield from _run_live(context, trident, pyspark, topology, keys, pool, live, check_settings,
+                             finals)  # fmt: skip
+
+    @dg.job(
+        name=live_job_name(name),
+        tags={TOPOLOGY_TAG: name, LIVE_TAG: "true"},
+        executor_def=dg.in_process_executor,
+        description=f"The live run of {name}: txids committed seconds after their records "
+        "arrive, each one a partition of its txids assets.",
+    )
+    def _job() -> None:
+        _live()
+
+    return _job
+
+
+def _run_live(
+    context: dg.OpExecutionContext,
+    trident: TridentResource,
+    pyspark: LazyPySparkResource,
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    pool: str,
+    live: LiveSettings,
+    check_settings: CheckSettings,
+    finals: Sequence[FinalsAsset],
+) -> Iterator[Any]:
+    """The live op's body: refuse a second writer, then poll and commit until a limit."""
+    name = topology.name
+    other = other_run_in_flight(context.instance, name, keys.values(), pool, context.run_id)
+    if other is not None:
+        msg = (
+            f"{name}: run {other.run_id} ({other.job_name}, {other.status.value}) may commit "
+            f"txids of {name}; a live run is the topology's only writer, so this one did not "
+            "start and nothing was read or written. The coordinator sensor launches a live run "
+            "once that run has finished"
+        )
+        context.log.error(msg)
+        raise dg.Failure(description=msg)
+    attempt = int(context.run.tags.get("trident/attempt", "0"))
+    tagged = context.run.tags.get(TXID_TAG)  # the coordinator's next txid, if it launched us
+    first_guess = int(tagged) if tagged else 1
+    partitions = txid_partitions(name).name
+    context.log.info(f"Spark: {trident.spark_target}")
+    spark = pyspark.spark_session
+    with opened_store(context, trident, topology, first_guess) as store:
+        runner = TopologyRunner(
+            topology,
+            spark,
+            store,
+            trident.log(),
+            fault=trident.fault(),
+            max_spout_pending=trident.max_spout_pending,
+            replica=trident.replica(),
+            keep_txids=trident.keep_txids,
+        )
+        last = runner.last_committed() or 0
+        # txids the store committed but Dagster never heard of (a run killed between its
+        # commit and its events) are re-run first: nothing changes, their observations say so
+        next_txid = first_guess if tagged and first_guess <= last else last + 1
+        yield from caught_up(context, trident, topology, runner, keys, next_txid)
+        done: list[BatchOutcome] = []  # the run's outcomes, without previews (checks read them)
+        unchecked = 0
+        started = last_record = last_check = time.monotonic()
+        reason = context.run.tags.get(QUARANTINE_TAG)
+        cursor = next_txid  # the next txid this run reports
+        while True:
+            now = time.monotonic()
+            if (
+                now - started >= live.max_duration_s
+                or now - last_record >= live.idle_s
+                or (live.max_txids and len(done) >= live.max_txids)
+            ):
+                break
+            count = 1 if reason is not None else pending_batches(runner)
+            first = (runner.last_committed() or 0) + 1
+            if reason is None and cursor < first:  # committed txids Dagster did not see
+                first, count = cursor, first - cursor + count
+            if count == 0:
+                if unchecked and now - last_check >= live.check_every_s:
+                    yield from _checks(context, topology, keys, check_settings, runner, done)
+                    unchecked, last_check = 0, time.monotonic()
+                time.sleep(live.poll_interval_s)
+                continue
+            limit = live.max_catch_up
+            if live.max_txids:
+                limit = min(limit, live.max_txids - len(done))
+            txids = list(range(first, first + min(count, limit)))
+            context.instance.add_dynamic_partitions(partitions, [txid_key(t) for t in txids])
+            # the txid this run works on: if it dies, the coordinator counts an attempt of it
+            context.instance.add_run_tags(context.run_id, {TXID_TAG: txid_key(first)})
+            if reason is not None:  # a quarantine run: set the first txid aside, then go on
+                batches = quarantine_txid(context, runner, txids, reason)
+                reason = None
+            else:
+                batches = runner.run_batches(txids)
+            for outcome in failures_recorded(context, trident, topology, txids, batches):
+                context.log.info(summary(outcome))
+                tries = attempt if outcome.txid == next_txid else 0
+                yield from batch_events(topology, keys, outcome, tries, True, ())
+                yield from finals_events(finals, store, outcome, context.instance)
+                done.append(replace(outcome, previews={}))
+                unchecked += 1
+                if outcome.txid + 1 in txids:  # the next txid of the chunk is the one in hand
+                    tag = {TXID_TAG: txid_key(outcome.txid + 1)}
+                    context.instance.add_run_tags(context.run_id, tag)
+            cursor = txids[-1] + 1
+            last_record = time.monotonic()
+        if unchecked:
+            yield from _checks(context, topology, keys, check_settings, runner, done)
+        context.log.info(
+            f"live run of {name} ends: {len(done)} txids committed "
+            f"({time.monotonic() - started:.1f} s)"
+        )
+
+
+def _checks(
+    context: dg.OpExecutionContext,
+    topology: TridentTopology,
+    keys: dict[str, dg.AssetKey],
+    settings: CheckSettings,
+    runner: TopologyRunner,
+    done: list[BatchOutcome],
+) -> Iterator[dg.AssetCheckEvaluation]:
+    """The checks over every txid the run committed so far, as evaluation events."""
+    last = max(o.txid for o in done)
+    full = context.run.tags.get(FULL_CHECK_TAG) == "full"
+    for result in evaluate_checks(
+        topology, keys, settings, context.instance, runner, done, full_exactly_once=full
+    ):
+        yield _check_evaluation(context.instance, result, last)
