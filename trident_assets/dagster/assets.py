@@ -29,6 +29,7 @@ from trident_assets.dagster.batch_steps import (
     failures_recorded,
     opened_store,
     quarantine_txid,
+    topology_runner,
 )
 from trident_assets.dagster.checks import (
     FULL_CHECK_TAG,
@@ -45,7 +46,7 @@ from trident_assets.errors import (
     ConfigError,
     OutOfOrderCommitError,
 )
-from trident_assets.spark.executor import BatchOutcome, TopologyRunner
+from trident_assets.spark.executor import BatchOutcome
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["TOPOLOGY_TAG", "asset_keys", "topology_assets"]
@@ -114,16 +115,7 @@ def topology_assets(
         spark = pyspark.spark_session
         outcomes: list[BatchOutcome] = []
         with opened_store(context, trident, topology, txids[0]) as store:
-            runner = TopologyRunner(
-                topology,
-                spark,
-                store,
-                trident.log(),
-                fault=trident.fault(),
-                max_spout_pending=trident.max_spout_pending,
-                replica=trident.replica(),
-                keep_txids=trident.keep_txids,
-            )
+            runner = topology_runner(trident, topology, spark, store)
             yield from caught_up(context, trident, topology, runner, keys, txids[0])
             reason = context.run.tags.get(QUARANTINE_TAG)
             batches = (

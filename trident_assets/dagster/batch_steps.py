@@ -25,7 +25,14 @@ from trident_assets.spark.executor import TopologyRunner
 from trident_assets.status import record_failure
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["caught_up", "fail_txid", "failures_recorded", "opened_store", "quarantine_txid"]
+__all__ = [
+    "caught_up",
+    "fail_txid",
+    "failures_recorded",
+    "opened_store",
+    "quarantine_txid",
+    "topology_runner",
+]
 
 StepContext = dg.AssetExecutionContext | dg.OpExecutionContext
 """The context of a step that commits txids: the multi-asset's or the live run's op."""
@@ -140,3 +147,19 @@ def quarantine_txid(
         f"`trident quarantine replay {runner.scope}` processes them once the cause is fixed"
     )
     yield outcome
+
+
+def topology_runner(
+    trident: TridentResource, topology: TridentTopology, spark: Any, store: Any
+) -> TopologyRunner:
+    """The runner of ``topology``'s txids in a Dagster run, as the resource configures it."""
+    return TopologyRunner(
+        topology,
+        spark,
+        store,
+        trident.log(),
+        fault=trident.fault(),
+        max_spout_pending=trident.max_spout_pending,
+        replica=trident.replica(),
+        keep_txids=trident.keep_txids,
+    )

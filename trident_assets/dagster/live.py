@@ -41,6 +41,7 @@ from trident_assets.dagster.batch_steps import (
     failures_recorded,
     opened_store,
     quarantine_txid,
+    topology_runner,
 )
 from trident_assets.dagster.checks import FULL_CHECK_TAG, CheckSettings, evaluate_checks
 from trident_assets.dagster.graph import asset_keys
@@ -300,16 +301,7 @@ def _run_live(
     context.log.info(f"Spark: {trident.spark_target}")
     spark = pyspark.spark_session
     with opened_store(context, trident, topology, first_guess) as store:
-        runner = TopologyRunner(
-            topology,
-            spark,
-            store,
-            trident.log(),
-            fault=trident.fault(),
-            max_spout_pending=trident.max_spout_pending,
-            replica=trident.replica(),
-            keep_txids=trident.keep_txids,
-        )
+        runner = topology_runner(trident, topology, spark, store)
         last = runner.last_committed() or 0
         # txids the store committed but Dagster never heard of (a run killed between its
         # commit and its events) are re-run first: nothing changes, their observations say so
