@@ -1,12 +1,16 @@
 """Chaos soak for exactly-once: SIGKILL the batch process at random points, replay, compare.
 
 Run: ``python -m bench.chaos_soak [--batches 50] [--kills 15] [--seed 7]
-[--kind opaque|transactional|both] [--vocabulary N --zipf S] [--store duckdb|postgres]
-[--state-dsn DSN] [--tick S] [--root DIR] [--json PATH]``.
+[--kind opaque|transactional|both] [--vocabulary N --zipf S]
+[--store duckdb|postgres|redis-cluster [--kill-master]] [--state-dsn DSN] [--tick S]
+[--root DIR] [--json PATH]``.
 
 ``--store postgres`` keeps the state in PostgreSQL instead of the DuckDB file: a server is
 started for the run (``initdb``/``pg_ctl`` on 127.0.0.1, fsync on) and stopped at the end;
-``--state-dsn`` uses an existing database instead.
+``--state-dsn`` uses an existing database instead. ``--store redis-cluster`` keeps the word
+counts in a Redis Cluster started for the run (3 masters, a replica each) and the commit marker
+and spout metadata in the DuckDB file; ``--kill-master`` also SIGKILLs one Redis master once
+mid-soak (:mod:`bench.chaos_kv`).
 
 ``--vocabulary N`` replaces the default 32-word corpus with ``N`` words ``w1 .. wN`` drawn from a
 Zipf law (``P(rank r) ~ r^-S``, ``--zipf S``, default 1.0); with ``N >= 100000``, a
@@ -174,15 +178,25 @@ def producer_argv(root: Path, args: argparse.Namespace) -> list[str]:
 # -- the batch worker -------------------------------------------------------------------------
 
 
-def run_worker(root: Path, kinds: list[str], batch_size: int, location: str) -> None:
+def run_worker(
+    root: Path,
+    kinds: list[str],
+    batch_size: int,
+    location: str,
+    kv_servers: list[str] | None = None,
+) -> None:
     """Serve ``run <topology>`` / ``stop`` commands from stdin, reporting events on stdout.
 
-    The state store is at ``location`` (a DuckDB file or a PostgreSQL DSN).
+    The state store is at ``location`` (a DuckDB file or a PostgreSQL DSN). ``kv_servers``:
+    the counts live in the Redis Cluster at these nodes (no read replica is published); a
+    batch the cluster refuses (:class:`~trident_assets.errors.KeyValueStoreError`, e.g. a
+    master without a replica) is reported as ``refused`` and left for the next request.
 
     At each fault point the worker reports ``point`` and waits for a ``go`` line; any other
     line (or EOF) makes it exit. The driver kills it with SIGKILL while it waits or runs.
     """
     from trident_assets.backends.replica import Replica
+    from trident_assets.errors import KeyValueStoreError
     from trident_assets.examples.word_count import build_word_count
     from trident_assets.log.store import PartitionedLog
     from trident_assets.spark.executor import TopologyRunner
@@ -205,8 +219,13 @@ def run_worker(root: Path, kinds: list[str], batch_size: int, location: str) -> 
 
     runners: dict[str, TopologyRunner] = {}
     for kind in kinds:
+        spec = None
+        if kv_servers:
+            from bench.chaos_kv import state_spec
+
+            spec = state_spec(kv_servers)
         topo = build_word_count(
-            topology_name(kind), kind=SpoutKind(kind), max_batch_size=batch_size
+            topology_name(kind), kind=SpoutKind(kind), max_batch_size=batch_size, state=spec
         )
         runner = TopologyRunner(
             topo,
@@ -215,7 +234,7 @@ def run_worker(root: Path, kinds: list[str], batch_size: int, location: str) -> 
             log,
             fault=fault,
             max_spout_pending=8,
-            replica=Replica(root / "replica"),
+            replica=None if kv_servers else Replica(root / "replica"),
         )
         record = runner.meta.record
 
@@ -244,26 +263,34 @@ def run_worker(root: Path, kinds: list[str], batch_size: int, location: str) -> 
         current.clear()
         current.update(topology=cmd[1], txid=txid)
         _send(out, ev="begin", pending=pending, **current)
-        for outcome in runner.run_batches(range(txid, txid + pending)):
-            _send(
-                out,
-                ev="done",
-                applied=outcome.applied,
-                records=sum(outcome.tuples_in.values()),
-                dead=outcome.dead_letters,
-                spark_s=outcome.timings_s.get("spark", 0.0),
-                pipelined=outcome.pipelined,
-                plans=_plans(outcome.plans),
-                backlog=runner.backlog(),
-                keys=sum(st.keys_updated for st in outcome.states.values()),
-                compacted=sum(outcome.compacted.values()),
-                topology=cmd[1],
-                txid=outcome.txid,
-            )
-            current["txid"] = outcome.txid + 1
+        try:
+            _run_chunk(runner, range(txid, txid + pending), current, cmd[1], out)
+        except KeyValueStoreError as exc:
+            _send(out, ev="refused", error=str(exc), **current)
         _send(out, ev="end", **current)
     store.close()
     spark.stop()
+
+
+def _run_chunk(runner: Any, txids: range, current: dict[str, Any], name: str, out: IO[str]) -> None:
+    """Run ``txids`` pipelined, reporting each one's ``done`` event."""
+    for outcome in runner.run_batches(txids):
+        _send(
+            out,
+            ev="done",
+            applied=outcome.applied,
+            records=sum(outcome.tuples_in.values()),
+            dead=outcome.dead_letters,
+            spark_s=outcome.timings_s.get("spark", 0.0),
+            pipelined=outcome.pipelined,
+            plans=_plans(outcome.plans),
+            backlog=runner.backlog(),
+            keys=sum(st.keys_updated for st in outcome.states.values()),
+            compacted=sum(outcome.compacted.values()),
+            topology=name,
+            txid=outcome.txid,
+        )
+        current["txid"] = outcome.txid + 1
 
 
 def _open_store(location: str) -> Any:
@@ -307,6 +334,8 @@ class KindFigures:
     compactions: int = 0
     """Commits after which the state's log was compacted."""
     compacted_rows: int = 0
+    refused: int = 0
+    """Batch attempts the key-value store refused (a Redis master without a replica)."""
 
 
 @dataclass
@@ -331,6 +360,8 @@ class Comparison:
     replica_mismatched: int
     """Keys whose value in the read replica differs from the state store's."""
     replica_txid: int | None
+    replica_checked: bool = True
+    """False for a key-value state (no read replica is published)."""
 
     @property
     def ok(self) -> bool:
@@ -344,7 +375,7 @@ class Comparison:
             and self.dead_letters_not_malformed == 0
             and self.ranges_ok
             and self.replica_mismatched == 0
-            and self.replica_txid == self.last_txid
+            and (self.replica_txid == self.last_txid or not self.replica_checked)
         )
 
 
@@ -363,12 +394,14 @@ class Worker:
         index: int,
         argv: Sequence[str] | None = None,
         location: str | None = None,
+        kv_servers: Sequence[str] = (),
     ) -> None:
         """Start the worker; its stderr goes to ``<root>/worker-<index>.log``.
 
         ``argv``: another command to run instead of ``bench.chaos_soak worker`` (any process
         speaking JSON lines on stdout, e.g. ``bench.long_run``'s run process). ``location``:
-        the state store (default: ``<root>/state.duckdb``).
+        the state store (default: ``<root>/state.duckdb``). ``kv_servers``: the counts'
+        Redis Cluster nodes (none: the counts are in the state store).
         """
         self.stderr = (root / f"worker-{index}.log").open("w")
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -376,6 +409,8 @@ class Worker:
             argv = [sys.executable, "-m", "bench.chaos_soak", "worker", str(root),
                     "--kinds", ",".join(kinds), "--batch-size", str(batch_size),
                     "--state-dsn", location or str(root / "state.duckdb")]  # fmt: skip
+            if kv_servers:
+                argv += ["--kv-servers", ",".join(kv_servers)]
         self.proc = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
             start_new_session=True, env=env, cwd=Path(__file__).resolve().parent.parent,
@@ -437,8 +472,15 @@ class Worker:
 class Driver:
     """Runs the soak: producer, workers, kills, drain, comparison."""
 
-    def __init__(self, args: argparse.Namespace, root: Path, location: str) -> None:
-        """Prepare the log under ``root``; the state store is at ``location``."""
+    def __init__(
+        self, args: argparse.Namespace, root: Path, location: str, cluster: Any = None
+    ) -> None:
+        """Prepare the log under ``root``; the state store is at ``location``.
+
+        ``cluster``: the Redis Cluster (:class:`~trident_assets.backends.kv_servers
+        .RedisClusterServers`) holding the counts, None for counts in the state store.
+        """
+        from bench.chaos_kv import MasterKill
         from trident_assets.log.store import PartitionedLog
 
         self.args = args
@@ -456,18 +498,27 @@ class Driver:
         self.spark_s: list[float] = [1.0]
         self.last_kill_txid: tuple[str, int, int] = ("", 0, 0)
         self.problems: list[str] = []
+        self.refusals: list[str] = []
         log = PartitionedLog(root / "log")
         log.create_topic(TOPIC, PARTITIONS)
         log.create_topic(QUERY_TOPIC, 1)
         self.worker: Worker | None = None
         self.n_workers = 0
+        self.cluster = cluster
+        self.kv_servers: list[str] = cluster.servers if cluster is not None else []
+        self.master_kill = MasterKill(cluster) if args.kill_master else None
 
     # -- processes
 
     def _start_worker(self) -> Worker:
         self.n_workers += 1
         worker = Worker(
-            self.root, self.kinds, self.args.batch_size, self.n_workers, location=self.location
+            self.root,
+            self.kinds,
+            self.args.batch_size,
+            self.n_workers,
+            location=self.location,
+            kv_servers=self.kv_servers,
         )
         try:
             while (event := worker.event()) is None or event["ev"] != "ready":
@@ -555,6 +606,12 @@ class Driver:
                     self.attempted[name][txid] += 1
                     plan = self._plan_kill(name, txid) if chaos else None
                     meta_seen = 0
+                elif event["ev"] == "refused":  # the store refused txid; it runs again later
+                    fig.refused += 1
+                    self.refusals.append(event["error"])
+                    self.attempted[name][txid] += 1  # balances the decrement at "end"
+                    if self.args.verbose:
+                        print(f"  {name} txid {txid} refused: {event['error'][:200]}", flush=True)
                 elif event["ev"] == "end":
                     self.attempted[name][txid] -= 1  # the chunk ended before it
                     return last_done
@@ -622,7 +679,10 @@ class Driver:
                 if attempts > 5 * (args.batches * len(names) + args.kills):
                     self.problems.append("the soak does not progress")
                     break
+                self._master_kill_step(before=True)
+                refused = len(self.refusals)
                 self.attempt(name, chaos=True)
+                self._master_kill_step(before=False, refused=self.refusals[refused:])
             chaos_s = time.perf_counter() - started
         except BaseException:  # SIGTERM (SystemExit), Ctrl-C, a bug: leave nothing running
             if self.worker is not None:
@@ -647,6 +707,12 @@ class Driver:
             self.worker.close()
         total_s = time.perf_counter() - started
         comparisons = [self.compare(name) for name in self.figures]
+        kill = self.master_kill
+        if kill is not None and (not kill.done or kill.refused == 0):
+            self.problems.append(
+                "the Redis master was not killed and restarted with a refused batch between: "
+                f"{kill.figures()}"
+            )
         for fig in self.figures.values():
             fig.replayed_txids = sum(1 for n in self.attempted[fig.topology].values() if n > 1)
         ok = not self.problems and all(c.ok for c in comparisons)
@@ -665,7 +731,26 @@ class Driver:
             "figures": [{**asdict(f), "kills": dict(f.kills)} for f in self.figures.values()],
             "comparisons": [{**asdict(c), "ok": c.ok} for c in comparisons],
             "problems": self.problems,
+            "redis": None if self.cluster is None else self.cluster.describe(),
+            "master_kill": None if kill is None else kill.figures(),
         }
+
+    def _master_kill_step(self, before: bool, refused: Sequence[str] = ()) -> None:
+        """``--kill-master``: kill a master once half the batches committed; restart it after
+        batches were refused (:class:`bench.chaos_kv.MasterKill`)."""
+        kill = self.master_kill
+        if kill is None or kill.done:
+            return
+        if before and kill.victim is None:
+            committed = sum(f.batches for f in self.figures.values())
+            if committed * 2 >= self.args.batches * len(self.figures):
+                kill.kill()
+                if self.args.verbose:
+                    print(f"  Redis master {kill.victim} killed; replica promoted", flush=True)
+        elif not before and kill.down:
+            kill.after_attempt(list(refused))
+            if kill.done and self.args.verbose:
+                print(f"  Redis node {kill.victim} rejoined as a replica", flush=True)
 
     # -- the comparison
 
@@ -673,7 +758,8 @@ class Driver:
         """Compare ``name``'s state and dead letters with the whole log, set-based in DuckDB.
 
         The state and the dead letters are read from the store (DuckDB or PostgreSQL) as
-        Arrow; the comparison runs in an in-memory DuckDB.
+        Arrow, the state from the Redis Cluster when it is kept there; the comparison runs in
+        an in-memory DuckDB.
         """
         import duckdb
         import pyarrow as pa
@@ -690,7 +776,12 @@ class Driver:
             tables.append(log.read(TOPIC, p, 0, end - 1).select(["partition", "offset", "value"]))
         records = pa.concat_tables(tables)
         with _open_store(self.location) as store:
-            state = store.scan(f"{name}__word_counts", "n")
+            if self.kv_servers:
+                from bench.chaos_kv import read_counts
+
+                state = read_counts(name, self.kv_servers)
+            else:
+                state = store.scan(f"{name}__word_counts", "n")
             dead_letters = store.fetch_arrow(
                 'SELECT partition, "offset" FROM _trident_dead_letters '
                 "WHERE topology = ? AND spout = ?",
@@ -725,14 +816,17 @@ class Driver:
                     "(SELECT count(*) FROM (SELECT * FROM dl EXCEPT SELECT * FROM bad))"
                 ).fetchall()
                 replica = Replica(self.root / "replica")
-                conn.register(
-                    "chaos_replica",
-                    replica.read_map(f"{name}__word_counts", scope=name, value_name="n"),
-                )
-                [(replica_mismatched,)] = conn.sql(
-                    "SELECT count(*) FROM chaos_state AS s FULL OUTER JOIN chaos_replica AS r "
-                    "ON s.word = r.word WHERE s.n IS DISTINCT FROM r.n"
-                ).fetchall()
+                replica_mismatched, replica_txid = 0, None
+                if not self.kv_servers:  # a key-value state has no read replica
+                    conn.register(
+                        "chaos_replica",
+                        replica.read_map(f"{name}__word_counts", scope=name, value_name="n"),
+                    )
+                    [(replica_mismatched,)] = conn.sql(
+                        "SELECT count(*) FROM chaos_state AS s FULL OUTER JOIN chaos_replica "
+                        "AS r ON s.word = r.word WHERE s.n IS DISTINCT FROM r.n"
+                    ).fetchall()
+                    replica_txid = replica.latest(name)
             finally:
                 conn.unregister("chaos_dead_letters")
                 conn.unregister("chaos_records")
@@ -740,8 +834,9 @@ class Driver:
                 conn.unregister("chaos_replica")
         ranges_ok, problem = self._check_ranges(name, last, latest)
         return Comparison(
-            name, *row, *dead, ranges_ok, problem, last, replica_mismatched, replica.latest(name)
-        )
+            name, *row, *dead, ranges_ok, problem, last, replica_mismatched, replica_txid,
+            replica_checked=not self.kv_servers,
+        )  # fmt: skip
 
     def _check_ranges(
         self, name: str, last: int | None, latest: dict[str, int]
@@ -796,8 +891,21 @@ def _print(result: dict[str, Any]) -> None:
             f"{cmp['words_state']}: lost {cmp['lost']}, double-counted {cmp['double_counted']}; "
             f"dead letters {cmp['dead_letters']} (distinct {cmp['dead_letters_distinct']}) for "
             f"{cmp['malformed_in_log']} malformed records; ranges up to txid {cmp['last_txid']} "
-            f"{'tile the log' if cmp['ranges_ok'] else cmp['ranges_problem']}; read replica at "
-            f"txid {cmp['replica_txid']}, {cmp['replica_mismatched']} keys differ from the state"
+            f"{'tile the log' if cmp['ranges_ok'] else cmp['ranges_problem']}; "
+            + (
+                f"read replica at txid {cmp['replica_txid']}, {cmp['replica_mismatched']} keys "
+                "differ from the state"
+                if cmp["replica_checked"]
+                else f"no read replica (key-value state); {fig['refused']} batches refused"
+            )
+        )
+    kill = result.get("master_kill")
+    if kill:
+        print(
+            f"  Redis master {kill['victim']} SIGKILLed: replica promoted in "
+            f"{kill['replica_promoted_s']}s; {kill['batches_refused']} batch attempts refused "
+            f"over {kill['attempts_while_down']} requests while it was down; restarted, it "
+            f"rejoined as a replica in {kill['rejoined_as_replica_s']}s"
         )
     for problem in result["problems"]:
         print(f"  PROBLEM: {problem}")
@@ -832,11 +940,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--store",
-        choices=("duckdb", "postgres"),
+        choices=("duckdb", "postgres", "redis-cluster"),
         default="duckdb",
-        help="where the state lives: <root>/state.duckdb, or a PostgreSQL server started "
-        "for the run",
+        help="where the state lives: <root>/state.duckdb, a PostgreSQL server started "
+        "for the run, or (the counts) a Redis Cluster started for the run",
     )
+    parser.add_argument(
+        "--kill-master",
+        action="store_true",
+        help="--store redis-cluster: SIGKILL one Redis master once, mid-soak, and restart it "
+        "after batches were refused",
+    )
+    parser.add_argument("--kv-servers", help=argparse.SUPPRESS)
     parser.add_argument("--state-dsn", help="keep the state in this PostgreSQL database")
     parser.add_argument("--root", type=Path, help="working directory (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -867,8 +982,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.role == "worker":
-        run_worker(Path(args.root_dir), args.kinds.split(","), args.batch_size, args.state_dsn)
+        kv = args.kv_servers.split(",") if args.kv_servers else None
+        run_worker(Path(args.root_dir), args.kinds.split(","), args.batch_size, args.state_dsn, kv)
         return 0
+    if args.kill_master and args.store != "redis-cluster":
+        parser.error("--kill-master needs --store redis-cluster")
     root = args.root or Path(tempfile.mkdtemp(prefix="chaos-soak-"))
     if root.exists() and any(root.iterdir()):
         parser.error(f"--root {root} must be empty or missing")
@@ -880,8 +998,15 @@ def main(argv: list[str] | None = None) -> int:
             from trident_assets.backends.postgres_server import local_postgres
 
             location = stack.enter_context(local_postgres(durable=True)).dsn
-        result = Driver(args, root, location).run()
+        cluster = None
+        if args.store == "redis-cluster":
+            from bench.chaos_kv import start_cluster
+
+            cluster = stack.enter_context(start_cluster(root / "redis"))
+        result = Driver(args, root, location, cluster).run()
     result["store"] = "postgres" if location.startswith("postgresql://") else "duckdb"
+    if cluster is not None:
+        result["store"] = "redis-cluster"
     _print(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))

@@ -17,6 +17,14 @@ batch's partial aggregate has exactly N rows and the commit writes N new keys. M
   the state merge and the commit transaction; no read replica is published) and its wall time;
 * exactness: the state then holds exactly N keys, each with count 1.
 
+``--store redis-cluster`` keeps the counts in a Redis Cluster instead (3 masters, a replica
+each, a new cluster per size, started and stopped by PID; the commit marker stays in the DuckDB
+file): the executors read and write the keys, so the driver's memory should stay flat from 1M
+to 20M keys. Exactness is then checked on the servers after the measurement: ``DBSIZE`` over
+the masters equals N (the cluster holds only this state) and a ``SCAN`` of every key finds each
+count at 1. The cluster holds N keys twice (master and replica): about 2 x 150 bytes per key
+of memory, and as much AOF on disk.
+
 Results go to ``bench/results/driver_memory.{json,md}`` and are printed.
 """
 
@@ -125,13 +133,18 @@ class RssSampler:
 
 
 def measure(
-    spark: Any, root: Path, keys: int, duckdb_memory: str | None = None, dsn: str | None = None
+    spark: Any,
+    root: Path,
+    keys: int,
+    duckdb_memory: str | None = None,
+    dsn: str | None = None,
+    kv_servers: list[str] | None = None,
 ) -> dict[str, Any]:
     """Run the one batch of ``keys`` distinct words (log already written in ``root / "log"``).
 
     ``duckdb_memory``: the state store's DuckDB ``memory_limit`` (None: DuckDB's default).
     ``dsn``: the state in this PostgreSQL database instead of a DuckDB file.
-    ``dsn``: the state in this PostgreSQL database instead of a DuckDB file.
+    ``kv_servers``: the counts in the (otherwise empty) Redis Cluster at these nodes.
 
     Returns the peaks before and after, the stage timings and the exactness check.
     """
@@ -143,7 +156,12 @@ def measure(
 
     total = keys // WORDS_PER_SENTENCE
     spark.range(1000).selectExpr("sum(id)").collect()  # warm-up: the session's first job
-    topo = build_topology("count_only", total)
+    spec = None
+    if kv_servers:
+        from bench.kv_bench import state_spec
+
+        spec = state_spec("redis-cluster", kv_servers)
+    topo = build_topology("count_only", total, spec)
     config = {"memory_limit": duckdb_memory} if duckdb_memory else None
     opened = PostgresStore(dsn) if dsn else DuckDBStore(root / "state.duckdb", config=config)
     with opened as store:
@@ -154,16 +172,18 @@ def measure(
             outcome = runner.run_batch(1)
             end = time.perf_counter()
         after = peaks_mib()
-        state = store.scan(f"{topo.name}__word_counts")
-    counts = state.column("value")
-    exact = (
-        outcome.applied
-        and outcome.tuples_in == {TOPIC: total}
-        and state.num_rows == keys
-        and pc.min(counts).as_py() == 1
-        and pc.max(counts).as_py() == 1
-        and pc.count_distinct(state.column("word")).as_py() == keys
-    )
+        if kv_servers:
+            exact = _cluster_exact(topo.states["word_counts"], keys)
+        else:
+            state = store.scan(f"{topo.name}__word_counts")
+            counts = state.column("value")
+            exact = (
+                state.num_rows == keys
+                and pc.min(counts).as_py() == 1
+                and pc.max(counts).as_py() == 1
+                and pc.count_distinct(state.column("word")).as_py() == keys
+            )
+    exact = exact and outcome.applied and outcome.tuples_in == {TOPIC: total}
     t = outcome.timings_s
     job_end = start + t.get("emit", 0.0) + t.get("spark", 0.0)
     return {
@@ -179,6 +199,24 @@ def measure(
         "peak_before_mib": before,
         "peak_after_mib": after,
     }
+
+
+def _cluster_exact(state: Any, keys: int) -> bool:
+    """The Redis Cluster holds exactly ``keys`` keys, every one counted 1 (streamed, not
+    listed: ``DBSIZE`` per master, then a ``SCAN`` checking each value)."""
+    from trident_assets.backends.kv_backing import current_value, open_backing
+    from trident_assets.spark.kv_state import kv_target
+
+    backing = open_backing(kv_target(state))
+    try:
+        client = backing.client
+        stored = sum(
+            int(client.get_redis_connection(node).dbsize()) for node in client.get_primaries()
+        )
+        wrong = sum(1 for _, value in backing.scan() if current_value(value) != 1)
+    finally:
+        backing.close()
+    return stored == keys and wrong == 0
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -198,7 +236,8 @@ def _child(args: argparse.Namespace) -> None:
         }
     )
     try:
-        result = measure(spark, root, args.keys, args.duckdb_memory, args.dsn)
+        kv = args.kv_servers.split(",") if args.kv_servers else None
+        result = measure(spark, root, args.keys, args.duckdb_memory, args.dsn, kv)
     finally:
         spark.stop()
     Path(args.json).write_text(json.dumps(result))
@@ -211,8 +250,10 @@ def run_size(
     driver_memory: str,
     duckdb_memory: str | None = None,
     dsn: str | None = None,
+    kv_servers: list[str] | None = None,
 ) -> dict[str, Any]:
-    """One size in a fresh child process (its own Spark and state file, or ``dsn``)."""
+    """One size in a fresh child process (its own Spark and state file, or ``dsn``, or the
+    Redis Cluster at ``kv_servers``)."""
     root = work / f"keys-{keys}-kernel-{kernel}"
     root.mkdir(parents=True)
     t0 = time.perf_counter()
@@ -226,6 +267,8 @@ def run_size(
         argv += ["--duckdb-memory", duckdb_memory]
     if dsn:
         argv += ["--dsn", dsn]
+    if kv_servers:
+        argv += ["--kv-servers", ",".join(kv_servers)]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     result = json.loads(out.read_text()) if out.exists() else None
     shutil.rmtree(root)
@@ -244,6 +287,8 @@ def render(report: dict[str, Any]) -> str:
         + (
             "PostgreSQL state (a local server)."
             if report.get("store") == "postgres"
+            else "Redis Cluster state (3 masters, a replica each; the marker in DuckDB)."
+            if report.get("store") == "redis-cluster"
             else f"DuckDB state (memory_limit {report.get('duckdb_memory') or 'DuckDB default'})."
         ),
         "",
@@ -295,6 +340,18 @@ def _growth(label: str, small: dict[str, Any], big: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
+def _cluster(store: str, root: Path) -> Iterator[list[str] | None]:
+    """``--store redis-cluster``: a new cluster for one size (its startup nodes), else None."""
+    if store != "redis-cluster":
+        yield None
+        return
+    from trident_assets.backends.kv_servers import RedisClusterServers
+
+    with RedisClusterServers(root, 3, replicas=1) as cluster:
+        yield cluster.servers
+
+
+@contextlib.contextmanager
 def _server(store: str) -> Iterator[Any]:
     """A local PostgreSQL server for the run (``--store postgres``), else None."""
     if store != "postgres":
@@ -330,16 +387,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     )
     parser.add_argument(
         "--store",
-        choices=("duckdb", "postgres"),
+        choices=("duckdb", "postgres", "redis-cluster"),
         default="duckdb",
-        help="the state store: a DuckDB file, or a database on a local PostgreSQL server "
-        "started for the run",
+        help="the state store: a DuckDB file, a database on a local PostgreSQL server "
+        "started for the run, or a Redis Cluster started for each size",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
+    parser.add_argument("--kv-servers", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         args.keys = int(args.keys)
@@ -354,9 +412,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         for keys in sizes:
             for kernel in kernels:
                 dsn = _database(pg, f"keys_{keys}_{kernel}") if pg is not None else None
-                results.append(
-                    run_size(Path(tmp), keys, kernel, args.driver_memory, args.duckdb_memory, dsn)
-                )
+                where = Path(tmp) / f"redis-{keys}-{kernel}"
+                with _cluster(args.store, where) as kv:
+                    results.append(
+                        run_size(
+                            Path(tmp), keys, kernel, args.driver_memory, args.duckdb_memory, dsn, kv
+                        )
+                    )
                 print(json.dumps(results[-1]), flush=True)
     machine = describe()
     report = {

@@ -53,6 +53,7 @@ def _trident(
     shuffle: int | None,
     arrow_kernel: bool = True,
     spill: bool = False,
+    state_dsn: str | None = None,
 ) -> Any:
     from trident_assets.dagster.resources import TridentResource
     from trident_assets.spark.kernel_plan import ARROW_KERNEL_CONF
@@ -64,7 +65,11 @@ def _trident(
     if spill:
         conf[SPILL_CONF] = "true"
     return TridentResource(
-        home=str(home), state_database=str(state_db), spark_remote=spark_remote, spark_conf=conf
+        home=str(home),
+        state_database=str(state_db),
+        state_dsn=state_dsn,
+        spark_remote=spark_remote,
+        spark_conf=conf,
     )
 
 
@@ -134,22 +139,29 @@ def batch_timings(instance: Any, limit: int) -> dict[int, dict[str, float]]:
     return out
 
 
-def export_counts(state_db: Path, out: Path) -> int:
-    """Write the committed state as Parquet ``(word, count)``; return its size."""
+def export_counts(state_db: Path, out: Path, state_dsn: str | None = None) -> int:
+    """Write the committed state as Parquet ``(word, count)``; return its size.
+
+    ``state_dsn``: the state is in this PostgreSQL database, not in ``state_db``.
+    """
     import pyarrow.parquet as pq
 
     from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.state_store import open_state_store
 
-    with DuckDBStore(state_db) as store:
+    with open_state_store(state_dsn) if state_dsn else DuckDBStore(state_db) as store:
         table = store.scan(STATE_TABLE, value_name="count")
     pq.write_table(table.select(["word", "count"]), out)
     return table.num_rows
 
 
-def build_topology(kind: str, sentences: int) -> Any:
+def build_topology(kind: str, sentences: int, state: Any = None) -> Any:
     """``example``: the example word count (with its DRPC query stream); ``count_only``: the
     same sentences -> split -> group_by(word) -> opaque Count state, without the query stream
-    (what Spark Structured Streaming's ``groupBy(word).count()`` computes)."""
+    (what Spark Structured Streaming's ``groupBy(word).count()`` computes).
+
+    ``state``: the counts' ``StateSpec`` (default: opaque ``word_counts`` in the store).
+    """
     from trident_assets.core.aggregators import Count
     from trident_assets.examples.word_count import build_word_count
     from trident_assets.spark.schemes import StringScheme
@@ -159,7 +171,7 @@ def build_topology(kind: str, sentences: int) -> Any:
     from trident_assets.stream.topology import StateSpec, TridentTopology
 
     if kind == "example":
-        return build_word_count(max_batch_size=sentences)
+        return build_word_count(max_batch_size=sentences, state=state)
     if kind != "count_only":
         raise ValueError(f"unknown topology {kind!r}")
     topo = TridentTopology("word_count")
@@ -168,7 +180,7 @@ def build_topology(kind: str, sentences: int) -> Any:
         topo.new_stream("sentences", spout)
         .each("sentence", Split(), "word")
         .group_by("word")
-        .persistent_aggregate(StateSpec.opaque("word_counts"), "word", Count(), "count")
+        .persistent_aggregate(state or StateSpec.opaque("word_counts"), "word", Count(), "count")
     )
     return topo
 
@@ -191,8 +203,14 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
         args.shuffle_partitions,
         arrow_kernel=not args.no_arrow_kernel,
         spill=args.spill,
+        state_dsn=args.state_dsn,
     )
-    topo = build_topology(args.topology, args.sentences)
+    spec = None
+    if args.kv_store:
+        from bench.kv_bench import state_spec
+
+        spec = state_spec(args.kv_store, args.kv_servers.split(","))
+    topo = build_topology(args.topology, args.sentences, spec)
     instance = _instance(work / "dagster")
     t0 = time.perf_counter()
     spark = trident.spark()
@@ -221,6 +239,7 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
         "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         "arrow_kernel": not args.no_arrow_kernel,
         "spill": args.spill,
+        "state": args.kv_store or ("postgres" if args.state_dsn else "duckdb"),
         "spark_startup_s": round(startup_s, 3),
         "wall_s": round(wall_s, 4),
         "run_walls_s": [round(w, 4) for w in walls],
@@ -236,8 +255,10 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     tuples = sum(stages[t]["tuples_in"] for t in txids)
     if tuples != args.sentences * args.batches:
         raise RuntimeError(f"read {tuples} sentences, expected {args.sentences * args.batches}")
-    if args.counts:
-        result["state_keys"] = export_counts(work / "state.duckdb", Path(args.counts))
+    if args.counts and not args.kv_store:  # a key-value state is read by the caller
+        result["state_keys"] = export_counts(
+            work / "state.duckdb", Path(args.counts), args.state_dsn
+        )
     return result
 
 
@@ -289,8 +310,15 @@ def run_in_subprocess(
     timeout_s: float = 3600,
     arrow_kernel: bool = True,
     spill: bool = False,
+    state_dsn: str | None = None,
+    kv_store: str | None = None,
+    kv_servers: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Run :func:`run_mode` in a new Python process; its JSON result."""
+    """Run :func:`run_mode` in a new Python process; its JSON result.
+
+    ``state_dsn``: the state in this PostgreSQL database; ``kv_store``/``kv_servers``: the
+    counts in this key-value store (:mod:`bench.kv_bench`), the marker in the DuckDB file.
+    """
     work.mkdir(parents=True, exist_ok=True)
     out = work / f"result-{mode}-{first_txid}.json"
     cmd = [
@@ -314,6 +342,10 @@ def run_in_subprocess(
         cmd += ["--no-arrow-kernel"]
     if spill:
         cmd += ["--spill"]
+    if state_dsn:
+        cmd += ["--state-dsn", state_dsn]
+    if kv_store:
+        cmd += ["--kv-store", kv_store, "--kv-servers", ",".join(kv_servers)]
     return run_json_child(cmd, out, f"bench.pipeline {mode}", timeout_s)
 
 
@@ -399,6 +431,14 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the executors write the partials for the store (trident.partials.spill=true)",
     )
+    run.add_argument("--state-dsn", default=None, help="keep the state in this PostgreSQL db")
+    run.add_argument(
+        "--kv-store",
+        choices=["redis-cluster", "memcached"],
+        default=None,
+        help="keep the counts in this key-value store (with --kv-servers host:port,...)",
+    )
+    run.add_argument("--kv-servers", default="", help="the key-value servers, comma-separated")
     run.add_argument("--out", required=True, help="result JSON")
     args = parser.parse_args(argv)
     result = run_mode(args)

@@ -10,6 +10,10 @@ Run: ``python -m bench.run_all`` (``make bench``); ``--quick`` for a 1-2 minute 
 2. trident_assets word count, opaque DuckDB state, through Dagster (:mod:`bench.pipeline`):
    catch-up (one run for all txids) and one run per txid, on both corpora; on the tiny one
    also one run per txid in a fresh process against a Spark Connect server;
+2b. with ``--store redis-cluster`` (and/or ``--store memcached``): the same catch-up with its
+   state in PostgreSQL (a server started for the run) and in the key-value store at each
+   ``--kv-shards`` count (default ``1,3``: masters of a Redis Cluster with a replica each, or
+   memcached servers), servers started and stopped by the benchmark (:mod:`bench.kv_bench`);
 3. Spark Structured Streaming's stateful word count (:mod:`bench.spark_ss`), every
    ``--ss-configs`` (state store provider x shuffle partitions); the best is compared; the
    best configuration also runs the tiny corpus;
@@ -46,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench import peers, pipeline, spark_batch, spark_ss, state_merge
+from bench import kv_bench, peers, pipeline, spark_batch, spark_ss, state_merge
 from bench.corpus import CorpusSpec, write_corpus
 from bench.machine import describe, one_line
 
@@ -362,6 +366,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--state-sizes", default=None, help="state-merge sizes (default 100000,1000000,10000000)"
     )
     p.add_argument("--quick", action="store_true", help="a small run (~1-2 min) for smoke tests")
+    p.add_argument(
+        "--store",
+        action="append",
+        choices=kv_bench.KV_STORES,
+        default=[],
+        help="also run the catch-up with its state in PostgreSQL and in this key-value store "
+        "(repeatable)",
+    )
+    p.add_argument(
+        "--kv-shards",
+        default="1,3",
+        help="--store: Redis masters (1 replica each) or memcached servers per run (1,3)",
+    )
+    p.add_argument("--skip-postgres", action="store_true", help="--store: no PostgreSQL run")
     for what in (
         "catchup",
         "per-run",
@@ -382,6 +400,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     peers.check_args(args)
+    try:
+        args.kv_shards = sorted({int(n) for n in str(args.kv_shards).split(",")})
+    except ValueError:
+        p.error(f"--kv-shards: {args.kv_shards!r} is not a comma-separated list of integers")
+    if args.kv_shards[0] < 1:
+        p.error(f"--kv-shards: {args.kv_shards} has a count below 1")
     quick = args.quick
     defaults = {
         "batches": 3 if quick else 20,
@@ -445,6 +469,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             topology: str = "example",
             arrow_kernel: bool = True,
             spill: bool = False,
+            state_dsn: str | None = None,
+            kv_store: str | None = None,
+            kv_servers: tuple[str, ...] | list[str] = (),
         ) -> dict[str, Any]:
             counts = work / f"{name}-counts.parquet" if check else None
             raw = pipeline.run_in_subprocess(
@@ -458,6 +485,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 topology=topology,
                 arrow_kernel=arrow_kernel,
                 spill=spill,
+                state_dsn=state_dsn,
+                kv_store=kv_store,
+                kv_servers=kv_servers,
             )
             res = pipeline.summarize(raw, s.words_per_batch)
             if counts is not None:
@@ -530,6 +560,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row["tiny_batch_s"] = inside["median"] if inside else t["per_batch_s"]
                 row["tiny_batch_total_s"] = t["batch_total_s"]["median"]
             table.append(row)
+        if args.store:
+            log(f"state stores: PostgreSQL, {', '.join(args.store)} at {args.kv_shards} shards")
+            found, rows = kv_bench.run_stores(
+                args,
+                lambda name, **kw: ours(
+                    name, "catchup", work / "corpus", spec, not kw.get("kv_store"), **kw
+                ),
+                work,
+                truth,
+                verify,
+                log,
+            )
+            results |= found
+            table += rows
+            for store in args.store:
+                sc = found[f"{store}_scaling"]
+                notes.append(
+                    f"{store}: catch-up words/s at {sc['shards']} shards: "
+                    + ", ".join(fmt_rate(r) for r in sc["words_per_s"])
+                    + f" ({sc['largest_over_smallest']}x from the fewest to the most shards)"
+                )
         if not args.skip_fresh and tiny_corpus is not None:
             log("fresh process per run, Spark Connect server (tiny corpus)")
             try:

@@ -36,11 +36,14 @@ def build_word_count(
     source: Literal["log", "kafka"] = "log",
     bootstrap_servers: str | None = None,
     kafka_options: Mapping[str, Any] | None = None,
+    state: ta.StateSpec | None = None,
 ) -> TridentTopology:
     """Declare the word-count topology over ``topic`` of the embedded log or of Kafka.
 
     ``source="kafka"`` reads the same topics from the cluster at ``bootstrap_servers``
     (``kafka_options`` are further :class:`~trident_assets.kafka.KafkaSpout` arguments).
+    ``state``: the counts' state (default ``StateSpec.opaque("word_counts")``, in the
+    topology's store; e.g. a ``RedisClusterState`` named ``word_counts``).
     """
     topo = ta.TridentTopology(name)
     config = ta.SpoutConfig(kind=kind, max_batch_size=max_batch_size)
@@ -63,7 +66,9 @@ def build_word_count(
         topo.new_stream("sentences", spout(topic, "sentence"))
         .each("sentence", ta.Split(), "word")
         .group_by("word")
-        .persistent_aggregate(ta.StateSpec.opaque("word_counts"), "word", ta.Count(), "count")
+        .persistent_aggregate(
+            state or ta.StateSpec.opaque("word_counts"), "word", ta.Count(), "count"
+        )
     )
     (
         topo.new_stream("queries", spout(query_topic, "args"))

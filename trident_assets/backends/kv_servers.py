@@ -1,10 +1,13 @@
-"""Key-value servers for tests: memcached servers and a Redis Cluster on 127.0.0.1, under tmp.
+"""Local key-value servers on 127.0.0.1: memcached servers and a Redis Cluster, under a directory.
 
+For tests and benchmarks, as :mod:`trident_assets.backends.postgres_server` is for PostgreSQL.
 :class:`MemcachedServers` starts ``n`` memcached processes; :class:`RedisClusterServers`
-starts ``masters * 2`` ``redis-server --cluster-enabled yes`` processes (AOF on, no RDB) and
-joins them with ``redis-cli --cluster create ... --cluster-replicas 1``. Both use free ports,
-keep every file under the given directory, and stop their processes by PID (:meth:`stop`).
-The Debian packages ``memcached`` and ``redis-server`` provide the binaries
+starts ``masters * (1 + replicas)`` ``redis-server --cluster-enabled yes`` processes (AOF on,
+no RDB), gives each master an equal range of the 16384 hash slots and makes the other nodes
+their replicas (``CLUSTER ADDSLOTSRANGE``/``MEET``/``REPLICATE``: one master works too, which
+``redis-cli --cluster create`` refuses). Both use free ports, keep every file under the given
+directory, and stop their processes by PID (:meth:`stop`; both are context managers). The
+Debian packages ``memcached`` and ``redis-server`` (7.0 or later) provide the binaries
 (``scripts/setup.sh``).
 """
 
@@ -17,11 +20,13 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any, Self
 
 __all__ = ["MemcachedServers", "RedisClusterServers", "free_port", "servers_installed"]
 
 NODE_TIMEOUT_MS = 1000
 """The cluster's node timeout: a killed master's replica takes over about a second later."""
+SLOTS = 16384
 
 
 def servers_installed() -> bool:
@@ -39,15 +44,42 @@ def free_port(below: int = 55000) -> int:
             return port
 
 
-def _wait_port(port: int, seconds: float = 10) -> None:
+class PortTakenError(RuntimeError):
+    """The server exited before answering: most often its free port was taken meanwhile."""
+
+
+STARTS = 5
+"""Tries to start a new server, each on another free port (a port can be taken between
+:func:`free_port` and the server's bind)."""
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
+        if proc.poll() is not None:
+            msg = f"the server on 127.0.0.1:{port} exited with {proc.returncode} before answering"
+            raise PortTakenError(msg)
         time.sleep(0.02)
     msg = f"no server answered on 127.0.0.1:{port} within {seconds} s"
     raise TimeoutError(msg)
+
+
+def _on_free_port(start: Any) -> int:
+    """Call ``start(port)`` on a free port, another one if the server exits first; the port."""
+    for attempt in range(STARTS):
+        port = free_port()
+        try:
+            start(port)
+        except PortTakenError:
+            if attempt == STARTS - 1:
+                raise
+            continue
+        return port
+    msg = "unreachable"
+    raise AssertionError(msg)
 
 
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
@@ -62,16 +94,27 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
 
 
 class MemcachedServers:
-    """``n`` memcached servers (64 MB each)."""
+    """``n`` memcached servers (``memory_mb`` each)."""
 
-    def __init__(self, root: Path, n: int = 3) -> None:
+    def __init__(self, root: Path, n: int = 3, memory_mb: int = 64) -> None:
         """Start them (logs under ``root``)."""
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
-        self.ports = [free_port() for _ in range(n)]
+        self.memory_mb = memory_mb
+        self.ports = [0] * n
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * n
-        for i in range(n):
-            self.start(i)
+        try:
+            for i in range(n):
+                self.ports[i] = _on_free_port(lambda port, i=i: self._start_on(i, port))
+        except BaseException:
+            self.stop()
+            raise
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     @property
     def servers(self) -> list[str]:
@@ -79,14 +122,18 @@ class MemcachedServers:
         return [f"127.0.0.1:{p}" for p in self.ports]
 
     def start(self, i: int) -> None:
-        """Start server ``i`` (empty)."""
+        """Start server ``i`` (empty) on its port."""
+        self._start_on(i, self.ports[i])
+
+    def _start_on(self, i: int, port: int) -> None:
         log = (self.root / f"memcached-{i}.log").open("ab")
         self.procs[i] = subprocess.Popen(
-            ["memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(self.ports[i]), "-m", "64"],
+            ["memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port),
+             "-m", str(self.memory_mb)],
             stdout=log,
             stderr=log,
-        )
-        _wait_port(self.ports[i])
+        )  # fmt: skip
+        _wait_port(port, self.procs[i])
 
     def restart(self, i: int) -> None:
         """Stop server ``i`` and start it again: it comes back with no keys."""
@@ -100,33 +147,63 @@ class MemcachedServers:
 
 
 class RedisClusterServers:
-    """A Redis Cluster of ``masters`` masters with one replica each."""
+    """A Redis Cluster of ``masters`` masters with ``replicas`` replicas each."""
 
-    def __init__(self, root: Path, masters: int = 3) -> None:
-        """Start the nodes (files under ``root``) and create the cluster."""
+    def __init__(self, root: Path, masters: int = 3, replicas: int = 1) -> None:
+        """Start the nodes (files under ``root``) and form the cluster; wait until it is ok.
+
+        The first ``masters`` ports are the masters, in slot order; node ``masters + i`` is
+        a replica of master ``i % masters``.
+        """
+        if masters < 1 or replicas < 0:
+            msg = f"need masters >= 1 and replicas >= 0, got {masters} and {replicas}"
+            raise ValueError(msg)
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
-        self.ports = [free_port() for _ in range(masters * 2)]
+        self.n_masters = masters
+        self.ports: list[int] = []
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        for port in self.ports:
-            self.start_node(port)
-        nodes = [f"127.0.0.1:{p}" for p in self.ports]
-        subprocess.run(
-            [
-                "redis-cli",
-                "--cluster",
-                "create",
-                *nodes,
-                "--cluster-replicas",
-                "1",
-                "--cluster-yes",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        self.wait_ok()
-        self.wait_synced()
+        try:
+            for _ in range(masters * (1 + replicas)):
+                self.ports.append(_on_free_port(self.start_node))
+            self._form()
+            self.wait_ok()
+            self.wait_synced()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _form(self) -> None:
+        """Assign the slots, join every node, make the replicas replicate their masters."""
+        masters = self.ports[: self.n_masters]
+        for i, port in enumerate(masters):
+            first, last = SLOTS * i // len(masters), SLOTS * (i + 1) // len(masters) - 1
+            self._ok(port, "cluster", "addslotsrange", str(first), str(last))
+        for port in self.ports[1:]:
+            self._ok(port, "cluster", "meet", "127.0.0.1", str(self.ports[0]))
+        ids = {p: self.cli(p, "cluster", "myid").strip() for p in masters}
+        deadline = time.monotonic() + 30
+        for i, port in enumerate(self.ports[self.n_masters :]):
+            master_id = ids[masters[i % len(masters)]]
+            while True:  # the replica must know the master's node before replicating it
+                if self.cli(port, "cluster", "replicate", master_id).strip() == "OK":
+                    break
+                if time.monotonic() > deadline:
+                    msg = f"node 127.0.0.1:{port} could not replicate {master_id}"
+                    raise TimeoutError(msg)
+                time.sleep(0.05)
+
+    def _ok(self, port: int, *args: str) -> None:
+        reply = self.cli(port, *args).strip()
+        if reply != "OK":
+            msg = f"redis-cli -p {port} {' '.join(args)} answered {reply!r}"
+            raise RuntimeError(msg)
 
     @property
     def servers(self) -> list[str]:
@@ -165,7 +242,7 @@ class RedisClusterServers:
             stdout=log,
             stderr=log,
         )
-        _wait_port(port)
+        _wait_port(port, self.procs[port])
 
     def cli(self, port: int, *args: str) -> str:
         """``redis-cli -p PORT ARGS``'s output."""
@@ -186,13 +263,13 @@ class RedisClusterServers:
         return sorted(found)
 
     def wait_ok(self, seconds: float = 30) -> None:
-        """Wait until every live node reports ``cluster_state:ok`` with 3 live masters."""
+        """Wait until every live node reports ``cluster_state:ok`` with all masters live."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             live = [p for p in self.ports if self.procs[p].poll() is None]
             if (
                 all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in live)
-                and len(self.masters()) == len(self.ports) // 2
+                and len(self.masters()) == self.n_masters
             ):
                 return
             time.sleep(0.1)
@@ -210,7 +287,7 @@ class RedisClusterServers:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             masters = self.masters()
-            if victim not in masters and len(masters) == len(self.ports) // 2:
+            if victim not in masters and len(masters) == self.n_masters:
                 self.wait_ok(seconds)
                 return
             time.sleep(0.1)
@@ -225,12 +302,21 @@ class RedisClusterServers:
             replicas = [p for p in live if "role:slave" in self.cli(p, "info", "replication")]
             if (
                 all("master_link_status:up" in self.cli(p, "info", "replication") for p in replicas)
-                and len(replicas) == len(live) - len(self.ports) // 2
+                and len(replicas) == len(live) - self.n_masters
             ):
                 return
             time.sleep(0.1)
         msg = f"the replicas of the Redis Cluster under {self.root} did not sync in {seconds} s"
         raise TimeoutError(msg)
+
+    def describe(self) -> dict[str, Any]:
+        """Masters, replicas per master and node timeout (for reports)."""
+        return {
+            "masters": self.n_masters,
+            "replicas_per_master": len(self.ports) // self.n_masters - 1,
+            "node_timeout_ms": NODE_TIMEOUT_MS,
+            "persistence": "AOF (appendfsync everysec), no RDB",
+        }
 
     def stop(self) -> None:
         """Stop every node by PID."""
