@@ -29,6 +29,7 @@ from trident_assets.cli_common import (
     open_state,
 )
 from trident_assets.cli_event_windows import event_windows_instead
+from trident_assets.cli_kv_state import declared_kv_state, kv_get, kv_hinted, kv_scan
 from trident_assets.cli_state_admin import ADMIN_COMMANDS
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
 from trident_assets.names import validate_identifier
@@ -285,15 +286,22 @@ def state_scan(
     database: DatabaseOption = None,
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
+    modules: ModulesOption = None,
 ) -> None:
     """Print TOPOLOGY's STATE, largest values first, with the txid it is read at.
 
     Reads the home's replica (lock-free: never waits for or holds up a running batch) when
-    it has one, else the state file read-only.
+    it has one, else the state file read-only. A state kept in a Redis Cluster is read from
+    its servers (latest values), found through --module (memcached cannot list its keys).
     """
     from trident_assets.cli_replica import find_published, home_replica, read_state
 
     with cli_errors():
+        kv = declared_kv_state(modules, topology, state)
+        if kv is not None:
+            kv_scan(kv, txid, limit, fmt)
+            return
+    with cli_errors(), kv_hinted(home, database, topology, state):
         replica = home_replica(home, database)
         windows = None
         if replica is not None:
@@ -385,17 +393,25 @@ def state_get(
     database: DatabaseOption = None,
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
+    modules: ModulesOption = None,
 ) -> None:
     """Print the value of KEY in TOPOLOGY's STATE (now, or as of --txid); exit 1 if absent.
 
     A global state (an aggregate without group_by) has one value: give no KEY. Reads the
-    home's replica when it has one (lock-free), else the state file read-only.
+    home's replica when it has one (lock-free), else the state file read-only. A state kept
+    in a Redis Cluster or memcached is read from its servers (latest value), found through
+    --module.
     """
     from trident_assets.cli_replica import find_published, home_replica, read_state
     from trident_assets.core.caching import GLOBAL_KEY
 
     omitted = not key
     with cli_errors():
+        kv = declared_kv_state(modules, topology, state)
+        if kv is not None:
+            kv_get(kv, key or [], txid, fmt)
+            return
+    with cli_errors(), kv_hinted(home, database, topology, state):
         replica = home_replica(home, database)
         try:
             published = find_published(replica, topology, state) if replica else None

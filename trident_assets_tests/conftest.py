@@ -247,6 +247,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_class_cache.py": 35,
     "test_stream_ops.py": 35,
     "test_ui_warm_spark.py": 35,
+    "test_live_run.py": 40,  # a live run SIGKILLed in a child process (its own JVM)
     "test_cli_state_drop.py": 31,
     "test_dagster.py": 31,
     "test_backfill.py": 28,
@@ -264,6 +265,8 @@ FILE_SECONDS: dict[str, float] = {
     "test_cli_read_surface.py": 30,
     "test_batch_corners.py": 22,
     "test_commit_marker_file.py": 17,
+    "test_kv_state.py": 75,  # a Redis Cluster, memcached servers, 15 tests' Spark jobs
+    "test_chaos_kv.py": 20,  # a Redis Cluster and one soak batch on the session's Spark
 }
 
 

@@ -20,6 +20,11 @@ from dagster._core.types.dagster_type import resolve_dagster_type
 
 import trident_assets as ta
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.kv_servers import (
+    MemcachedServers,
+    RedisClusterServers,
+    servers_installed,
+)
 from trident_assets.dagster.graph import topology_graph
 from trident_assets.errors import ConfigError, KeyValueStoreError
 from trident_assets.examples.word_count import SENTENCES
@@ -33,7 +38,6 @@ from trident_assets.spark.state_apply import read_state
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.state_kinds import KeyValueKind, state_kind
 from trident_assets.stream.topology import TridentTopology
-from trident_assets_tests.kv_servers import MemcachedServers, RedisClusterServers, servers_installed
 
 pytestmark = pytest.mark.skipif(
     not servers_installed(), reason="needs memcached and redis-server (scripts/setup.sh)"
@@ -368,6 +372,162 @@ def test_kind_answers_and_contract() -> None:
     assert (contract.aggregator, contract.state_type) == (
         "trident_assets.core.aggregators.Count",
         "opaque",
+    )
+
+
+# -- the batch's preview (the UI's) -------------------------------------------------------------
+
+
+def test_preview_of_a_small_batch_is_exact(
+    spark: Any, tmp_path: Path, servers: tuple[str, list[str]]
+) -> None:
+    """The executors return the keys they wrote; the outcome keeps the highest values first."""
+    store_kind, addresses = servers
+    log = _log(tmp_path, ["the cow the moon", "a cow"])
+    topo = _topology(f"wc_preview_{store_kind}", _spec(store_kind, "opaque", addresses), batch=50)
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log)
+        first = runner.run_batch(1)
+        assert first.previews["state:word_counts"].to_pydict() == {
+            "word": ["cow", "the", "a", "moon"],
+            "count": [2, 2, 1, 1],
+        }
+        outcome = first.states["word_counts"]
+        assert (outcome.keys_in, outcome.keys_updated, outcome.keys_skipped) == (4, 4, 0)
+        _send(log, ["the end"] + [f"w{i:02d}" for i in range(12)])
+        second = runner.run_batch(2)
+        assert second.previews["state:word_counts"].to_pydict() == {  # 10 rows of 14 keys
+            "word": ["the", "end", *(f"w{i:02d}" for i in range(8))],
+            "count": [3, 1, *[1] * 8],
+        }
+        outcome = second.states["word_counts"]
+        assert (outcome.keys_in, outcome.keys_updated, outcome.keys_skipped) == (14, 14, 0)
+
+
+def test_single_join_in_a_key_value_store_is_refused() -> None:
+    """A join's pending halves stay in the topology's store; a key-value spec is refused."""
+    topo = ta.TridentTopology("join_kv")
+    config = ta.SpoutConfig()
+    genders = topo.new_stream(
+        "g", ta.LogSpout("genders", ta.JsonScheme({"id": "int", "gender": "string"}), config)
+    )
+    ages = topo.new_stream(
+        "a", ta.LogSpout("ages", ta.JsonScheme({"id": "int", "age": "int"}), config)
+    )
+    spec = ta.RedisClusterState.opaque("people", ["127.0.0.1:7000"])
+    with pytest.raises(ConfigError) as info:
+        topo.single_join("people", [genders, ages], out_fields=["id", "gender", "age"], state=spec)
+    assert str(info.value) == (
+        "single_join 'people': its pending halves cannot be kept in a redis-cluster state "
+        "('people'): a single join keeps them in the topology's store (DuckDB or "
+        "PostgreSQL). Leave out state= (or give StateSpec.opaque('people')); key-value "
+        "stores take persistent_aggregate states only"
+    )
+    with pytest.raises(ConfigError, match="cannot be kept in a memcached state"):
+        topo.single_join(
+            "people",
+            [genders, ages],
+            out_fields=["id", "gender", "age"],
+            state=ta.MemcachedState.opaque("people", ["127.0.0.1:11211"]),
+        )
+    assert "people" not in topo.states  # nothing declared
+    joined = topo.single_join(
+        "people",
+        [genders, ages],
+        out_fields=["id", "gender", "age"],
+        state=ta.StateSpec.opaque("people"),
+    )
+    assert joined.fields == ("id", "gender", "age")
+
+
+# -- the CLI: `trident state get / scan` read the servers the declaration names -----------------
+
+CLI_MODULE = """
+import trident_assets as ta
+
+def word_count(name, spec):
+    topo = ta.TridentTopology(name)
+    config = ta.SpoutConfig(max_batch_size=50)
+    (
+        topo.new_stream("sentences", ta.LogSpout("sentences", ta.StringScheme("sentence"), config))
+        .each("sentence", ta.Split(), "word")
+        .group_by("word")
+        .persistent_aggregate(spec, "word", ta.Count(), "count")
+    )
+    return topo
+
+REDIS = word_count("wc_cli_redis", ta.RedisClusterState.opaque("word_counts", {redis}))
+MEMCACHED = word_count("wc_cli_mc", ta.MemcachedState.opaque("word_counts", {memcached}))
+"""
+
+
+def test_cli_reads_key_value_states_from_their_servers(
+    spark: Any, tmp_path: Path, redis_cluster: RedisClusterServers, memcached: MemcachedServers
+) -> None:
+    import importlib.util
+    import json
+
+    from trident_assets_tests.children import run_trident
+
+    project = tmp_path / "project"
+    project.mkdir()
+    source = CLI_MODULE.format(redis=redis_cluster.servers, memcached=memcached.servers)
+    (project / "kv_defs.py").write_text(source)
+    spec = importlib.util.spec_from_file_location("kv_defs_cli", project / "kv_defs.py")
+    assert spec is not None
+    assert spec.loader is not None
+    defs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(defs)
+    log = _log(tmp_path, ["the cow the moon", "a cow"])
+    home = tmp_path / "home"
+    home.mkdir()
+    with DuckDBStore(home / "state.duckdb") as store:
+        for topo in (defs.REDIS, defs.MEMCACHED):
+            assert TopologyRunner(topo, spark, store, log).run_batch(1).applied
+
+    def trident(*args: str) -> Any:
+        return run_trident(project, "state", *args, "--home", str(home))
+
+    done = trident("get", "wc_cli_redis", "word_counts", "cow", "--module", "kv_defs")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "wc_cli_redis.word_counts (redis-cluster state 'word_counts' of topology "
+        "'wc_cli_redis', latest value)",
+        "┏━━━━━━┳━━━━━━━┓",
+        "┃ word ┃ count ┃",
+        "┡━━━━━━╇━━━━━━━┩",
+        "│ cow  │     2 │",
+        "└──────┴───────┘",
+    ]
+    done = trident("get", "wc_cli_mc", "word_counts", "the", "--module", "kv_defs", "--format=json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [{"word": "the", "count": 2}]
+    done = trident("get", "wc_cli_mc", "word_counts", "nope", "--module", "kv_defs")
+    assert (done.returncode, done.stderr.strip()) == (
+        1,
+        "error: key 'nope' is not in wc_cli_mc.word_counts (read from its servers)",
+    )
+    done = trident("scan", "wc_cli_redis", "word_counts", "--module", "kv_defs", "--format=json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        {"word": "cow", "count": 2},
+        {"word": "the", "count": 2},
+        {"word": "a", "count": 1},
+        {"word": "moon", "count": 1},
+    ]
+    done = trident("scan", "wc_cli_mc", "word_counts", "--module", "kv_defs")
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        "error: memcached state 'word_counts' of topology 'wc_cli_mc': memcached cannot list "
+        "its keys, so the state cannot be read whole"
+    )
+    done = trident("scan", "wc_cli_mc", "word_counts")  # no --module: the store says where
+    assert (done.returncode, done.stderr.strip()) == (
+        1,
+        "error: state 'word_counts' of 'wc_cli_mc' has a contract but no values in the state "
+        "file: a state kept in a key-value store (a RedisClusterState or MemcachedState) has "
+        "its values on its servers, which its declaration names; pass --module MODULE (the "
+        "code location declaring topology 'wc_cli_mc', or set TRIDENT_MODULE) to read them",
     )
 
 

@@ -5,7 +5,8 @@ never collected. The apply (:func:`apply_kv_state`, inside the txid's commit tra
 the topology's store) runs one Spark job in which each partition reads its own keys
 (``multi_get``), applies the txid rules of :mod:`trident_assets.core.maps` (an opaque key
 stored at this txid is recomputed from ``prev``; a transactional one is skipped) and writes
-them back (``multi_put``; Redis waits for a replica), returning only its counts. The commit
+them back (``multi_put``; Redis waits for a replica), returning only its counts and a
+preview of at most :data:`~trident_assets.runtime.outcomes.PREVIEW_ROWS` of its keys. The commit
 marker moves after the job succeeded in every partition, in the same
 :func:`~trident_assets.runtime.commit.commit_txid` as any other state: a txid that failed
 after some partitions wrote runs again and recomputes exactly (Trident's coordinator commits
@@ -15,6 +16,7 @@ after the state updates the same way).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 from collections.abc import Iterator
@@ -38,7 +40,7 @@ from trident_assets.errors import (
     StateLayoutError,
     TridentError,
 )
-from trident_assets.runtime.outcomes import Applied, StateOutcome
+from trident_assets.runtime.outcomes import PREVIEW_ROWS, Applied, StateOutcome, top_rows
 from trident_assets.spark.aggregation import combine_partials, skips_nulls
 from trident_assets.spark.user_errors import user_code_errors
 
@@ -54,13 +56,15 @@ __all__ = [
     "close_kv_map",
     "kv_input",
     "kv_map",
+    "kv_preview",
     "kv_target",
     "read_kv_state",
     "store_errors",
 ]
 
-COUNTS_SCHEMA = "written long, skipped long"
-"""What each partition returns: keys written, keys skipped (a transactional replay)."""
+COUNTS_SCHEMA = "written long, skipped long, preview string"
+"""What each partition returns: keys written, keys skipped (a transactional replay), and its
+preview: a JSON list of at most PREVIEW_ROWS ``[key values, new value]`` pairs."""
 
 _MAPS: dict[StateType, Any] = {
     StateType.OPAQUE: OpaqueMap,
@@ -145,15 +149,17 @@ def apply_partition(
     txid: int,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """Apply one partition's partials to its keys on the servers; yield its counts.
+    """Apply one partition's partials to its keys on the servers; yield its counts and preview.
 
     Each Arrow batch is one ``multi_get`` and at most one ``multi_put`` through the state's
     map (:mod:`trident_assets.core.maps`). A partition's keys are distinct (the partials
-    are grouped), so no key is written twice.
+    are grouped), so no key is written twice. The preview is the partition's
+    :data:`PREVIEW_ROWS` keys with the highest values after the batch (:func:`top_rows`).
     """
     backing = _Counted(open_backing(target))
     state = _MAPS[target.state_type](backing)
     seen = 0
+    top: pa.Table | None = None
     try:
         for batch in batches:
             if batch.num_rows == 0:
@@ -164,15 +170,58 @@ def apply_partition(
             else:
                 keys = [GLOBAL_KEY] * batch.num_rows
             state.begin_commit(txid)
-            apply_combiner(state, agg, keys, batch.column(output).to_pylist())
+            new = apply_combiner(state, agg, keys, batch.column(output).to_pylist())
             state.commit(txid)
             seen += batch.num_rows
+            top = _top(top, group, keys, new)
     finally:
         backing.delegate.close()
+    preview = [] if top is None else _pairs(top, group)
     yield pa.record_batch(
-        [pa.array([backing.written], pa.int64()), pa.array([seen - backing.written], pa.int64())],
-        names=["written", "skipped"],
+        [
+            pa.array([backing.written], pa.int64()),
+            pa.array([seen - backing.written], pa.int64()),
+            pa.array([json.dumps(preview)], pa.string()),
+        ],
+        names=["written", "skipped", "preview"],
     )
+
+
+_VALUE = "__value"
+"""The value column of a partition's preview table (never a field name: fields are identifiers)."""
+
+
+def _top(
+    top: pa.Table | None, group: tuple[str, ...], keys: list[Key], values: list[Any]
+) -> pa.Table:
+    """The :data:`PREVIEW_ROWS` highest of ``top`` and one Arrow batch's new values."""
+    columns: dict[str, Any] = {f: [k[i] for k in keys] for i, f in enumerate(group)}
+    columns[_VALUE] = values
+    table = pa.table(columns)
+    if top is not None:
+        table = pa.concat_tables([top, table], promote_options="permissive")
+    return top_rows(table, _VALUE, group)
+
+
+def _pairs(top: pa.Table, group: tuple[str, ...]) -> list[list[Any]]:
+    """A preview table's rows as ``[key values, value]`` pairs (JSON-ready)."""
+    keys = [top.column(f).to_pylist() for f in group]
+    values = top.column(_VALUE).to_pylist()
+    return [[[k[i] for k in keys], v] for i, v in enumerate(values)]
+
+
+def kv_preview(state: TridentState, previews: list[str]) -> pa.Table:
+    """The batch's preview: the partitions' previews merged, :data:`PREVIEW_ROWS` rows at most.
+
+    Columns: the state's group fields and its value field (a global state: the value alone),
+    the keys with the highest new values first, ties by key ascending.
+    """
+    group = tuple(state.group)
+    value = str(state.value_field)
+    pairs = [pair for text in previews for pair in json.loads(text)]
+    columns: dict[str, Any] = {f: [p[0][i] for p in pairs] for i, f in enumerate(group)}
+    columns[value] = [p[1] for p in pairs]
+    return top_rows(pa.table(columns), value, group, PREVIEW_ROWS)
 
 
 _WORKER_ERROR = re.compile(
@@ -209,6 +258,10 @@ def store_errors() -> Iterator[None]:
 def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> Applied:
     """Apply the batch's partials on the executors; the driver only sums their counts.
 
+    The driver also receives each partition's preview (at most :data:`PREVIEW_ROWS` keys
+    and their new values, so at most that many rows per partition) and keeps the batch's
+    preview as ``state:<name>`` of :attr:`Applied.previews`.
+
     Runs inside the txid's commit transaction: the marker moves once every partition has
     written (a failed partition fails the txid, and its re-run recomputes exactly).
 
@@ -234,10 +287,11 @@ def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> App
     counts = partials.mapInArrow(job, COUNTS_SCHEMA).agg(
         F.coalesce(F.sum("written"), F.lit(0)).alias("written"),
         F.coalesce(F.sum("skipped"), F.lit(0)).alias("skipped"),
+        F.collect_list("preview").alias("previews"),
     )
     with user_code_errors(), store_errors():
-        written, skipped = counts.collect()[0]
+        written, skipped, previews = counts.collect()[0]
     keys_in = int(written) + int(skipped)
     # (the servers are not asked how many keys the state holds: its size is reported as 0)
     outcome = StateOutcome(state.spec.name, state.table, keys_in, int(written), int(skipped), 0)
-    return Applied(outcome)
+    return Applied(outcome, previews={f"state:{state.spec.name}": kv_preview(state, previews)})

@@ -25,6 +25,7 @@ from trident_assets.names import MAX_IDENTIFIER_LENGTH, check_output_columns, va
 from trident_assets.spouts.config import validate_name
 from trident_assets.stream.fields import as_fields, require_fields
 from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.kv_specs import KeyValueStateSpec
 from trident_assets.stream.state_kinds import SINGLE_JOIN
 from trident_assets.stream.streams import Stream, TridentState
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SINGLE_JOIN",
     "SINGLE_JOIN_EXPIRED",
+    "check_join_state",
     "declare_single_join",
     "expired_output_name",
 ]
@@ -82,6 +84,35 @@ def _side_names(streams: Sequence[Stream], sides: Sequence[str] | None) -> tuple
     return names
 
 
+def check_join_state(name: str, state: object) -> None:
+    """Refuse a ``state`` for join ``name`` other than the default, ``StateSpec.opaque(name)``.
+
+    A join's pending halves live in the topology's store (DuckDB or PostgreSQL), written in
+    the batch's commit transaction with the marker. A key-value spec (``RedisClusterState``,
+    ``MemcachedState``) is refused: keeping halves there needs their expiry buckets listed
+    per batch (memcached cannot list keys) and the joined tuples produced on the executors.
+
+    Raises:
+        ConfigError: ``state`` is a key-value spec, or another name, type or object.
+    """
+    if state is None:
+        return
+    if isinstance(state, KeyValueStateSpec):
+        msg = (
+            f"single_join {name!r}: its pending halves cannot be kept in a {state.store} "
+            f"state ({state.name!r}): a single join keeps them in the topology's store "
+            "(DuckDB or PostgreSQL). Leave out state= (or give StateSpec.opaque"
+            f"({name!r})); key-value stores take persistent_aggregate states only"
+        )
+        raise ConfigError(msg)
+    if not isinstance(state, StateSpec) or state != StateSpec.opaque(name):
+        msg = (
+            f"single_join {name!r}: state= takes StateSpec.opaque({name!r}) (the default: "
+            f"its pending halves in the topology's store), got {state!r}"
+        )
+        raise ConfigError(msg)
+
+
 def declare_single_join(
     topology: TridentTopology,
     name: str,
@@ -95,6 +126,7 @@ def declare_single_join(
     num_buckets: int = DEFAULT_NUM_BUCKETS,
     on_duplicate: Literal["error", "keep_latest"] = "error",
     event_time: str | None = None,
+    state: StateSpec | None = None,
 ) -> Stream:
     """Declare join ``name`` of ``streams``; return the stream of joined tuples.
 
@@ -104,10 +136,13 @@ def declare_single_join(
         ConfigError: fewer than two streams, a stream of another topology, bad or repeated
             side names, an out field no input has, no common field, bad timeouts, ``timeout_s``
             without ``event_time``, a join field named like an expired-output field, an out
-            or join field named ``txid``, or a state/output name already taken.
+            or join field named ``txid``, a state/output name already taken, or a ``state``
+            other than ``StateSpec.opaque(name)`` (a key-value spec: see
+            :func:`check_join_state`).
         FieldNotFoundError: ``event_time`` or a join field missing from an input.
     """
     validate_name("join", name)
+    check_join_state(name, state)
     streams = list(streams)
     if len(streams) < 2 or not all(isinstance(s, Stream) for s in streams):
         msg = f"single_join {name!r} needs at least two Streams, got {streams!r}"

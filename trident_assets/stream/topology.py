@@ -89,6 +89,7 @@ class TridentTopology:
         num_buckets: int = 3,
         on_duplicate: str = "error",
         event_time: str | None = None,
+        state: StateSpec | None = None,
     ) -> Stream:
         """Join ``streams`` on their common fields across batches (Storm's SingleJoinBolt).
 
@@ -99,7 +100,10 @@ class TridentTopology:
         bucket rotation (between the timeout and timeout x buckets/(buckets-1) after their
         first arrival) into output ``<name>_expired``. A side arriving twice for a pending
         key raises (``on_duplicate="error"``) or replaces it (``"keep_latest"``). ``sides``
-        names the inputs (default: their spout ids). See :mod:`trident_assets.stream.single_join`.
+        names the inputs (default: their spout ids). ``state``: where the halves are kept,
+        ``StateSpec.opaque(name)`` (the default: the topology's store); a key-value spec
+        (``RedisClusterState``, ``MemcachedState``) is refused. See
+        :mod:`trident_assets.stream.single_join`.
 
         Raises:
             ConfigError: an invalid declaration (checked before anything runs).
@@ -116,6 +120,7 @@ class TridentTopology:
             num_buckets=num_buckets,
             on_duplicate=on_duplicate,  # type: ignore[arg-type]
             event_time=event_time,
+            state=state,
         )
 
     def window_aggregate(
