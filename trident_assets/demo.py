@@ -203,12 +203,14 @@ def _sigint_check(on_force_exit: Callable[[], str]) -> Iterator[Callable[[], Non
     writer.setblocking(False)
     seen = threading.Event()
 
+    sys.stderr.flush()
+    stderr = os.dup(2)  # the user's stderr: the story sends file descriptor 2 to its log
+
     def force_exit() -> None:
         for stream in (sys.stdout, sys.__stdout__):
             with contextlib.suppress(Exception):
                 stream.flush()  # the story told so far
-        sys.stderr.write(on_force_exit() + "\n")
-        sys.stderr.flush()
+        os.write(stderr, (on_force_exit() + "\n").encode())
         os._exit(130)
 
     def watch() -> None:
@@ -235,10 +237,13 @@ def _sigint_check(on_force_exit: Callable[[], str]) -> Iterator[Callable[[], Non
     try:
         yield check
     finally:
+        if seen.is_set():  # the demo ends with its message: a second Ctrl-C changes nothing
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.set_wakeup_fd(previous)
         writer.close()  # the watcher reads the end of the stream and stops
         watcher.join()
         reader.close()
+        os.close(stderr)
 
 
 def _was_interrupted(result: Any) -> bool:

@@ -102,8 +102,9 @@ class PipelinedRun(NodeFrames):
         self.raws: dict[str, Any] = {}
         self.conf: dict[str, str] = {}
         """Spark settings for the chunk's jobs (how the reads split into tasks)."""
-        self.value_types: dict[str, pa.DataType] = {}
-        """Arrow type of each combiner state's partials (types the chunk's query results)."""
+        self.value_types: dict[str, pa.DataType] = empty.value_types
+        """Arrow type of each combiner state's partials: its base run's, which builds the
+        streams without tuples (their query results are typed by them)."""
         self.event_tops: dict[str, int | None] = dict(event_tops or {})
         """Per event-time window: an upper bound of its largest event time after the chunk
         (before :meth:`plan`: after the chunk in flight)."""
