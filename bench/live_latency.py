@@ -20,6 +20,10 @@ first event: process, code location and Spark session) and batch (-> committed).
 
     python -m bench.live_latency --records 5 --ss                    # live mode and the peer
     python -m bench.live_latency --per-txid --wait-commit --gap 3     # the per-txid path
+    python -m bench.live_latency --records 20 --rate 10000 --ss      # under a steady load
+
+``--rate N`` appends N records a second meanwhile (every 100 ms, to the peer's input too) as
+a steady load; only the marked records are timed.
 
 The first record is not timed (it waits for the code location and Spark to warm up, and in
 live mode for the live run's launch). ``trident ui`` is stopped at the end (SIGTERM: it stops
@@ -188,6 +192,33 @@ def _write_peer_file(in_dir: Path, i: int, text: str) -> None:
     tmp.rename(in_dir / f"{i:06d}.txt")
 
 
+class _Load(threading.Thread):
+    """A steady background load: ``rate`` records a second, appended every 100 ms."""
+
+    TICK_S = 0.1
+
+    def __init__(self, log: PartitionedLog, rate: float, ss_in: Path | None) -> None:
+        super().__init__(name="latency-load", daemon=True)
+        self.producer = log.producer("sentences", partitioner="round_robin")
+        self.per_tick = max(1, round(rate * self.TICK_S))
+        self.ss_in = ss_in
+        self.stop = threading.Event()
+        self.appended = 0
+
+    def run(self) -> None:
+        lines = ["load the cow jumped over the moon"] * self.per_tick
+        tick = time.monotonic()
+        while not self.stop.is_set():
+            for line in lines:
+                self.producer.send(line.encode())
+            self.producer.flush()
+            if self.ss_in is not None:
+                _write_peer_file(self.ss_in, 1_000_000 + self.appended, "\n".join(lines))
+            self.appended += self.per_tick
+            tick += self.TICK_S
+            time.sleep(max(0.0, tick - time.monotonic()))
+
+
 def measure(
     records: int,
     gap_s: float,
@@ -200,8 +231,13 @@ def measure(
     gap_max_s: float | None = None,
     wait_commit: bool = False,
     seed: int = 7,
+    rate: float = 0.0,
 ) -> dict[str, Any]:
-    """Time ``records`` records through ``trident ui`` (and the peer); latencies and splits."""
+    """Time ``records`` records through ``trident ui`` (and the peer); latencies and splits.
+
+    ``rate``: records a second appended meanwhile as a steady load (0: none); only the
+    timed records are timed.
+    """
     import dagster as dg
 
     log = PartitionedLog(home / "log")
@@ -224,6 +260,7 @@ def measure(
     )
     watcher = _Watcher(home, stamps)
     appended: dict[str, float] = {}
+    load: _Load | None = None
     try:
         _wait_http(port, 180)
         watcher.start()
@@ -244,6 +281,10 @@ def measure(
         _wait_for("record 0 committed", lambda: first in watcher.committed, 300, out_path)
         if peer:
             _wait_for("record 0 in the peer", lambda: first in watcher.peer, 300, out_path)
+        if rate > 0:
+            load = _Load(log, rate, ss_in)
+            load.start()
+            time.sleep(5.0)  # the load in a steady state before the first timed record
         for i in range(1, records + 1):
             token = append(i)
             if wait_commit:
@@ -268,6 +309,9 @@ def measure(
                 split["batch"] = watcher.committed[t] - appended[t] - sum(split.values())
                 splits.append(split)
     finally:
+        if load is not None:
+            load.stop.set()
+            load.join(timeout=10)
         watcher.stop.set()
         stop_process_group(proc, timeout_s=120)
         out.close()
@@ -286,6 +330,9 @@ def measure(
         "latencies_s": [round(x, 3) for x in latencies],
         "txids": len({watcher.txid_of[t] for t in tokens}),
     }
+    if load is not None:
+        result["load_records_per_s"] = rate
+        result["load_records"] = load.appended
     if splits:
         phases = {k: statistics.median(s.get(k, 0.0) for s in splits) for k in splits[0]}
         result["median_phases_s"] = {k: round(v, 2) for k, v in phases.items()}
@@ -317,13 +364,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ss", action="store_true", help="also time a Spark Structured Streaming peer"
     )
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="a steady load meanwhile, records/s (e.g. 10000)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--local-spark", action="store_true", help="no warm Spark: each run starts its own"
     )
     args = parser.parse_args(argv)
-    if args.records < 1 or args.gap < 0 or args.gap_max < args.gap:
-        parser.error("--records must be >= 1 and 0 <= --gap <= --gap-max")
+    if args.records < 1 or args.gap < 0 or args.gap_max < args.gap or args.rate < 0:
+        parser.error("--records must be >= 1, 0 <= --gap <= --gap-max and --rate >= 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop dagster dev on the way out
     with tempfile.TemporaryDirectory(prefix="trident-live-") as tmp:
         home = Path(tmp) / "home"
@@ -337,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             peer=args.ss,
             gap_max_s=args.gap_max,
             wait_commit=args.wait_commit,
+            rate=args.rate,
         )
         result["spark"] = "local in each run" if args.local_spark else "warm (Spark Connect)"
         result["gap_s"] = [args.gap, args.gap_max]
