@@ -181,16 +181,8 @@ def pending_batches(runner: TopologyRunner) -> int:
     Records of a txid emitted but not committed (a killed run's) count: it is replayed.
     """
     batches = 0
-    for spout_id, node in runner.topology.spouts.items():
-        spout = node.args["spout"]
-        source = spout.source(runner.log)
-        done = runner.meta.latest_before(runner.scope, spout_id, 1 << 62, True)
-        waiting = 0
-        for partition in source.partitions():
-            prev = done.get(partition)
-            start = source.earliest(partition) if prev is None else prev.next_offset
-            waiting += max(0, source.latest(partition) - start)
-        size = spout.config.max_batch_size
+    for spout_id, waiting in runner.backlog_by_spout().items():
+        size = runner.topology.spouts[spout_id].args["spout"].config.max_batch_size
         if waiting:
             batches = max(batches, 1 if not size else -(-waiting // size))
     return batches

@@ -206,15 +206,23 @@ class TopologyRunner:
 
     def backlog(self) -> int:
         """Records available to the next batch across all spouts (before batch-size limits)."""
-        total = 0
+        return sum(self.backlog_by_spout().values())
+
+    def backlog_by_spout(self) -> dict[str, int]:
+        """Per spout: records after its last final ranges.
+
+        A txid emitted but not committed (a killed run's) counts: it is replayed.
+        """
+        waiting: dict[str, int] = {}
         for spout_id, node in self.topology.spouts.items():
             source = node.args["spout"].source(self.log)
             done = self.meta.latest_before(self.topology.name, spout_id, 1 << 62, True)
+            waiting[spout_id] = 0
             for partition in source.partitions():
                 prev = done.get(partition)
                 start = source.earliest(partition) if prev is None else prev.next_offset
-                total += max(0, source.latest(partition) - start)
-        return total
+                waiting[spout_id] += max(0, source.latest(partition) - start)
+        return waiting
 
     def lag(self, plans: dict[str, BatchPlan]) -> dict[str, dict[str, int]]:
         """Per spout, per partition: records in the source after the ranges of ``plans``.
