@@ -93,7 +93,21 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait(5)
 
 
-class MemcachedServers:
+class _Stopped:
+    """Servers used as a context manager: stopped by PID on the way out."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop every server by PID."""
+        raise NotImplementedError
+
+
+class MemcachedServers(_Stopped):
     """``n`` memcached servers (``memory_mb`` each)."""
 
     def __init__(self, root: Path, n: int = 3, memory_mb: int = 64) -> None:
@@ -109,12 +123,6 @@ class MemcachedServers:
         except BaseException:
             self.stop()
             raise
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def servers(self) -> list[str]:
@@ -146,7 +154,7 @@ class MemcachedServers:
             _stop(proc)
 
 
-class RedisClusterServers:
+class RedisClusterServers(_Stopped):
     """A Redis Cluster of ``masters`` masters with ``replicas`` replicas each."""
 
     def __init__(self, root: Path, masters: int = 3, replicas: int = 1) -> None:
@@ -172,12 +180,6 @@ class RedisClusterServers:
         except BaseException:
             self.stop()
             raise
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _form(self) -> None:
         """Assign the slots, join every node, make the replicas replicate their masters."""
