@@ -6,7 +6,7 @@ interleaved and warm (``--rounds`` rounds; medians printed):
 
 * ``plain``: :func:`bench.spark_batch.count_job` (value only, split, count per word);
 * ``plain_tagged``: the same grouped by ``(txid, word)`` through our tagged read;
-* ``ours``: our word count's Spark work for the chunk (``PipelinedRun.plan()`` then its
+* ``ours``: our word count's Spark work for the chunk (``BatchRun.plan()`` then its
   call: read, decode with dead-letter observation, split, partials per ``(word, txid)``,
   ``toArrow``, split by txid), planning time reported apart;
 
@@ -30,7 +30,6 @@ def _ours(spark: Any, log: Any, store: Any, sentences: int, first_txid: int, chu
     from trident_assets.examples.word_count import build_word_count
     from trident_assets.spark.batch_run import BatchRun
     from trident_assets.spark.executor import TopologyRunner
-    from trident_assets.spark.pipelined import PipelinedRun
 
     topo = build_word_count(max_batch_size=sentences)
     runner = TopologyRunner(topo, spark, store, log, compaction=None, max_spout_pending=chunk)
@@ -40,8 +39,7 @@ def _ours(spark: Any, log: Any, store: Any, sentences: int, first_txid: int, chu
         raise RuntimeError(f"chunk not pipelined as {chunk} txids: {len(batches)}")
     emit_s = time.perf_counter() - t
     t = time.perf_counter()
-    base = BatchRun(runner, *batches[0])
-    run = PipelinedRun(runner, batches, base)
+    run = BatchRun(runner, batches, spill=True)
     work = run.plan()
     plan_s = time.perf_counter() - t
     return run, work, emit_s, plan_s
@@ -100,8 +98,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def partials(observe: bool) -> Any:
         from trident_assets.spark.aggregation import combine_partials
-        from trident_assets.spark.pipelined import TXID_COLUMN
         from trident_assets.spark.schemes import Scheme
+        from trident_assets.spark.txid_tags import TXID_COLUMN
 
         original = Scheme.decode
 
@@ -154,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory() as tmp, DuckDBStore(Path(tmp) / "s.duckdb") as store:
             run, _work, _e, _p = _ours(spark, log, store, args.sentences, 1, args.chunk)
             from trident_assets.spark.aggregation import combine_partials
-            from trident_assets.spark.pipelined import TXID_COLUMN
+            from trident_assets.spark.txid_tags import TXID_COLUMN
 
             state = run.runner.topology.states["word_counts"]
             a = state.node.args

@@ -26,8 +26,8 @@ from trident_assets.spark.kernel_plan import (
     arrow_kernel,
 )
 from trident_assets.spark.partials import combiner_partials
-from trident_assets.spark.pipelined import TXID_COLUMN, PipelinedRun
 from trident_assets.spark.schemes import JsonScheme, StringScheme
+from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.spouts.config import SpoutConfig
 from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.operations import FilterNull, Split
@@ -35,7 +35,7 @@ from trident_assets.stream.topology import StateSpec, TridentTopology
 from trident_assets_tests.test_executor import _log, _send
 
 
-def _counted(run: PipelinedRun) -> dict[str, int]:
+def _counted(run: BatchRun) -> dict[str, int]:
     """The dead letters an Arrow kernel counted computing the chunk's ``counts`` partials."""
     topology = run.runner.topology
     job = combiner_partials(run, topology.states["counts"], topology, None, [])
@@ -155,7 +155,7 @@ def test_a_chunk_of_the_word_count_runs_the_kernel_and_counts_its_dead_letters(
         batches, pipelined = runner.txid_loop().emit(1, 3)
         assert pipelined
         assert len(batches) == 3
-        run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
+        run = BatchRun(runner, batches)
         prepared = run.plan()()
         assert _counted(run) == {"sentences": 3}
     spark.conf.set(ARROW_KERNEL_CONF, "false")
@@ -163,7 +163,7 @@ def test_a_chunk_of_the_word_count_runs_the_kernel_and_counts_its_dead_letters(
         with DuckDBStore(tmp_path / "off.duckdb") as store:
             runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
             batches, _ = runner.txid_loop().emit(1, 3)
-            off = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
+            off = BatchRun(runner, batches)
             off.plan()()
             assert _counted(off) == {}, "trident.partials.arrowKernel=false: Spark's plan"
     finally:
@@ -233,7 +233,7 @@ def test_one_batch_runs_the_kernel_and_skips_the_dead_letter_job_when_none(
     with DuckDBStore(tmp_path / "s.duckdb") as store:
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=1)
         (batch,) = runner.txid_loop().emit(1, 1)[0]
-        run = BatchRun(runner, *batch)
+        run = BatchRun.alone(runner, *batch)
         prepared = run.prepare()
     assert run.counted_dead == {"sentences": 0}
     assert prepared.partials["counts"].to_pylist() in (
@@ -282,15 +282,15 @@ def test_small_batches_use_sparks_operators(spark: Any, tmp_path: Path) -> None:
     with DuckDBStore(tmp_path / "s.duckdb") as store:
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
         batches, _ = runner.txid_loop().emit(1, 3)
-        run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
+        run = BatchRun(runner, batches)
         run.plan()()
-        one = BatchRun(runner, *batches[0])
+        one = BatchRun.alone(runner, *batches[0])
         one.prepare()
         assert (_counted(run), one.counted_dead) == ({}, {})
     spark.conf.set(MIN_RECORDS_CONF, str(len(VALUES)))  # the chunk's 12 records: enough
     with DuckDBStore(tmp_path / "t.duckdb") as store:
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=3)
         batches, _ = runner.txid_loop().emit(1, 3)
-        run = PipelinedRun(runner, batches, BatchRun(runner, *batches[0]))
+        run = BatchRun(runner, batches)
         run.plan()()
         assert _counted(run) == {"sentences": 3}

@@ -10,8 +10,8 @@ import pytest
 from trident_assets import ConfigError, Count
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.log.store import PartitionedLog
+from trident_assets.planner import chunk_pipelinable, pipelinable
 from trident_assets.spark.executor import TopologyRunner
-from trident_assets.spark.pipelined import chunk_pipelinable, pipelinable
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.log_spout import LogSpout

@@ -46,8 +46,9 @@ class RunContext(Protocol):
 class BatchContext(Protocol):
     """One txid's run as the state kinds see it: its DataFrames and what it has counted.
 
-    :class:`~trident_assets.spark.batch_run.BatchRun` provides it; each state kind's module
-    (single joins, windows, state queries, the apply of every kind) reads through it. What
+    :class:`~trident_assets.spark.batch_run.BatchRun` (a chunk of one) provides it; each
+    state kind's module (single joins, windows, state queries, the apply of every kind)
+    reads through it. What
     it has counted (nulls, value types, dead letters counted or collected) the run keeps
     from what each state's batch input returned
     (:class:`~trident_assets.runtime.outcomes.StateInput`): state kinds read it, never
@@ -96,15 +97,36 @@ class BatchContext(Protocol):
     def uncounted_spout(self, node: Node) -> str | None:
         """The one spout upstream of ``node`` whose dead letters are still to collect."""
 
+    # as a chunk of one txid (:class:`~trident_assets.spark.partials.TaggedFrames`)
+    txids: list[int]
+    """``[txid]``."""
+
+    def tagged(self, node: Node) -> Any:
+        """``node``'s DataFrame, every tuple tagged as the chunk's first (0)."""
+
+    def tagged_raw(self, spout: Node) -> Any:
+        """``spout``'s raw records, tagged 0."""
+
+    def records(self, spout: Node) -> int:
+        """How many records ``spout`` reads this batch."""
+
+    def has_no_tuples(self, node: Node) -> bool:
+        """The same as :meth:`is_empty`."""
+
 
 class ChunkContext(Protocol):
-    """A chunk of txids sharing one Spark job, as a state kind's chunk job sees it."""
+    """A chunk of several txids sharing one Spark job, as a state kind's chunk job sees it."""
 
+    runner: RunContext
     txids: list[int]
+    batches: list[tuple[int, dict[str, BatchPlan]]]
+    """The chunk's txids with their spouts' plans, ascending."""
     live: set[str]
     """Spouts that read records in the chunk."""
-    empty: BatchContext
-    """The chunk's first txid's run, for frames of streams that receive nothing."""
+    first: BatchContext
+    """The chunk's first txid as a chunk of one, for frames of streams that receive nothing."""
+    event_tops: dict[str, int | None]
+    """Per event-time window: an upper bound of its largest event time after the chunk."""
 
     def frame(self, node: Node) -> Any:
         """The node's DataFrame over the whole chunk (tagged with each tuple's txid)."""

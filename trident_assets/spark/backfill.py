@@ -82,7 +82,7 @@ def catch_up_one(runner: Any, state: TridentState, txid: int, first: int) -> boo
     store = runner.store
     topo = runner.topology
     name = state.spec.name
-    run = BatchRun(runner, txid, read_plans(runner, state, txid))
+    run = BatchRun.alone(runner, txid, read_plans(runner, state, txid))
     batch = run.state_input(state)
 
     def apply() -> None:

@@ -1,46 +1,68 @@
-"""One batch on Spark: building its DataFrames, the batch phase and the commit phase.
+"""The one frame builder: a chunk of N >= 1 consecutive txids on Spark, and a txid's commit.
 
-:class:`BatchRun` builds each node's DataFrame once (spouts read their planned ranges, the
-scheme splits off dead letters; the node kinds of :mod:`~trident_assets.spark.stream_ops`,
-aggregates and queries are built here), then runs the batch in two phases:
+Trident keeps up to ``max.spout.pending`` batches in flight; only their state commits are
+strictly ordered by txid. :class:`BatchRun` builds the Spark work of a chunk of consecutive
+txids; a txid run by itself is a chunk of one. For a chunk of several, the batches are read
+together, every tuple tagged with its batch (:data:`~.txid_tags.TXID_COLUMN`), each state's
+per-key partials are grouped by ``(key, tag)`` and the driver splits the Arrow results by
+txid. A chunk of one needs no tag: every tuple is its txid's. Either way the work is built
+by :meth:`BatchRun.plan` and returns each txid's
+:class:`~trident_assets.runtime.outcomes.Prepared` (Trident's batch phase): the states'
+inputs, the outputs, the dead letters. The runner then commits the txids one at a time, in
+order, each in its own store transaction (:mod:`~trident_assets.spark.batch_commit`). A
+crash between two commits leaves the earlier txids committed and the later ones to be
+replayed (opaque: re-planned from the last commit; transactional: the ranges recorded at
+their first emission).
 
-1. :meth:`BatchRun.prepare` (Trident's batch phase): every Spark job that does not need this
-   batch's new state: each state's input, the outputs, the dead letters.
-2. :meth:`BatchRun.commit` (inside the store transaction the runner opens): applies every
-   state (:mod:`~trident_assets.spark.state_apply`), computes what reads the new values,
-   writes outputs, new values and dead letters (:mod:`~trident_assets.runtime.batch_tables`),
-   makes the spout ranges final and records what the batch read
-   (:mod:`~trident_assets.backends.spout_history`).
+Several txids share one job only when every node that receives tuples in the chunk is
+row-wise (``spout``, ``each``, ``filter``, ``project``, ``peek``) and every state is a
+persistent aggregate with a SQL combiner or an event-time window timed by the record
+timestamp (:mod:`trident_assets.planner`); whatever reads the state a batch leaves behind
+(queries over a non-empty stream, new-values streams, single joins, updaters, reducers) runs
+in chunks of one. Streams that receive no tuples in a chunk cost no Spark job: they are
+built by the chunk's first txid as a chunk of one, typed from the DataFrame schema.
+
+Dead letters are counted in one place (:meth:`BatchRun._dead_letters_job`): an Arrow kernel's
+count, an ``Observation`` on the spout's decode, or a state's job that collected them; a job
+of their own fetches them only when there are any.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+import uuid
+from collections.abc import Callable, Sequence
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.spilled_partials import SpilledPartials
-from trident_assets.backends.spout_history import record_history
 from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard
-from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
-from trident_assets.runtime.batch_tables import store_dead_letters, store_rows
-from trident_assets.runtime.outcomes import BatchOutcome, Prepared, dead_letter_rows, head_rows
-from trident_assets.spark.aggregation import (
-    combine_partials,
-    reduce_groups,
+from trident_assets.planner import (
+    ROW_WISE,
+    depends_on_new_values,
+    is_empty,
+    is_live,
+    live_spouts,
 )
+from trident_assets.runtime.outcomes import BatchOutcome, Prepared, StateInput
+from trident_assets.spark.aggregation import combine_partials, reduce_groups
 from trident_assets.spark.arrow_transfer import to_spark
+from trident_assets.spark.batch_commit import commit_txid_run
+from trident_assets.spark.codegen_conf import codegen_conf
+from trident_assets.spark.event_window_chunks import window_chunk_job
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow
+from trident_assets.spark.observation import observed_metrics
+from trident_assets.spark.partials import ChunkPartials, combiner_partials
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
+from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import Cleanup
-from trident_assets.spark.state_apply import spilled_previews, state_previews
 from trident_assets.spark.state_engines import engine_for
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
+from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
+from trident_assets.stream.state_kinds import EventWindowKind, state_kind
 
 if TYPE_CHECKING:
     from trident_assets.runtime.context import RunContext
@@ -48,41 +70,57 @@ if TYPE_CHECKING:
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["BatchRun"]
+__all__ = ["BatchRun", "Batches"]
+
+Batches = Sequence[tuple[int, dict[str, "BatchPlan"]]]
+"""A chunk: ``(txid, {spout id: plan})`` for consecutive txids, ascending."""
 
 
 class BatchRun(NodeFrames):
-    """The Spark side of one batch: lazily built DataFrames, memoised per node."""
+    """The Spark side of a chunk of txids: lazily built DataFrames, memoised per node.
+
+    A chunk of one (:meth:`alone`) is also what a state kind reads through
+    (:class:`~trident_assets.runtime.context.BatchContext`) and what commits its txid.
+    """
 
     def __init__(
         self,
         runner: RunContext,
-        txid: int,
-        plans: dict[str, BatchPlan],
+        batches: Batches,
         *,
         spill: bool = False,
+        event_tops: dict[str, int | None] | None = None,
     ) -> None:
-        """Batch ``txid`` of ``runner``'s topology, reading the ranges of ``plans``.
+        """The chunk ``batches`` of ``runner``'s topology.
 
         ``spill``: states may have their partials written to files when the runner spills
-        (``trident.partials.spill``); the caller removes :attr:`spilled` after the commit.
-        Off for the batches that check, build or rebuild a state.
+        (``trident.partials.spill``); the caller removes :attr:`spilled` after the commits.
+        Off for the batches that check, build or rebuild a state. ``event_tops``: per
+        event-time window, an upper bound of the largest event time of the chunk in flight
+        before this one (see :mod:`.event_window_chunks`).
         """
         self.runner = runner
         self.spill = spill
         self.spark = runner.spark
-        self.txid = txid
-        self.plans = plans
-        self.recorded = plans
+        self.batches = list(batches)
+        self.txids = [txid for txid, _ in self.batches]
+        self.txid, self.plans = self.batches[0]
+        """The chunk's first txid and its ranges (a chunk of one: its only)."""
+        self.tag: tuple[str, ...] = (TXID_COLUMN,) if len(self.batches) > 1 else ()
+        """The columns that tag a tuple with its batch: none in a chunk of one."""
+        self.recorded = self.plans
         """The ranges the commit makes final (a quarantine replay records its position instead
         of the old ranges it reads)."""
         self.on_commit: list[Callable[[], None]] = []
         """Writes that belong in this txid's commit transaction (e.g. marking a quarantine)."""
-        self.live = live_spouts(plans)
-        """The spouts that read at least one record this batch."""
+        self.live = set().union(*(live_spouts(plans) for _, plans in self.batches))
+        """The spouts that read at least one record in the chunk."""
         self.frames: dict[int, Any] = {}
-        self.dead: dict[str, Any] = {}
+        self.dead: dict[str, tuple[Any, Any]] = {}
+        """Per decoded spout: its dead letters' DataFrame and the ``Observation`` counting them."""
         self.raws: dict[str, Any] = {}
+        self.conf: dict[str, str] = {}
+        """Spark settings for the chunk's jobs (code generation, how the reads split)."""
         self.counted_dead: dict[str, int] = {}
         """Spouts whose dead letters a Spark job already counted (an Arrow kernel, or a
         window's decode): how many."""
@@ -98,19 +136,56 @@ class BatchRun(NodeFrames):
         self.folded_dead: dict[str, pa.Table] = {}
         """Spouts whose dead letters a state's own Spark job collected (see :meth:`fold_dead`)."""
         self.dead_collected = False
-        """True once :meth:`prepare` has collected the spouts' dead letters."""
+        """True once the batch phase has collected the spouts' dead letters."""
         self.spilled: list[Cleanup] = []
-        """Remove the partials the executors wrote (once the batch has committed)."""
+        """Remove the partials the executors wrote (once the chunk's txids have committed)."""
+        self.event_tops: dict[str, int | None] = dict(event_tops or {})
+        """Per event-time window: an upper bound of its largest event time after the chunk
+        (before :meth:`plan`: after the chunk in flight)."""
+        self._first: BatchRun | None = None
+
+    @classmethod
+    def alone(
+        cls, runner: RunContext, txid: int, plans: dict[str, BatchPlan], *, spill: bool = False
+    ) -> BatchRun:
+        """Txid ``txid`` reading ``plans``, as a chunk of one."""
+        return cls(runner, [(txid, plans)], spill=spill)
+
+    @property
+    def first(self) -> BatchRun:
+        """The chunk's first txid as a chunk of one: it builds the streams without tuples.
+
+        It shares this chunk's value types (query results of empty streams are typed by
+        them) and spilled files.
+        """
+        if not self.tag:
+            return self
+        if self._first is None:
+            first = BatchRun.alone(self.runner, *self.batches[0])
+            first.value_types = self.value_types
+            first.spilled = self.spilled
+            self._first = first
+        return self._first
+
+    def for_txid(self, txid: int) -> BatchRun:
+        """The chunk's ``txid`` as a chunk of one, to commit it (typed by the chunk's types)."""
+        if not self.tag:
+            return self
+        run = BatchRun.alone(self.runner, txid, dict(self.batches)[txid], spill=self.spill)
+        run.value_types = dict(self.value_types)
+        return run
 
     # -- building DataFrames ---------------------------------------------------------------
 
     def is_empty(self, node: Node) -> bool:
-        """True when ``node`` certainly has no tuples this batch.
+        """True when ``node`` certainly has no tuples in the chunk.
 
         Its spouts read nothing, or it reads only streams this batch's commit has already
         written and left empty (a state's new values, a single join's expired halves).
         """
         return is_empty(node, self.live, self._written_empty)
+
+    has_no_tuples = is_empty
 
     def _written_empty(self, node: Node) -> bool:
         """True for a new-values (or expired) stream the commit has written with no rows."""
@@ -122,8 +197,12 @@ class BatchRun(NodeFrames):
             return False
         return written is not None and written.num_rows == 0
 
+    def _in_first(self, node: Node) -> bool:
+        """True for a node of a chunk of several that receives no tuples (see :attr:`first`)."""
+        return bool(self.tag) and not is_live(node, self.live)
+
     def collect(self, node: Node) -> pa.Table:
-        """The node's tuples as Arrow; an empty node costs no Spark job.
+        """The node's tuples as Arrow (tagged in a chunk of several); an empty node costs no job.
 
         Neither does a global SQL-combiner aggregate of an empty stream: its one row is
         ``agg.zero()``, as :func:`combine_partials` computes it.
@@ -143,11 +222,22 @@ class BatchRun(NodeFrames):
         return frame.toArrow()
 
     def _build(self, node: Node) -> Any:
+        from pyspark.sql import Observation
+
         a = node.args
         if node.kind == "spout":
-            good, dead = a["spout"].scheme.decode(self.raw(node))
-            self.dead[a["spout_id"]] = dead
+            sid = a["spout_id"]
+            observation = Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}")
+            good, dead = a["spout"].scheme.decode(
+                self.raw(node), keep=self.tag, observation=observation
+            )
+            self.dead[sid] = (dead, observation)
             return good
+        if node.kind in ROW_WISE:
+            return self.row_wise(node, self.frame(node.parents[0]), keep=self.tag)
+        if self.tag:  # the planner lets only row-wise nodes receive tuples in a chunk
+            msg = f"node kind {node.kind!r} cannot share a Spark job with other txids"
+            raise AssertionError(msg)
         if node.kind == "new_values":
             state: TridentState = a["state"]
             return to_spark(self.spark, self.new_values[state.spec.name])
@@ -156,9 +246,6 @@ class BatchRun(NodeFrames):
         if node.kind in NODE_KINDS:
             return build(node, [self.frame(p) for p in node.parents])
         parent = self.frame(node.parents[0])
-        built = self.row_wise(node, parent)
-        if built is not None:
-            return built
         if node.kind == "aggregate":
             agg = guard(a["agg"], node.label)
             if isinstance(agg, ReducerAggregator):
@@ -170,40 +257,55 @@ class BatchRun(NodeFrames):
         raise AssertionError(msg)
 
     def raw(self, node: Node) -> Any:
-        """The spout's raw records of this batch (built once)."""
-        sid = node.args["spout_id"]
+        """The spout's raw records of the chunk (tagged in a chunk of several; built once)."""
+        sid, spout = node.args["spout_id"], node.args["spout"]
         if sid not in self.raws:
-            self.raws[sid] = node.args["spout"].read(self.spark, self.runner.log, self.plans[sid])
+            if not self.tag:
+                self.raws[sid] = spout.read(self.spark, self.runner.log, self.plans[sid])
+            else:
+                self.raws[sid] = self._tagged_read(sid, spout)
         return self.raws[sid]
 
-    def prepare(self) -> Prepared:
-        """Run Spark for everything that does not depend on this batch's new state."""
-        topo = self.runner.topology
-        partials: dict[str, pa.Table] = {}
-        for name, state in topo.states.items():
-            if not depends_on_new_values(state.node):  # else computed during the commit
-                partials[name] = self.state_input(state)
-        outputs = {
-            name: self.collect(stream.node)
-            for name, stream in topo.outputs.items()
-            if not depends_on_new_values(stream.node)
-        }
-        dead = {  # no Spark job where nothing was read or a job counted no dead letter
-            sid: self.folded_dead[sid]
-            if sid in self.folded_dead
-            else self.empty_dead_letters(sid)
-            if self.plans[sid].record_count == 0 or self.counted_dead.get(sid) == 0
-            else self._dead_frame(sid).toArrow()
-            for sid in topo.spouts
-        }
-        self.dead_collected = True
-        tuples_in = {sid: p.record_count for sid, p in self.plans.items()}
-        return Prepared(partials, outputs, dead, tuples_in, dict(self.nulls))
+    def _tagged_read(self, sid: str, spout: Any) -> Any:
+        """The chunk's records of ``sid``, each tagged with its batch: one scan where it can."""
+        from pyspark.sql import functions as F
 
-    def _dead_frame(self, sid: str) -> Any:
-        """The spout's dead letters this batch (its decode built once)."""
-        self.frame(self.runner.topology.spouts[sid])
-        return self.dead[sid]
+        mine = [(tag, plans[sid]) for tag, (_, plans) in enumerate(self.batches)]
+        nonempty = [(tag, plan) for tag, plan in mine if plan.record_count > 0]
+        if hasattr(spout, "read_many"):
+            if hasattr(spout, "split_conf"):
+                self.conf.update(spout.split_conf(self.runner.log, nonempty))
+            return spout.read_many(self.spark, self.runner.log, nonempty, TXID_COLUMN)
+        reads = [
+            spout.read(self.spark, self.runner.log, plan).withColumn(
+                TXID_COLUMN, F.lit(tag).cast("bigint")
+            )
+            for tag, plan in nonempty
+        ]
+        return reduce(lambda x, y: x.unionByName(y), reads)
+
+    def tagged(self, node: Node) -> Any:
+        """``node``'s DataFrame with its batch tag (a chunk of one: every tuple tagged 0)."""
+        if self._in_first(node):
+            return tag_first(self.first.frame(node))
+        frame = self.frame(node)
+        return frame if self.tag else tag_first(frame)
+
+    def tagged_raw(self, spout: Node) -> Any:
+        """``spout``'s raw records of the chunk, tagged."""
+        raw = self.raw(spout)
+        return raw if self.tag else tag_first(raw)
+
+    def records(self, spout: Node) -> int:
+        """How many records ``spout`` reads in the chunk."""
+        sid = spout.args["spout_id"]
+        return sum(plans[sid].record_count for _, plans in self.batches)
+
+    def per_txid(self, table: pa.Table) -> dict[int, pa.Table]:
+        """A table of the chunk's tuples split by txid (a chunk of one: the whole table)."""
+        return split_by_txid(table, self.txids) if self.tag else {self.txid: table}
+
+    # -- dead letters ----------------------------------------------------------------------
 
     def empty_dead_letters(self, sid: str) -> pa.Table:
         """An empty table of the spout's dead letters, with their schema.
@@ -213,31 +315,30 @@ class BatchRun(NodeFrames):
         """
         known = self.runner.no_dead_letters
         if sid not in known:
-            known[sid] = empty_arrow(self._dead_frame(sid))
+            first = self.first  # untagged
+            first.frame(first.runner.topology.spouts[sid])
+            known[sid] = empty_arrow(first.dead[sid][0])
         return known[sid]
 
     def fold_dead(self, node: Node) -> tuple[str, Any] | None:
         """``(spout id, dead letters frame)`` a state's job over ``node`` may collect, or None.
 
-        Only the one spout upstream of ``node`` (through its parents), in the batch phase
-        before :meth:`prepare` collects dead letters, when the spout read records, no Arrow
-        kernel counted them and no other job collected them. The collector leaves the table
-        (with the frame's Arrow schema) in :attr:`folded_dead`, saving their own Spark job.
+        Only in a chunk of one, for the one spout upstream of ``node`` (through its parents),
+        in the batch phase before the dead letters are collected, when the spout read
+        records, no Arrow kernel counted them and no other job collected them. The collector
+        leaves the table (with the frame's Arrow schema) in :attr:`folded_dead`, saving
+        their own Spark job.
         """
         sid = self.uncounted_spout(node)
-        if (
-            sid is None
-            or sid not in self.dead
-            or tuple(self.dead[sid].columns) != DEAD_LETTER_COLUMNS
-        ):
+        if sid is None or tuple(self.dead[sid][0].columns) != DEAD_LETTER_COLUMNS:
             return None
-        return sid, self.dead[sid]
+        return sid, self.dead[sid][0]
 
     def uncounted_spout(self, node: Node) -> str | None:
         """The one spout upstream of ``node`` whose dead letters are still to collect, or None.
 
-        In the batch phase (before :meth:`prepare` collects dead letters), when the spout
-        read records and no job collected or counted its dead letters yet.
+        In a chunk of one's batch phase (before the dead letters are collected), when the
+        spout read records, was decoded, and no job collected or counted its dead letters.
         """
         spouts: set[str] = set()
         todo = [node]
@@ -246,23 +347,62 @@ class BatchRun(NodeFrames):
             if current.kind == "spout":
                 spouts.add(current.args["spout_id"])
             todo.extend(current.parents)
-        if self.dead_collected or len(spouts) != 1:
+        if self.tag or self.dead_collected or len(spouts) != 1:
             return None
         (sid,) = spouts
-        if sid in self.folded_dead or sid in self.counted_dead or self.plans[sid].record_count == 0:
+        if (
+            sid not in self.dead
+            or sid in self.folded_dead
+            or sid in self.counted_dead
+            or sid not in self.live
+        ):
             return None
         return sid
 
+    def _dead_letters_job(self, sid: str) -> Callable[[int | None], dict[int, pa.Table]]:
+        """The spout's dead letters per txid; the call takes those a job counted (or None).
+
+        No Spark job where the spout read nothing, where a job counted none, where the
+        decode's observation saw none, or where a state's job collected them.
+        """
+        if sid not in self.live:
+            table = self.empty_dead_letters(sid)
+            return lambda counted: dict.fromkeys(self.txids, table)
+        spout = self.runner.topology.spouts[sid]
+        planned = sid in self.dead  # decoded for a state or an output: a job observes them
+        if self.tag:
+            self.frame(spout)  # a chunk of several builds its frames on the planning thread
+
+        def run(counted: int | None) -> dict[int, pa.Table]:
+            if sid in self.folded_dead:
+                return {self.txid: self.folded_dead[sid]}
+            none = dict.fromkeys(self.txids, self.empty_dead_letters(sid))
+            if counted == 0:  # an Arrow kernel decoded all of the spout's records
+                return none
+            observed = planned or sid in self.dead  # a chunk of one decodes in its jobs
+            self.frame(spout)
+            dead, observation = self.dead[sid]
+            if observed and counted is None:
+                metrics = observed_metrics(observation)  # None: unknown, fetched below
+                if metrics is not None and metrics["dead"] == 0:
+                    return none
+            return self.per_txid(dead.toArrow())
+
+        return run
+
+    # -- the batch phase -------------------------------------------------------------------
+
     def state_input(self, state: TridentState) -> Any:
-        """What the commit applies to ``state``: its kind's batch input.
+        """What the commit applies to ``state`` in a chunk of one: its kind's batch input.
 
         Per-key partials, grouped tuples or rows (:mod:`~trident_assets.spark.state_engines`).
         What the engine's job found besides is kept here: the partials' value type, the nulls
-        skipped, the dead letters it counted or collected (the next states and
-        :meth:`prepare` read them).
+        skipped, the dead letters it counted or collected (the next states and the dead
+        letters' job read them).
         """
-        found = engine_for(state).batch_input(self, state)
-        name = state.spec.name
+        return self._keep(state.spec.name, engine_for(state).batch_input(self, state))
+
+    def _keep(self, name: str, found: StateInput) -> Any:
         if found.value_type is not None:
             self.value_types[name] = found.value_type
         if found.nulls is not None:
@@ -271,55 +411,88 @@ class BatchRun(NodeFrames):
         self.folded_dead.update(found.folded_dead)
         return found.batch
 
-    def commit(self, prepared: Prepared) -> BatchOutcome:
-        """Apply everything inside the open store transaction."""
-        runner = self.runner
-        store = runner.store
-        topo = runner.topology
-        outcome = BatchOutcome(topo.name, self.txid, True, self.plans, prepared.tuples_in)
-        state_dead: dict[str, pa.Table] = {}
-        for name, state in topo.states.items():
-            batch = prepared.partials.get(name)
-            nulls = prepared.nulls.get(name, 0)
-            if batch is None:
+    def _state_job(self, state: TridentState) -> Callable[[], ChunkPartials]:
+        """Plan the state's input now; the returned call runs its Spark job.
+
+        A chunk of several runs the kinds that share a job (combiner partials, event-time
+        windows); a chunk of one asks the state's engine, in the call.
+        """
+        if not self.tag:
+            name = state.spec.name
+
+            def alone() -> ChunkPartials:
                 batch = self.state_input(state)
-                nulls = self.nulls.get(name, 0)
-            applied = engine_for(state).apply(self, state, batch)
-            if applied.new_values is not None:  # read by the states after it (new values)
-                self.new_values[name] = applied.new_values
-            if applied.expired is not None:
-                self.expired[name] = applied.expired
-            if applied.window is not None:
-                outcome.windows[name] = applied.window
-            state_dead |= applied.dead
-            if isinstance(batch, SpilledPartials):  # its nulls and previews read from the files
-                outcome.states[name] = applied.outcome
-                outcome.previews |= spilled_previews(store, state, self.txid)
-                continue
-            outcome.states[name] = replace(applied.outcome, null_values_skipped=nulls)
-            outcome.previews |= state_previews(state, batch, applied.new_values)
-            outcome.previews |= applied.previews
-        runner.fault("after_state_write")
-        outputs = dict(prepared.outputs)
-        for name, stream in topo.outputs.items():
-            if name not in outputs:
-                outputs[name] = self.collect(stream.node)
-        for name, table in outputs.items():
-            store_rows(store, topo.output_table(name), self.txid, table)
-            outcome.outputs[name] = table.num_rows
-            outcome.previews[f"output:{name}"] = head_rows(table)
-        for name, table in self.new_values.items():
-            store_rows(store, topo.states[name].new_values_table, self.txid, table)
-            outcome.previews.setdefault(f"new_values:{name}", head_rows(table))
-        all_dead = {**prepared.dead, **state_dead}
-        outcome.dead_letters = store_dead_letters(store, topo.name, self.txid, all_dead)
-        outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in all_dead.items()}
-        for sid, dead in all_dead.items():
-            outcome.previews[f"dead_letters:{sid}"] = dead_letter_rows(dead)
-        for spout_id, plan in self.recorded.items():
-            runner.coordinator(spout_id).commit(plan)
-        record_history(store, topo.name, self.txid, {s: p.ranges for s, p in self.plans.items()})
-        for write in self.on_commit:
-            write()
-        runner.fault("before_commit")
-        return outcome
+                nulls = {self.txid: self.nulls[name]} if name in self.nulls else {}
+                return ChunkPartials({self.txid: batch}, nulls)
+
+            return alone
+        if isinstance(state_kind(state.node), EventWindowKind):
+            window = window_chunk_job(self, state)  # type: ignore[arg-type]
+            return lambda: ChunkPartials(dict(window()))
+        job = combiner_partials(self, state, self.runner.topology, self.runner.spill, self.spilled)
+        self.value_types[state.spec.name] = job.value_type  # types empty query results
+        return job.run
+
+    def _output_job(self, node: Node) -> Callable[[], dict[int, pa.Table]]:
+        if self._in_first(node):
+            table = self.first.collect(node)
+            return lambda: dict.fromkeys(self.txids, table)
+        if self.tag:  # built here (this thread reads the store); a chunk of one's in its
+            self.frame(node)  # call, after its states' inputs (their value types type queries)
+        return lambda: self.per_txid(self.collect(node))
+
+    def plan(self) -> Callable[[], dict[int, Prepared]]:
+        """Build every DataFrame (this thread: it reads the store); return the Spark work.
+
+        The returned call returns each txid's inputs of the states that do not read this
+        batch's new state, its outputs and its dead letters. A chunk of several's call
+        touches only Spark, so it may run in another thread while this one commits earlier
+        txids; a chunk of one's also asks the states' engines: run it on this thread.
+        """
+        topo = self.runner.topology
+        records = sum(p.record_count for _, plans in self.batches for p in plans.values())
+        self.conf.update(codegen_conf(self.spark, records))
+        states = {
+            name: self._state_job(state)
+            for name, state in topo.states.items()
+            if not depends_on_new_values(state.node)  # else computed during the commit
+        }
+        outputs = {
+            name: self._output_job(stream.node)
+            for name, stream in topo.outputs.items()
+            if not depends_on_new_values(stream.node)
+        }
+        dead = {sid: self._dead_letters_job(sid) for sid in topo.spouts}
+
+        def run() -> dict[int, Prepared]:
+            with scoped_conf(self.spark, self.conf):
+                p = {name: job() for name, job in states.items()}
+                o = {name: job() for name, job in outputs.items()}
+                counted = dict(self.counted_dead)
+                for found in p.values():
+                    for sid, n in found.counted_dead.items():
+                        counted[sid] = counted.get(sid, 0) + n
+                # after the jobs observing them
+                d = {sid: job(counted.get(sid)) for sid, job in dead.items()}
+                self.dead_collected = True
+            return {
+                txid: Prepared(
+                    partials={name: found.tables[txid] for name, found in p.items()},
+                    outputs={name: t[txid] for name, t in o.items()},
+                    dead={sid: t[txid] for sid, t in d.items()},
+                    tuples_in={sid: plan.record_count for sid, plan in plans.items()},
+                    nulls={n: f.nulls[txid] for n, f in p.items() if txid in f.nulls},
+                )
+                for txid, plans in self.batches
+            }
+
+        return run
+
+    def prepare(self) -> Prepared:
+        """A chunk of one's batch phase, run here: :meth:`plan`'s work for its txid."""
+        return self.plan()()[self.txid]
+
+    def commit(self, prepared: Prepared) -> BatchOutcome:
+        """Apply a chunk of one's txid inside the open store transaction."""
+        assert not self.tag, "a chunk of several commits each txid through for_txid()"
+        return commit_txid_run(self, prepared)

@@ -69,7 +69,7 @@ def check_value_types(runner: RunContext) -> None:
                 )
                 for sid, node in topo.spouts.items()
             }
-            run = BatchRun(runner, 0, plans)
+            run = BatchRun.alone(runner, 0, plans)
         a = state.node.args
         partials = run.state_input(state)  # empty: typed without a Spark job
         declared = arrow_to_sql_type(partials.schema.field(a["output"]).type, for_key=False)

@@ -36,7 +36,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from trident_assets.backends.window_store import last_max_event_us
 from trident_assets.errors import TridentError
+from trident_assets.log.timestamps import UNKNOWN
+from trident_assets.planner import record_time_spout
 from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.event_windows import (
     DEAD,
@@ -51,14 +54,24 @@ from trident_assets.spark.event_windows import (
     T,
     window_columns,
 )
-from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
+from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first
 from trident_assets.stream.event_windows import EVENT_WINDOW
+
+UNBOUNDED = 1 << 62
+"""A batch's largest event time when the log cannot bound it: every record a candidate."""
 
 if TYPE_CHECKING:
     from trident_assets.runtime.context import ChunkContext
     from trident_assets.stream.event_windows import WindowedAggregation, WindowedState
 
-__all__ = ["WindowSlice", "chunk_bounds", "chunk_window_job", "late_reason"]
+__all__ = [
+    "UNBOUNDED",
+    "WindowSlice",
+    "chunk_bounds",
+    "chunk_window_job",
+    "late_reason",
+    "window_chunk_job",
+]
 
 FIRST, LAST = "__first", "__last"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -205,6 +218,30 @@ def _window_table(
     return table.replace_schema_metadata({b"watermark_us": b"" if wm is None else str(wm).encode()})
 
 
+def window_chunk_job(
+    prun: ChunkContext, state: WindowedState
+) -> Callable[[], dict[int, WindowSlice]]:
+    """An event-time window's job over the chunk, its lateness bounded by the log's timestamps.
+
+    Updates ``prun.event_tops`` with the window's bound after the chunk.
+    """
+    spout = record_time_spout(state)
+    assert spout is not None  # the planner admits no other window into a chunk
+    sid, reader = spout.args["spout_id"], spout.args["spout"]
+    runner = prun.runner
+    committed = last_max_event_us(runner.store, state)
+    inflight = prun.event_tops.get(state.spec.name)
+    before = max((t for t in (committed, inflight) if t is not None), default=None)
+    tops: list[int | None] = []
+    for _, plans in prun.batches:
+        plan = plans[sid]
+        top = reader.max_timestamp_ms(runner.log, plan) if plan.record_count else None
+        tops.append(UNBOUNDED if top is UNKNOWN else None if top is None else top * 1000)
+    bounds, after = chunk_bounds(before, tops, state.windowed.window.lateness_us)
+    prun.event_tops[state.spec.name] = after
+    return chunk_window_job(prun, state, bounds)
+
+
 def chunk_window_job(
     prun: ChunkContext, state: WindowedState, bounds: Sequence[int | None]
 ) -> Callable[[], dict[int, WindowSlice]]:
@@ -214,15 +251,13 @@ def chunk_window_job(
     chunk in which the state receives no tuple costs no Spark job (its rows are typed from
     the DataFrame's schema).
     """
-    from pyspark.sql import functions as F
-
     from trident_assets.planner import is_live
     from trident_assets.spark.node_frames import empty_arrow
 
     parent = state.node.parents[0]
     txids = prun.txids
     if not is_live(parent, prun.live):
-        tagged = prun.empty.frame(parent).withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
+        tagged = tag_first(prun.first.frame(parent))
         none = empty_arrow(_chunk_frame(tagged, state, bounds)).drop_columns([TXID_COLUMN])
         return lambda: {txid: WindowSlice(state, none) for txid in txids}
     df = _chunk_frame(prun.frame(parent), state, bounds)

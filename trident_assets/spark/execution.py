@@ -1,11 +1,10 @@
 """Spark as the txid loop's engine: a chunk's DataFrames and jobs, a txid alone, a commit.
 
 :class:`SparkExecution` is the :class:`~trident_assets.runtime.txid_loop.Execution` of a
-:class:`~trident_assets.spark.executor.TopologyRunner`: a chunk's work is a
-:class:`~trident_assets.spark.pipelined.PipelinedRun` (its first txid's
-:class:`~trident_assets.spark.batch_run.BatchRun` builds the streams that receive no tuples),
-a txid alone is a :class:`BatchRun`, and every txid commits through the runner's one commit
-function (:meth:`~trident_assets.spark.executor.TopologyRunner.commit_run`).
+:class:`~trident_assets.spark.executor.TopologyRunner`. Every txid's Spark work is built by
+one :class:`~trident_assets.spark.batch_run.BatchRun` over its chunk (a txid run alone is a
+chunk of one), and every txid commits through the runner's one commit function
+(:meth:`~trident_assets.spark.executor.TopologyRunner.commit_run`).
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from trident_assets.runtime.txid_loop import Batches, PlannedChunk
 from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.codegen_conf import codegen_conf
-from trident_assets.spark.pipelined import PipelinedRun
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import drop_spilled
 
@@ -37,23 +34,20 @@ class SparkExecution:
 
     def plan_chunk(self, batches: Batches, event_tops: dict[str, int | None]) -> PlannedChunk:
         """Build the chunk's DataFrames (this thread: it reads the store); not its jobs."""
-        run = PipelinedRun(self.runner, batches, BatchRun(self.runner, *batches[0]), event_tops)
-        work = run.plan()
-        return PlannedChunk(work, run, run.event_tops)
+        run = BatchRun(self.runner, batches, spill=True, event_tops=event_tops)
+        return PlannedChunk(run.plan(), run, run.event_tops)
 
     def run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
-        """The one-batch path: run every stream on Spark, then commit."""
+        """A chunk of one, on this thread: its batch phase, then its commit."""
         t_spark = time.perf_counter()
-        records = sum(plan.record_count for plan in plans.values())
-        spark = self.runner.spark
-        with scoped_conf(spark, codegen_conf(spark, records)):  # the commit's jobs too
-            run = BatchRun(self.runner, txid, plans, spill=True)
-            try:
-                prepared = run.prepare()
-                spark_s = time.perf_counter() - t_spark
+        run = BatchRun.alone(self.runner, txid, plans, spill=True)
+        try:
+            prepared = run.plan()()[txid]
+            spark_s = time.perf_counter() - t_spark
+            with scoped_conf(self.runner.spark, run.conf):  # the commit's jobs too
                 return self.runner.commit_run(run, prepared, {"emit": emit_s, "spark": spark_s}, 1)
-            finally:
-                drop_spilled(run.spilled)
+        finally:
+            drop_spilled(run.spilled)
 
     def commit(
         self,
@@ -64,12 +58,12 @@ class SparkExecution:
         timings: dict[str, float],
     ) -> BatchOutcome:
         """Commit one txid of ``chunk``: its queries typed by the chunk's value types."""
-        run = BatchRun(self.runner, txid, plans, spill=True)
-        run.value_types = dict(chunk.base.value_types)
+        run = chunk.base.for_txid(txid)
         try:
             return self.runner.commit_run(run, prepared, timings, len(chunk.batches))
         finally:
-            drop_spilled(run.spilled)
+            if run is not chunk.base:  # (its own spills, if any; the chunk's at release)
+                drop_spilled(run.spilled)
 
     def release(self, chunk: Chunk) -> None:
         """Remove the partials ``chunk``'s job spilled."""

@@ -1,92 +1,56 @@
-"""Running one batch (one txid) of a topology on Spark and committing it to the state store.
+"""The runner of a topology on Spark: :class:`TopologyRunner`.
 
-Order of work for batch ``txid`` (Trident's batch phase, then its commit phase):
+Everything but the engine is :class:`~trident_assets.runtime.runner.Runner`'s (the order of
+work for one txid is told there). This subclass binds a Spark session: at creation it checks
+the declared value types on the DataFrames (analysis only, before any job or write), ships
+the package and the user's modules to the executors and opens the partials' spill target;
+its txid loop runs on :class:`~trident_assets.spark.execution.SparkExecution`; it catches up
+a state built from the log (:mod:`~trident_assets.spark.backfill`) and runs the quarantine
+(:mod:`~trident_assets.spark.quarantine_runs`).
 
-1. If the topology already committed ``txid``: nothing runs; the outcome says so.
-2. Each spout's coordinator fixes the batch's offset ranges; Spark reads them in parallel
-   and the scheme decodes them (failed records become dead letters).
-3. Spark computes every stream; each state gets its per-key partials (combined in Spark);
-   queries read the state as committed before this batch, with one bulk lookup.
-4. ONE store transaction applies every state (one set-based statement each), records the
-   new values, outputs and dead letters, makes the spout ranges final, and marks ``txid``
-   committed. A crash anywhere leaves the old state or the new, never a mix.
-
-Data moves between Spark and the state store (DuckDB or PostgreSQL) only as Arrow tables
-(``DataFrame.toArrow()``).
-
-:meth:`TopologyRunner.run_batches` pipelines consecutive txids (Trident's max spout pending):
-steps 2-3 of a chunk of txids run as one Spark job (:mod:`trident_assets.spark.pipelined`),
-the next chunk's job runs while this one commits, and step 4 stays one transaction per txid,
-in txid order.
-
-This module holds the runner (planning chunks, pipelining, ordered commits, compaction).
 The rest of the Spark layer, one concept per module:
 
-* :mod:`~trident_assets.spark.batch_run`: one batch's DataFrames, prepare and commit;
-* :mod:`~trident_assets.spark.execution`: Spark as the engine of the txid loop
-  (:mod:`~trident_assets.runtime.txid_loop`; chunks in :mod:`~trident_assets.runtime.chunks`);
-* :mod:`~trident_assets.spark.pipelined`: a chunk of txids as one Spark job;
-* :mod:`~trident_assets.spark.state_apply`: applying a batch to each kind of state;
+* :mod:`~trident_assets.spark.batch_run`: the one frame builder, a chunk of N >= 1 txids;
+* :mod:`~trident_assets.spark.batch_commit`: a txid's commit phase;
+* :mod:`~trident_assets.spark.partials`: a combiner state's per-key partials;
+* :mod:`~trident_assets.spark.state_engines`: each state kind's batch input and apply;
 * :mod:`~trident_assets.spark.state_query`: ``state_query`` lookups;
-* :mod:`~trident_assets.runtime.batch_tables`: outputs, new values and dead letters tables;
-* :mod:`~trident_assets.runtime.outcomes`: ``BatchOutcome``, ``StateOutcome``, ``Prepared``;
-* :mod:`~trident_assets.spark.node_frames`: the memoised per-node DataFrame base;
-* :mod:`~trident_assets.spark.backfill`: building a new state from the log of committed
-  txids (:meth:`TopologyRunner.backfill`), planned by
-  :mod:`~trident_assets.runtime.backfill_plans`; :mod:`~trident_assets.spark.rebuild`:
-  rebuilding one.
+* :mod:`~trident_assets.spark.rebuild`: rebuilding one state from the log.
 
-What can share a Spark job is decided by :mod:`trident_assets.planner` (pure graph analysis).
+Data moves between Spark and the state store (DuckDB or PostgreSQL) only as Arrow tables.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
-from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
-from trident_assets.backends.quarantine import (
-    QuarantineEntry,
-    entries,
-)
+from trident_assets.backends.compaction import CompactionPolicy
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
-from trident_assets.backends.state_contracts import (
-    forget_left,
-    record_left,
-    stored_contracts,
-    write_contracts,
-)
-from trident_assets.backends.state_store import StateStore
-from trident_assets.core.txids import validate_txid
-from trident_assets.errors import (
-    ConfigError,
-)
-from trident_assets.planner import all_nodes, pipelinable
+from trident_assets.planner import all_nodes
 from trident_assets.runtime.backfill_plans import BackfillOutcome
-from trident_assets.runtime.batch_tables import DEAD_LETTERS, ensure_dead_letters_table
-from trident_assets.runtime.commit import commit_txid, drop_progress, progress
-from trident_assets.runtime.outcomes import GLOBAL_COLUMN, BatchOutcome, Prepared, StateOutcome
-from trident_assets.runtime.publishing import described as describe
-from trident_assets.runtime.publishing import publish, publish_missing
-from trident_assets.runtime.startup import joining_spouts, plan_startup
-from trident_assets.runtime.txid_loop import TxidLoop
+from trident_assets.runtime.batch_tables import DEAD_LETTERS
+from trident_assets.runtime.outcomes import GLOBAL_COLUMN, BatchOutcome, StateOutcome
+from trident_assets.runtime.runner import (
+    DEFAULT_COMPACTION,
+    DEFAULT_MAX_SPOUT_PENDING,
+    Fault,
+    Runner,
+)
 from trident_assets.spark.backfill import catch_up_one
-from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
 from trident_assets.spark.declared_types import check_value_types
 from trident_assets.spark.execution import SparkExecution
 from trident_assets.spark.quarantine_runs import quarantine, replay_quarantined
 from trident_assets.spark.spilled import open_spill
 from trident_assets.spark.user_errors import user_code_errors
-from trident_assets.spouts.coordinator import BatchCoordinator
-from trident_assets.spouts.ranges import BatchPlan, partition_sort_key
-from trident_assets.stream.topology import TridentTopology
+
+if TYPE_CHECKING:
+    from trident_assets.backends.state_store import StateStore
+    from trident_assets.stream.streams import TridentState
+    from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
     "DEAD_LETTERS",
@@ -97,17 +61,8 @@ __all__ = [
     "TopologyRunner",
 ]
 
-DEFAULT_COMPACTION = CompactionPolicy()
-DEFAULT_MAX_SPOUT_PENDING = 10
-"""How many consecutive txids may share one Spark job (Trident's ``max.spout.pending``)."""
 
-Fault = Callable[[str], None]
-"""Called at named points of a batch (``after_emit``, ``after_state_write``,
-``before_commit``, and ``after_commit`` before the replica is published); the chaos tests
-kill the process there."""
-
-
-class TopologyRunner:
+class TopologyRunner(Runner):
     """Runs batches of one topology against a Spark session, a log and a state store."""
 
     def __init__(
@@ -135,254 +90,40 @@ class TopologyRunner:
         keeps readable as of a txid. ``clock``: the time (seconds) a txid is stamped with
         when it commits, for duration windows (default ``time.time``).
         """
-        if max_spout_pending < 1:
-            msg = f"max_spout_pending must be >= 1, got {max_spout_pending}"
-            raise ConfigError(msg)
-        # Checked at creation: the topology and the store are known, and nothing
-        # (coordinator emission, Spark job, spout metadata, state write) has happened yet,
-        # so a refused declaration leaves the store exactly as it was.
-        startup = plan_startup(topology, store, log)
-        self._pending_contracts = startup.pending_contracts
-        self._absent = startup.absent
-        self._building = startup.building
-        self._joining = startup.joining
-        self.compaction = compaction
-        self.max_spout_pending = max_spout_pending
-        self.pipelinable = pipelinable(topology)
-        self.topology = topology
         self.spark = spark
-        self.store = store
-        self.log = log
-        self.fault = fault or (lambda _point: None)
-        self.clock = clock or time.time
-        self.meta = DuckDBSpoutMetaStore(store)  # creates its table: after the checks
-        self._joins_after = joining_spouts(topology, store, self.meta, startup.last)
-        """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
-        self.no_dead_letters: dict[str, pa.Table] = {}
-        """Per spout: an empty table of its dead letters (their schema, found once per runner:
-        a batch with none builds no DataFrame for them)."""
-        check_value_types(self)  # DataFrame analysis only: before any Spark job or write
-        ship_package(spark)
-        ship_user_modules(topology_code(all_nodes(topology)))
-        ensure_dead_letters_table(store)
-        self.replica = replica
-        self.keep_txids = keep_txids
-        self.spill = open_spill(spark, store, topology.name)
+        self.spill: Any = None
         """How executors write partials for the store (``trident.partials.spill``; None:
         collected to the driver)."""
-        if replica is not None:
-            publish_missing(replica, store, topology)
-
-    @property
-    def scope(self) -> str:
-        """The commit scope: the topology name."""
-        return self.topology.name
-
-    def last_committed(self) -> int | None:
-        """The last committed txid of the topology."""
-        return self.store.last_committed(self.scope)
-
-    def first_txids(self) -> dict[str, int]:
-        """Per stored state of the topology, the first txid its values cover (its contract).
-
-        1 for a state built from the start (or caught up from txid 1); later for a state
-        declared ``backfill="from_retained"`` whose early history was no longer readable.
-        """
-        return {
-            c.state: c.first_txid for c in stored_contracts(self.store) if c.topology == self.scope
-        }
-
-    def coordinator(self, spout_id: str) -> BatchCoordinator:
-        """The batch coordinator of one spout."""
-        spout = self.topology.spouts[spout_id].args["spout"]
-        return BatchCoordinator(
-            self.topology.name,
-            spout_id,
-            spout.source(self.log),
-            spout.config,
-            self.meta,
-            self._joins_after.get(spout_id, 0),
+        super().__init__(
+            topology,
+            store,
+            log,
+            fault=fault,
+            compaction=compaction,
+            max_spout_pending=max_spout_pending,
+            replica=replica,
+            keep_txids=keep_txids,
+            clock=clock or time.time,
         )
 
-    def backlog(self) -> int:
-        """Records available to the next batch across all spouts (before batch-size limits)."""
-        return sum(self.backlog_by_spout().values())
+    def start_engine(self) -> None:
+        """Check the declared value types (DataFrame analysis only), ship the code, open spill."""
+        check_value_types(self)
+        ship_package(self.spark)
+        ship_user_modules(topology_code(all_nodes(self.topology)))
+        self.spill = open_spill(self.spark, self.store, self.topology.name)
 
-    def backlog_by_spout(self) -> dict[str, int]:
-        """Per spout: records after its last final ranges.
+    def execution(self) -> SparkExecution:
+        """Spark as the txid loop's engine."""
+        return SparkExecution(self)
 
-        A txid emitted but not committed (a killed run's) counts: it is replayed.
-        """
-        waiting: dict[str, int] = {}
-        for spout_id, node in self.topology.spouts.items():
-            source = node.args["spout"].source(self.log)
-            done = self.meta.latest_before(self.topology.name, spout_id, 1 << 62, True)
-            waiting[spout_id] = 0
-            for partition in source.partitions():
-                prev = done.get(partition)
-                start = source.earliest(partition) if prev is None else prev.next_offset
-                waiting[spout_id] += max(0, source.latest(partition) - start)
-        return waiting
+    def catch_up_one(self, state: TridentState, txid: int, first: int) -> bool:
+        """See :func:`~trident_assets.spark.backfill.catch_up_one`."""
+        return catch_up_one(self, state, txid, first)
 
-    def lag(self, plans: dict[str, BatchPlan]) -> dict[str, dict[str, int]]:
-        """Per spout, per partition: records in the source after the ranges of ``plans``.
-
-        A partition ``plans`` does not cover counts from its earliest offset.
-        """
-        lag: dict[str, dict[str, int]] = {}
-        for spout_id, node in self.topology.spouts.items():
-            source = node.args["spout"].source(self.log)
-            plan = plans.get(spout_id)
-            ends = {} if plan is None else {r.partition: r.next_offset for r in plan.ranges}
-            lag[spout_id] = {
-                p: max(0, source.latest(p) - ends.get(p, source.earliest(p)))
-                for p in sorted(source.partitions(), key=partition_sort_key)
-            }
-        return lag
-
-    def run_batch(self, txid: int) -> BatchOutcome:
-        """Process and commit batch ``txid`` exactly once.
-
-        Raises:
-            OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
-            BatchUnavailableError: a transactional replay can no longer be read.
-        """
-        validate_txid(txid)
-        with contextlib.closing(self.run_batches([txid])) as outcomes:
-            return next(outcomes)
-
-    def run_batches(self, txids: Iterable[int]) -> Iterator[BatchOutcome]:
-        """Process and commit ``txids`` (ascending) exactly once each, yielding each outcome.
-
-        Consecutive txids share one Spark job, up to ``max_spout_pending`` at a time, when
-        the topology allows (see :mod:`trident_assets.spark.pipelined`); every txid still
-        commits on its own, in order, in its own transaction, and is yielded once it has.
-        A txid committed before yields an outcome with ``applied=False``.
-
-        Raises:
-            OutOfOrderCommitError: an earlier txid has not committed; nothing was read.
-            BatchUnavailableError: a transactional replay can no longer be read.
-        """
-        ordered = [validate_txid(t) for t in txids]
-        with user_code_errors():
-            yield from self.txid_loop().run(ordered)
-
-    def backfill(self) -> list[BackfillOutcome]:
-        """Build the topology's new states from the log of its committed txids, exactly once.
-
-        For each state added to the topology after it committed txids ``1..N``: txids
-        ``first..N`` (``first`` is 1, or the first readable txid for
-        ``backfill="from_retained"``) are replayed from the ranges the spouts recorded,
-        through that state's subgraph alone, one transaction per txid holding the state's
-        writes and its progress; a crash resumes at the next txid. Txids the topology commits
-        meanwhile (another process) are caught up too. The state then joins the topology's
-        next batch. Runs automatically before the first batch; returns what it applied.
-
-        Raises:
-            BatchUnavailableError: a txid's ranges are no longer readable; what was applied
-                stays, the next call resumes there.
-        """
-        outcomes: list[BackfillOutcome] = []
-        with user_code_errors():
-            for name, first in sorted(self._building.items()):
-                state = self.topology.states[name]
-                done = progress(self.store, self.scope).get(name, (first, first - 1))[1]
-                outcome = BackfillOutcome(name, first, done)
-                while done < (self.last_committed() or 0):
-                    done += 1
-                    if catch_up_one(self, state, done, first):
-                        outcome.applied.append(done)
-                outcome.last_txid = done
-                outcomes.append(outcome)
-                if done >= first and self.replica is not None:  # readers see it whole
-                    described = describe(self.topology).get(state.table)
-                    self.replica.replace_map(self.store, state.table, done, described)
-                if done < first:  # nothing to replay: it starts at ``first``
-                    self._pending_contracts.append(replace(state.contract(), first_txid=first))
-                self._joining.add(name)
-        self._building = {}
-        return outcomes
-
-    def txid_loop(self) -> TxidLoop:
-        """The one loop over this runner's txids, on Spark."""
-        return TxidLoop(self, SparkExecution(self))
-
-    def ensure_built(self) -> None:
-        """Build the states still to be built from the log (:meth:`backfill`), if any."""
-        if self._building:
-            self.backfill()
-
-    def coordinators(self) -> dict[str, BatchCoordinator]:
-        """The batch coordinator of each spout."""
-        return {sid: self.coordinator(sid) for sid in self.topology.spouts}
-
-    def commit_run(
-        self, run: BatchRun, prepared: Prepared, timings: dict[str, float], share: int
-    ) -> BatchOutcome:
-        """Commit one txid in its own transaction, then compact what the policy says."""
-        return self.commit(run.txid, run.plans, lambda: run.commit(prepared), timings, share)
-
-    def _apply(self, apply: Callable[[], BatchOutcome], txid: int) -> BatchOutcome:
-        """In ``txid``'s commit transaction: the states' bookkeeping, then the batch.
-
-        Contracts of new states are written; states built from the log join (their progress
-        and any record that they had left are removed); stored states this declaration
-        lacks are recorded as missing the txids from ``txid`` on.
-        """
-        pending, self._pending_contracts = self._pending_contracts, []
-        joining, self._joining = self._joining, set()
-        try:
-            write_contracts(self.store, pending)
-            drop_progress(self.store, self.scope, joining)
-            forget_left(self.store, self.scope, joining)
-            record_left(self.store, self.scope, self._absent, txid - 1)
-            return apply()
-        except BaseException:
-            self._pending_contracts = pending  # rolled back: write them with the next commit
-            self._joining = joining
-            raise
-
-    def commit(
-        self,
-        txid: int,
-        plans: dict[str, BatchPlan],
-        apply: Callable[[], BatchOutcome],
-        timings: dict[str, float],
-        share: int,
-    ) -> BatchOutcome:
-        """Commit ``txid`` of the topology: ``apply`` in its transaction, publish, compact.
-
-        The one way a txid of the topology commits, whatever asked for it (a live batch, a
-        chunk, a quarantine, a quarantine replay): strict order and committed-is-final come
-        from :func:`~trident_assets.runtime.commit.commit_txid`. Returns the txid's outcome
-        (``applied=False`` when it had committed before).
-        """
-        t_commit = time.perf_counter()
-        result = commit_txid(self.store, self.scope, txid, lambda: self._apply(apply, txid))
-        outcome = (
-            result.result
-            if result.applied and result.result
-            else BatchOutcome(self.scope, txid, False, plans)
-        )
-        timings["commit"] = time.perf_counter() - t_commit
-        if outcome.applied:
-            outcome.lag = self.lag(outcome.plans)
-        if outcome.applied and self.replica is not None:
-            self.fault("after_commit")  # committed, not yet published: readers lag one txid
-            t_publish = time.perf_counter()
-            publish(self.replica, self.store, self.topology, txid, self.keep_txids)
-            timings["publish"] = time.perf_counter() - t_publish
-        if outcome.applied and self.compaction is not None:
-            t_compact = time.perf_counter()
-            live = {s.table: s.size for s in outcome.states.values()}
-            outcome.compacted = maybe_compact(self.store, live, self.compaction)
-            timings["compact"] = time.perf_counter() - t_compact
-        timings["total"] = sum(timings.values())
-        outcome.timings_s = timings
-        outcome.pipelined = share
-        return outcome
-
-    # -- the quarantine ------------------------------------------------------------------------
+    def engine_errors(self) -> contextlib.AbstractContextManager[None]:
+        """A user function's failure on a Spark worker, re-raised as its UserCodeError."""
+        return user_code_errors()
 
     def quarantine(self, txid: int, error: str) -> BatchOutcome:
         """Set poison batch ``txid`` aside: commit it with no state change, keep its ranges.
@@ -391,46 +132,9 @@ class TopologyRunner:
         """
         return quarantine(self, txid, error)
 
-    def quarantined(self, *, pending_only: bool = True) -> list[QuarantineEntry]:
-        """The topology's quarantine entries (those not replayed yet by default)."""
-        return entries(self.store, self.scope, pending_only=pending_only)
-
     def replay_quarantined(self, txid: int | None = None) -> BatchOutcome:
         """Process quarantined ``txid``'s records as the next txid.
 
         See :func:`~trident_assets.spark.quarantine_runs.replay_quarantined`.
         """
         return replay_quarantined(self, txid)
-
-    # -- event windows -------------------------------------------------------------------------
-
-    def window_finals(self, state: str) -> list[dict[str, Any]]:
-        """The final windows of event-window state ``state`` as rows, each emitted once.
-
-        Key fields, ``window_start``, ``window_end`` (naive UTC), the value, ``final_txid``;
-        ordered by key and window.
-        """
-        from trident_assets.backends.window_store import read_finals
-
-        return read_finals(self.store, self.topology.states[state])  # type: ignore[arg-type]
-
-    def window_open(self, state: str) -> list[dict[str, Any]]:
-        """Early results: the windows of ``state`` not final yet (``final`` False)."""
-        from trident_assets.backends.window_store import read_open
-
-        return read_open(self.store, self.topology.states[state])  # type: ignore[arg-type]
-
-    def committed_plans(self, txid: int) -> dict[str, BatchPlan]:
-        """The recorded ranges of committed ``txid`` (spouts whose ranges were cleaned up omitted).
-
-        Read only: a committed batch is final, so nothing is planned, recorded or re-read.
-        """
-        plans: dict[str, BatchPlan] = {}
-        for spout_id, node in self.topology.spouts.items():
-            stored = self.meta.ranges(self.scope, spout_id, txid)
-            if stored is not None and stored[1]:
-                kind = node.args["spout"].config.kind
-                plans[spout_id] = BatchPlan.of(
-                    self.scope, spout_id, txid, kind, stored[0], replay=True
-                )
-        return plans

@@ -98,7 +98,7 @@ def replay_quarantined(runner: Any, txid: int | None = None) -> BatchOutcome:
             read[sid] = BatchPlan.of(runner.scope, sid, new, kind, ranges, replay=True)
     with user_code_errors():
         t_spark = time.perf_counter()
-        run = BatchRun(runner, new, read)
+        run = BatchRun.alone(runner, new, read)
         run.recorded = recorded
         run.on_commit.append(lambda: mark_replayed(runner.store, runner.scope, source, new))
         prepared = run.prepare()

@@ -231,7 +231,7 @@ def rebuild_state(
     while True:
         target = store.last_committed(topology.name) or 0
         for txid in range(built.done + 1, target + 1):
-            run = BatchRun(replay, txid, read_plans(replay, ts, txid))
+            run = BatchRun.alone(replay, txid, read_plans(replay, ts, txid))
             batch = run.state_input(ts)
             apply = partial(engine_for(ts).apply, run, shadow, batch)
             commit_txid(store, shadow_name, txid, apply, built, f"the rebuild of state {state!r}")

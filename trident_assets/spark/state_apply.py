@@ -48,7 +48,6 @@ from trident_assets.runtime.outcomes import (
 )
 from trident_assets.spark.kv_state import kv_map
 from trident_assets.spark.partials import combiner_partials
-from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.stream.state_kinds import (
     KeyValueKind,
     Reducer,
@@ -58,7 +57,6 @@ from trident_assets.stream.state_kinds import (
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
     from trident_assets.runtime.context import BatchContext
-    from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
 PARTIALS_KEPT = 2
@@ -109,43 +107,11 @@ def map_input(run: BatchContext, state: TridentState) -> StateInput:
         )
         return StateInput(grouped.toArrow())
     spill = run.runner.spill if run.spill else None  # (a rebuild's runner has none)
-    job = combiner_partials(_OneBatch(run), state, run.runner.topology, spill, run.spilled)
+    job = combiner_partials(run, state, run.runner.topology, spill, run.spilled)
     found = job.run()
     return StateInput(
         found.tables[run.txid], job.value_type, found.nulls.get(run.txid), found.counted_dead
     )
-
-
-class _OneBatch:
-    """One batch's frames as a chunk of one txid (:class:`~.partials.TaggedFrames`)."""
-
-    def __init__(self, run: BatchContext) -> None:
-        self.run = run
-        self.spark = run.spark
-        self.txids = [run.txid]
-
-    def tagged(self, node: Node) -> Any:
-        """``node``'s DataFrame tagged 0 (the same generated code for every batch)."""
-        return _tag(self.run.frame(node))
-
-    def tagged_raw(self, spout: Node) -> Any:
-        """``spout``'s raw records of the batch, tagged 0."""
-        return _tag(self.run.raw(spout))
-
-    def records(self, spout: Node) -> int:
-        """How many records ``spout`` reads in the batch."""
-        return self.run.plans[spout.args["spout_id"]].record_count
-
-    def has_no_tuples(self, node: Node) -> bool:
-        """True when ``node`` certainly has no tuples this batch."""
-        return self.run.is_empty(node)
-
-
-def _tag(frame: Any) -> Any:
-    """``frame`` with the tag column of a chunk's first (here: only) txid."""
-    from pyspark.sql import functions as F
-
-    return frame.withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
 
 
 def apply_updater_state(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:

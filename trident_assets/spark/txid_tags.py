@@ -1,21 +1,29 @@
-"""The batch tag of a pipelined chunk: a column of positions, and the split by it.
+"""The batch tag of a chunk of txids: a column of positions, and the split by it.
 
-See :mod:`trident_assets.spark.pipelined`.
+See :mod:`trident_assets.spark.batch_run`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["TXID_COLUMN", "split_by_txid"]
+__all__ = ["TXID_COLUMN", "split_by_txid", "tag_first"]
 
 TXID_COLUMN = "__trident_txid"
 """The column that tags every tuple of a pipelined chunk with its batch: the position of its
 txid in the chunk (0, 1, ...), never the txid itself, so a chunk's Spark code is the same
 from one chunk to the next (a literal txid would be compiled anew for every chunk)."""
+
+
+def tag_first(frame: Any) -> Any:
+    """``frame`` with the tag of a chunk's first txid (0: the same generated code every time)."""
+    from pyspark.sql import functions as F
+
+    return frame.withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
 
 
 def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:

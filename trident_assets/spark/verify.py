@@ -109,7 +109,7 @@ def _recompute(
         )
         for sid, node in topo.spouts.items()
     }
-    return BatchRun(runner, 0, plans).state_input(state)
+    return BatchRun.alone(runner, 0, plans).state_input(state)
 
 
 def verify_increment(
