@@ -3,7 +3,7 @@
 Between what the user declares (:mod:`trident_assets.stream`) and how a batch runs
 (:mod:`trident_assets.spark`): which nodes feed what, which node kinds work tuple by tuple,
 which are certainly empty when their inputs are, and when consecutive batches may share one
-Spark job (Trident's ``max.spout.pending``, see :mod:`trident_assets.spark.pipelined`).
+Spark job (Trident's ``max.spout.pending``, see :mod:`trident_assets.spark.batch_run`).
 Nothing here imports Spark, the state store or Dagster.
 """
 

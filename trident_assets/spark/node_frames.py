@@ -1,9 +1,9 @@
-"""Memoised per-node DataFrames: the base of a batch's and a pipelined chunk's builders.
+"""Memoised per-node DataFrames and the row-wise operations, shared by the frame builders.
 
-:class:`NodeFrames` builds each topology node's DataFrame once per batch (or chunk) and
-runs the row-wise operations (``each``, ``filter``, ``project``, ``peek``) for both;
-subclasses (:class:`~trident_assets.spark.batch_run.BatchRun`,
-:class:`~trident_assets.spark.pipelined.PipelinedRun`) build the other kinds.
+:class:`NodeFrames` builds each topology node's DataFrame once per chunk of txids and runs
+the row-wise operations (``each``, ``filter``, ``project``, ``peek``), which a state's own
+observed frames (:mod:`~trident_assets.spark.observed`) run too; the frame builder
+(:class:`~trident_assets.spark.batch_run.BatchRun`) builds the other kinds.
 """
 
 from __future__ import annotations
