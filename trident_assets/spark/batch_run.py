@@ -22,9 +22,9 @@ timestamp (:mod:`trident_assets.planner`); whatever reads the state a batch leav
 in chunks of one. Streams that receive no tuples in a chunk cost no Spark job: they are
 built by the chunk's first txid as a chunk of one, typed from the DataFrame schema.
 
-Dead letters are counted in one place (:meth:`BatchRun._dead_letters_job`): an Arrow kernel's
-count, an ``Observation`` on the spout's decode, or a state's job that collected them; a job
-of their own fetches them only when there are any.
+Dead letters are counted in one place (:mod:`~trident_assets.spark.dead_letter_jobs`): an
+Arrow kernel's count, an ``Observation`` on the spout's decode, or a state's job that
+collected them; a job of their own fetches them only when there are any.
 """
 
 from __future__ import annotations
@@ -50,11 +50,10 @@ from trident_assets.spark.aggregation import combine_partials, reduce_groups
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.batch_commit import commit_txid_run
 from trident_assets.spark.codegen_conf import codegen_conf
+from trident_assets.spark.dead_letter_jobs import SpoutDeadLetters
 from trident_assets.spark.event_window_chunks import window_chunk_job
 from trident_assets.spark.node_frames import NodeFrames, empty_arrow
-from trident_assets.spark.observation import observed_metrics
 from trident_assets.spark.partials import ChunkPartials, combiner_partials
-from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import Cleanup
 from trident_assets.spark.state_engines import engine_for
@@ -76,7 +75,7 @@ Batches = Sequence[tuple[int, dict[str, "BatchPlan"]]]
 """A chunk: ``(txid, {spout id: plan})`` for consecutive txids, ascending."""
 
 
-class BatchRun(NodeFrames):
+class BatchRun(SpoutDeadLetters, NodeFrames):
     """The Spark side of a chunk of txids: lazily built DataFrames, memoised per node.
 
     A chunk of one (:meth:`alone`) is also what a state kind reads through
@@ -304,91 +303,6 @@ class BatchRun(NodeFrames):
     def per_txid(self, table: pa.Table) -> dict[int, pa.Table]:
         """A table of the chunk's tuples split by txid (a chunk of one: the whole table)."""
         return split_by_txid(table, self.txids) if self.tag else {self.txid: table}
-
-    # -- dead letters ----------------------------------------------------------------------
-
-    def empty_dead_letters(self, sid: str) -> pa.Table:
-        """An empty table of the spout's dead letters, with their schema.
-
-        Found once per runner: planning a decode costs JVM analysis (a strict JSON
-        scheme's about 0.1 s a batch).
-        """
-        known = self.runner.no_dead_letters
-        if sid not in known:
-            first = self.first  # untagged
-            first.frame(first.runner.topology.spouts[sid])
-            known[sid] = empty_arrow(first.dead[sid][0])
-        return known[sid]
-
-    def fold_dead(self, node: Node) -> tuple[str, Any] | None:
-        """``(spout id, dead letters frame)`` a state's job over ``node`` may collect, or None.
-
-        Only in a chunk of one, for the one spout upstream of ``node`` (through its parents),
-        in the batch phase before the dead letters are collected, when the spout read
-        records, no Arrow kernel counted them and no other job collected them. The collector
-        leaves the table (with the frame's Arrow schema) in :attr:`folded_dead`, saving
-        their own Spark job.
-        """
-        sid = self.uncounted_spout(node)
-        if sid is None or tuple(self.dead[sid][0].columns) != DEAD_LETTER_COLUMNS:
-            return None
-        return sid, self.dead[sid][0]
-
-    def uncounted_spout(self, node: Node) -> str | None:
-        """The one spout upstream of ``node`` whose dead letters are still to collect, or None.
-
-        In a chunk of one's batch phase (before the dead letters are collected), when the
-        spout read records, was decoded, and no job collected or counted its dead letters.
-        """
-        spouts: set[str] = set()
-        todo = [node]
-        while todo:
-            current = todo.pop()
-            if current.kind == "spout":
-                spouts.add(current.args["spout_id"])
-            todo.extend(current.parents)
-        if self.tag or self.dead_collected or len(spouts) != 1:
-            return None
-        (sid,) = spouts
-        if (
-            sid not in self.dead
-            or sid in self.folded_dead
-            or sid in self.counted_dead
-            or sid not in self.live
-        ):
-            return None
-        return sid
-
-    def _dead_letters_job(self, sid: str) -> Callable[[int | None], dict[int, pa.Table]]:
-        """The spout's dead letters per txid; the call takes those a job counted (or None).
-
-        No Spark job where the spout read nothing, where a job counted none, where the
-        decode's observation saw none, or where a state's job collected them.
-        """
-        if sid not in self.live:
-            table = self.empty_dead_letters(sid)
-            return lambda counted: dict.fromkeys(self.txids, table)
-        spout = self.runner.topology.spouts[sid]
-        planned = sid in self.dead  # decoded for a state or an output: a job observes them
-        if self.tag:
-            self.frame(spout)  # a chunk of several builds its frames on the planning thread
-
-        def run(counted: int | None) -> dict[int, pa.Table]:
-            if sid in self.folded_dead:
-                return {self.txid: self.folded_dead[sid]}
-            none = dict.fromkeys(self.txids, self.empty_dead_letters(sid))
-            if counted == 0:  # an Arrow kernel decoded all of the spout's records
-                return none
-            observed = planned or sid in self.dead  # a chunk of one decodes in its jobs
-            self.frame(spout)
-            dead, observation = self.dead[sid]
-            if observed and counted is None:
-                metrics = observed_metrics(observation)  # None: unknown, fetched below
-                if metrics is not None and metrics["dead"] == 0:
-                    return none
-            return self.per_txid(dead.toArrow())
-
-        return run
 
     # -- the batch phase -------------------------------------------------------------------
 
