@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from bench.pipeline import _instance, _trident, build_topology
     from trident_assets.dagster import checks
+    from trident_assets.dagster.exactly_once_plans import since_ranges
     from trident_assets.dagster.graph import asset_keys
+    from trident_assets.dagster.spout_checks import txids_check
     from trident_assets.spark.executor import TopologyRunner
     from trident_assets.spark.verify import verify_increment, verify_state
 
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         history = {
             sid: checks._spout_history(instance, keys[f"spout:{sid}"]) for sid in topo.spouts
         }
-        since = checks._since_ranges(instance, topo, keys, [], last, last)
+        since = since_ranges(instance, topo, keys, [], last, last)
         assert since is not None
         for _ in range(args.rounds):
             for k in args.history:
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
             verify_increment(runner, "word_counts", since, last - 1)
             times.setdefault("incremental (1 txid)", []).append(time.perf_counter() - start)
             start = time.perf_counter()
-            checks._txids_check(keys["spout:sentences"], instance, runner, [last])
+            txids_check(keys["spout:sentences"], instance, runner, [last])
             times.setdefault("txids_contiguous", []).append(time.perf_counter() - start)
     result: dict[str, Any] = {
         "last_txid": last,

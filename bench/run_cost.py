@@ -42,12 +42,16 @@ PARTS: list[tuple[str, str, str]] = [
     ("trident: finals_events", "dagster/window_assets.py", "finals_events"),
     ("checks: evaluate_checks", "dagster/checks.py", "evaluate_checks"),
     ("checks: _spout_history", "dagster/checks.py", "_spout_history"),
-    ("checks: txids_contiguous", "dagster/checks.py", "_txids_check"),
+    ("checks: txids_contiguous", "dagster/spout_checks.py", "txids_check"),
     ("checks: ranges (_previous_ends)", "dagster/checks.py", "_previous_ends"),
     ("checks: exactly_once (verify_state)", "spark/verify.py", "verify_state"),
     ("checks: exactly_once (incremental)", "spark/verify.py", "verify_increment"),
-    ("checks: exactly_once plan (checkpoint read)", "dagster/checks.py", "_plans"),
-    ("checks: exactly_once ranges since", "dagster/checks.py", "_since_ranges"),
+    (
+        "checks: exactly_once plan (checkpoint read)",
+        "dagster/exactly_once_plans.py",
+        "exactly_once_plans",
+    ),
+    ("checks: exactly_once ranges since", "dagster/exactly_once_plans.py", "since_ranges"),
     ("checks: exactly_once checkpoint write", "backends/verified.py", "write_checkpoint"),
 ]
 

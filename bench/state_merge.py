@@ -242,21 +242,21 @@ def time_stores(stores: list[Any], n: int, size: int, runs: int) -> list[dict[st
 def explain_merge(store: Any, n: int, size: int, txid: int) -> dict[str, Any]:
     """One more PostgreSQL batch, step by step: sorting, staging, the statement, the commit.
 
-    The steps are those of :func:`apply_partials` (its private helpers, so the statement is
+    The steps are those of :func:`apply_partials` (the helpers it calls, so the statement is
     the one it runs); the statement runs under ``EXPLAIN (ANALYZE, BUFFERS, WAL, TIMING
     OFF)``, which writes the batch as usual.
     """
-    from trident_assets.backends.duckdb_merge import _in_key_order, _merge_sql
+    from trident_assets.backends.merge_sql import merge_sql, sorted_by_keys
 
     batch = make_batch(random.Random(-n), n, size, txid)
     t0 = time.perf_counter()
-    ordered, distinct = _in_key_order(batch, ["k0"], ["BIGINT"])
+    ordered, distinct = sorted_by_keys(batch, ["k0"], ["BIGINT"])
     t1 = time.perf_counter()
     layout = store.layout("state")
     with store.transaction():
         with store.staged(ordered, analyze=not distinct) as view:
             t2 = time.perf_counter()
-            sql = _merge_sql(store, layout, view, "n", "sum", False, distinct_keys=distinct)
+            sql = merge_sql(store, layout, view, "n", "sum", False, distinct_keys=distinct)
             plan = store.fetch_rows(f"EXPLAIN (ANALYZE, BUFFERS, WAL, TIMING OFF) {sql}", [txid])
             t3 = time.perf_counter()
         t4 = time.perf_counter()

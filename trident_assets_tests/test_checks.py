@@ -9,6 +9,7 @@ from dagster._core.instance.ref import InstanceRef
 
 from trident_assets.dagster import checks
 from trident_assets.dagster.partitions import txid_key
+from trident_assets.dagster.spout_checks import ranges_check
 from trident_assets.spark.executor import BatchOutcome
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
@@ -79,7 +80,7 @@ def test_usual_case_reads_only_the_previous_txid(
     previous = checks._previous_ends(inst, KEY, "s", outcomes, None)
     assert previous == {"a@0": 50, "a@1": 25}
     assert reads == []
-    assert checks._ranges_check(KEY, "s", previous, outcomes).passed
+    assert ranges_check(KEY, "s", previous, outcomes).passed
 
 
 def test_latest_applied_record_of_a_txid_wins(tmp_path: Path) -> None:
@@ -93,7 +94,7 @@ def test_latest_applied_record_of_a_txid_wins(tmp_path: Path) -> None:
     fast, full = _fast_and_full(inst, outcomes)
     assert fast == full == {"a@0": 15}
     previous = checks._previous_ends(inst, KEY, "s", outcomes, None)
-    result = checks._ranges_check(KEY, "s", previous, outcomes)
+    result = ranges_check(KEY, "s", previous, outcomes)
     assert not result.passed
     assert result.metadata["problems"].value == [
         "txid 3 a@0: starts at 20, skipping offsets 15..19"
@@ -109,7 +110,7 @@ def test_partition_absent_from_the_previous_batch_reads_the_history(tmp_path: Pa
     fast, full = _fast_and_full(inst, outcomes)
     assert fast == full == {"a@0": 20, "a@1": 5}
     previous = checks._previous_ends(inst, KEY, "s", outcomes, None)
-    assert checks._ranges_check(KEY, "s", previous, outcomes).metadata["problems"].value == [
+    assert ranges_check(KEY, "s", previous, outcomes).metadata["problems"].value == [
         "txid 3 a@1: starts at 3, overlapping the previous batch (which ended before 5)"
     ]
 
@@ -148,4 +149,4 @@ def test_a_skip_by_retention_passes(tmp_path: Path) -> None:
     outcomes = [_outcome(2, [("a@0", 15, 20)], skipped=5)]
     previous = checks._previous_ends(inst, KEY, "s", outcomes, None)
     assert previous == {"a@0": 10}
-    assert checks._ranges_check(KEY, "s", previous, outcomes).passed
+    assert ranges_check(KEY, "s", previous, outcomes).passed

@@ -36,24 +36,34 @@ on the connection, never as a per-key loop. SQL values are always bound paramete
 are validated by :data:`IDENTIFIER_RE` and double-quoted.
 
 A store holds one connection and is not thread-safe: use one store per thread (or process).
+
+This module holds the store, its transaction and its backing map; opening the file (lock
+waits, a corrupt or foreign file) is :mod:`~trident_assets.backends.duckdb_open`'s, the
+statement primitives :mod:`~trident_assets.backends.duckdb_statements`'.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import time
-import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
 import duckdb
-import pyarrow as pa
 
 from trident_assets.backends.backing_map import SqlBackingMap
+from trident_assets.backends.duckdb_open import (
+    CREATION_GRACE_S,
+    HEADER_BYTES,
+    RESTORE_HINT,
+    connect_file,
+    corrupt_state_error,
+    is_corrupt_state,
+    quiet_connect,
+)
+from trident_assets.backends.duckdb_statements import DuckDBStatements
 from trident_assets.backends.map_layout import (
     CATALOG_TABLE,
     COMMITS_TABLE,
@@ -78,19 +88,15 @@ from trident_assets.backends.marker_file import (
 from trident_assets.backends.sql_dialect import DUCKDB, Dialect
 from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
 from trident_assets.core.values import StateType
-from trident_assets.errors import (
-    ConfigError,
-    CorruptStateError,
-    StateLayoutError,
-    StoreLockedError,
-    TridentError,
-)
+from trident_assets.errors import ConfigError, StateLayoutError, TridentError
 from trident_assets.names import IDENTIFIER_RE, validate_identifier
 
 __all__ = [
     "CATALOG_TABLE",
     "COMMITS_TABLE",
     "COMPACTIONS_TABLE",
+    "CREATION_GRACE_S",
+    "HEADER_BYTES",
     "IDENTIFIER_RE",
     "RESTORE_HINT",
     "SEQ_COLUMN",
@@ -114,47 +120,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_LOCK_MARKER = "Could not set lock"
-_NOT_A_DATABASE_MARKER = "not a valid DuckDB database"
-HEADER_BYTES = 12288
-"""A DuckDB file's main header and its two database headers: every database file has them."""
-CREATION_GRACE_S = 2.0
-"""How long a file shorter than :data:`HEADER_BYTES` may take to become a database.
-
-DuckDB refuses a file that exists without its headers. Another process that is creating the
-file has made it but not yet written them (two processes opening one new state file at
-once), so such a file is opened again until the grace ends; a stray short file is then
-refused. A file that was short before an attempt and is whole after it (its creator finished
-while DuckDB read it) is opened again too.
-"""
-
-RESTORE_HINT = "Restore the last backup with `trident state restore BACKUP` (README, Guarantees)"
-"""The recovery path every corrupt-state message ends with."""
-
-
-def corrupt_state_error(path: str, exc: BaseException) -> CorruptStateError:
-    """Return the error for a DuckDB I/O failure on state file ``path`` (not a lock conflict).
-
-    DuckDB opens a truncated file without complaint and fails when a query reaches a missing
-    block (``IO Error: Could not read enough bytes``); this names the file and the way back.
-    """
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    msg = (
-        f"state file {path} is corrupt or unreadable ({detail}); it was left unchanged. "
-        f"{RESTORE_HINT}"
-    )
-    return CorruptStateError(msg)
-
-
-def is_corrupt_state(exc: BaseException) -> bool:
-    """True for a DuckDB I/O error that is neither another process's lock nor a full disk."""
-    text = str(exc)
-    return (
-        isinstance(exc, duckdb.IOException)
-        and _LOCK_MARKER not in text
-        and "No space left" not in text
-    )
 
 
 class DuckDBTransaction(SqlTransaction):
@@ -181,77 +146,12 @@ class DuckDBTransaction(SqlTransaction):
         self.marked[scope] = txid
 
 
-def quiet_connect(
-    database: str = ":memory:", *, read_only: bool = False, config: dict[str, Any] | None = None
-) -> duckdb.DuckDBPyConnection:
-    """``duckdb.connect`` without DuckDB's progress bar.
-
-    DuckDB draws a progress bar on the process's stdout for a query running over two
-    seconds; it would end up inside a command's JSON or CSV output (or a run's logs).
-    """
-    conn = duckdb.connect(database, read_only=read_only, config=config or {})
-    conn.execute("SET enable_progress_bar = false")
-    return conn
-
-
-def _connect(
-    path: str, timeout_s: float, config: dict[str, Any], read_only: bool = False
-) -> duckdb.DuckDBPyConnection:
-    start = time.monotonic()
-    deadline = start + timeout_s
-    delay = 0.05
-    while True:
-        before = _file_size(path)
-        try:
-            return quiet_connect(path, read_only=read_only, config=config)
-        except (duckdb.ParserException, duckdb.InvalidInputException) as exc:
-            if not config:
-                raise
-            msg = f"DuckDB settings {config} of state store {path!r} are invalid: {exc}"
-            raise ConfigError(msg) from exc
-        except duckdb.IOException as exc:
-            if _NOT_A_DATABASE_MARKER in str(exc):
-                size = _file_size(path)
-                short = min(before, size) < HEADER_BYTES  # when DuckDB read it, or now
-                if short and time.monotonic() < start + CREATION_GRACE_S:
-                    time.sleep(0.02)  # perhaps another process is creating it
-                    continue
-                raise StateLayoutError(_not_a_database(path, size)) from exc
-            if is_corrupt_state(exc):
-                raise corrupt_state_error(path, exc) from exc
-            if _LOCK_MARKER not in str(exc):
-                raise
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                msg = (
-                    f"DuckDB state store {path!r} is locked by another process and stayed locked "
-                    f"for {timeout_s:g}s ({exc}). Stop the other process that holds the file "
-                    "(a running job, `dagster dev`, a notebook), or raise lock_timeout_s."
-                )
-                raise StoreLockedError(msg) from exc
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, 1.0)
-
-
-def _file_size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def _not_a_database(path: str, size: int) -> str:
-    msg = f"{path} is not a DuckDB database file (it was left unchanged)"
-    if size < HEADER_BYTES:
-        msg += f": {size} bytes, fewer than the {HEADER_BYTES} of a DuckDB file's headers"
-    return msg
-
-
-class DuckDBStore(SqlStateStore):
+class DuckDBStore(DuckDBStatements, SqlStateStore):
     """A DuckDB database file holding map tables and commit markers (the core's ``CommitStore``).
 
     The shared catalog, commit-marker and read logic is :class:`~trident_assets.backends.
-    sql_store.SqlStateStore`'s; this class holds the DuckDB connection.
+    sql_store.SqlStateStore`'s and the statement primitives are :class:`~trident_assets.
+    backends.duckdb_statements.DuckDBStatements`'; this class holds the DuckDB connection.
 
     Opening waits for another process's lock on the file (retrying with backoff) for up to
     ``lock_timeout_s`` seconds. Use as a context manager or call :meth:`close`.
@@ -320,7 +220,7 @@ class DuckDBStore(SqlStateStore):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         super().__init__()
         new = not Path(self.path).exists()
-        self._conn: duckdb.DuckDBPyConnection | None = _connect(
+        self._conn: duckdb.DuckDBPyConnection | None = connect_file(
             self.path, lock_timeout_s, dict(config or {}), read_only
         )
         self._tx: DuckDBTransaction | None = None
@@ -471,57 +371,6 @@ class DuckDBStore(SqlStateStore):
         while self._stale_views:
             self.conn.unregister(self._stale_views.pop())
 
-    # -- primitives ----------------------------------------------------------------------------
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement with ``?`` parameters; return the rows it changed (-1: unknown)."""
-        result = self.conn.execute(sql, list(params) if params else None)
-        if result.description and result.description[0][0] == "Count":
-            rows = result.fetchall()
-            return int(rows[0][0]) if rows else 0
-        return -1
-
-    def fetch_rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one query with ``?`` parameters; return its rows."""
-        return self.conn.execute(sql, list(params) if params else None).fetchall()
-
-    def fetch_arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
-        """Run one query with ``?`` parameters; return its result as an Arrow table."""
-        return self.conn.sql(sql, params=list(params) if params else None).to_arrow_table()
-
-    def fetch_reader(
-        self, sql: str, params: Sequence[Any] = (), rows_per_batch: int = 100_000
-    ) -> pa.RecordBatchReader:
-        """Run one query with ``?`` parameters; stream its result as Arrow record batches.
-
-        Read it to the end before the connection runs its next statement.
-        """
-        relation = self.conn.sql(sql, params=list(params) if params else None)
-        return relation.to_arrow_reader(rows_per_batch)
-
-    def staged(self, table: pa.Table, *, analyze: bool = True) -> AbstractContextManager[str]:
-        """Register ``table`` on the connection for the ``with`` block (see :meth:`registered`).
-
-        ``analyze`` is for PostgreSQL; DuckDB reads the Arrow table as it is.
-        """
-        return self.registered(table)
-
-    def has_table(self, name: str) -> bool:
-        """True if a table named ``name`` exists in the database's main schema."""
-        rows = self.conn.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main' "
-            "AND database_name = current_database()",
-            [name],
-        ).fetchall()
-        if rows[0][0]:
-            return True
-        rows = self.conn.execute(
-            "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND schema_name = 'main' "
-            "AND database_name = current_database()",
-            [name],
-        ).fetchall()
-        return bool(rows[0][0])
-
     def checkpoint(self) -> None:
         """Run a DuckDB CHECKPOINT (write the WAL into the database file).
 
@@ -532,34 +381,6 @@ class DuckDBStore(SqlStateStore):
             msg = "checkpoint() inside an open transaction: call it between batches"
             raise TridentError(msg)
         self.conn.execute("CHECKPOINT")
-
-    def registered(self, table: pa.Table) -> AbstractContextManager[str]:
-        """Register an Arrow table on the connection under a fresh name; unregister on exit."""
-        return self._registered("arrow", table)
-
-    def staged_files(self, files: Sequence[str]) -> AbstractContextManager[str]:
-        """A view over the rows of Parquet ``files`` for the ``with`` block.
-
-        Its queries stream the files from disk: the rows are never loaded into Python.
-        """
-        return self._registered("files", self.conn.read_parquet(list(files)))
-
-    def staged_query(self, sql: str) -> AbstractContextManager[str]:
-        """A view of query ``sql`` (no parameters) for the ``with`` block."""
-        return self._registered("query", self.conn.sql(sql))
-
-    @contextmanager
-    def _registered(self, kind: str, relation: Any) -> Iterator[str]:
-        name = f"_trident_{kind}_{uuid.uuid4().hex}"
-        self.conn.register(name, relation)
-        try:
-            yield name
-        finally:
-            if self._conn is not None:
-                try:
-                    self._conn.unregister(name)
-                except duckdb.Error:
-                    self._stale_views.append(name)  # the transaction is aborted: after ROLLBACK
 
 
 # -- value encoding --------------------------------------------------------------------------

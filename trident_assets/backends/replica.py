@@ -25,13 +25,15 @@ to N: exact for every N from the base's txid on; older reads raise
 :class:`~trident_assets.errors.HistoryUnavailableError` naming the oldest readable txid.
 Publishing happens after the store's commit, so a crash between the two leaves the replica
 behind; :meth:`Replica.publish_missing` catches it up from the store before the next batch.
+
+This module holds the writing side (:class:`Replica`: publishing, compaction); reading is
+:class:`~trident_assets.backends.replica_reader.ReplicaReader`'s, its base class.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,8 +43,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trident_assets.backends.duckdb_store import quiet_connect
-from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
+from trident_assets.backends.duckdb_open import quiet_connect
+from trident_assets.backends.replica_reader import APPEND_MARK, ReplicaReader, quote_column
+from trident_assets.errors import ConfigError
 from trident_assets.names import DEAD_LETTERS_TABLE, SEQ_COLUMN, validate_identifier
 
 __all__ = ["DEFAULT_KEEP_TXIDS", "Replica"]
@@ -50,10 +53,7 @@ __all__ = ["DEFAULT_KEEP_TXIDS", "Replica"]
 DEFAULT_KEEP_TXIDS = 100
 """How many recent txids stay readable as-of after a replica compaction."""
 
-_DELTA = re.compile(r"^(\d{10})\.parquet$")
-_BASE = re.compile(r"^base-(\d{10})\.parquet$")
 _SEQ = SEQ_COLUMN
-_APPEND = "_append.json"
 DEAD_LETTERS_TABLE = DEAD_LETTERS_TABLE
 """The store's dead-letter table (``spark/batch_tables.py``), published per scope and txid."""
 
@@ -77,16 +77,12 @@ def _write_atomically(path: Path, write: Any) -> None:
     os.replace(tmp, path)
 
 
-def _quote(name: str) -> str:
-    return '"' + validate_identifier(name, "column") + '"'
+class Replica(ReplicaReader):
+    """The published, lock-free copy of a state store's tables under ``root``.
 
-
-class Replica:
-    """The published, lock-free copy of a state store's tables under ``root``."""
-
-    def __init__(self, root: str | Path) -> None:
-        """Use ``root`` (created by the first publish)."""
-        self.root = Path(root)
+    Reading it is :class:`~trident_assets.backends.replica_reader.ReplicaReader`'s; this class
+    adds publishing and compaction, done by the process that owns the store.
+    """
 
     # -- writing (the process that owns the store) -------------------------------------------
 
@@ -173,8 +169,8 @@ class Replica:
         if not _has_table(store, table):
             return
         name = f'"{validate_identifier(table, "table")}"'
-        col = _quote(column)
-        mark = self.root / table / _APPEND
+        col = quote_column(column)
+        mark = self.root / table / APPEND_MARK
         if not mark.exists():
             first = txid if whole else txid - 1
             rows = store.fetch_arrow(f"SELECT * FROM {name} WHERE {col} <= ?", [first])
@@ -269,41 +265,6 @@ class Replica:
             body = json.dumps(layout)
             _write_atomically(path, lambda p: p.write_text(body))
 
-    def dead_letters_dir(self, scope: str) -> Path:
-        """Where ``scope``'s dead letters are published: one Parquet file per txid with any."""
-        return self.root / "_dead_letters" / validate_identifier(scope, "scope")
-
-    def scopes(self) -> dict[str, int]:
-        """Every published scope (topology) and its last published txid."""
-        folder = self.root / "_scopes"
-        if not folder.is_dir():
-            return {}
-        return {
-            f.stem: int(json.loads(f.read_text())["txid"])
-            for f in sorted(folder.glob("*.json"))
-            if not f.name.startswith(".")
-        }
-
-    def layout(self, table: str) -> dict[str, Any] | None:
-        """Map ``table``'s published layout (key columns, kind, ...), or None: not a map."""
-        path = self.root / validate_identifier(table, "table") / "_layout.json"
-        if not path.exists():
-            return None
-        layout: dict[str, Any] = json.loads(path.read_text())
-        return layout
-
-    def tables(self) -> list[str]:
-        """The published tables (maps and per-txid row tables), by name."""
-        if not self.root.is_dir():
-            return []
-        return sorted(
-            d.name for d in self.root.iterdir() if d.is_dir() and not d.name.startswith(("_", "."))
-        )
-
-    def row_files(self, table: str, up_to: int) -> dict[int, Path]:
-        """The per-txid files of row ``table`` up to txid ``up_to`` (the published ones)."""
-        return {t: f for t, f in sorted(self._deltas(table).items()) if t <= up_to}
-
     def compact(
         self, table: str, keep_txids: int = DEFAULT_KEEP_TXIDS, min_fold: int = 1
     ) -> int | None:
@@ -326,14 +287,14 @@ class Replica:
             return None
         base_txid = old[-1]
         files = [*self._base_files(table), *(deltas[t] for t in old)]
-        if (self.root / table / _APPEND).exists():  # an append table: concatenate
+        if (self.root / table / APPEND_MARK).exists():  # an append table: concatenate
             rows = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
         elif not (self.root / table / "_layout.json").exists():  # per-txid rows: drop the old
             for t in old:
                 deltas[t].unlink()
             return base_txid + 1
         else:
-            keys = ", ".join(_quote(k) for k in self._layout(table)["key_columns"])
+            keys = ", ".join(quote_column(k) for k in self._layout(table)["key_columns"])
             with quiet_connect() as conn:
                 rows = conn.sql(
                     f"SELECT * FROM read_parquet(?, union_by_name = true) QUALIFY row_number() "
@@ -346,115 +307,6 @@ class Replica:
             if f != base:
                 f.unlink()
         return base_txid
-
-    # -- reading (any process, no lock) ------------------------------------------------------
-
-    def latest(self, scope: str) -> int | None:
-        """The last txid of ``scope`` whose tables are all published, or None."""
-        marker = self.root / "_scopes" / f"{validate_identifier(scope, 'scope')}.json"
-        if not marker.exists():
-            return None
-        return int(json.loads(marker.read_text())["txid"])
-
-    def oldest_readable(self, table: str) -> int:
-        """The oldest txid map ``table`` can be read as of (1 until a compaction)."""
-        bases = [int(m.group(1)) for f in self._files(table) if (m := _BASE.match(f.name))]
-        return max(bases, default=1)
-
-    def read_map(
-        self, table: str, *, scope: str, as_of: int | None = None, value_name: str = "value"
-    ) -> pa.Table:
-        """Map ``table`` as committed after txid ``as_of`` (default: the latest published).
-
-        Columns: the key columns, then ``value_name`` (a value's ``curr``). Empty if the map
-        had no key by then.
-
-        Raises:
-            HistoryUnavailableError: ``as_of`` is older than the oldest readable txid, or not
-                committed (published) yet.
-            StateLayoutError: nothing of ``table`` was ever published.
-        """
-        latest = self.latest(scope)
-        target = latest if as_of is None else as_of
-        layout = self._layout(table)
-        keys = [_quote(k) for k in layout["key_columns"]]
-        if target is None:
-            return self._empty(table, keys, value_name)
-        if latest is None or target > latest:
-            msg = (
-                f"{table}: txid {target} is not committed yet (the last committed txid of "
-                f"{scope!r} is {latest})"
-            )
-            raise HistoryUnavailableError(msg)
-        oldest = self.oldest_readable(table)
-        if target < oldest:
-            msg = (
-                f"{table}: txid {target} can no longer be read; compaction kept txids "
-                f"{oldest} to {latest} (raise keep_txids to keep more history)"
-            )
-            raise HistoryUnavailableError(msg)
-        deltas = self._deltas(table)
-        files = [*self._base_files(table), *(deltas[t] for t in sorted(deltas) if t <= target)]
-        if not files:
-            return self._empty(table, keys, value_name)
-        key_list = ", ".join(keys)
-        with quiet_connect() as conn:
-            return conn.sql(
-                f"SELECT {key_list}, curr AS {_quote(value_name)} FROM read_parquet(?, "
-                f"union_by_name = true) QUALIFY row_number() "
-                f"OVER (PARTITION BY {key_list} ORDER BY {_SEQ} DESC) = 1 ORDER BY {key_list}",
-                params=[[str(f) for f in files]],
-            ).to_arrow_table()
-
-    def read_rows(self, table: str, txid: int) -> pa.Table | None:
-        """The rows ``txid`` wrote to output / new-values ``table`` (without ``txid``).
-
-        None when nothing of that txid is published (never, or pruned by :meth:`compact`).
-        """
-        path = self.root / table / f"{txid:010d}.parquet"
-        if not path.exists():
-            return None
-        rows = pq.read_table(path)
-        return rows.drop_columns(["txid"]) if "txid" in rows.column_names else rows
-
-    def appended_files(self, table: str, scope: str) -> list[Path]:
-        """The files of append ``table`` holding every row ``scope``'s published txids added.
-
-        Raises:
-            StateLayoutError: the table is not published (no batch has committed it since
-                the replica carried it).
-        """
-        if not (self.root / validate_identifier(table, "table") / _APPEND).exists():
-            msg = (
-                f"{table} is not published in the read replica {self.root} yet: it appears "
-                "with the next committed batch of its topology"
-            )
-            raise StateLayoutError(msg)
-        latest = self.latest(scope) or 0
-        deltas = self._deltas(table)
-        return [*self._base_files(table), *(deltas[t] for t in sorted(deltas) if t <= latest)]
-
-    def _layout(self, table: str) -> dict[str, Any]:
-        path = self.root / table / "_layout.json"
-        if not path.exists():
-            msg = f"no published map {table!r} under {self.root} (no batch has committed it)"
-            raise StateLayoutError(msg)
-        layout: dict[str, Any] = json.loads(path.read_text())
-        return layout
-
-    def _empty(self, table: str, keys: list[str], value_name: str) -> pa.Table:
-        names = [k.strip('"') for k in keys]
-        return pa.table({n: pa.array([], pa.null()) for n in [*names, value_name]})
-
-    def _files(self, table: str) -> list[Path]:
-        folder = self.root / validate_identifier(table, "table")
-        return sorted(folder.iterdir()) if folder.is_dir() else []
-
-    def _deltas(self, table: str) -> dict[int, Path]:
-        return {int(m.group(1)): f for f in self._files(table) if (m := _DELTA.match(f.name))}
-
-    def _base_files(self, table: str) -> list[Path]:
-        return [f for f in self._files(table) if _BASE.match(f.name)]
 
 
 def _has_table(store: Any, table: str) -> bool:

@@ -33,51 +33,25 @@ so they neither lose nor duplicate offsets.
 Retention (:meth:`PartitionedLog.delete_records_before`) moves the partition's log start
 forward (``log_start.json``, written atomically) and then removes whole segments below it;
 reads of offsets below the log start raise :class:`~trident_assets.errors.BatchUnavailableError`.
+
+This module holds :class:`PartitionedLog`, the log's interface; the work is done in
+:mod:`~trident_assets.log.topics` (topics and their metadata), :mod:`~trident_assets.log.writes`
+(publishing a segment, retention) and :mod:`~trident_assets.log.reads` (ranges and reads).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from trident_assets.errors import (
-    ConfigError,
-    CorruptLogMetadataError,
-    CorruptSegmentError,
-    DiskFullError,
-    is_disk_full,
-)
-from trident_assets.log.corruption import (
-    checksum_path,
-    corrupt_segment_error,
-    crc32_text,
-    read_failure,
-    read_verified,
-)
-from trident_assets.log.files import (
-    DEFAULT_LOCK_TIMEOUT_S,
-    TMP_PREFIX,
-    UnknownTopicError,
-    flock,
-    fsync_path,
-    write_json_atomic,
-)
-from trident_assets.log.names import (
-    validate_partition,
-    validate_partition_count,
-    validate_topic,
-)
+from trident_assets.errors import ConfigError, CorruptSegmentError
+from trident_assets.log.files import DEFAULT_LOCK_TIMEOUT_S, UnknownTopicError
+from trident_assets.log.names import validate_partition
 from trident_assets.log.producer import Partitioner, Producer
+from trident_assets.log.reads import offset_at_or_after, range_segments, read_segments
 from trident_assets.log.records import (
     HEADERS_TYPE,
     LOG_SCHEMA,
@@ -86,19 +60,22 @@ from trident_assets.log.records import (
     Record,
     Segment,
     check_offset,
-    now_ms,
     to_body,
 )
-from trident_assets.log.segments import (
-    covering,
-    list_segments,
-    next_offset,
-    read_log_start,
-    read_segment,
-    unavailable,
+from trident_assets.log.segments import list_segments, next_offset, read_log_start
+from trident_assets.log.topics import (
+    FORMAT_VERSION,
+    TopicExistsError,
+    add_partitions,
+    create_topic,
+    delete_topic,
+    list_topics,
+    read_topic_meta,
 )
+from trident_assets.log.writes import append_segment, delete_before
 
 __all__ = [
+    "FORMAT_VERSION",
     "HEADERS_TYPE",
     "LOG_SCHEMA",
     "SEGMENT_PATTERN",
@@ -113,26 +90,12 @@ __all__ = [
     "UnknownTopicError",
 ]
 
-FORMAT_VERSION = 1
-
-_ROW_GROUP_ROWS = 128 * 1024
-_WRITE_OPTIONS: dict[str, Any] = {
-    "compression": "zstd",
-    "use_dictionary": ["topic", "partition"],
-    "write_statistics": ["topic", "partition", "offset", "timestamp"],
-    "row_group_size": _ROW_GROUP_ROWS,
-}
-
 _before_publish: Callable[[Path], None] | None = None
 """Test hook: if set, called with the fsynced temp file's path just before it is renamed.
 
 Only crash tests set it (in a child process) to stop a writer between "temp file written"
 and "segment published"; it is ``None`` in normal use.
 """
-
-
-class TopicExistsError(ConfigError):
-    """A topic with that name already exists."""
 
 
 LogCorruptedError = CorruptSegmentError
@@ -208,49 +171,11 @@ class PartitionedLog:
 
     # ------------------------------------------------------------------ topics
 
-    def _topic_dir(self, topic: str) -> Path:
-        return self.root / validate_topic(topic)
-
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.root / topic / f"{partition:05d}"
 
     def _read_meta(self, topic: str) -> dict[str, Any]:
-        tdir = self._topic_dir(topic)
-        path = tdir / "topic.json"
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except FileNotFoundError:
-            if tdir.is_dir():
-                msg = (
-                    f"topic {topic!r}: its metadata file {str(path)!r} is missing although the "
-                    "topic directory exists; restore the file from a copy of the log (or "
-                    f"delete the directory and recreate the topic: `trident log create-topic "
-                    f"{topic} PARTITIONS`)"
-                )
-                raise CorruptLogMetadataError(msg) from None
-            msg = (
-                f"topic {topic!r} does not exist in log {str(self.root)!r}; create it first "
-                f"(`trident log create-topic {topic} PARTITIONS` or "
-                "PartitionedLog.create_topic)"
-            )
-            raise UnknownTopicError(msg) from None
-        try:
-            meta = json.loads(text)
-            if not isinstance(meta, dict):
-                problem = "not a JSON object"
-                raise ValueError(problem)
-            count = meta["partitions"]
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                problem = f"'partitions' is {count!r}"
-                raise ValueError(problem)
-        except (ValueError, KeyError) as exc:
-            msg = (
-                f"topic {topic!r}: its metadata file {str(path)!r} is unreadable ({exc}); "
-                "restore it from a copy of the log"
-            )
-            raise CorruptLogMetadataError(msg) from None
-        return meta
+        return read_topic_meta(self.root, topic)
 
     def topic_id(self, topic: str) -> str | None:
         """The ID given to ``topic`` at creation (a uuid hex), or None for an older topic."""
@@ -280,35 +205,7 @@ class PartitionedLog:
             ConfigError: If the name or the count is invalid.
             TopicExistsError: If the topic already exists.
         """
-        validate_topic(name)
-        partitions = validate_partition_count(partitions)
-        final = self.root / name
-        if final.exists():
-            msg = f"topic {name!r} already exists in log {str(self.root)!r}"
-            raise TopicExistsError(msg)
-        staging = self.root / f".staging-{uuid.uuid4().hex}"
-        staging.mkdir()
-        try:
-            for p in range(partitions):
-                (staging / f"{p:05d}").mkdir()
-            meta = {
-                "format": FORMAT_VERSION,
-                "name": name,
-                "partitions": partitions,
-                "created_ms": now_ms(),
-                "topic_id": uuid.uuid4().hex,
-                "checksum": "crc32",
-            }
-            write_json_atomic(staging / "topic.json", meta)
-            try:
-                os.rename(staging, final)
-            except OSError as exc:  # ENOTEMPTY/EEXIST: created concurrently
-                msg = f"topic {name!r} already exists in log {str(self.root)!r}"
-                raise TopicExistsError(msg) from exc
-            fsync_path(self.root, directory=True)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+        create_topic(self.root, name, partitions)
 
     def add_partitions(self, name: str, total: int) -> None:
         """Grow topic ``name`` to ``total`` partitions (Kafka's ``--alter --partitions``).
@@ -324,22 +221,7 @@ class PartitionedLog:
             UnknownTopicError: If the topic does not exist.
             ConfigError: If ``total`` is not larger than the current count or is invalid.
         """
-        total = validate_partition_count(total)
-        tdir = self._topic_dir(name)
-        self._read_meta(name)
-        with flock(tdir / ".lock", self.lock_timeout_s):
-            meta = self._read_meta(name)
-            current = int(meta["partitions"])
-            if total <= current:
-                msg = (
-                    f"topic {name!r} has {current} partition(s); add_partitions needs a larger "
-                    f"total, got {total} (partitions can only be added)"
-                )
-                raise ConfigError(msg)
-            for p in range(current, total):
-                (tdir / f"{p:05d}").mkdir(exist_ok=True)
-            fsync_path(tdir, directory=True)
-            write_json_atomic(tdir / "topic.json", {**meta, "partitions": total})
+        add_partitions(self.root, name, total, self.lock_timeout_s)
 
     def delete_topic(self, name: str) -> None:
         """Delete topic ``name`` and all its records.
@@ -351,26 +233,11 @@ class PartitionedLog:
             UnknownTopicError: If the topic does not exist.
             ConfigError: If the name is invalid.
         """
-        tdir = self._topic_dir(name)
-        self._read_meta(name)
-        trash = self.root / f".trash-{uuid.uuid4().hex}"
-        try:
-            os.rename(tdir, trash)
-        except FileNotFoundError:
-            msg = f"topic {name!r} does not exist in log {str(self.root)!r}"
-            raise UnknownTopicError(msg) from None
-        fsync_path(self.root, directory=True)
-        shutil.rmtree(trash, ignore_errors=True)
+        delete_topic(self.root, name)
 
     def topics(self) -> list[str]:
         """Return the names of all topics, sorted."""
-        out = []
-        for entry in os.scandir(self.root):
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir() and os.path.exists(os.path.join(entry.path, "topic.json")):
-                out.append(entry.name)
-        return sorted(out)
+        return list_topics(self.root)
 
     def partitions(self, name: str) -> int:
         """Return the number of partitions of topic ``name``.
@@ -385,30 +252,9 @@ class PartitionedLog:
         count = self.partitions(topic)
         return self._partition_dir(topic, validate_partition(partition, count, topic))
 
-    def _check_range(self, topic: str, partition: int, first: Any, last: Any) -> tuple[int, int]:
-        first = check_offset(first, "first")
-        last = check_offset(last, "last")
-        if first < 0 or last < first - 1:
-            msg = (
-                f"invalid offset range {first}..{last} for topic {topic!r} partition "
-                f"{partition}: need 0 <= first and last >= first - 1 (last = first - 1 is empty)"
-            )
-            raise ConfigError(msg)
-        return first, last
-
     def _resolve(self, topic: str, partition: int, first: Any, last: Any) -> list[Segment] | None:
         """Validate a range and return its segments, or ``None`` for an empty range."""
-        pdir = self._pdir(topic, partition)
-        first, last = self._check_range(topic, partition, first, last)
-        earliest = read_log_start(pdir)
-        latest = next_offset(list_segments(pdir), earliest)
-        if last == first - 1:
-            if first > latest:
-                raise unavailable(topic, partition, first, last, earliest, latest)
-            return None
-        if first < earliest or last >= latest:
-            raise unavailable(topic, partition, first, last, earliest, latest)
-        return covering(topic, partition, pdir, first, last)
+        return range_segments(self._pdir(topic, partition), topic, partition, first, last)
 
     # ------------------------------------------------------------------ writing
 
@@ -448,55 +294,7 @@ class PartitionedLog:
         if n == 0:
             latest = self.latest_offset(topic, partition)
             return latest, latest - 1
-        with flock(pdir / ".lock", self.lock_timeout_s):
-            for entry in os.scandir(pdir):
-                if entry.name.startswith(TMP_PREFIX):
-                    # Left by a writer that died holding the lock: never published.
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-            segs = list_segments(pdir)
-            first = next_offset(segs, read_log_start(pdir))
-            last = first + n - 1
-            table = pa.Table.from_arrays(
-                [
-                    pa.nulls(n, pa.string()).fill_null(topic),
-                    pa.array(np.full(n, partition, dtype=np.int32)),
-                    pa.array(np.arange(first, last + 1, dtype=np.int64)),
-                    *body.columns[2:3],
-                    *body.columns[0:2],
-                    body.column(3),
-                ],
-                schema=LOG_SCHEMA,
-            )
-            tmp = pdir / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.parquet"
-            final = pdir / f"{first:020d}-{last:020d}.parquet"
-            try:
-                pq.write_table(table, tmp, **_WRITE_OPTIONS)
-                fsync_path(tmp)
-            except OSError as exc:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)  # never published; give its space back now
-                if not is_disk_full(exc):
-                    raise
-                msg = (
-                    f"no space left on device appending {n} records to {topic}@{partition} "
-                    f"(offsets {first}..{last}) under {pdir}: nothing was appended. Free space on "
-                    "that device (e.g. retention: PartitionedLog.delete_records_before), then "
-                    "send them again"
-                )
-                raise DiskFullError(msg) from exc
-            # the checksum file is published first: a visible segment always has one
-            side_tmp = pdir / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.crc32"
-            with open(side_tmp, "w", encoding="ascii") as fh:
-                fh.write(crc32_text(tmp.read_bytes()))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.rename(side_tmp, checksum_path(final))
-            if _before_publish is not None:
-                _before_publish(tmp)
-            os.rename(tmp, final)
-            fsync_path(pdir, directory=True)
-        return first, last
+        return append_segment(pdir, topic, partition, body, self.lock_timeout_s, _before_publish)
 
     def producer(
         self, topic: str, partitioner: Partitioner = "hash", max_buffered: int = 100_000
@@ -535,27 +333,7 @@ class PartitionedLog:
         """
         pdir = self._pdir(topic, partition)
         offset = check_offset(offset, "offset")
-        with flock(pdir / ".lock", self.lock_timeout_s):
-            start = read_log_start(pdir)
-            segs = list_segments(pdir)
-            latest = next_offset(segs, start)
-            if offset < 0 or offset > latest:
-                msg = (
-                    f"cannot delete records before offset {offset} in topic {topic!r} partition "
-                    f"{partition}: offset must be between 0 and latest offset {latest}"
-                )
-                raise ConfigError(msg)
-            if offset <= start:
-                return start
-            write_json_atomic(pdir / "log_start.json", {"log_start": offset})
-            for s in segs:
-                if s.last < offset:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(s.path)
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(checksum_path(s.path))
-            fsync_path(pdir, directory=True)
-            return offset
+        return delete_before(pdir, topic, partition, offset, self.lock_timeout_s)
 
     # ------------------------------------------------------------------ queries
 
@@ -595,29 +373,7 @@ class PartitionedLog:
         timestamp_ms = check_offset(timestamp_ms, "timestamp_ms")
         start = read_log_start(pdir)
         required = self.checksums_required(topic)
-        for seg in list_segments(pdir):
-            if seg.last < start:
-                continue
-            try:
-                data = read_verified(topic, partition, seg, required)
-                pf = pq.ParquetFile(pa.BufferReader(data))
-            except FileNotFoundError:
-                continue  # removed by retention meanwhile: all its offsets are below the start
-            except (pa.ArrowException, OSError) as exc:
-                raise corrupt_segment_error(topic, partition, seg, read_failure(exc)) from exc
-            with pf:
-                ts_idx = pf.schema_arrow.get_field_index("timestamp")
-                for rg in range(pf.metadata.num_row_groups):
-                    stats = pf.metadata.row_group(rg).column(ts_idx).statistics
-                    if stats is not None and stats.has_min_max and stats.max_raw < timestamp_ms:
-                        continue
-                    t = pf.read_row_group(rg, columns=["offset", "timestamp"])
-                    ts = t.column("timestamp").cast(pa.int64()).to_numpy()
-                    offs = t.column("offset").to_numpy()
-                    hits = np.nonzero((ts >= timestamp_ms) & (offs >= start))[0]
-                    if len(hits):
-                        return int(offs[hits[0]])
-        return None
+        return offset_at_or_after(pdir, topic, partition, timestamp_ms, start, required)
 
     def segment_files(self, topic: str, partition: int, first: int, last: int) -> list[str]:
         """Return the absolute paths of the segment files overlapping ``first .. last``.
@@ -661,30 +417,6 @@ class PartitionedLog:
         segs = self._resolve(topic, partition, first, last)
         if segs is None:
             return LOG_SCHEMA.empty_table()
-        pieces = []
+        pdir = self._partition_dir(topic, partition)
         required = self.checksums_required(topic)
-        try:
-            for seg in segs:
-                pieces.append(read_segment(topic, partition, seg, first, last, required))
-        except FileNotFoundError:
-            pdir = self._partition_dir(topic, partition)
-            earliest = read_log_start(pdir)
-            if first < earliest:
-                raise unavailable(topic, partition, first, last, earliest, None) from None
-            raise
-        table = pa.concat_tables(pieces)
-        offsets = table.column("offset")
-        if (
-            table.num_rows != last - first + 1
-            or offsets[0].as_py() != first
-            or offsets[-1].as_py() != last
-        ):
-            files = ", ".join(repr(str(s.path)) for s in segs)
-            msg = (
-                f"corrupt log: topic {topic!r} partition {partition}: a read of offsets "
-                f"{first}..{last} returned {table.num_rows} rows from file(s) {files}; the "
-                f"files disagree with their names; `trident log verify {topic}` names the "
-                "damaged segment"
-            )
-            raise CorruptSegmentError(msg)
-        return table
+        return read_segments(pdir, topic, partition, segs, first, last, required)

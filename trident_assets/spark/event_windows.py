@@ -25,11 +25,13 @@ Two halves around the commit, like a single join:
 * :func:`apply_window_state` (inside the commit transaction): the partials go to the store
   (:mod:`trident_assets.backends.window_store`), the dead letters to the batch's dead
   letters, the windows the new watermark made final to the state's new values.
+
+The job's columns and their watermark-free expressions are in
+:mod:`trident_assets.spark.window_columns` (re-exported here).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,11 +44,26 @@ from trident_assets.backends.window_store import (
     last_watermark_us,
 )
 from trident_assets.core.event_windows import EventWindow
-from trident_assets.errors import ConfigError
 from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
-from trident_assets.spark.aggregation import sql_expr
 from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.observed import count_dead, observed_frame
+from trident_assets.spark.window_columns import (
+    DEAD,
+    DUP,
+    KIND,
+    PARTIAL,
+    REASON,
+    SPOUT_DEAD,
+    SPOUT_DEAD_COLUMNS,
+    VALUE,
+    WE,
+    WS,
+    N,
+    T,
+    WindowColumns,
+    utc_text,
+    window_columns,
+)
 from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregation
 
 if TYPE_CHECKING:
@@ -54,200 +71,27 @@ if TYPE_CHECKING:
     from trident_assets.stream.event_windows import WindowedState
 
 __all__ = [
+    "DEAD",
+    "DUP",
     "KIND",
+    "PARTIAL",
+    "REASON",
+    "VALUE",
+    "WE",
     "WS",
+    "N",
+    "T",
+    "WindowColumns",
     "apply_window_state",
     "window_columns",
     "window_dead_letters_key",
     "window_input",
 ]
 
-T, WS, WE, KIND, REASON, VALUE, N, DUP = (
-    "__t",
-    "__ws",
-    "__we",
-    "__kind",
-    "__reason",
-    "__value",
-    "__n",
-    "__dup",
-)
-PARTIAL, DEAD, SPOUT_DEAD = 0, 1, 2
-"""``__kind`` of a row: a partial of one (key, window), a dead letter of the state, a dead
-letter of the spout's scheme (collected for :class:`BatchRun`, not part of the result)."""
-SPOUT_DEAD_COLUMNS = {"topic": "__topic", "partition": "__partition", "offset": "__offset"}
-"""The spout dead letters' own columns in the job's table (``reason``/``value``: ``__reason``,
-``__value``)."""
-
 
 def window_dead_letters_key(state: str) -> str:
     """The ``spout`` column of a windowed state's dead letters (no spout id holds ``:``)."""
     return f"window:{state}"
-
-
-def _event_micros(df: Any, window: EventWindow) -> tuple[Any, Any]:
-    """``(micros, reason)`` columns: the event time in epoch microseconds, and why it is null.
-
-    The micros column is null where the field is null or unreadable.
-
-    Raises:
-        ConfigError: the field's type does not fit ``window.time_unit``.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import (
-        DateType,
-        IntegralType,
-        StringType,
-        TimestampNTZType,
-        TimestampType,
-    )
-
-    name = window.time_field
-    col = F.col(name)
-    kind = df.schema[name].dataType
-    null_reason = F.lit(f"event time field {name!r} is null")
-    if window.time_unit == "timestamp":
-        if isinstance(kind, TimestampType | TimestampNTZType | DateType):
-            micros = F.unix_micros(col.cast("timestamp"))
-            return micros, F.when(col.isNull(), null_reason)
-        if isinstance(kind, StringType):
-            parsed = F.try_to_timestamp(col)
-            micros = F.unix_micros(parsed)
-            bad = F.concat(
-                F.lit(f"event time field {name!r} value '"),
-                col,
-                F.lit("' is not a timestamp (ISO-8601, e.g. 2026-01-31 12:00:00)"),
-            )
-            return micros, F.when(col.isNull(), null_reason).when(parsed.isNull(), bad)
-        msg = (
-            f"event time field {name!r} is {kind.simpleString()}: a timestamp window needs a "
-            "TIMESTAMP (or an ISO-8601 string); for integer epoch times declare "
-            "time_unit='ms' or time_unit='s'"
-        )
-        raise ConfigError(msg)
-    if isinstance(kind, IntegralType):
-        micros = col.cast("bigint") * F.lit(window.to_micros(1))
-        return micros, F.when(col.isNull(), null_reason)
-    msg = (
-        f"event time field {name!r} is {kind.simpleString()}: time_unit={window.time_unit!r} "
-        "needs an integer field (epoch); for a TIMESTAMP field use time_unit='timestamp'"
-    )
-    raise ConfigError(msg)
-
-
-def _utc(micros: Any) -> Any:
-    """A micros column as ``YYYY-MM-DD HH:MM:SS.ffffff UTC`` text (the session is in UTC)."""
-    from pyspark.sql import functions as F
-
-    text = F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd HH:mm:ss.SSSSSS")
-    return F.concat(text, F.lit(" UTC"))
-
-
-@dataclass(frozen=True)
-class WindowColumns:
-    """The watermark-free column expressions of one windowed state (built once, reused)."""
-
-    base: list[Any]
-    """Select list of the batch's records: key fields, ``__in``, ``__t``, reason, ``__value``."""
-    readable: Any
-    """Filter: the event time could be read."""
-    unreadable: Any
-    """Filter: the event time is null or could not be read."""
-    aggs: list[Any]
-    """The aggregates per (key, window): the partial and ``__t`` (its largest event time);
-    sessions also the window bounds."""
-    rows: list[Any]
-    """Select list of a partial row: every column of the result but ``__n``."""
-    dead_rows: list[Any]
-    """Select list of a dead letter's row but its reason (missing columns: typed nulls)."""
-    islands: dict[str, Any] | None = None
-    """Session: ``__new`` (the record opens a session) and ``__island`` (its session)."""
-    bounds: dict[str, Any] | None = None
-    """Tumbling/sliding: ``__last``/``__first``, the starts of a record's last/first window."""
-    windows: Any = None
-    """Tumbling/sliding: ``__ws`` of a live record's row; sliding: an array of the starts of
-    its windows (exploded), tumbling: the start of its one window (no explode)."""
-    window_end: Any = None
-    """Tumbling/sliding: ``__we`` of a row's window."""
-    last_end: Any = None
-    """Tumbling/sliding: the end of a record's last window."""
-    first_end: Any = None
-    """Tumbling/sliding: the end of a record's first window."""
-    is_last: Any = None
-    """Tumbling/sliding: the row's window is the record's last one."""
-
-
-def window_columns(
-    parent: Any, spec: WindowedAggregation, skip: tuple[str, ...] = ()
-) -> WindowColumns:
-    """Build :class:`WindowColumns` for ``spec`` over ``parent``'s fields.
-
-    ``skip``: columns of ``parent`` that are not fields of the stream (a chunk's batch tag),
-    left out of a dead letter's value.
-
-    Raises:
-        ConfigError: the time field's type does not fit ``spec.window.time_unit``.
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    w, group, out = spec.window, list(spec.group), spec.output
-    micros, reason = _event_micros(parent, w)
-    fields = [f for f in parent.columns if f not in skip]
-    value = F.to_json(F.struct(*[F.col(f) for f in fields])).cast("binary")
-    t = F.col(T)
-    common = {
-        "base": [
-            *[F.col(g) for g in group],
-            F.col(spec.input or w.time_field).alias("__in"),
-            micros.alias(T),
-            reason.alias(REASON),
-            value.alias(VALUE),
-        ],
-        "readable": t.isNotNull(),
-        "unreadable": t.isNull(),
-        "rows": [
-            *[F.col(g) for g in group],
-            F.col(WS).cast("bigint").alias(WS),
-            F.col(WE).cast("bigint").alias(WE),
-            F.col(out),
-            F.lit(PARTIAL).alias(KIND),
-            F.lit(None).cast("string").alias(REASON),
-            F.lit(None).cast("binary").alias(VALUE),
-            t.cast("bigint").alias(T),
-        ],
-        "dead_rows": [*[F.col(g) for g in group], F.lit(DEAD).alias(KIND), F.col(VALUE)],
-    }
-    agg_value = sql_expr(spec.agg, "__in").alias(out)
-    if w.kind == "session":
-        order = Window.partitionBy(*group).orderBy(T)
-        gap = F.lit(w.gap_us).cast("bigint")
-        prev_end = F.max(t + gap).over(order.rowsBetween(Window.unboundedPreceding, -1))
-        islands = {
-            "__new": F.when(prev_end.isNull() | (t >= prev_end), 1).otherwise(0),
-            "__island": F.sum("__new").over(order.rowsBetween(Window.unboundedPreceding, 0)),
-        }
-        aggs = [F.min(T).alias(WS), (F.max(T) + gap).alias(WE), agg_value, F.max(T).alias(T)]
-        return WindowColumns(**common, aggs=aggs, islands=islands)
-    size, slide = F.lit(w.size_us).cast("bigint"), F.lit(w.slide_us).cast("bigint")
-    start = t - t % slide  # % is the remainder; fixed below for t < 0
-    start = F.when(t % slide < 0, start - slide).otherwise(start)
-    first = t - size
-    first_start = F.when(first % slide < 0, first - first % slide - slide).otherwise(
-        first - first % slide
-    )
-    return WindowColumns(
-        **common,
-        aggs=[agg_value, F.max(T).alias(T)],
-        bounds={"__last": start, "__first": first_start + slide},
-        windows=F.col("__last")
-        if w.slide_us == w.size_us  # a tumbling record's first window is its last one
-        else F.sequence(F.col("__first"), F.col("__last"), slide),
-        window_end=F.col(WS) + size,
-        last_end=F.col("__last") + size,
-        first_end=F.col("__first") + size,
-        is_last=F.col(WS) == F.col("__last"),
-    )
 
 
 def window_input(run: BatchContext, state: WindowedState) -> StateInput:
@@ -415,19 +259,19 @@ def _late_reason(window: EventWindow, wm_lit: Any) -> Any:
     if window.kind == "session":
         return F.concat(
             F.lit("late record: event time "),
-            _utc(F.col(T)),
+            utc_text(F.col(T)),
             F.lit(" is before the watermark "),
-            _utc(wm_lit),
+            utc_text(wm_lit),
             F.lit(" (sessions ending at or before the watermark are final)"),
         )
     last_end = F.col("__last") + F.lit(window.size_us).cast("bigint")
     return F.concat(
         F.lit("late record: its window ["),
-        _utc(F.col("__last")),
+        utc_text(F.col("__last")),
         F.lit(", "),
-        _utc(last_end),
+        utc_text(last_end),
         F.lit(") is final (window_end <= watermark "),
-        _utc(wm_lit),
+        utc_text(wm_lit),
         F.lit(")"),
     )
 
