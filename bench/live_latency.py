@@ -12,7 +12,8 @@ when a published txid's new values hold its word; its latency runs from its appe
 With ``--ss`` a Spark Structured Streaming peer (:mod:`bench.live_ss`, its own process and
 ``local[2]`` JVM, file source, default trigger) gets the same records at the same moments
 (one new file per record); its latency runs from the append to the end of the micro-batch's
-``foreachBatch`` that wrote the record's word. Both run at once on the same machine.
+``foreachBatch`` that wrote the record's word. Both run at once on the same machine; with
+``--ss-alone`` the peer runs after ours, alone, on the same records, gaps and load.
 
 In per-txid mode each latency is also split, from the Dagster run that committed it, into:
 sensor (append -> run created), queue (created -> launched), start (launched -> the batch's
@@ -21,6 +22,7 @@ first event: process, code location and Spark session) and batch (-> committed).
     python -m bench.live_latency --records 5 --ss                    # live mode and the peer
     python -m bench.live_latency --per-txid --wait-commit --gap 3     # the per-txid path
     python -m bench.live_latency --records 20 --rate 10000 --ss      # under a steady load
+    python -m bench.live_latency --records 20 --rate 10000 --ss-alone  # one after the other
 
 ``--rate N`` appends N records a second meanwhile (every 100 ms, to the peer's input too) as
 a steady load; only the marked records are timed.
@@ -115,9 +117,9 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 class _Watcher(threading.Thread):
     """Polls the replica (and the peer's stamps): when each record's word became visible."""
 
-    def __init__(self, home: Path, stamps: Path | None) -> None:
+    def __init__(self, home: Path | None, stamps: Path | None) -> None:
         super().__init__(name="latency-watcher", daemon=True)
-        self.replica = Replica(home / "replica")
+        self.replica = None if home is None else Replica(home / "replica")
         self.stamps = stamps
         self.committed: dict[str, float] = {}
         self.peer: dict[str, float] = {}
@@ -133,6 +135,8 @@ class _Watcher(threading.Thread):
             time.sleep(POLL_S)
 
     def _poll_replica(self) -> None:
+        if self.replica is None:  # the peer alone
+            return
         latest = self.replica.latest(TOPOLOGY) or 0
         now = time.time()
         for txid in range(self._seen + 1, latest + 1):
@@ -197,9 +201,11 @@ class _Load(threading.Thread):
 
     TICK_S = 0.1
 
-    def __init__(self, log: PartitionedLog, rate: float, ss_in: Path | None) -> None:
+    def __init__(self, log: PartitionedLog | None, rate: float, ss_in: Path | None) -> None:
         super().__init__(name="latency-load", daemon=True)
-        self.producer = log.producer("sentences", partitioner="round_robin")
+        self.producer = (
+            None if log is None else log.producer("sentences", partitioner="round_robin")
+        )
         self.per_tick = max(1, round(rate * self.TICK_S))
         self.ss_in = ss_in
         self.stop = threading.Event()
@@ -209,9 +215,10 @@ class _Load(threading.Thread):
         lines = ["load the cow jumped over the moon"] * self.per_tick
         tick = time.monotonic()
         while not self.stop.is_set():
-            for line in lines:
-                self.producer.send(line.encode())
-            self.producer.flush()
+            if self.producer is not None:
+                for line in lines:
+                    self.producer.send(line.encode())
+                self.producer.flush()
             if self.ss_in is not None:
                 _write_peer_file(self.ss_in, 1_000_000 + self.appended, "\n".join(lines))
             self.appended += self.per_tick
@@ -347,6 +354,71 @@ def measure(
     return result
 
 
+def measure_peer(
+    records: int,
+    gap_s: float,
+    tmp: Path,
+    *,
+    gap_max_s: float | None = None,
+    wait_commit: bool = False,
+    seed: int = 7,
+    rate: float = 0.0,
+) -> dict[str, Any]:
+    """Time the Structured Streaming peer alone: the same records, gaps and load as ours.
+
+    What :func:`measure` does for the peer with ``peer=True``, without ``trident ui``
+    running meanwhile: one engine at a time on the machine.
+    """
+    rng = random.Random(seed)
+    proc, ss_in, stamps = _start_peer(tmp)
+    watcher = _Watcher(None, stamps)
+    appended: dict[str, float] = {}
+    load: _Load | None = None
+    log = tmp / "ss_out" / "peer.log"
+    try:
+        watcher.start()
+
+        def append(i: int) -> str:
+            token = f"rec{i}"
+            _write_peer_file(ss_in, i, f"live {token} the cow jumped")
+            appended[token] = time.time()
+            return token
+
+        first = append(0)  # wakes the query: not timed
+        _wait_for("record 0 in the peer", lambda: first in watcher.peer, 300, log)
+        if rate > 0:
+            load = _Load(None, rate, ss_in)
+            load.start()
+            time.sleep(5.0)
+        for i in range(1, records + 1):
+            token = append(i)
+            if wait_commit:
+                _wait_for(f"record {i}", lambda t=token: t in watcher.peer, 300, log)
+            high = gap_s if gap_max_s is None else gap_max_s
+            time.sleep(rng.uniform(gap_s, high))
+        tokens = [f"rec{i}" for i in range(1, records + 1)]
+        _wait_for(
+            "every record in the peer", lambda: all(t in watcher.peer for t in tokens), 300, log
+        )
+    finally:
+        if load is not None:
+            load.stop.set()
+            load.join(timeout=10)
+        watcher.stop.set()
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+    ss = [watcher.peer[t] - appended[t] for t in tokens]
+    return {
+        **_percentiles(ss),
+        "latencies_s": [round(x, 3) for x in ss],
+        "run": "alone, after ours",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -365,6 +437,11 @@ def main(argv: list[str] | None = None) -> int:
         "--ss", action="store_true", help="also time a Spark Structured Streaming peer"
     )
     parser.add_argument(
+        "--ss-alone",
+        action="store_true",
+        help="time the Spark SS peer alone after ours (same records and load), not at once",
+    )
+    parser.add_argument(
         "--rate", type=float, default=0.0, help="a steady load meanwhile, records/s (e.g. 10000)"
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -372,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         "--local-spark", action="store_true", help="no warm Spark: each run starts its own"
     )
     args = parser.parse_args(argv)
+    if args.ss and args.ss_alone:
+        parser.error("--ss (at once) and --ss-alone (one after the other): choose one")
     if args.records < 1 or args.gap < 0 or args.gap_max < args.gap or args.rate < 0:
         parser.error("--records must be >= 1, 0 <= --gap <= --gap-max and --rate >= 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop dagster dev on the way out
@@ -389,6 +468,18 @@ def main(argv: list[str] | None = None) -> int:
             wait_commit=args.wait_commit,
             rate=args.rate,
         )
+        if args.ss_alone:
+            ss = measure_peer(
+                args.records,
+                args.gap,
+                Path(tmp) / "peer",
+                gap_max_s=args.gap_max,
+                wait_commit=args.wait_commit,
+                rate=args.rate,
+            )
+            result["structured_streaming"] = ss
+            result["ratio_p50"] = round(result["p50_s"] / ss["p50_s"], 2)
+            result["ratio_p95"] = round(result["p95_s"] / ss["p95_s"], 2)
         result["spark"] = "local in each run" if args.local_spark else "warm (Spark Connect)"
         result["gap_s"] = [args.gap, args.gap_max]
     print(json.dumps(result, indent=2))
