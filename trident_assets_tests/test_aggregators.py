@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
+from typing import Any
 
 from trident_assets import (
     CombinerValueUpdater,
@@ -17,9 +19,21 @@ from trident_assets import (
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.aggregators import (
     ReducerAggregator,
-    apply_combiner_global,
-    apply_reducer_global,
 )
+
+
+def apply_combiner_global(state: Any, agg: Any, partials: Sequence[Any]) -> Any:
+    """The model of a global combiner state: a batch's partials (``zero()`` for an empty
+    batch) combined into its value."""
+    total = agg.zero()
+    for p in partials:
+        total = agg.combine(total, p)
+    return state.update(CombinerValueUpdater(agg, total))
+
+
+def apply_reducer_global(state: Any, agg: Any, tuples: Sequence[tuple[Any, ...]]) -> Any:
+    """The model of a global reducer state: a batch's tuples reduced into its value."""
+    return state.update(ReducerValueUpdater(agg, tuples))
 
 
 def test_count_and_sum() -> None:

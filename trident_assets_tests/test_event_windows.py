@@ -23,7 +23,12 @@ from typing import Any
 import pytest
 
 import trident_assets as ta
-from trident_assets.backends.window_store import WATERMARKS, last_watermark, read_finals, read_open
+from trident_assets.backends.window_store import (
+    WATERMARKS,
+    last_watermark_us,
+    read_finals,
+    read_open,
+)
 from trident_assets.core.event_windows import EventWindow, reference_windows
 from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
@@ -429,7 +434,7 @@ def test_epoch_millisecond_field_with_sum(
         (epoch + timedelta(seconds=1), 5, 1),
         (epoch + timedelta(seconds=2), 10, 1),
     ]
-    assert last_watermark(store, state) == epoch + timedelta(seconds=5)
+    assert last_watermark_us(store, state) == 5_000_000  # 5 s after the epoch, in µs
     store.close()
 
 

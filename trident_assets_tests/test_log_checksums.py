@@ -38,11 +38,11 @@ from trident_assets.spark.schemes import StringScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.coordinator import BatchCoordinator, TopicRecreatedWarning
 from trident_assets.spouts.log_spout import LogSpout
-from trident_assets.spouts.metastore import MemorySpoutMetaStore
 from trident_assets.stream.graph import StateSpec
 from trident_assets.stream.operations import Split
 from trident_assets.stream.topology import TridentTopology
 from trident_assets_tests.children import run_trident
+from trident_assets_tests.memory_meta import MemorySpoutMetaStore
 
 TRIDENT = Path(sys.executable).parent / "trident"
 FLIPS = 200

@@ -44,7 +44,6 @@ __all__ = [
     "WindowOutcome",
     "apply_window_batch",
     "last_max_event_us",
-    "last_watermark",
     "last_watermark_us",
     "StoredWindow",
     "read_finals",
@@ -86,11 +85,6 @@ def last_max_event_us(store: StateStore, state: WindowedState) -> int | None:
 def last_watermark_us(store: StateStore, state: WindowedState) -> int | None:
     """The committed watermark of ``state`` in epoch microseconds (None before any event)."""
     return _last(store, state)[1]
-
-
-def last_watermark(store: StateStore, state: WindowedState) -> datetime | None:
-    """The committed watermark of ``state`` as a naive UTC datetime (None before any event)."""
-    return _as_time(last_watermark_us(store, state))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from trident_assets.core.protocols import Key, MapState, Snapshottable
+from trident_assets.core.protocols import Key, MapState
 
 __all__ = [
     "CombinerAggregator",
@@ -25,9 +25,7 @@ __all__ = [
     "ReducerValueUpdater",
     "Sum",
     "apply_combiner",
-    "apply_combiner_global",
     "apply_reducer",
-    "apply_reducer_global",
     "is_sql_combiner",
 ]
 
@@ -214,20 +212,3 @@ def apply_reducer(
     unique = list(groups)
     new = state.multi_update(unique, [ReducerValueUpdater(agg, groups[k]) for k in unique])
     return unique, new
-
-
-def apply_combiner_global(
-    state: Snapshottable[T], agg: CombinerAggregator[T], partials: Sequence[T]
-) -> T | None:
-    """Combine a batch's partials (``zero()`` for an empty batch) into a global value."""
-    total = agg.zero()
-    for p in partials:
-        total = agg.combine(total, p)
-    return state.update(CombinerValueUpdater(agg, total))
-
-
-def apply_reducer_global(
-    state: Snapshottable[T], agg: ReducerAggregator[T], tuples: Sequence[tuple[Any, ...]]
-) -> T | None:
-    """Reduce a batch's tuples into a global value."""
-    return state.update(ReducerValueUpdater(agg, tuples))

@@ -13,7 +13,6 @@ __all__ = [
     "Key",
     "MapState",
     "ReadOnlyMapState",
-    "RemovableMapState",
     "Snapshottable",
     "State",
     "ValueUpdater",
@@ -68,14 +67,6 @@ class MapState(ReadOnlyMapState[T], Protocol[T]):
 
     def multi_put(self, keys: Sequence[Key], values: Sequence[T | None]) -> None:
         """Set each key's value."""
-
-
-@runtime_checkable
-class RemovableMapState(State, Protocol):
-    """A keyed state whose keys can be removed."""
-
-    def multi_remove(self, keys: Sequence[Key]) -> None:
-        """Remove the keys."""
 
 
 @runtime_checkable

@@ -39,7 +39,6 @@ from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.backends.state_contracts import (
     forget_left,
     record_left,
-    stored_contracts,
     write_contracts,
 )
 from trident_assets.core.txids import validate_txid
@@ -155,16 +154,6 @@ class Runner(ABC):
     def last_committed(self) -> int | None:
         """The last committed txid of the topology."""
         return self.store.last_committed(self.scope)
-
-    def first_txids(self) -> dict[str, int]:
-        """Per stored state of the topology, the first txid its values cover (its contract).
-
-        1 for a state built from the start (or caught up from txid 1); later for a state
-        declared ``backfill="from_retained"`` whose early history was no longer readable.
-        """
-        return {
-            c.state: c.first_txid for c in stored_contracts(self.store) if c.topology == self.scope
-        }
 
     def coordinator(self, spout_id: str) -> BatchCoordinator:
         """The batch coordinator of one spout."""
