@@ -116,7 +116,8 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         """The spouts that read at least one record in the chunk."""
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, tuple[Any, Any]] = {}
-        """Per decoded spout: its dead letters' DataFrame and the ``Observation`` counting them."""
+        """Per decoded spout: its dead letters' DataFrame and the ``Observation`` counting them
+        (a chunk of several; None in a chunk of one)."""
         self.raws: dict[str, Any] = {}
         self.conf: dict[str, str] = {}
         """Spark settings for the chunk's jobs (code generation, how the reads split)."""
@@ -226,7 +227,9 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         a = node.args
         if node.kind == "spout":
             sid = a["spout_id"]
-            observation = Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}")
+            observation = (  # see SpoutDeadLetters._dead_letters_job
+                Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}") if self.tag else None
+            )
             good, dead = a["spout"].scheme.decode(
                 self.raw(node), keep=self.tag, observation=observation
             )

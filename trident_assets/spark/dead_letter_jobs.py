@@ -101,29 +101,32 @@ class SpoutDeadLetters:
         """The spout's dead letters per txid; the call takes those a job counted (or None).
 
         No Spark job where the spout read nothing, where a job counted none, where the
-        decode's observation saw none, or where a state's job collected them.
+        decode's observation saw none (a chunk of several), or where a state's job collected
+        them (a chunk of one). A chunk of one's decode carries no observation: its states'
+        jobs may run later, in the commit, and an observation read before its action ran
+        would wait for it.
         """
         if sid not in self.live:
             table = self.empty_dead_letters(sid)
             return lambda counted: dict.fromkeys(self.txids, table)
         spout = self.runner.topology.spouts[sid]
-        planned = sid in self.dead  # decoded for a state or an output: a job observes them
+        # a chunk of several decodes on the planning thread, and every job of its work runs
+        # before this one: an observation on a decode built by then has seen its records
+        observed = bool(self.tag) and sid in self.dead
         if self.tag:
-            self.frame(spout)  # a chunk of several builds its frames on the planning thread
+            self.frame(spout)
 
         def run(counted: int | None) -> dict[int, pa.Table]:
             if sid in self.folded_dead:
                 return {self.txid: self.folded_dead[sid]}
-            none = dict.fromkeys(self.txids, self.empty_dead_letters(sid))
             if counted == 0:  # an Arrow kernel decoded all of the spout's records
-                return none
-            observed = planned or sid in self.dead  # a chunk of one decodes in its jobs
+                return dict.fromkeys(self.txids, self.empty_dead_letters(sid))
             self.frame(spout)
             dead, observation = self.dead[sid]
             if observed and counted is None:
                 metrics = observed_metrics(observation)  # None: unknown, fetched below
                 if metrics is not None and metrics["dead"] == 0:
-                    return none
+                    return dict.fromkeys(self.txids, self.empty_dead_letters(sid))
             return self.per_txid(dead.toArrow())
 
         return run
