@@ -1,0 +1,145 @@
+"""The single join's pending table in a store: its layout, creation and checks, and reads of it.
+
+One row per pending join key: ``"key_<f>"`` per join field (:func:`key_column`),
+``"side_<s>"`` per side (:func:`side_column`: that side's row as a struct, NULL while it has not
+arrived), ``arrived_txid`` and ``arrived_ts``. :data:`META_TABLE` holds, per pending table, the
+last applied txid, the event-time watermark and the number of pending entries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.join_batch_columns import key_expressions, quoted, value_column
+from trident_assets.core.join_spec import ARRIVED_TS, ARRIVED_TXID, SingleJoin
+from trident_assets.core.protocols import Key
+from trident_assets.errors import StateLayoutError
+from trident_assets.names import JOIN_META_TABLE
+
+__all__ = [
+    "META_TABLE",
+    "create_pending_table",
+    "ensure_meta_table",
+    "ensure_pending_table",
+    "join_meta",
+    "key_column",
+    "pending_count",
+    "read_pending",
+    "side_column",
+]
+
+META_TABLE = JOIN_META_TABLE
+"""Per pending table: ``last_txid``, event-time ``watermark`` and ``pending`` count."""
+
+
+def key_column(field: str) -> str:
+    """The quoted pending-table column of join field ``field``."""
+    return quoted(f"key_{field}")
+
+
+def side_column(side: str) -> str:
+    """The quoted pending-table column of side ``side``."""
+    return quoted(f"side_{side}")
+
+
+def ensure_meta_table(store: DuckDBStore) -> None:
+    """Create :data:`META_TABLE` if it is missing."""
+    store.conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {META_TABLE} (table_name VARCHAR PRIMARY KEY, "
+        "last_txid BIGINT NOT NULL, watermark DOUBLE, pending BIGINT NOT NULL)"
+    )
+
+
+def join_meta(store: Any, table: str) -> tuple[int | None, float | None]:
+    """The last txid applied to join table ``table`` and its watermark (any store)."""
+    if not store.has_table(META_TABLE):
+        return None, None
+    rows = store.fetch_rows(
+        f"SELECT last_txid, watermark FROM {META_TABLE} WHERE table_name = ?", [table]
+    )
+    return (None, None) if not rows else (rows[0][0], rows[0][1])
+
+
+def _expected_columns(spec: SingleJoin) -> list[str]:
+    return [
+        *(f"key_{f}" for f in spec.join_fields or ()),
+        *(f"side_{s}" for s in spec.sides),
+        ARRIVED_TXID,
+        ARRIVED_TS,
+    ]
+
+
+def _stored_columns(store: DuckDBStore, table: str) -> list[str] | None:
+    rows = store.conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+        "AND table_schema = 'main' ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    return [r[0] for r in rows] or None
+
+
+def ensure_pending_table(store: DuckDBStore, spec: SingleJoin, table: str, view: str) -> None:
+    """Create ``table`` typed from the registered batch ``view``, or check its layout.
+
+    Raises:
+        StateLayoutError: ``table`` exists with another layout.
+    """
+    expected = _expected_columns(spec)
+    stored = _stored_columns(store, table)
+    if stored is not None:
+        if stored != expected:
+            msg = (
+                f"table {table!r} has columns {stored}, not the pending layout {expected} of "
+                f"this join (sides {list(spec.sides)}, join fields {list(spec.join_fields or ())})."
+                " Is the name shared with another state or join?"
+            )
+            raise StateLayoutError(msg)
+        return
+    fields = spec.join_fields or ()
+    keys = [f"{e} AS {key_column(f)}" for e, f in zip(key_expressions(spec), fields, strict=True)]
+    sides = [f"{value_column(i)} AS {side_column(s)}" for i, s in enumerate(spec.sides)]
+    store.conn.execute(
+        f"CREATE TABLE {quoted(table)} AS SELECT {', '.join([*keys, *sides])}, "
+        f"CAST(NULL AS BIGINT) AS {ARRIVED_TXID}, CAST(NULL AS DOUBLE) AS {ARRIVED_TS} "
+        f"FROM {view} LIMIT 0"
+    )
+
+
+def create_pending_table(store: DuckDBStore, spec: SingleJoin, table: str, batch: pa.Table) -> None:
+    """Create ``table`` with the pending layout, typed from the combined ``batch`` (if missing).
+
+    Raises:
+        StateLayoutError: ``table`` exists with another layout.
+    """
+    with store.registered(batch) as view:
+        ensure_pending_table(store, spec, table, view)
+
+
+def pending_count(store: DuckDBStore, table: str) -> int:
+    """Return the number of pending entries of ``table`` (0 before its first batch)."""
+    if _stored_columns(store, table) is None:
+        return 0
+    return int(store.conn.execute(f"SELECT count(*) FROM {quoted(table)}").fetchall()[0][0])
+
+
+def read_pending(store: DuckDBStore, spec: SingleJoin, table: str) -> dict[Key, dict[str, Any]]:
+    """Return the pending entries in the core's layout (key -> entry dict), for inspection.
+
+    Reads the whole table: meant for tests, debugging and small states, not the batch path.
+    """
+    if _stored_columns(store, table) is None:
+        return {}
+    rows = store.conn.sql(f"SELECT * FROM {quoted(table)}").to_arrow_table().to_pylist()
+    out: dict[Key, dict[str, Any]] = {}
+    for row in rows:
+        key = tuple(row[f"key_{f}"] for f in spec.join_fields or ())
+        entry: dict[str, Any] = {ARRIVED_TXID: row[ARRIVED_TXID], ARRIVED_TS: row[ARRIVED_TS]}
+        for side, fields in spec.inputs:
+            value = row[f"side_{side}"]
+            if value is not None:
+                entry[side] = [value[f] for f in fields]
+        out[key] = entry
+    return out
