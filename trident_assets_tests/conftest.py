@@ -265,8 +265,9 @@ FILE_SECONDS: dict[str, float] = {
     "test_cli_read_surface.py": 30,
     "test_batch_corners.py": 22,
     "test_commit_marker_file.py": 17,
-    "test_kv_state.py": 75,  # a Redis Cluster, memcached servers, 15 tests' Spark jobs
+    "test_kv_state.py": 90,  # a Redis Cluster, memcached servers, 17 tests' Spark jobs
     "test_chaos_kv.py": 20,  # a Redis Cluster and one soak batch on the session's Spark
+    "test_kv_join.py": 85,  # a Redis Cluster, memcached servers, each join also run on DuckDB
 }
 
 

@@ -1,11 +1,15 @@
 """Key-value states on a standalone Spark cluster (master + worker on 127.0.0.1), exactly once.
 
+The word count's counts and a single join's pending halves, in a Redis Cluster and in
+memcached.
+
 The executors are JVMs the worker forks, their Python workers an interpreter that has NOT
 installed trident_assets (it travels as a py-file): each partition opens its own Redis
 Cluster or memcached client from the picklable target the driver shipped. A clean child
 process (a user's script, :mod:`trident_assets_tests.kv_cluster_app`) runs the word count
-into each store, with a txid that fails between the executors' writes and the commit
-marker; its counts must equal the log's.
+and the single join into each store, each with a txid that fails between the executors'
+writes and the commit marker; the counts must equal the log's, and the joined tuples be
+every id's once.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ pytestmark = [
 ]
 
 
-def test_word_count_in_redis_and_memcached_on_a_standalone_cluster(tmp_path: Path) -> None:
+def test_word_count_and_join_in_redis_and_memcached_on_a_standalone_cluster(tmp_path: Path) -> None:
     redis = RedisClusterServers(tmp_path / "redis")
     memcached = MemcachedServers(tmp_path / "memcached")
     cluster = None
@@ -71,6 +75,12 @@ def test_word_count_in_redis_and_memcached_on_a_standalone_cluster(tmp_path: Pat
         assert keys_in > 0
         assert result["replay_applied"] is False
         assert result["last"] == 3  # 5 sentences, 2 per txid
+    for store in ("join_redis", "join_memcached"):
+        result = got[store]
+        assert result["joined"] == result["truth"], store  # every id once: none lost or twice
+        assert result["committed_when_crashed"] == 1
+        assert result["replay_applied"] is False
+        assert result["last"] == 6  # 12 ids a topic, 2 per batch
     # the partitions ran in executors the worker forked (their logs are in its work dir)
     work = tmp_path / "cluster" / "work"
     assert list(work.glob("app-*/*/stderr")), f"no executor ran under {work}"

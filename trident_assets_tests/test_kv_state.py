@@ -20,24 +20,26 @@ from dagster._core.types.dagster_type import resolve_dagster_type
 
 import trident_assets as ta
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.kv_backing import state_size
 from trident_assets.backends.kv_servers import (
     MemcachedServers,
     RedisClusterServers,
     servers_installed,
 )
-from trident_assets.dagster.graph import topology_graph
+from trident_assets.dagster.batch_events import batch_events
+from trident_assets.dagster.graph import asset_keys, topology_graph
 from trident_assets.errors import ConfigError, KeyValueStoreError
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
 from trident_assets.planner import pipelinable, recomputable
 from trident_assets.runtime.backfill_plans import replay_refusal
 from trident_assets.spark.executor import TopologyRunner
-from trident_assets.spark.kv_state import close_kv_map, read_kv_state
+from trident_assets.spark.kv_state import close_kv_map, kv_map, kv_target, read_kv_state
 from trident_assets.spark.spilled import spillable
 from trident_assets.spark.state_apply import read_state
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.state_kinds import KeyValueKind, state_kind
-from trident_assets.stream.topology import TridentTopology
+from trident_assets.stream.topology import StateSpec, TridentTopology
 
 pytestmark = pytest.mark.skipif(
     not servers_installed(), reason="needs memcached and redis-server (scripts/setup.sh)"
@@ -141,6 +143,11 @@ def _counts(topo: TridentTopology, words: Sequence[str]) -> dict[str, int]:
     return {k[0]: v for k, v in zip(keys, found, strict=True) if v is not None}
 
 
+def _size(topo: TridentTopology, state: str = "word_counts") -> int | None:
+    """The keys the state holds, read from its servers (None: memcached cannot count them)."""
+    return state_size(kv_target(topo.states[state]))
+
+
 def _drain(runner: TopologyRunner) -> int:
     while runner.backlog() > 0:
         last = runner.last_committed() or 0
@@ -180,6 +187,7 @@ def test_word_count_is_exact_and_a_committed_replay_changes_nothing(
         replay = runner.run_batch(2)
         assert not replay.applied
         assert _counts(topo, list(truth)) == truth
+        assert _size(topo) == (len(truth) if store_kind == "redis" else None)
         assert store.last_committed(topo.name) == 3
         # the query stream reads the state as committed before its batch
         _send(log, ["the cow", "moon nothing"], topic="word_queries")
@@ -234,6 +242,7 @@ def test_killed_after_executor_writes_then_rerun_is_exact(
         assert outcome.keys_in > 0
         assert _drain(runner) == 3
         assert _counts(topo, list(truth)) == truth
+        assert _size(topo) == (len(truth) if store_kind == "redis" else None)
 
 
 def test_opaque_rerun_with_different_batch_counts_once(
@@ -256,6 +265,8 @@ def test_opaque_rerun_with_different_batch_counts_once(
         truth = _truth(log)
         assert _counts(topo, list(truth)) == truth
         assert store.last_committed(topo.name) == 2
+        # the failed attempt's keys were counted once, when written
+        assert rerun.states["word_counts"].size == (len(truth) if store_kind == "redis" else None)
 
 
 def test_global_state_and_snapshot_query(
@@ -404,42 +415,6 @@ def test_preview_of_a_small_batch_is_exact(
         assert (outcome.keys_in, outcome.keys_updated, outcome.keys_skipped) == (14, 14, 0)
 
 
-def test_single_join_in_a_key_value_store_is_refused() -> None:
-    """A join's pending halves stay in the topology's store; a key-value spec is refused."""
-    topo = ta.TridentTopology("join_kv")
-    config = ta.SpoutConfig()
-    genders = topo.new_stream(
-        "g", ta.LogSpout("genders", ta.JsonScheme({"id": "int", "gender": "string"}), config)
-    )
-    ages = topo.new_stream(
-        "a", ta.LogSpout("ages", ta.JsonScheme({"id": "int", "age": "int"}), config)
-    )
-    spec = ta.RedisClusterState.opaque("people", ["127.0.0.1:7000"])
-    with pytest.raises(ConfigError) as info:
-        topo.single_join("people", [genders, ages], out_fields=["id", "gender", "age"], state=spec)
-    assert str(info.value) == (
-        "single_join 'people': its pending halves cannot be kept in a redis-cluster state "
-        "('people'): a single join keeps them in the topology's store (DuckDB or "
-        "PostgreSQL). Leave out state= (or give StateSpec.opaque('people')); key-value "
-        "stores take persistent_aggregate states only"
-    )
-    with pytest.raises(ConfigError, match="cannot be kept in a memcached state"):
-        topo.single_join(
-            "people",
-            [genders, ages],
-            out_fields=["id", "gender", "age"],
-            state=ta.MemcachedState.opaque("people", ["127.0.0.1:11211"]),
-        )
-    assert "people" not in topo.states  # nothing declared
-    joined = topo.single_join(
-        "people",
-        [genders, ages],
-        out_fields=["id", "gender", "age"],
-        state=ta.StateSpec.opaque("people"),
-    )
-    assert joined.fields == ("id", "gender", "age")
-
-
 # -- the CLI: `trident state get / scan` read the servers the declaration names -----------------
 
 CLI_MODULE = """
@@ -529,6 +504,120 @@ def test_cli_reads_key_value_states_from_their_servers(
         "its values on its servers, which its declaration names; pass --module MODULE (the "
         "code location declaring topology 'wc_cli_mc', or set TRIDENT_MODULE) to read them",
     )
+
+
+# -- the batch's size and nulls, as a state in the topology's store ------------------------------
+
+NULLS_BATCHES = [
+    [("a", 1), ("a", None), ("b", 2), ("c", None), ("c", ...)],
+    [("a", 5), ("d", None), ("d", 4), ("e", None), ("c", 7)],
+    [("f", 1), ("g", None), ("b", None), ("h", 2)],
+]
+"""One txid each (``...``: the field left out, read as null). Keys whose values are all null
+in a batch (c in txid 1, e in txid 2, g in txid 3) are not created."""
+
+
+def _nulls_topology(name: str, store_kind: str, addresses: Sequence[str]) -> TridentTopology:
+    """A grouped Sum and a global Max of nullable values, in the servers and in DuckDB."""
+    cls = ta.RedisClusterState if store_kind == "redis" else ta.MemcachedState
+    topo = ta.TridentTopology(name)
+    scheme = ta.JsonScheme({"k": "string", "n": "bigint"}, optional=("n",))
+    config = ta.SpoutConfig(kind=SpoutKind.OPAQUE, max_batch_size=50)
+    events = topo.new_stream("events", ta.LogSpout("events", scheme, config))
+    events.group_by("k").persistent_aggregate(cls.opaque("sums", addresses), "n", ta.Sum(), "v")
+    events.group_by("k").persistent_aggregate(StateSpec.opaque("sums_db"), "n", ta.Sum(), "v")
+    events.persistent_aggregate(cls.opaque("gmax", addresses), "n", ta.Max(), "v")
+    events.persistent_aggregate(StateSpec.opaque("gmax_db"), "n", ta.Max(), "v")
+    return topo
+
+
+def _send_events(log: PartitionedLog, batch: Sequence[tuple[str, Any]]) -> None:
+    import json
+
+    _send(
+        log,
+        [json.dumps({"k": k} if n is ... else {"k": k, "n": n}) for k, n in batch],
+        topic="events",
+    )
+
+
+def test_size_and_nulls_match_a_state_in_the_store(
+    spark: Any, tmp_path: Path, servers: tuple[str, list[str]]
+) -> None:
+    """Exact per txid: new keys, updated keys, a committed replay, a crash before the marker."""
+    store_kind, addresses = servers
+    redis = store_kind == "redis"
+
+    def kv(size: int) -> int | None:  # memcached: unknown
+        return size if redis else None
+
+    log = PartitionedLog(tmp_path / "log")
+    log.create_topic("events", 1)
+    topo = _nulls_topology(f"kv_nulls_{store_kind}", store_kind, addresses)
+    with DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log)
+        _send_events(log, NULLS_BATCHES[0])
+        outcomes = [runner.run_batch(1)]
+        _send_events(log, NULLS_BATCHES[1])
+        outcomes.append(runner.run_batch(2))
+        assert not runner.run_batch(2).applied  # a committed replay: nothing changes
+        assert _size(topo, "sums") == kv(4)
+        _send_events(log, NULLS_BATCHES[2])
+        crashing = TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write"))
+        with pytest.raises(_Crash):
+            crashing.run_batch(3)
+        assert store.last_committed(topo.name) == 2
+        assert _size(topo, "sums") == kv(6)  # the attempt's new keys f and h, counted once
+        outcomes.append(runner.run_batch(3))
+        assert store.last_committed(topo.name) == 3
+    got = [
+        {n: (s.keys_in, s.keys_updated, s.size, s.null_values_skipped) for n, s in o.states.items()}
+        for o in outcomes
+    ]
+    assert got == [
+        {
+            "sums": (2, 2, kv(2), 3),
+            "sums_db": (2, 2, 2, 3),
+            "gmax": (1, 1, kv(1), 3),
+            "gmax_db": (1, 1, 1, 3),
+        },
+        {
+            "sums": (3, 3, kv(4), 2),
+            "sums_db": (3, 3, 4, 2),
+            "gmax": (1, 1, kv(1), 2),
+            "gmax_db": (1, 1, 1, 2),
+        },
+        {
+            "sums": (2, 2, kv(6), 2),
+            "sums_db": (2, 2, 6, 2),
+            "gmax": (1, 1, kv(1), 2),
+            "gmax_db": (1, 1, 1, 2),
+        },
+    ]
+    mstate = kv_map(topo.states["sums"])
+    try:
+        keys = [(k,) for k in "abcdefgh"]
+        values = dict(zip("abcdefgh", mstate.multi_get(keys), strict=True))
+    finally:
+        close_kv_map(mstate)
+    assert values == {
+        "a": 6, "b": 2, "c": 7, "d": 4, "e": None, "f": 1, "g": None, "h": 2
+    }  # fmt: skip
+    if redis:  # the counters are not keys of the state
+        assert read_kv_state(topo.states["sums"]).num_rows == 6
+    meta = {
+        e.asset_key: e.metadata
+        for e in batch_events(topo, asset_keys(topo), outcomes[-1], 0, True, ())
+        if isinstance(e, dg.AssetMaterialization)
+    }
+    state_meta = meta[asset_keys(topo)["state:sums"]]
+    assert state_meta["null_values_skipped"] == dg.MetadataValue.int(2)
+    if redis:
+        assert state_meta["state_size"] == dg.MetadataValue.int(6)
+        assert state_meta["dagster/row_count"] == dg.MetadataValue.int(6)
+    else:  # memcached: unknown, never a wrong 0
+        assert state_meta["state_size"] == dg.MetadataValue.text("unknown")
+        assert "dagster/row_count" not in state_meta
 
 
 # -- servers failing ------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 :func:`open_backing` opens the map of a target; :func:`read_latest` reads every key's latest
 value (a Redis Cluster: SCAN by the state's prefix on each master; memcached refuses);
-:func:`refuse_as_of` is the error of a read as of a txid (the servers keep no history).
+:func:`state_size` counts the state's keys (a Redis Cluster: its key counters; memcached:
+unknown); :func:`refuse_as_of` is the error of a read as of a txid (the servers keep no
+history).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from trident_assets.backends.redis_cluster_map import RedisClusterBackingMap
 from trident_assets.core.values import OpaqueValue, TransactionalValue
 from trident_assets.errors import KeyValueStoreError
 
-__all__ = ["current_value", "open_backing", "read_latest", "refuse_as_of"]
+__all__ = ["current_value", "open_backing", "read_latest", "refuse_as_of", "state_size"]
 
 
 def open_backing(target: KeyValueTarget) -> Any:
@@ -57,6 +59,25 @@ def read_latest(target: KeyValueTarget, key_fields: Sequence[str], value_field: 
     columns: dict[str, list[Any]] = {f: [k[i] for k, _ in rows] for i, f in enumerate(key_fields)}
     columns[value_field] = [v for _, v in rows]
     return pa.table(columns)
+
+
+def state_size(target: KeyValueTarget) -> int | None:
+    """How many keys the state holds on its servers; None for memcached (unknown).
+
+    A Redis Cluster state: the sum of its key counters, which its writes keep atomically
+    (:class:`~trident_assets.backends.redis_cluster_map.RedisClusterBackingMap`), one script
+    per master, whatever the number of keys. memcached cannot count a state's keys exactly: it
+    has no atomic write of two keys (a key and a counter) and no server-side scripts, so a
+    writer stopped between the two leaves a count its re-run cannot correct, and it evicts
+    keys unannounced when full; it cannot list keys either.
+    """
+    if target.store != REDIS_CLUSTER:
+        return None
+    backing = RedisClusterBackingMap(target)
+    try:
+        return backing.size()
+    finally:
+        backing.close()
 
 
 def refuse_as_of(target: KeyValueTarget, txid: int) -> KeyValueStoreError:

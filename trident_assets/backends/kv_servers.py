@@ -157,11 +157,19 @@ class MemcachedServers(_Stopped):
 class RedisClusterServers(_Stopped):
     """A Redis Cluster of ``masters`` masters with ``replicas`` replicas each."""
 
-    def __init__(self, root: Path, masters: int = 3, replicas: int = 1) -> None:
+    def __init__(
+        self,
+        root: Path,
+        masters: int = 3,
+        replicas: int = 1,
+        node_timeout_ms: int = NODE_TIMEOUT_MS,
+    ) -> None:
         """Start the nodes (files under ``root``) and form the cluster; wait until it is ok.
 
         The first ``masters`` ports are the masters, in slot order; node ``masters + i`` is
-        a replica of master ``i % masters``.
+        a replica of master ``i % masters``. ``node_timeout_ms``: how long a master may not
+        answer before its replica takes over (Redis's default is 15000; a loaded machine
+        holding millions of keys needs more than the tests' 1 s).
         """
         if masters < 1 or replicas < 0:
             msg = f"need masters >= 1 and replicas >= 0, got {masters} and {replicas}"
@@ -169,6 +177,7 @@ class RedisClusterServers(_Stopped):
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.n_masters = masters
+        self.node_timeout_ms = node_timeout_ms
         self.ports: list[int] = []
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         try:
@@ -229,7 +238,7 @@ class RedisClusterServers(_Stopped):
                 "--cluster-config-file",
                 str(node_dir / "nodes.conf"),
                 "--cluster-node-timeout",
-                str(NODE_TIMEOUT_MS),
+                str(self.node_timeout_ms),
                 "--dir",
                 str(node_dir),
                 "--save",
@@ -316,7 +325,7 @@ class RedisClusterServers(_Stopped):
         return {
             "masters": self.n_masters,
             "replicas_per_master": len(self.ports) // self.n_masters - 1,
-            "node_timeout_ms": NODE_TIMEOUT_MS,
+            "node_timeout_ms": self.node_timeout_ms,
             "persistence": "AOF (appendfsync everysec), no RDB",
         }
 

@@ -72,6 +72,12 @@ class MemcachedBackingMap:
             )
             raise KeyValueStoreError(msg)
 
+    def multi_delete(self, keys: Sequence[Key]) -> None:
+        """Delete the keys: one ``delete_many`` (acknowledged by each server)."""
+        encoded = [self.target.encode(k) for k in keys]
+        if encoded:
+            self._call("delete", lambda: self.client.delete_many(encoded, noreply=False))
+
     def scan(self) -> NoReturn:
         """Refused: memcached cannot list keys (:func:`refuse_scan`)."""
         refuse_scan(self.target)

@@ -46,7 +46,7 @@ from trident_assets.backends.verified import META_TABLE as VERIFIED_TABLE
 from trident_assets.backends.verified import values_table
 from trident_assets.backends.window_tuples import META_TABLE as WINDOW_META_TABLE
 from trident_assets.errors import ConfigError
-from trident_assets.names import validate_identifier
+from trident_assets.names import KV_JOIN_CLOCK_TABLE, validate_identifier
 
 __all__ = [
     "DERIVED_SUFFIXES",
@@ -200,7 +200,8 @@ def _drop_statements(
         if store.has_table(derived):
             statements.append((f"DROP TABLE {quote_ident(derived)}", []))
             dropped.append(derived)
-    for side in (COMPACTIONS_TABLE, TOTALS_TABLE, JOIN_META_TABLE, WINDOW_META_TABLE):
+    sides = (COMPACTIONS_TABLE, TOTALS_TABLE, JOIN_META_TABLE, KV_JOIN_CLOCK_TABLE)
+    for side in (*sides, WINDOW_META_TABLE):
         if (
             store.has_table(side)
             and store.fetch_rows(f'SELECT count(*) FROM "{side}" WHERE table_name = ?', [table])[0][

@@ -79,6 +79,16 @@ def _table_name(node: AssetNode) -> dict[str, Any]:
     return {} if table is None else {"dagster/table_name": dg.MetadataValue.text(str(table))}
 
 
+def _size(size: int | None) -> dict[str, Any]:
+    """A state's size after the txid: ``state_size`` and the row count, or "unknown" (None)."""
+    if size is None:  # a memcached state: its servers cannot count its keys
+        return {"state_size": dg.MetadataValue.text("unknown")}
+    return {
+        "state_size": dg.MetadataValue.int(size),
+        "dagster/row_count": dg.MetadataValue.int(size),
+    }
+
+
 def _applied_metadata(
     topology: TridentTopology, outcome: BatchOutcome, common: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
@@ -122,8 +132,7 @@ def _applied_metadata(
                 "keys_skipped": dg.MetadataValue.int(state.keys_skipped),
                 # Sum/Min/Max skip null input values: how many this txid held
                 "null_values_skipped": dg.MetadataValue.int(state.null_values_skipped),
-                "state_size": dg.MetadataValue.int(state.size),
-                "dagster/row_count": dg.MetadataValue.int(state.size),
+                **_size(state.size),
                 **timings,
             }
             if state.total is not None:  # plotted per txid next to state_size

@@ -50,7 +50,9 @@ class StateOutcome:
     keys_in: int
     keys_updated: int
     keys_skipped: int
-    size: int
+    size: int | None
+    """The keys the state holds after the batch; None: unknown (a memcached state: its
+    servers cannot count a state's keys)."""
     total: float | None = None
     """The sum of all the state's values (Count/Sum states; None for others)."""
     null_values_skipped: int = 0

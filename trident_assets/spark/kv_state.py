@@ -1,8 +1,9 @@
 """The engine of a state kept in a Redis Cluster or memcached: updated where the data is.
 
 The batch input (:func:`kv_input`) is the batch's per-key partials as a Spark DataFrame,
-never collected. The apply (:func:`apply_kv_state`, inside the txid's commit transaction of
-the topology's store) runs one Spark job in which each partition reads its own keys
+never collected, with the null values a Sum/Min/Max skipped. The apply
+(:func:`apply_kv_state`, inside the txid's commit transaction of the topology's store) runs
+one Spark job in which each partition reads its own keys
 (``multi_get``), applies the txid rules of :mod:`trident_assets.core.maps` (an opaque key
 stored at this txid is recomputed from ``prev``; a transactional one is skipped) and writes
 them back (``multi_put``; Redis waits for a replica), returning only its counts and a
@@ -10,7 +11,9 @@ preview of at most :data:`~trident_assets.runtime.outcomes.PREVIEW_ROWS` of its 
 marker moves after the job succeeded in every partition, in the same
 :func:`~trident_assets.runtime.commit.commit_txid` as any other state: a txid that failed
 after some partitions wrote runs again and recomputes exactly (Trident's coordinator commits
-after the state updates the same way).
+after the state updates the same way). The outcome's ``size`` is the number of keys the state
+holds after the batch, read from a Redis Cluster's key counters; memcached cannot count them
+(``None``: unknown, see :func:`~trident_assets.backends.kv_backing.state_size`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.kv_backing import open_backing, read_latest, refuse_as_of
+from trident_assets.backends.kv_backing import open_backing, read_latest, refuse_as_of, state_size
 from trident_assets.backends.kv_target import MEMCACHED, KeyValueTarget, target_of
 from trident_assets.backends.memcached_map import MemcachedBackingMap, check_sentinels
 from trident_assets.backends.redis_cluster_map import RedisClusterBackingMap
@@ -40,8 +43,20 @@ from trident_assets.errors import (
     StateLayoutError,
     TridentError,
 )
-from trident_assets.runtime.outcomes import PREVIEW_ROWS, Applied, StateOutcome, top_rows
-from trident_assets.spark.aggregation import combine_partials, skips_nulls
+from trident_assets.runtime.outcomes import (
+    PREVIEW_ROWS,
+    Applied,
+    StateInput,
+    StateOutcome,
+    top_rows,
+)
+from trident_assets.spark.aggregation import (
+    NULLS_COLUMN,
+    VALUES_COLUMN,
+    combine_partials,
+    skips_nulls,
+    state_partials,
+)
 from trident_assets.spark.user_errors import user_code_errors
 
 if TYPE_CHECKING:
@@ -108,22 +123,34 @@ def read_kv_state(state: TridentState, as_of: int | None = None) -> pa.Table:
     return read_latest(target, list(state.group), str(state.value_field))
 
 
-def kv_input(run: BatchContext, state: TridentState) -> Any:
-    """The batch's per-key partials, a Spark DataFrame left on the executors.
+def kv_input(run: BatchContext, state: TridentState) -> StateInput:
+    """The batch's per-key partials, a Spark DataFrame left on the executors, and its nulls.
 
-    Grouped Sum/Min/Max groups whose values were all null have no partial (their key is not
-    touched); a global state's one row is keyed by the global key.
+    As for a state in the topology's store: a grouped Sum/Min/Max group whose values were
+    all null has no partial (its key is not touched), and the null values a Sum/Min/Max
+    skipped are the input's null values, counted by a Spark job over the batch's input
+    column that returns one number (none for an empty input, or for Count and Python
+    combiners: they skip none). A global state's one row is keyed by the global key.
     """
     from pyspark.sql import functions as F
 
     a = state.node.args
     agg = guard(a["agg"], state.node.label)
-    group, out = a["group"], a["output"]
-    parent = run.frame(state.node.parents[0])
-    partials = combine_partials(parent, group, a["inputs"][0], agg, out)
-    if group and skips_nulls(agg):
-        partials = partials.where(F.col(out).isNotNull())
-    return partials
+    group, out, column = a["group"], a["output"], a["inputs"][0]
+    node = state.node.parents[0]
+    parent = run.frame(node)
+    if not skips_nulls(agg):
+        return StateInput(combine_partials(parent, group, column, agg, out))
+    partials = state_partials(parent, group, column, agg, out)
+    if group:
+        partials = partials.where(F.col(VALUES_COLUMN) > 0)
+    partials = partials.drop(NULLS_COLUMN, VALUES_COLUMN)
+    if run.is_empty(node):
+        return StateInput(partials, nulls=0)
+    counted = parent.agg(F.count(F.when(F.col(column).isNull(), F.lit(1))))
+    with user_code_errors():
+        nulls = int(counted.collect()[0][0])
+    return StateInput(partials, nulls=nulls)
 
 
 class _Counted:
@@ -260,7 +287,9 @@ def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> App
 
     The driver also receives each partition's preview (at most :data:`PREVIEW_ROWS` keys
     and their new values, so at most that many rows per partition) and keeps the batch's
-    preview as ``state:<name>`` of :attr:`Applied.previews`.
+    preview as ``state:<name>`` of :attr:`Applied.previews`. The outcome's ``size``: the keys
+    the state holds once every partition has written (a Redis Cluster's key counters, read
+    by one script per master), None for memcached (unknown).
 
     Runs inside the txid's commit transaction: the marker moves once every partition has
     written (a failed partition fails the txid, and its re-run recomputes exactly).
@@ -292,6 +321,6 @@ def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> App
     with user_code_errors(), store_errors():
         written, skipped, previews = counts.collect()[0]
     keys_in = int(written) + int(skipped)
-    # (the servers are not asked how many keys the state holds: its size is reported as 0)
-    outcome = StateOutcome(state.spec.name, state.table, keys_in, int(written), int(skipped), 0)
+    size = state_size(target)
+    outcome = StateOutcome(state.spec.name, state.table, keys_in, int(written), int(skipped), size)
     return Applied(outcome, previews={f"state:{state.spec.name}": kv_preview(state, previews)})

@@ -9,7 +9,7 @@ PostgreSQL) inside it.
 from __future__ import annotations
 
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from trident_assets.runtime.context import BatchContext
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["apply_join_state", "join_batch_table"]
+__all__ = ["apply_join_state", "join_batch_frame", "join_batch_table"]
 
 
 def join_batch_table(run: BatchContext, state: TridentState) -> pa.Table:
@@ -36,6 +36,15 @@ def join_batch_table(run: BatchContext, state: TridentState) -> pa.Table:
 
     Columns: ``__side`` (the side's index), ``__v<i>`` (a struct of side i's fields, NULL on
     the other sides' rows) and ``__ts`` (the event time in seconds, NULL without one).
+    """
+    return join_batch_frame(run, state).toArrow()
+
+
+def join_batch_frame(run: BatchContext, state: TridentState) -> Any:
+    """The batch's rows of every side as one Spark DataFrame, never collected.
+
+    The columns of :func:`join_batch_table`; the sides' rows in side order, each side's in
+    its frame's order.
     """
     from pyspark.sql import functions as F
 
@@ -52,8 +61,7 @@ def join_batch_table(run: BatchContext, state: TridentState) -> pa.Table:
                 ts.cast("double").alias(TS_COLUMN),
             )
         )
-    union = reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames)
-    return union.toArrow()
+    return reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames)
 
 
 def apply_join_state(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:

@@ -19,6 +19,7 @@ from trident_assets.runtime.outcomes import Applied, StateInput
 from trident_assets.spark.event_window_chunks import WindowSlice
 from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.event_windows import window_input
+from trident_assets.spark.kv_join import apply_kv_join, kv_join_input
 from trident_assets.spark.kv_state import apply_kv_state, kv_input
 from trident_assets.spark.single_join import apply_join_state, join_batch_table
 from trident_assets.spark.state_apply import (
@@ -31,6 +32,7 @@ from trident_assets.spark.trident_windows import apply_window_state, window_batc
 from trident_assets.stream.state_kinds import (
     EVENT_WINDOW,
     KEY_VALUE,
+    KEY_VALUE_JOIN,
     SINGLE_JOIN,
     TRIDENT_WINDOW,
     Combiner,
@@ -78,7 +80,8 @@ ENGINES: dict[str, StateEngine] = {
     SINGLE_JOIN: StateEngine(_input(join_batch_table), apply_join_state),
     TRIDENT_WINDOW: StateEngine(window_batch_table, apply_window_state),
     EVENT_WINDOW: StateEngine(window_input, _apply_event_window),  # type: ignore[arg-type]
-    KEY_VALUE: StateEngine(_input(kv_input), apply_kv_state),
+    KEY_VALUE: StateEngine(kv_input, apply_kv_state),
+    KEY_VALUE_JOIN: StateEngine(kv_join_input, apply_kv_join),
 }
 """The engine of each state kind, by the kind's name."""
 

@@ -3,7 +3,8 @@
 Declaration (:func:`declare_single_join`, called by ``TridentTopology.single_join``) is pure and
 validates everything up front. The join is a state of the topology (its pending halves, a
 DuckDB table written in the batch's commit transaction, see
-:mod:`trident_assets.backends.duckdb_join`) with two streams:
+:mod:`trident_assets.backends.duckdb_join`, or records in a Redis Cluster or memcached, see
+:mod:`trident_assets.spark.kv_join`) with two streams:
 
 * the joined tuples (``out_fields``), produced during the commit, like a new-values stream;
 * the expired halves, registered as output ``<name>_expired`` (the join fields, then
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from trident_assets.core.join import SingleJoin, expired_fields
 from trident_assets.core.rotating import DEFAULT_NUM_BUCKETS
+from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.names import MAX_IDENTIFIER_LENGTH, check_output_columns, validate_identifier
 from trident_assets.spouts.config import validate_name
@@ -84,33 +86,37 @@ def _side_names(streams: Sequence[Stream], sides: Sequence[str] | None) -> tuple
     return names
 
 
-def check_join_state(name: str, state: object) -> None:
-    """Refuse a ``state`` for join ``name`` other than the default, ``StateSpec.opaque(name)``.
+def check_join_state(name: str, state: object) -> StateSpec:
+    """The spec of join ``name``'s pending halves: ``state``, checked, or the default.
 
-    A join's pending halves live in the topology's store (DuckDB or PostgreSQL), written in
-    the batch's commit transaction with the marker. A key-value spec (``RedisClusterState``,
-    ``MemcachedState``) is refused: keeping halves there needs their expiry buckets listed
-    per batch (memcached cannot list keys) and the joined tuples produced on the executors.
+    The default, ``StateSpec.opaque(name)``, keeps them in the topology's store (DuckDB or
+    PostgreSQL), written in the batch's commit transaction with the marker. An opaque
+    ``RedisClusterState`` or ``MemcachedState`` named ``name`` keeps them on its servers,
+    updated by the Spark executors (:mod:`trident_assets.spark.kv_join`).
 
     Raises:
-        ConfigError: ``state`` is a key-value spec, or another name, type or object.
+        ConfigError: a key-value spec that is not opaque or has another name, or another
+            name, type or object.
     """
     if state is None:
-        return
+        return StateSpec.opaque(name)
     if isinstance(state, KeyValueStateSpec):
-        msg = (
-            f"single_join {name!r}: its pending halves cannot be kept in a {state.store} "
-            f"state ({state.name!r}): a single join keeps them in the topology's store "
-            "(DuckDB or PostgreSQL). Leave out state= (or give StateSpec.opaque"
-            f"({name!r})); key-value stores take persistent_aggregate states only"
-        )
-        raise ConfigError(msg)
+        if state.name != name or state.state_type is not StateType.OPAQUE:
+            msg = (
+                f"single_join {name!r}: its pending halves take an opaque {state.store} "
+                f"state named like the join ({type(state).__name__}.opaque({name!r}, "
+                f"servers)), got a {state.state_type.value} state named {state.name!r}"
+            )
+            raise ConfigError(msg)
+        return state
     if not isinstance(state, StateSpec) or state != StateSpec.opaque(name):
         msg = (
             f"single_join {name!r}: state= takes StateSpec.opaque({name!r}) (the default: "
-            f"its pending halves in the topology's store), got {state!r}"
+            f"its pending halves in the topology's store) or RedisClusterState.opaque / "
+            f"MemcachedState.opaque({name!r}, servers), got {state!r}"
         )
         raise ConfigError(msg)
+    return state
 
 
 def declare_single_join(
@@ -137,12 +143,11 @@ def declare_single_join(
             side names, an out field no input has, no common field, bad timeouts, ``timeout_s``
             without ``event_time``, a join field named like an expired-output field, an out
             or join field named ``txid``, a state/output name already taken, or a ``state``
-            other than ``StateSpec.opaque(name)`` (a key-value spec: see
-            :func:`check_join_state`).
+            :func:`check_join_state` refuses.
         FieldNotFoundError: ``event_time`` or a join field missing from an input.
     """
     validate_name("join", name)
-    check_join_state(name, state)
+    state_spec = check_join_state(name, state)
     streams = list(streams)
     if len(streams) < 2 or not all(isinstance(s, Stream) for s in streams):
         msg = f"single_join {name!r} needs at least two Streams, got {streams!r}"
@@ -193,7 +198,6 @@ def declare_single_join(
     topology.claim(
         f"output {expired_name!r}", *topology.output_names(expired_name), check_only=True
     )
-    state_spec = StateSpec.opaque(name)
     node = Node(
         SINGLE_JOIN,
         tuple(spec.out_fields),

@@ -3,18 +3,20 @@
 Every persisted state is one :class:`StateKind`, told by the declaration that made its node
 (:func:`state_kind`, the only code that reads a state node's arguments to classify it):
 
-=================  ==============================================================
-kind               declared by
-=================  ==============================================================
-``combiner``       ``persistent_aggregate`` with a combiner (Count, Sum, Min, Max...)
-``reducer``        ``persistent_aggregate`` with a reducer (folds tuples in order)
-``updater``        ``partition_persist`` (the user's ``StateUpdater``)
-``single_join``    ``single_join`` (pending halves, expired after a timeout)
-``trident_window`` ``window`` (Trident's count and duration windows)
-``event_window``   ``window_aggregate`` (event-time windows with a watermark)
-``key_value``      ``persistent_aggregate`` into a ``RedisClusterState`` or
-                   ``MemcachedState`` (values updated on the executors)
-=================  ==============================================================
+===================  ==============================================================
+kind                 declared by
+===================  ==============================================================
+``combiner``         ``persistent_aggregate`` with a combiner (Count, Sum, Min, Max...)
+``reducer``          ``persistent_aggregate`` with a reducer (folds tuples in order)
+``updater``          ``partition_persist`` (the user's ``StateUpdater``)
+``single_join``      ``single_join`` (pending halves, expired after a timeout)
+``trident_window``   ``window`` (Trident's count and duration windows)
+``event_window``     ``window_aggregate`` (event-time windows with a watermark)
+``key_value``        ``persistent_aggregate`` into a ``RedisClusterState`` or
+                     ``MemcachedState`` (values updated on the executors)
+``key_value_join``   ``single_join`` into a ``RedisClusterState`` or ``MemcachedState``
+                     (pending halves updated on the executors)
+===================  ==============================================================
 
 A kind answers the capability questions the runtime asks (is it a map of keys to one value,
 may its txids be reordered, can it be built from the log alone); a new kind is one new
@@ -39,6 +41,8 @@ __all__ = [
     "Combiner",
     "EventWindowKind",
     "KEY_VALUE",
+    "KEY_VALUE_JOIN",
+    "KeyValueJoinKind",
     "KeyValueKind",
     "Reducer",
     "SingleJoinKind",
@@ -56,6 +60,8 @@ TRIDENT_WINDOW = "trident_window"
 """Node argument (and node kind) of a Trident window state."""
 KEY_VALUE = "key_value"
 """Kind name of a state kept in a key-value cluster (its spec is a ``KeyValueStateSpec``)."""
+KEY_VALUE_JOIN = "key_value_join"
+"""Kind name of a single join whose pending halves live in a key-value cluster."""
 
 
 class StateKind:
@@ -168,6 +174,20 @@ class KeyValueKind(StateKind):
     )
 
 
+class KeyValueJoinKind(SingleJoinKind):
+    """A single join whose pending halves live in a Redis Cluster or memcached.
+
+    Its halves are updated on the executors (each partition its own join keys); its meta
+    row and clock stay in the topology's store. Never pipelined, like every join.
+    """
+
+    name = KEY_VALUE_JOIN
+    log_refusal = (
+        "it is a single join kept in a key-value store: its pending halves and expiries "
+        "depend on the state as it was at each txid, not on the log alone"
+    )
+
+
 KINDS: dict[str, type[StateKind]] = {
     SINGLE_JOIN: SingleJoinKind,
     TRIDENT_WINDOW: TridentWindowKind,
@@ -184,6 +204,8 @@ def state_kind(node: Node) -> StateKind:
     Raises:
         TypeError: ``node`` declares no state (a bug: every state's node declares one).
     """
+    if SINGLE_JOIN in node.args and isinstance(node.args.get("spec"), KeyValueStateSpec):
+        return KeyValueJoinKind(node)
     for marker, kind in KINDS.items():
         if marker in node.args:
             return kind(node)

@@ -616,9 +616,10 @@ class TridentState:
         """The (key..., new value) tuples each batch produced.
 
         Raises:
-            ConfigError: the state is kept in a key-value store (its new values stay there).
+            ConfigError: a ``persistent_aggregate`` kept in a key-value store (its new values
+                stay there; a single join's joined tuples do come to the driver).
         """
-        if isinstance(self.spec, KeyValueStateSpec):
+        if isinstance(state_kind(self.node), KeyValueKind):
             msg = (
                 f"{self.spec.store} state {self.spec.name!r} has no new values stream: its "
                 "values are written by the executors and never come to the driver"

@@ -101,8 +101,9 @@ class TridentTopology:
         first arrival) into output ``<name>_expired``. A side arriving twice for a pending
         key raises (``on_duplicate="error"``) or replaces it (``"keep_latest"``). ``sides``
         names the inputs (default: their spout ids). ``state``: where the halves are kept,
-        ``StateSpec.opaque(name)`` (the default: the topology's store); a key-value spec
-        (``RedisClusterState``, ``MemcachedState``) is refused. See
+        ``StateSpec.opaque(name)`` (the default: the topology's store), or
+        ``RedisClusterState.opaque(name, servers)`` / ``MemcachedState.opaque(name,
+        servers)`` (the halves on those servers, updated by the Spark executors). See
         :mod:`trident_assets.stream.single_join`.
 
         Raises:
