@@ -302,3 +302,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     config.option.loadscopereorder = False
     return SharedUnits(config, log)
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Redis Cluster (3 masters, a replica each) on 127.0.0.1 for one test module.
+
+    Per module: a module's tests may kill a master; stopped by PID at the module's end.
+    """
+    from trident_assets.backends.kv_servers import RedisClusterServers
+
+    cluster = RedisClusterServers(tmp_path_factory.mktemp("redis"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def memcached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Three memcached servers on 127.0.0.1 for one test module, stopped by PID at its end."""
+    from trident_assets.backends.kv_servers import MemcachedServers
+
+    servers = MemcachedServers(tmp_path_factory.mktemp("memcached"))
+    try:
+        yield servers
+    finally:
+        servers.stop()

@@ -46,24 +46,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
-    cluster = RedisClusterServers(tmp_path_factory.mktemp("redis"))
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def memcached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemcachedServers]:
-    servers = MemcachedServers(tmp_path_factory.mktemp("memcached"))
-    try:
-        yield servers
-    finally:
-        servers.stop()
-
-
 def _spec(store: str, servers: list[str], **options: Any) -> Any:
     cls = ta.RedisClusterState if store == "redis" else ta.MemcachedState
     return cls.opaque("people", servers, **options)

@@ -9,7 +9,7 @@ Redis master or restart a memcached server come last (or use servers of their ow
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,24 +50,6 @@ MORE = (
     "a stitch in time saves nine",
     "the early bird catches the worm",
 )
-
-
-@pytest.fixture(scope="module")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
-    cluster = RedisClusterServers(tmp_path_factory.mktemp("redis"))
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def memcached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemcachedServers]:
-    servers = MemcachedServers(tmp_path_factory.mktemp("memcached"))
-    try:
-        yield servers
-    finally:
-        servers.stop()
 
 
 @pytest.fixture(params=["redis", "memcached"])

@@ -28,7 +28,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import pyarrow as pa
 
@@ -60,7 +60,14 @@ if TYPE_CHECKING:
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["DEFAULT_COMPACTION", "DEFAULT_MAX_SPOUT_PENDING", "Fault", "Runner", "TxidRun"]
+__all__ = [
+    "DEFAULT_COMPACTION",
+    "DEFAULT_MAX_SPOUT_PENDING",
+    "Fault",
+    "Runner",
+    "RunnerOptions",
+    "TxidRun",
+]
 
 DEFAULT_COMPACTION = CompactionPolicy()
 DEFAULT_MAX_SPOUT_PENDING = 10
@@ -70,6 +77,17 @@ Fault = Callable[[str], None]
 """Called at named points of a batch (``after_emit``, ``after_state_write``,
 ``before_commit``, and ``after_commit`` before the replica is published); the chaos tests
 kill the process there."""
+
+
+class RunnerOptions(TypedDict, total=False):
+    """The options of a runner (see :meth:`Runner.__init__`), for its engines' subclasses."""
+
+    fault: Fault | None
+    compaction: CompactionPolicy | None
+    max_spout_pending: int
+    replica: Replica | None
+    keep_txids: int
+    clock: Callable[[], float] | None
 
 
 class TxidRun(Protocol):

@@ -23,22 +23,13 @@ Data moves between Spark and the state store (DuckDB or PostgreSQL) only as Arro
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from trident_assets.backends.compaction import CompactionPolicy
-from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.planner import all_nodes
 from trident_assets.runtime.backfill_plans import BackfillOutcome
 from trident_assets.runtime.batch_tables import DEAD_LETTERS
 from trident_assets.runtime.outcomes import GLOBAL_COLUMN, BatchOutcome, StateOutcome
-from trident_assets.runtime.runner import (
-    DEFAULT_COMPACTION,
-    DEFAULT_MAX_SPOUT_PENDING,
-    Fault,
-    Runner,
-)
+from trident_assets.runtime.runner import Runner, RunnerOptions
 from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
 from trident_assets.spark.declared_types import check_value_types
@@ -71,40 +62,19 @@ class TopologyRunner(Runner):
         spark: Any,
         store: StateStore,
         log: Any,
-        *,
-        fault: Fault | None = None,
-        compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
-        max_spout_pending: int = DEFAULT_MAX_SPOUT_PENDING,
-        replica: Replica | None = None,
-        keep_txids: int = DEFAULT_KEEP_TXIDS,
-        clock: Callable[[], float] | None = None,
+        **options: Unpack[RunnerOptions],
     ) -> None:
-        """Bind the topology to its runtime resources.
+        """Bind the topology to a Spark session, its store and its log.
 
-        ``compaction``: when to compact a state's versioned log after a batch commits
-        (None: never; ``store.compact`` by hand). ``max_spout_pending``: how many
-        consecutive txids :meth:`run_batches` may process in one Spark job (1: one by one).
-        ``replica``: where each committed txid is published for lock-free readers (the
-        TridentIOManager, the CLI); txids committed but not yet published (a crash between
-        the two) are published first. ``keep_txids``: how many recent txids the replica
-        keeps readable as of a txid. ``clock``: the time (seconds) a txid is stamped with
-        when it commits, for duration windows (default ``time.time``).
+        ``options``: those of :class:`~trident_assets.runtime.runner.Runner` (``fault``,
+        ``compaction``, ``max_spout_pending`` (how many consecutive txids may share one
+        Spark job), ``replica``, ``keep_txids``, ``clock``).
         """
         self.spark = spark
         self.spill: Any = None
         """How executors write partials for the store (``trident.partials.spill``; None:
         collected to the driver)."""
-        super().__init__(
-            topology,
-            store,
-            log,
-            fault=fault,
-            compaction=compaction,
-            max_spout_pending=max_spout_pending,
-            replica=replica,
-            keep_txids=keep_txids,
-            clock=clock or time.time,
-        )
+        super().__init__(topology, store, log, **options)
 
     def start_engine(self) -> None:
         """Check the declared value types (DataFrame analysis only), ship the code, open spill."""
