@@ -170,6 +170,28 @@ def _wait_for(what: str, ready: Any, timeout_s: float, log: Path) -> None:
         time.sleep(POLL_S)
 
 
+def _timed_appends(
+    records: int,
+    append: Any,
+    rng: random.Random,
+    gap_s: float,
+    gap_max_s: float | None,
+    seen: dict[str, float] | None,
+    log: Path,
+) -> list[str]:
+    """Append the timed records 1..``records``, a random gap after each; their tokens.
+
+    ``seen``: where each record shows up once done: the next waits for it (None: no wait).
+    """
+    for i in range(1, records + 1):
+        token = append(i)
+        if seen is not None:
+            _wait_for(f"record {i}", lambda t=token: t in seen, 300, log)
+        high = gap_s if gap_max_s is None else gap_max_s
+        time.sleep(rng.uniform(gap_s, high))
+    return [f"rec{i}" for i in range(1, records + 1)]
+
+
 def _start_peer(tmp: Path) -> tuple[subprocess.Popen[str], Path, Path]:
     """The Structured Streaming peer, once its query runs: (process, input dir, stamps)."""
     in_dir, out_dir = tmp / "ss_in", tmp / "ss_out"
@@ -292,13 +314,8 @@ def measure(
             load = _Load(log, rate, ss_in)
             load.start()
             time.sleep(5.0)  # the load in a steady state before the first timed record
-        for i in range(1, records + 1):
-            token = append(i)
-            if wait_commit:
-                _wait_for(f"record {i}", lambda t=token: t in watcher.committed, 300, out_path)
-            high = gap_s if gap_max_s is None else gap_max_s
-            time.sleep(rng.uniform(gap_s, high))
-        tokens = [f"rec{i}" for i in range(1, records + 1)]
+        seen = watcher.committed if wait_commit else None
+        tokens = _timed_appends(records, append, rng, gap_s, gap_max_s, seen, out_path)
         _wait_for(
             "every record committed",
             lambda: (
@@ -390,13 +407,8 @@ def measure_peer(
             load = _Load(None, rate, ss_in)
             load.start()
             time.sleep(5.0)
-        for i in range(1, records + 1):
-            token = append(i)
-            if wait_commit:
-                _wait_for(f"record {i}", lambda t=token: t in watcher.peer, 300, log)
-            high = gap_s if gap_max_s is None else gap_max_s
-            time.sleep(rng.uniform(gap_s, high))
-        tokens = [f"rec{i}" for i in range(1, records + 1)]
+        seen = watcher.peer if wait_commit else None
+        tokens = _timed_appends(records, append, rng, gap_s, gap_max_s, seen, log)
         _wait_for(
             "every record in the peer", lambda: all(t in watcher.peer for t in tokens), 300, log
         )
