@@ -373,7 +373,7 @@ class Runner(ABC):
             timings["publish"] = time.perf_counter() - t_publish
         if outcome.applied and self.compaction is not None:
             t_compact = time.perf_counter()
-            live = {s.table: s.size for s in outcome.states.values()}
+            live = {s.table: s.size for s in outcome.states.values() if s.size is not None}
             outcome.compacted = maybe_compact(self.store, live, self.compaction)
             timings["compact"] = time.perf_counter() - t_compact
         timings["total"] = sum(timings.values())
