@@ -85,6 +85,7 @@ from trident_assets.core.protocols import Key
 from trident_assets.errors import StaleTxidError, StateLayoutError, TridentError
 
 __all__ = [
+    "check_entry",
     "ARRIVED_TS",
     "ARRIVED_TXID",
     "EXPIRED_FIELDS",
@@ -147,7 +148,12 @@ class JoinBatchResult:
     pending_after: int
 
 
-def _check_entry(spec: SingleJoin, key: Key, entry: Any) -> dict[str, Any]:
+def check_entry(spec: SingleJoin, key: Key, entry: Any) -> dict[str, Any]:
+    """``entry`` if it is a pending entry of this join (a dict of its sides and arrival).
+
+    Raises:
+        StateLayoutError: it is not (the name shared with another join or state).
+    """
     sides = spec.sides
     if (
         not isinstance(entry, dict)
@@ -270,7 +276,7 @@ def apply_join_batch(
         if entry is None:
             before[key] = current[key] = None
             continue
-        before[key] = current[key] = _check_entry(spec, key, entry)
+        before[key] = current[key] = check_entry(spec, key, entry)
         reason = expiry_reason(spec, entry, txid, ts)
         if reason is not None:
             present = tuple(side for side in spec.sides if side in entry)

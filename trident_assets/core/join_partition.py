@@ -30,12 +30,12 @@ from trident_assets.core.join import (
     ARRIVED_TXID,
     ExpiredHalf,
     SingleJoin,
+    check_entry,
     expiry_reason,
 )
 from trident_assets.core.protocols import Key
-from trident_assets.errors import StateLayoutError
 
-__all__ = ["Duplicate", "FoldedKeys", "JoinRow", "check_entry", "fold_keys"]
+__all__ = ["Duplicate", "FoldedKeys", "JoinRow", "fold_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,28 +73,6 @@ class FoldedKeys:
     joined: list[tuple[int, int, dict[str, Any]]]
     expired: list[ExpiredHalf]
     duplicate: Duplicate | None
-
-
-def check_entry(spec: SingleJoin, key: Key, entry: Any) -> dict[str, Any]:
-    """``entry`` if it is a pending entry of this join (a dict of its sides and arrival).
-
-    Raises:
-        StateLayoutError: it is not (the name shared with another join or state).
-    """
-    sides = spec.sides
-    reserved = (ARRIVED_TXID, ARRIVED_TS)
-    if (
-        not isinstance(entry, dict)
-        or not isinstance(entry.get(ARRIVED_TXID), int)
-        or any(k not in reserved and k not in sides for k in entry)
-    ):
-        msg = (
-            f"the pending join entry for key {key!r} is {entry!r}; expected a dict of the sides "
-            f"{list(sides)} plus {ARRIVED_TXID!r} and {ARRIVED_TS!r}. Is this state shared "
-            "with another join?"
-        )
-        raise StateLayoutError(msg)
-    return entry
 
 
 def fold_keys(
