@@ -136,7 +136,7 @@ def window_input(run: BatchContext, state: WindowedState) -> StateInput:
         spout_rows = fold[1].select(*reuse(state, "spout_dead", None, parent, _spout_dead_rows))
         result = result.unionByName(spout_rows, allowMissingColumns=True)
     table = result.toArrow()
-    # BatchRun.prepare reads the dead letters only if there are any
+    # the dead letters job (spark/dead_letter_jobs.py) reads them only if there are any
     counted = {} if observed is None else count_dead(observed[1])
     folded: dict[str, pa.Table] = {}
     if fold is not None:

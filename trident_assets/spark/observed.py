@@ -1,7 +1,7 @@
 """A node's DataFrame whose first action also counts its spout's dead letters.
 
 Rebuilt from the spout with an ``Observation`` on the scheme's decode: the action that
-computes a state over it counts the records that failed too, so ``BatchRun.prepare`` runs
+computes a state over it counts the records that failed too, so the batch phase runs
 a dead-letter job only when there are any (usually none), instead of reading the batch
 again. The plan must read the observed records once (an observation counted twice would
 count them twice).
@@ -64,7 +64,8 @@ def observed_frame(
 def count_dead(observed: Observed) -> dict[str, int]:
     """After the first action over an :func:`observed_frame` DataFrame: its spout's dead letters.
 
-    ``BatchRun.prepare`` fetches the spout's dead letters only when there are any.
+    The dead letters job (:mod:`~trident_assets.spark.dead_letter_jobs`) fetches the spout's
+    dead letters only when there are any.
     Adaptive execution may drop the observed node (see :func:`observed_metrics`): the count
     is then unknown (``{}``), and the spout's dead letters are fetched by a job of their own.
     Returns ``{spout id: dead letters counted}`` for a
