@@ -31,6 +31,7 @@ from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import DEAD_LETTERS, TopologyRunner
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.topology import TridentTopology
+from trident_assets_tests.faults import Crash, crash_at
 
 REPO = Path(__file__).resolve().parents[1]
 MALFORMED = [b"\xff\xfe broken", b"truncated \xc3", b"\x80 lone continuation"]
@@ -234,18 +235,6 @@ def test_same_txid_in_two_threads_of_one_process_counts_once(
 # -- txid N+2 while N+1 is pending ----------------------------------------------------------------
 
 
-class _Crash(RuntimeError):
-    pass
-
-
-def _crash_at(point: str) -> Any:
-    def fault(where: str) -> None:
-        if where == point:
-            raise _Crash(where)
-
-    return fault
-
-
 @pytest.mark.parametrize("kind", [SpoutKind.OPAQUE, SpoutKind.TRANSACTIONAL])
 def test_txid_n_plus_2_while_n_plus_1_pending_is_refused(
     spark: Any, tmp_path: Path, kind: SpoutKind
@@ -257,8 +246,8 @@ def test_txid_n_plus_2_while_n_plus_1_pending_is_refused(
         runner = TopologyRunner(topo, spark, store, log)
         assert runner.run_batch(1).applied
         # txid 2 emitted (a transactional spout records its ranges), then fails
-        with pytest.raises(_Crash):
-            TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write")).run_batch(
+        with pytest.raises(Crash):
+            TopologyRunner(topo, spark, store, log, fault=crash_at("after_state_write")).run_batch(
                 2
             )
         pending = _snapshot(store, topo)
@@ -340,8 +329,8 @@ def test_malformed_records_all_in_dead_letters_exactly_once_across_a_replay(
     topo = build_word_count("wc_dead", max_batch_size=5)
     with DuckDBStore(tmp_path / "state.duckdb") as store:
         # the first attempt of txid 1 reads and decodes, then crashes before its commit
-        with pytest.raises(_Crash):
-            TopologyRunner(topo, spark, store, log, fault=_crash_at("before_commit")).run_batch(1)
+        with pytest.raises(Crash):
+            TopologyRunner(topo, spark, store, log, fault=crash_at("before_commit")).run_batch(1)
         assert store.conn.execute(f"SELECT count(*) FROM {DEAD_LETTERS}").fetchall() == [(0,)]
         runner = TopologyRunner(topo, spark, store, log)
         reported = 0

@@ -40,6 +40,7 @@ from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.state_kinds import KeyValueJoinKind, state_kind
 from trident_assets.stream.topology import TridentTopology
+from trident_assets_tests.faults import Crash, crash_at
 
 pytestmark = pytest.mark.skipif(
     not servers_installed(), reason="needs memcached and redis-server (scripts/setup.sh)"
@@ -96,18 +97,6 @@ def _seed(log: PartitionedLog, seed: int = 7, ids: int = 30) -> None:
     rng.shuffle(ages)
     _send(log, "genders", genders)
     _send(log, "ages", ages)
-
-
-class _Crash(RuntimeError):
-    pass
-
-
-def _crash_at(point: str) -> Any:
-    def fault(where: str) -> None:
-        if where == point:
-            raise _Crash(where)
-
-    return fault
 
 
 def _rows(store: Any, topo: TridentTopology, output: str, txid: int) -> list[Any]:
@@ -201,8 +190,8 @@ def test_joined_and_expired_per_txid_match_duckdb_across_a_crash_and_a_replay(
     _seed(run.log, ids=24)
     results = [run.run(1)]
     for label in ("redis", "memcached"):
-        with pytest.raises(_Crash):
-            run.runner(label, _crash_at("after_state_write")).run_batch(2)
+        with pytest.raises(Crash):
+            run.runner(label, crash_at("after_state_write")).run_batch(2)
         assert run.stores[label].last_committed(run.topos[label].name) == 1
     _send(run.log, "ages", [{"id": 40, "age": 2, "ts": 0.0}, {"id": 0, "age": 1, "ts": 0.0}])
     _send(run.log, "genders", [{"id": 40, "gender": "f", "ts": 1.0}])
@@ -452,9 +441,9 @@ def test_redis_master_killed_mid_batch_and_replica_promoted_then_exact(
     def kill(where: str) -> None:  # the executors wrote and waited for the replicas
         if where == "after_state_write":
             redis_cluster.kill(victim)
-            raise _Crash(where)
+            raise Crash(where)
 
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         run.runner("redis", kill).run_batch(2)
     redis_cluster.wait_promoted(victim)  # its replica took over (cluster-node-timeout 1 s)
     redis_cluster.start_node(victim)  # comes back as the new master's replica

@@ -40,6 +40,7 @@ from trident_assets.spark.state_apply import read_state
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.state_kinds import KeyValueKind, state_kind
 from trident_assets.stream.topology import StateSpec, TridentTopology
+from trident_assets_tests.faults import Crash, crash_at
 
 pytestmark = pytest.mark.skipif(
     not servers_installed(), reason="needs memcached and redis-server (scripts/setup.sh)"
@@ -137,18 +138,6 @@ def _drain(runner: TopologyRunner) -> int:
     return runner.last_committed() or 0
 
 
-class _Crash(RuntimeError):
-    pass
-
-
-def _crash_at(point: str) -> Any:
-    def fault(where: str) -> None:
-        if where == point:
-            raise _Crash(where)
-
-    return fault
-
-
 # -- the word count, several txids ----------------------------------------------------------
 
 
@@ -186,8 +175,8 @@ def test_non_transactional_state_counts_a_rerun_twice(
     with pytest.warns(ta.ExactlyOnceWarning, match="counts replays twice"):
         topo = _topology("wc_nontx", _spec("memcached", "non_transactional", memcached.servers))
     with DuckDBStore(tmp_path / "state.duckdb") as store:
-        crashing = TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write"))
-        with pytest.raises(_Crash):
+        crashing = TopologyRunner(topo, spark, store, log, fault=crash_at("after_state_write"))
+        with pytest.raises(Crash):
             crashing.run_batch(1)
         assert TopologyRunner(topo, spark, store, log).run_batch(1).applied
     assert _counts(topo, ["the", "cow"]) == {"the": 4, "cow": 2}
@@ -210,8 +199,8 @@ def test_killed_after_executor_writes_then_rerun_is_exact(
     with DuckDBStore(tmp_path / "state.duckdb") as store:
         runner = TopologyRunner(topo, spark, store, log)
         assert runner.run_batch(1).applied
-        crashing = TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write"))
-        with pytest.raises(_Crash):
+        crashing = TopologyRunner(topo, spark, store, log, fault=crash_at("after_state_write"))
+        with pytest.raises(Crash):
             crashing.run_batch(2)
         assert store.last_committed(topo.name) == 1  # the servers hold txid 2's writes
         rerun = runner.run_batch(2)
@@ -238,8 +227,8 @@ def test_opaque_rerun_with_different_batch_counts_once(
         runner = TopologyRunner(topo, spark, store, log)
         assert runner.run_batch(1).applied
         _send(log, SENTENCES[2:4])
-        crashing = TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write"))
-        with pytest.raises(_Crash):
+        crashing = TopologyRunner(topo, spark, store, log, fault=crash_at("after_state_write"))
+        with pytest.raises(Crash):
             crashing.run_batch(2)  # wrote SENTENCES[2:4]'s counts under txid 2
         _send(log, MORE)  # the re-run of txid 2 reads these too: a different batch
         rerun = runner.run_batch(2)
@@ -545,8 +534,8 @@ def test_size_and_nulls_match_a_state_in_the_store(
         assert not runner.run_batch(2).applied  # a committed replay: nothing changes
         assert _size(topo, "sums") == kv(4)
         _send_events(log, NULLS_BATCHES[2])
-        crashing = TopologyRunner(topo, spark, store, log, fault=_crash_at("after_state_write"))
-        with pytest.raises(_Crash):
+        crashing = TopologyRunner(topo, spark, store, log, fault=crash_at("after_state_write"))
+        with pytest.raises(Crash):
             crashing.run_batch(3)
         assert store.last_committed(topo.name) == 2
         assert _size(topo, "sums") == kv(6)  # the attempt's new keys f and h, counted once

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Self
 
@@ -93,7 +94,7 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait(5)
 
 
-class _Stopped:
+class _Stopped(ABC):
     """Servers used as a context manager: stopped by PID on the way out."""
 
     def __enter__(self) -> Self:
@@ -102,9 +103,9 @@ class _Stopped:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @abstractmethod
     def stop(self) -> None:
         """Stop every server by PID."""
-        raise NotImplementedError
 
 
 class MemcachedServers(_Stopped):
