@@ -35,6 +35,7 @@ live mode for the live run's launch). ``trident ui`` is stopped at the end (SIGT
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import signal
@@ -105,6 +106,30 @@ def _run_split(instance: Any, txid: int, appended: float) -> dict[str, float]:
             "queue": launched - created,
             "start": begun - launched,
         }
+    return {}
+
+
+def _live_stages(instance: Any) -> dict[str, float]:
+    """Medians over the live run's txids: each stage's seconds and the time between commits.
+
+    Read from the txid materializations of the spout asset (their ``*_s`` timings metadata);
+    ``between_commits`` is the median gap between two consecutive txids' materializations.
+    """
+    for key in instance.get_asset_keys():
+        records = instance.fetch_materializations(key, limit=10_000).records
+        metas = [r.asset_materialization.metadata for r in records if r.asset_materialization]
+        if not metas or "spark_s" not in metas[0] or "offsets" not in metas[0]:
+            continue
+        stages = sorted({k for m in metas for k in m if k.endswith("_s")})
+        medians = {
+            k[:-2]: statistics.median(float(m[k].value) for m in metas if k in m) for k in stages
+        }
+        stamps = sorted(r.timestamp for r in records)
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        if gaps:
+            medians["between_commits"] = statistics.median(gaps)
+        medians["txids"] = len(metas)
+        return {k: round(v, 3) for k, v in medians.items()}
     return {}
 
 
@@ -326,8 +351,11 @@ def measure(
             out_path,
         )
         splits: list[dict[str, float]] = []
-        if not live:
-            instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
+        stages: dict[str, float] = {}
+        instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
+        if live:
+            stages = _live_stages(instance)
+        else:
             for t in tokens:
                 split = _run_split(instance, watcher.txid_of[t], appended[t])
                 split["batch"] = watcher.committed[t] - appended[t] - sum(split.values())
@@ -357,6 +385,8 @@ def measure(
     if load is not None:
         result["load_records_per_s"] = rate
         result["load_records"] = load.appended
+    if stages:
+        result["median_stages_s"] = stages
     if splits:
         phases = {k: statistics.median(s.get(k, 0.0) for s in splits) for k in splits[0]}
         result["median_phases_s"] = {k: round(v, 2) for k, v in phases.items()}

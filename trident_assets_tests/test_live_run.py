@@ -300,3 +300,87 @@ def test_a_txid_committed_but_never_reported_is_reported_by_the_next_live_run(
     )
     assert _published(home) == 2
     assert _counts(home) == _truth(list(SENTENCES[:2]))
+
+
+def test_checks_evaluated_while_the_log_is_idle_cover_every_committed_txid(
+    home: Path, instance, spark
+) -> None:
+    """Checks run between txids (the log idle): each covers every txid committed until then."""
+    settings = LiveSettings(poll_interval_s=0.05, idle_s=30, check_every_s=0.2, max_txids=3)
+    job = _live_job(home, settings)
+    sentences = list(SENTENCES[:3])
+
+    def producer() -> None:  # a txid, then an idle log long enough for the checks
+        for i, sentence in enumerate(sentences, start=1):
+            _append(home, sentence)
+            _wait_published(home, i)
+            time.sleep(1.0)
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    try:
+        result = job.execute_in_process(instance=instance, tags={LIVE_TAG: "true"})
+    finally:
+        thread.join(timeout=180)
+    assert result.success
+    evaluations = [
+        e.metadata
+        for e in result.get_asset_check_evaluations()
+        if (e.asset_key.path[-1], e.check_name) == ("sentences_batch", "txids_contiguous")
+    ]
+    seen = [(m["last_txid"].value, m["store_last_committed"].value) for m in evaluations]
+    assert seen == [(1, 1), (2, 2), (3, 3)]
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    assert _counts(home) == _truth(sentences)
+
+
+def _split_or_fail(sentence: str) -> list[tuple[str]]:
+    if "boom" in sentence.split():
+        msg = "a sentence says boom"
+        raise ValueError(msg)
+    return [(w,) for w in sentence.split()]
+
+
+def test_a_failing_txid_fails_the_live_run_with_its_error_and_commits_nothing_of_it(
+    home: Path, instance, spark
+) -> None:
+    import trident_assets as ta
+    from trident_assets.status import last_failure
+
+    topo = ta.TridentTopology("word_count")
+    config = ta.SpoutConfig(kind=ta.SpoutKind.OPAQUE)
+    (
+        topo.new_stream("sentences", ta.LogSpout("sentences", ta.StringScheme("sentence"), config))
+        .each("sentence", ta.PyFunction(_split_or_fail, {"word": "string"}), "word")
+        .group_by("word")
+        .persistent_aggregate(ta.StateSpec.opaque("word_counts"), "word", ta.Count(), "count")
+    )
+    settings = LiveSettings(poll_interval_s=0.05, idle_s=30, max_txids=3)
+    defs = trident_definitions(
+        [topo], TridentResource(home=str(home)), live=True, live_settings=settings
+    )
+    job = defs.resolve_job_def("word_count_live")
+
+    def producer() -> None:
+        _append(home, "the cow")
+        _wait_published(home, 1)
+        _append(home, "the boom")
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    try:
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+    finally:
+        thread.join(timeout=180)
+    assert not result.success
+    message = _failure(result)
+    assert message.startswith("each(sentence) -> sentence, word [PyFunction]: "), message
+    assert "ValueError: a sentence says boom" in message
+    assert _counts(home) == {"the": 1, "cow": 1}
+    with TridentResource(home=str(home)).store() as store:
+        assert store.last_committed("word_count") == 1
+    failure = last_failure(home, "word_count")
+    assert failure is not None
+    assert (failure["txid"], failure["run"]) == (2, result.run_id)
+    done = instance.get_materialized_partitions(dg.AssetKey(["word_count", "word_counts"]))
+    assert done == {"0000000001"}

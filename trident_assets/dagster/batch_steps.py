@@ -28,6 +28,7 @@ from trident_assets.stream.topology import TridentTopology
 __all__ = [
     "caught_up",
     "fail_txid",
+    "failed",
     "failures_recorded",
     "opened_store",
     "quarantine_txid",
@@ -76,10 +77,25 @@ def failures_recorded(
         for outcome in outcomes:
             done += 1
             yield outcome
-    except OutOfOrderCommitError:
-        raise
     except Exception as exc:
-        fail_txid(context, trident, topology, txids[done], exc)
+        failed(context, trident, topology, txids[done], exc)
+
+
+def failed(
+    context: StepContext,
+    trident: TridentResource,
+    topology: TridentTopology,
+    txid: int,
+    exc: BaseException,
+) -> NoReturn:
+    """Re-raise ``exc``, raised while ``txid`` ran.
+
+    As :func:`fail_txid` does, unless it is not the txid's own failure (an out-of-order
+    commit, an interrupt): that is raised as it is.
+    """
+    if isinstance(exc, OutOfOrderCommitError) or not isinstance(exc, Exception):
+        raise exc
+    fail_txid(context, trident, topology, txid, exc)
 
 
 def fail_txid(

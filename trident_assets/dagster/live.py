@@ -29,7 +29,7 @@ committed is replayed (its recorded ranges) by the next live run.
 
 import time
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import dagster as dg
@@ -38,7 +38,7 @@ from dagster_pyspark import LazyPySparkResource
 from trident_assets.dagster.batch_events import batch_events, summary
 from trident_assets.dagster.batch_steps import (
     caught_up,
-    failures_recorded,
+    failed,
     opened_store,
     quarantine_txid,
     topology_runner,
@@ -53,6 +53,8 @@ from trident_assets.dagster.in_flight import (
     TXID_TAG,
     touches_topology,
 )
+from trident_assets.dagster.live_commits import Failed, LiveCommitter
+from trident_assets.dagster.live_settings import LiveSettings
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.window_assets import FinalsAsset, finals_events
@@ -74,41 +76,6 @@ __all__ = [
 
 LIVE_TAG = "trident/live"
 """Run tag of a live run (``true``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LiveSettings:
-    """How a live run polls, when it evaluates the checks and when it ends."""
-
-    poll_interval_s: float = 0.1
-    """Seconds between two looks at the log while no records wait."""
-    idle_s: float = 60.0
-    """The run ends after this long without a record to commit."""
-    max_duration_s: float = 900.0
-    """The run ends (after the txid in hand) once it has run this long."""
-    max_txids: int = 0
-    """The run ends once it committed this many txids (0: no limit)."""
-    check_every_s: float = 30.0
-    """Evaluate the asset checks at most this often while the run lasts (the log idle)."""
-    max_catch_up: int = 10
-    """The most waiting batches one call of the runner takes (they share Spark jobs)."""
-
-    def __post_init__(self) -> None:
-        """Validate the settings.
-
-        Raises:
-            ConfigError: a setting is out of range.
-        """
-        for name in ("poll_interval_s", "idle_s", "max_duration_s", "check_every_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                msg = f"LiveSettings.{name} must be a number of seconds > 0, got {value!r}"
-                raise ConfigError(msg)
-        for name, low in (("max_txids", 0), ("max_catch_up", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                msg = f"LiveSettings.{name} must be an integer >= {low}, got {value!r}"
-                raise ConfigError(msg)
 
 
 def live_topologies(live: bool | Collection[str] | None, names: Sequence[str]) -> set[str]:
@@ -289,7 +256,6 @@ def _run_live(
     attempt = int(context.run.tags.get("trident/attempt", "0"))
     tagged = context.run.tags.get(TXID_TAG)  # the coordinator's next txid, if it launched us
     first_guess = int(tagged) if tagged else 1
-    partitions = txid_partitions(name).name
     context.log.info(f"Spark: {trident.spark_target}")
     spark = pyspark.spark_session
     with opened_store(context, trident, topology, first_guess) as store:
@@ -299,53 +265,54 @@ def _run_live(
         # commit and its events) are re-run first: nothing changes, their observations say so
         next_txid = first_guess if tagged and first_guess <= last else last + 1
         yield from caught_up(context, trident, topology, runner, keys, next_txid)
+        reason = context.run.tags.get(QUARANTINE_TAG)
+        committer = LiveCommitter(
+            runner,
+            context.instance,
+            context.run_id,
+            txid_partitions(name).name,
+            live,
+            next_txid,
+            pending=lambda: pending_batches(runner),
+            quarantine=(
+                None
+                if reason is None
+                else lambda txids: quarantine_txid(context, runner, txids, reason)
+            ),
+        )
         done: list[BatchOutcome] = []  # the run's outcomes, without previews (checks read them)
         unchecked = 0
         started = last_record = last_check = time.monotonic()
-        reason = context.run.tags.get(QUARANTINE_TAG)
-        cursor = next_txid  # the next txid this run reports
-        while True:
-            now = time.monotonic()
-            if (
-                now - started >= live.max_duration_s
-                or now - last_record >= live.idle_s
-                or (live.max_txids and len(done) >= live.max_txids)
-            ):
-                break
-            count = 1 if reason is not None else pending_batches(runner)
-            first = (runner.last_committed() or 0) + 1
-            if reason is None and cursor < first:  # committed txids Dagster did not see
-                first, count = cursor, first - cursor + count
-            if count == 0:
-                if unchecked and now - last_check >= live.check_every_s:
-                    yield from _checks(context, topology, keys, check_settings, runner, done)
-                    unchecked, last_check = 0, time.monotonic()
-                time.sleep(live.poll_interval_s)
-                continue
-            limit = live.max_catch_up
-            if live.max_txids:
-                limit = min(limit, live.max_txids - len(done))
-            txids = list(range(first, first + min(count, limit)))
-            context.instance.add_dynamic_partitions(partitions, [txid_key(t) for t in txids])
-            # the txid this run works on: if it dies, the coordinator counts an attempt of it
-            context.instance.add_run_tags(context.run_id, {TXID_TAG: txid_key(first)})
-            if reason is not None:  # a quarantine run: set the first txid aside, then go on
-                batches = quarantine_txid(context, runner, txids, reason)
-                reason = None
-            else:
-                batches = runner.run_batches(txids)
-            for outcome in failures_recorded(context, trident, topology, txids, batches):
-                context.log.info(summary(outcome))
-                tries = attempt if outcome.txid == next_txid else 0
-                yield from batch_events(topology, keys, outcome, tries, True, ())
-                yield from finals_events(finals, store, outcome, context.instance)
-                done.append(replace(outcome, previews={}))
-                unchecked += 1
-                if outcome.txid + 1 in txids:  # the next txid of the chunk is the one in hand
-                    tag = {TXID_TAG: txid_key(outcome.txid + 1)}
-                    context.instance.add_run_tags(context.run_id, tag)
-            cursor = txids[-1] + 1
+
+        def logged(outcome: BatchOutcome | Failed) -> Iterator[Any]:
+            nonlocal unchecked, last_record
+            if isinstance(outcome, Failed):
+                failed(context, trident, topology, outcome.txid, outcome.error)
+            context.log.info(summary(outcome))
+            tries = attempt if outcome.txid == next_txid else 0
+            yield from batch_events(topology, keys, outcome, tries, True, ())
+            yield from finals_events(finals, store, outcome, context.instance)
+            done.append(replace(outcome, previews={}))
+            unchecked += 1
             last_record = time.monotonic()
+
+        committer.start()
+        try:
+            for item in committer.items_until_done(live.poll_interval_s):
+                if item is not ...:
+                    yield from logged(item)
+                now = time.monotonic()
+                if now - started >= live.max_duration_s or now - last_record >= live.idle_s:
+                    committer.stopping.set()  # ends after the txids in hand
+                if item is ... and unchecked and now - last_check >= live.check_every_s:
+                    with committer.lock:  # the store is the committer's between its polls
+                        for queued in list(committer.queued()):
+                            yield from logged(queued)
+                        yield from _checks(context, topology, keys, check_settings, runner, done)
+                    unchecked, last_check = 0, time.monotonic()
+        finally:
+            committer.stopping.set()
+            committer.join()
         if unchecked:
             yield from _checks(context, topology, keys, check_settings, runner, done)
         context.log.info(

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+
     import pyarrow as pa
 
     from trident_assets.backends.state_store import StateStore
@@ -33,8 +35,9 @@ class RunContext(Protocol):
     """The embedded log or a Kafka cluster the spouts read."""
     spill: Any
     """How executors write partials for the store (None: collected to the driver)."""
-    no_dead_letters: dict[str, pa.Table]
-    """Per spout: an empty table of its dead letters (found once per runner)."""
+    empty_tables: dict[Hashable, pa.Table]
+    """Empty Arrow tables of the topology's frames, found once per runner (by a key naming
+    the frame: :func:`~trident_assets.spark.node_frames.empty_table`)."""
 
     def fault(self, point: str) -> None:
         """Called at the named points of a batch (the chaos tests kill the process there)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
@@ -154,9 +154,10 @@ class Runner(ABC):
         self.meta = DuckDBSpoutMetaStore(store)  # creates its table: after the checks
         self._joins_after = joining_spouts(topology, store, self.meta, startup.last)
         """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
-        self.no_dead_letters: dict[str, pa.Table] = {}
-        """Per spout: an empty table of its dead letters (their schema, found once per runner:
-        a batch with none builds no DataFrame for them)."""
+        self.empty_tables: dict[Hashable, pa.Table] = {}
+        """Empty Arrow tables of the topology's frames (their schemas: a spout's dead letters,
+        a state's partials, an output), found once per runner. Each costs the engine a plan
+        analysis, and a frame's schema does not change from one txid to the next."""
         self.start_engine()  # the engine's checks: before any job or write
         ensure_dead_letters_table(store)
         self.replica = replica

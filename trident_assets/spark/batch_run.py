@@ -52,7 +52,7 @@ from trident_assets.spark.batch_commit import commit_txid_run
 from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.dead_letter_jobs import SpoutDeadLetters
 from trident_assets.spark.event_window_chunks import window_chunk_job
-from trident_assets.spark.node_frames import NodeFrames, empty_arrow
+from trident_assets.spark.node_frames import NodeFrames, empty_table, to_arrow
 from trident_assets.spark.partials import ChunkPartials, combiner_partials
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import Cleanup
@@ -187,6 +187,21 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
 
     has_no_tuples = is_empty
 
+    def empty_table(self, key: str, df: Any) -> pa.Table:
+        """An empty Arrow table with ``df``'s schema, found once per runner.
+
+        ``key`` names the frame (its schema is the same in every txid); a tagged chunk's
+        frames are kept apart from a chunk of one's.
+        """
+        return empty_table(self.runner.empty_tables, (key, bool(self.tag)), df)
+
+    def to_arrow(self, key: str, df: Any) -> pa.Table:
+        """``df.toArrow()`` (:func:`~.node_frames.to_arrow`), its schema found once per runner.
+
+        ``key`` names the frame as for :meth:`empty_table`.
+        """
+        return to_arrow(df, self.empty_table(key, df).schema)
+
     def _written_empty(self, node: Node) -> bool:
         """True for a new-values (or expired) stream the commit has written with no rows."""
         if node.kind == "new_values":
@@ -209,7 +224,7 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         """
         frame = self.frame(node)
         if self.is_empty(node):
-            return empty_arrow(frame)
+            return self.empty_table(f"node:{id(node)}", frame)
         a = node.args
         if (
             node.kind == "aggregate"
@@ -217,9 +232,9 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
             and is_sql_combiner(a["agg"])
             and self.is_empty(node.parents[0])
         ):
-            (field_,) = empty_arrow(frame).schema
+            (field_,) = self.empty_table(f"node:{id(node)}", frame).schema
             return pa.table({field_.name: pa.array([a["agg"].zero()], field_.type)})
-        return frame.toArrow()
+        return self.to_arrow(f"node:{id(node)}", frame)
 
     def _build(self, node: Node) -> Any:
         from pyspark.sql import Observation

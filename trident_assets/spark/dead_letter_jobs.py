@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.spark.node_frames import empty_arrow
+from trident_assets.spark.node_frames import empty_table
 from trident_assets.spark.observation import observed_metrics
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 
@@ -40,9 +40,10 @@ class SpoutDeadLetters:
     dead_collected: bool
 
     # and of the builder: ``first`` (the chunk's first txid as a chunk of one), ``frame(node)``,
-    # ``per_txid(table)``
+    # ``to_arrow(key, df)``, ``per_txid(table)``
     first: Any
     frame: Callable[[Node], Any]
+    to_arrow: Callable[[str, Any], pa.Table]
     per_txid: Callable[[pa.Table], dict[int, pa.Table]]
 
     def empty_dead_letters(self, sid: str) -> pa.Table:
@@ -51,12 +52,12 @@ class SpoutDeadLetters:
         Found once per runner: planning a decode costs JVM analysis (a strict JSON
         scheme's about 0.1 s a batch).
         """
-        known = self.runner.no_dead_letters
-        if sid not in known:
+        known, key = self.runner.empty_tables, ("dead letters", sid)
+        if key not in known:
             first = self.first  # untagged
             first.frame(first.runner.topology.spouts[sid])
-            known[sid] = empty_arrow(first.dead[sid][0])
-        return known[sid]
+            empty_table(known, key, first.dead[sid][0])
+        return known[key]
 
     def fold_dead(self, node: Node) -> tuple[str, Any] | None:
         """``(spout id, dead letters frame)`` a state's job over ``node`` may collect, or None.
@@ -68,7 +69,7 @@ class SpoutDeadLetters:
         their own Spark job.
         """
         sid = self.uncounted_spout(node)
-        if sid is None or tuple(self.dead[sid][0].columns) != DEAD_LETTER_COLUMNS:
+        if sid is None or tuple(self.empty_dead_letters(sid).column_names) != DEAD_LETTER_COLUMNS:
             return None
         return sid, self.dead[sid][0]
 
@@ -127,6 +128,6 @@ class SpoutDeadLetters:
                 metrics = observed_metrics(observation)  # None: unknown, fetched below
                 if metrics is not None and metrics["dead"] == 0:
                     return dict.fromkeys(self.txids, self.empty_dead_letters(sid))
-            return self.per_txid(dead.toArrow())
+            return self.per_txid(self.to_arrow(f"dead letters:{sid}", dead))
 
         return run

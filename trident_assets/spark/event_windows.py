@@ -46,6 +46,7 @@ from trident_assets.backends.window_store import (
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
 from trident_assets.spark.column_cache import reuse
+from trident_assets.spark.folded_dead import take_spout_dead, with_spout_dead
 from trident_assets.spark.observed import count_dead, observed_frame
 from trident_assets.spark.window_columns import (
     DEAD,
@@ -53,8 +54,6 @@ from trident_assets.spark.window_columns import (
     KIND,
     PARTIAL,
     REASON,
-    SPOUT_DEAD,
-    SPOUT_DEAD_COLUMNS,
     VALUE,
     WE,
     WS,
@@ -133,14 +132,14 @@ def window_input(run: BatchContext, state: WindowedState) -> StateInput:
     else:
         result = _one_pass(base, c, w, group, spec.output, wm_lit)
     if fold is not None:
-        spout_rows = fold[1].select(*reuse(state, "spout_dead", None, parent, _spout_dead_rows))
-        result = result.unionByName(spout_rows, allowMissingColumns=True)
+        result = with_spout_dead(result, fold[1], state)
     table = result.toArrow()
     # the dead letters job (spark/dead_letter_jobs.py) reads them only if there are any
     counted = {} if observed is None else count_dead(observed[1])
     folded: dict[str, pa.Table] = {}
     if fold is not None:
-        table, folded[fold[0]] = _take_spout_dead(fold[1], table)
+        schema = run.empty_dead_letters(fold[0]).schema
+        table, folded[fold[0]] = take_spout_dead(schema, table)
     meta = {b"watermark_us": b"" if wm is None else str(wm).encode()}
     batch = table.replace_schema_metadata(meta)
     return StateInput(batch, counted_dead=counted, folded_dead=folded)
@@ -221,35 +220,6 @@ def _one_pass(
         partly.alias(N),
         F.col(DUP),
     )
-
-
-def _spout_dead_rows() -> list[Any]:
-    """Select list of a spout dead letter's row in the job's table."""
-    from pyspark.sql import functions as F
-
-    return [
-        F.lit(SPOUT_DEAD).alias(KIND),
-        *[F.col(name).alias(alias) for name, alias in SPOUT_DEAD_COLUMNS.items()],
-        F.col("reason").alias(REASON),
-        F.col("value").alias(VALUE),
-    ]
-
-
-def _take_spout_dead(frame: Any, table: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """``(the other rows, the spout's dead letters)`` of the job's ``table``.
-
-    ``frame``: the spout's dead letters frame, whose Arrow schema they take.
-    """
-    from trident_assets.spark.node_frames import empty_arrow
-
-    schema = empty_arrow(frame).schema  # exactly what ``frame.toArrow()`` would give
-    mine = pc.equal(table.column(KIND), SPOUT_DEAD)
-    rows = table.filter(mine)
-    source = {**SPOUT_DEAD_COLUMNS, "reason": REASON, "value": VALUE}
-    columns = [rows.column(source[f.name]).cast(f.type) for f in schema]
-    dead = pa.Table.from_arrays(columns, schema=schema)
-    rest = table.filter(pc.invert(mine)).drop_columns(list(SPOUT_DEAD_COLUMNS.values()))
-    return rest, dead
 
 
 def _late_reason(window: EventWindow, wm_lit: Any) -> Any:

@@ -19,9 +19,11 @@ from trident_assets.runtime.outcomes import GLOBAL_COLUMN
 from trident_assets.spark.partitioning import peek_frame
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+
     from trident_assets.stream.graph import Node
 
-__all__ = ["NodeFrames", "empty_arrow", "global_partials"]
+__all__ = ["NodeFrames", "empty_arrow", "empty_table", "global_partials", "to_arrow"]
 
 
 def empty_arrow(df: Any) -> pa.Table:
@@ -32,6 +34,34 @@ def empty_arrow(df: Any) -> pa.Table:
         df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
     )
     return schema.empty_table()
+
+
+def empty_table(known: dict[Hashable, pa.Table], key: Hashable, df: Any) -> pa.Table:
+    """:func:`empty_arrow` of ``df``, found once per ``key`` in ``known`` (a runner's).
+
+    ``key`` names a frame of the topology whose schema is the same in every txid (a spout's
+    dead letters, a state's partials, an output; tagged or not): analysing a plan costs a
+    round trip to the engine on every call, about 40 ms on Spark Connect.
+    """
+    found = known.get(key)
+    if found is None:
+        found = known[key] = empty_arrow(df)
+    return found
+
+
+def to_arrow(df: Any, schema: pa.Schema) -> pa.Table:
+    """``df.toArrow()``, typed by ``schema``: the Arrow schema ``df.toArrow()`` gives.
+
+    On Spark Connect, ``toArrow`` first asks the server for the schema (a round trip and a
+    plan analysis, about 50 ms); with the schema known (:func:`empty_table`) only the plan
+    runs. A schema that does not fit the result raises (Arrow's cast), never converts
+    silently. A classic session reads the schema in its own JVM: ``toArrow`` as is.
+    """
+    to_table = getattr(df, "_to_table", None)
+    if to_table is None or not type(df).__module__.startswith("pyspark.sql.connect"):
+        return df.toArrow()
+    table, _ = to_table()
+    return table.cast(schema)
 
 
 def global_partials(values: pa.Array) -> dict[str, pa.Array]:

@@ -31,15 +31,17 @@ from trident_assets.backends.spilled_partials import SpilledPartials
 from trident_assets.core.user_code import guard
 from trident_assets.spark.aggregation import combine_partials, split_nulls, state_partials
 from trident_assets.spark.arrow_partials import combine_task_partials
+from trident_assets.spark.folded_dead import take_spout_dead, with_spout_dead
 from trident_assets.spark.kernel_plan import (
     arrow_kernel,
     arrow_kernels_on,
     kernel_frame,
     kernel_unavailable,
 )
-from trident_assets.spark.node_frames import empty_arrow, global_partials
+from trident_assets.spark.node_frames import global_partials
 from trident_assets.spark.spilled import Cleanup, spillable
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
+from trident_assets.spark.window_columns import KIND, REASON, VALUE
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
@@ -70,6 +72,18 @@ class TaggedFrames(Protocol):
     def has_no_tuples(self, node: Node) -> bool:
         """True when ``node`` certainly has no tuples in the chunk."""
 
+    def empty_table(self, key: str, df: Any) -> pa.Table:
+        """:func:`~.node_frames.empty_arrow` of ``df``, a frame that ``key`` names."""
+
+    def to_arrow(self, key: str, df: Any) -> pa.Table:
+        """``df.toArrow()``, ``df`` a frame that ``key`` names."""
+
+    def fold_dead(self, node: Node) -> tuple[str, Any] | None:
+        """``(spout id, dead letters frame)`` a state's job over ``node`` may collect."""
+
+    def empty_dead_letters(self, sid: str) -> pa.Table:
+        """An empty table of spout ``sid``'s dead letters."""
+
 
 @dataclass(frozen=True)
 class ChunkPartials:
@@ -81,6 +95,8 @@ class ChunkPartials:
     """Per txid, the null values a Sum/Min/Max skipped (absent: none counted)."""
     counted_dead: dict[str, int] = field(default_factory=dict)
     """Per spout, the dead letters the Arrow kernel met over the whole chunk."""
+    folded_dead: dict[str, pa.Table] = field(default_factory=dict)
+    """Per spout, the dead letters the job collected along (a chunk of one)."""
 
 
 @dataclass(frozen=True)
@@ -139,20 +155,32 @@ def _per_txid_globals(
 
 
 def _operators_job(frames: TaggedFrames, state: TridentState) -> PartialsJob:
-    """The state's partials by Spark's operators."""
+    """The state's partials by Spark's operators.
+
+    In a chunk of one, the job also collects its spout's dead letters where it may
+    (:meth:`~.dead_letter_jobs.SpoutDeadLetters.fold_dead`), saving their own job.
+    """
     a = state.node.args
     group, out, agg = list(a["group"]), a["output"], a["agg"]
     df = _tagged_partials(frames, state)
-    out_type = empty_arrow(df).schema.field(out).type
+    name = f"partials:{state.spec.name}"
+    out_type = frames.empty_table(name, df).schema.field(out).type
     txids = frames.txids
+    fold = frames.fold_dead(state.node)
+    job = df if fold is None else with_spout_dead(df, fold[1], state)
 
     def run() -> ChunkPartials:
+        table = frames.to_arrow(name if fold is None else f"{name}+dead letters", job)
+        folded: dict[str, pa.Table] = {}
+        if fold is not None:
+            schema = frames.empty_dead_letters(fold[0]).schema
+            table, folded[fold[0]] = take_spout_dead(schema, table, (KIND, REASON, VALUE))
         split: dict[int, pa.Table] = {}
         nulls: dict[int, int] = {}
-        for txid, part in split_by_txid(df.toArrow(), txids).items():
+        for txid, part in split_by_txid(table, txids).items():
             split[txid], nulls[txid] = split_nulls(part, bool(group))
         tables = split if group else _per_txid_globals(split, out, out_type, agg.zero())
-        return ChunkPartials(dict(tables), nulls)
+        return ChunkPartials(dict(tables), nulls, folded_dead=folded)
 
     return PartialsJob(out_type, run)
 
@@ -167,7 +195,7 @@ def _spill_job(
     if job is None:
         return None
     txids = frames.txids
-    out_type = empty_arrow(df).schema.field(a["output"]).type
+    out_type = frames.empty_table(f"partials:{state.spec.name}", df).schema.field(a["output"]).type
     return PartialsJob(out_type, lambda: ChunkPartials(dict(zip(txids, job(), strict=True))))
 
 
@@ -179,11 +207,11 @@ def _kernel_job(frames: TaggedFrames, state: TridentState, spec: Any, spout: Nod
 
     def run() -> ChunkPartials:
         try:
-            table = df.toArrow()
+            table = frames.to_arrow(f"kernel:{state.spec.name}", df)
         except Exception as exc:
             if not kernel_unavailable(frames.spark, exc):
                 raise
-            return _operators_job(frames, state).run()  # its dead letters: a job of their own
+            return _operators_job(frames, state).run()
         summed, dead = combine_task_partials(spec, table)
         return ChunkPartials(dict(split_by_txid(summed, txids)), counted_dead={sid: dead})
 
@@ -199,7 +227,7 @@ def _empty_job(frames: TaggedFrames, state: TridentState) -> PartialsJob:
     parent = frames.tagged(state.node.parents[0])
     group, out, agg = a["group"], a["output"], a["agg"]
     df = combine_partials(parent, group, a["inputs"][0], guard(agg, state.node.label), out)
-    schema = empty_arrow(df).schema
+    schema = frames.empty_table(f"empty partials:{state.spec.name}", df).schema
     out_type = schema.field(out).type
     if group:
         table = schema.empty_table()

@@ -10,7 +10,7 @@ new ones, never a mix.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,10 @@ from trident_assets.spark.state_engines import engine_for
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+
+    import pyarrow as pa
+
     from trident_assets.backends.replica import Replica
     from trident_assets.backends.state_store import StateStore
     from trident_assets.stream.streams import TridentState
@@ -88,6 +92,8 @@ class _Replay:
     store: StateStore
     log: Any
     fault: Callable[[str], None] = lambda _point: None
+    spill: Any = None
+    empty_tables: dict[Hashable, pa.Table] = field(default_factory=dict)
 
     def coordinator(self, spout_id: str) -> Any:
         from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore

@@ -110,7 +110,11 @@ def map_input(run: BatchContext, state: TridentState) -> StateInput:
     job = combiner_partials(run, state, run.runner.topology, spill, run.spilled)
     found = job.run()
     return StateInput(
-        found.tables[run.txid], job.value_type, found.nulls.get(run.txid), found.counted_dead
+        found.tables[run.txid],
+        job.value_type,
+        found.nulls.get(run.txid),
+        found.counted_dead,
+        found.folded_dead,
     )
 
 
