@@ -266,11 +266,11 @@ def _run_live(
         next_txid = first_guess if tagged and first_guess <= last else last + 1
         yield from caught_up(context, trident, topology, runner, keys, next_txid)
         reason = context.run.tags.get(QUARANTINE_TAG)
+        partitions = txid_partitions(name).name
         committer = LiveCommitter(
             runner,
             context.instance,
             context.run_id,
-            txid_partitions(name).name,
             live,
             next_txid,
             pending=lambda: pending_batches(runner),
@@ -288,6 +288,7 @@ def _run_live(
             nonlocal unchecked, last_record
             if isinstance(outcome, Failed):
                 failed(context, trident, topology, outcome.txid, outcome.error)
+            context.instance.add_dynamic_partitions(partitions, [txid_key(outcome.txid)])
             context.log.info(summary(outcome))
             tries = attempt if outcome.txid == next_txid else 0
             yield from batch_events(topology, keys, outcome, tries, True, ())
@@ -304,12 +305,20 @@ def _run_live(
                 now = time.monotonic()
                 if now - started >= live.max_duration_s or now - last_record >= live.idle_s:
                     committer.stopping.set()  # ends after the txids in hand
-                if item is ... and unchecked and now - last_check >= live.check_every_s:
+                if (
+                    item is ...
+                    and committer.idle.is_set()
+                    and unchecked
+                    and now - last_check >= live.check_every_s
+                ):
                     with committer.lock:  # the store is the committer's between its polls
                         for queued in list(committer.queued()):
                             yield from logged(queued)
-                        yield from _checks(context, topology, keys, check_settings, runner, done)
-                    unchecked, last_check = 0, time.monotonic()
+                        if committer.idle.is_set():  # records waiting: they go first
+                            yield from _checks(
+                                context, topology, keys, check_settings, runner, done
+                            )
+                            unchecked, last_check = 0, time.monotonic()
         finally:
             committer.stopping.set()
             committer.join()

@@ -4,13 +4,14 @@ The live op's thread logs each committed txid's Dagster events (its materializat
 checks, SQLite writes of about 0.1 s a txid) while the committer already runs the next
 txid, so those writes no longer delay the records waiting for it.
 
-The committer is the run's only writer of the topology's state: it polls the log, adds the
-txids' partitions, tags the run with the txid in hand and commits through the runner (the one
-txid loop). What it finds goes to the op's thread through one queue, in order: each
+The committer is the run's only writer of the topology's state: it polls the log, tags the
+run with the txid in hand and commits through the runner (the one txid loop). What it finds
+goes to the op's thread through one queue, in order: each
 :class:`~trident_assets.runtime.outcomes.BatchOutcome` as soon as it committed, a failure,
 and at last ``None``. It holds :attr:`LiveCommitter.lock` while it uses the runner (and so
 the store); the op's thread takes the lock to evaluate the asset checks while the log is
-idle, after logging every outcome queued until then.
+idle (:attr:`LiveCommitter.idle`: under a steady load, only when the run ends), after
+logging every outcome queued until then.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ class LiveCommitter(threading.Thread):
         runner: TopologyRunner,
         instance: dg.DagsterInstance,
         run_id: str,
-        partitions: str,
         settings: LiveSettings,
         next_txid: int,
         *,
@@ -69,7 +69,6 @@ class LiveCommitter(threading.Thread):
         self.runner = runner
         self.instance = instance
         self.run_id = run_id
-        self.partitions = partitions
         self.settings = settings
         self.cursor = next_txid
         """The next txid this run reports (committed txids Dagster did not see come first)."""
@@ -80,7 +79,11 @@ class LiveCommitter(threading.Thread):
         """Set by the op's thread: end after the txids in hand."""
         self.lock = threading.Lock()
         """Held while the committer uses the runner (one poll of the log and its txids)."""
+        self.idle = threading.Event()
+        """Set while the committer's last poll found no records waiting."""
         self.committed = 0
+        self.planned = 0
+        """The last txid of the runner's call in hand."""
 
     def run(self) -> None:
         """Commit until stopped, the limit of txids, or a failure; then put ``None``."""
@@ -96,8 +99,12 @@ class LiveCommitter(threading.Thread):
                 return
             with self.lock:
                 txids = self._waiting()
-                if txids and not self._commit(txids):
-                    return
+                if not txids:
+                    self.idle.set()
+                else:
+                    self.idle.clear()
+                    if not self._commit(txids):
+                        return
             if not txids:
                 self.stopping.wait(live.poll_interval_s)
 
@@ -115,26 +122,24 @@ class LiveCommitter(threading.Thread):
 
     def _commit(self, txids: list[int]) -> bool:
         """Commit ``txids``, putting each outcome as it committed; False after a failure."""
-        self.instance.add_dynamic_partitions(self.partitions, [txid_key(t) for t in txids])
         # the txid this run works on: if it dies, the coordinator counts an attempt of it
         self.instance.add_run_tags(self.run_id, {TXID_TAG: txid_key(txids[0])})
-        done = 0
+        self.planned = txids[-1]
+        txid = txids[0]
         try:
             if self.quarantine is not None:  # set the first txid aside, then go on
                 batches, self.quarantine = self.quarantine(txids), None
             else:
                 batches = self.runner.run_batches(txids)
             for outcome in batches:
-                done += 1
+                txid = self.cursor = outcome.txid + 1
                 self.committed += 1
                 self.items.put(outcome)
-                if outcome.txid + 1 in txids:  # the next txid of the chunk is the one in hand
-                    tag = {TXID_TAG: txid_key(outcome.txid + 1)}
-                    self.instance.add_run_tags(self.run_id, tag)
+                if txid <= self.planned:  # the next txid, in flight, is the one in hand
+                    self.instance.add_run_tags(self.run_id, {TXID_TAG: txid_key(txid)})
         except BaseException as exc:
-            self.items.put(Failed(txids[done], exc))
+            self.items.put(Failed(txid, exc))
             return False
-        self.cursor = txids[-1] + 1
         return True
 
     def queued(self) -> Iterator[BatchOutcome | Failed]:
