@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,24 +40,38 @@ __all__ = [
 ]
 
 
+_PARSED: dict[Path, dict[str, Segment | None]] = {}
+"""Per partition directory: each file name of its last listing, parsed (None: no segment)."""
+_PARSED_LOCK = threading.Lock()
+
+
 def list_segments(pdir: Path) -> list[Segment]:
     """The partition's published segments, by first offset.
+
+    The directory is listed on every call (what it holds now); only the parsing of names
+    seen before is saved: a live topology calls this several times a txid, over thousands
+    of small segments.
 
     Raises:
         UnknownTopicError: the partition's directory is missing.
     """
-    segs = []
     try:
-        entries = list(os.scandir(pdir))
+        names = os.listdir(pdir)
     except FileNotFoundError:
         msg = f"partition directory {str(pdir)!r} is missing (topic deleted?)"
         raise UnknownTopicError(msg) from None
-    for entry in entries:
-        m = SEGMENT_PATTERN.fullmatch(entry.name)
-        if m:
-            segs.append(Segment(int(m.group(1)), int(m.group(2)), Path(entry.path)))
-    segs.sort(key=lambda s: s.first)
-    return segs
+    with _PARSED_LOCK:
+        known = _PARSED.get(pdir, {})
+    parsed: dict[str, Segment | None] = {}
+    for name in names:
+        if name in known:
+            parsed[name] = known[name]
+            continue
+        m = SEGMENT_PATTERN.fullmatch(name)
+        parsed[name] = None if m is None else Segment(int(m[1]), int(m[2]), pdir / name)
+    with _PARSED_LOCK:
+        _PARSED[pdir] = parsed
+    return sorted((s for s in parsed.values() if s is not None), key=lambda s: s.first)
 
 
 def read_log_start(pdir: Path) -> int:
