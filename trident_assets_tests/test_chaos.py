@@ -373,9 +373,19 @@ def test_full_disk_fails_the_batch_and_leaves_the_state_as_before(
     with DuckDBStore(db) as store:
         assert TopologyRunner(topo, spark, store, log).run_batch(1).applied
         before = _snapshot(store, topo)
+    # a small batch the driver reads and hands to Spark: that write fails first
     child.send(
         op="full_disk", db=str(db), log=str(tmp_path / "log"), topology=topo.name, txid=2,
         limit_bytes=1024,
+    )  # fmt: skip
+    failed = child.reply()
+    assert failed == {"error": "OSError", "message": "[Errno 27] File too large"}, failed
+    with DuckDBStore(db, lock_timeout_s=30) as store:
+        assert _snapshot(store, topo) == before
+    # Spark reads the segments itself (no inline batch): the commit's write fails
+    child.send(
+        op="full_disk", db=str(db), log=str(tmp_path / "log"), topology=topo.name, txid=2,
+        limit_bytes=1024, inline_bytes=0,
     )  # fmt: skip
     failed = child.reply()
     # DuckDB's own error: the WAL write at commit failed (EFBIG), so the commit failed

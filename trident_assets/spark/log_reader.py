@@ -7,7 +7,9 @@ when every file lies wholly inside the ranges, the usual case for one batch: its
 would be literals in Spark's generated code, compiled anew for every batch). Spark splits
 the files into tasks itself (by ``spark.sql.files.maxPartitionBytes`` /
 ``openCostInBytes`` and the default parallelism); with pushdown, row groups outside the
-ranges are skipped using their ``offset`` statistics. Nothing passes through the driver.
+ranges are skipped using their ``offset`` statistics. Nothing passes through the driver,
+except a small one-batch read (at most ``trident.log.inlineMaxBytes`` of segment files,
+default 4 MiB: see :func:`read_ranges`), which the driver reads and sends with the plan.
 
 The ranges are validated against the log before Spark is involved, so a range that can no
 longer be read raises :class:`~trident_assets.errors.BatchUnavailableError` immediately, and
@@ -27,13 +29,27 @@ from trident_assets.errors import ConfigError
 from trident_assets.log.names import TOPIC_PATTERN
 from trident_assets.log.store import SEGMENT_PATTERN
 from trident_assets.log.verify import check_segment_files
+from trident_assets.spark.scoped_conf import read_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from trident_assets.log.store import PartitionedLog
 
-__all__ = ["log_spark_schema", "read_ranges", "read_ranges_tagged", "split_conf"]
+__all__ = [
+    "DEFAULT_INLINE_MAX_BYTES",
+    "INLINE_MAX_BYTES_CONF",
+    "inline_max_bytes",
+    "log_spark_schema",
+    "read_ranges",
+    "read_ranges_tagged",
+    "split_conf",
+]
+
+INLINE_MAX_BYTES_CONF = "trident.log.inlineMaxBytes"
+"""Spark conf key: the most segment bytes a one-batch read sends to Spark with its plan."""
+
+DEFAULT_INLINE_MAX_BYTES = 4 << 20
 
 PER_FILE_TASK_MIN_BYTES = 1 << 20
 """Mean segment file size from which a multi-batch scan gives every file its own task."""
@@ -88,12 +104,41 @@ def _file_uri(log: PartitionedLog, path: str) -> str:
     return uri
 
 
+def inline_max_bytes(spark: Any) -> int:
+    """The session's ``trident.log.inlineMaxBytes`` (default :data:`DEFAULT_INLINE_MAX_BYTES`).
+
+    A session that refuses to read the key (a remote one may) uses the default.
+
+    Raises:
+        ConfigError: the value is not a non-negative integer (before any job runs).
+    """
+    raw = read_conf(spark, INLINE_MAX_BYTES_CONF)
+    if raw is None:
+        return DEFAULT_INLINE_MAX_BYTES
+    if not raw.isdigit():
+        msg = (
+            f"Spark conf {INLINE_MAX_BYTES_CONF}={raw!r} must be a non-negative integer "
+            f"(bytes; 0 always lets Spark read the files; default {DEFAULT_INLINE_MAX_BYTES})"
+        )
+        raise ConfigError(msg)
+    return int(raw)
+
+
 def read_ranges(
     spark: Any,
     log: PartitionedLog,
     ranges: Sequence[tuple[str, int, int, int]],
+    inline_bytes: int | None = None,
 ) -> DataFrame:
     """Return a DataFrame of the records in ``ranges``, read by Spark in parallel.
+
+    A small read goes with the plan instead: when the segment files holding ``ranges``
+    total at most ``inline_bytes`` (None: the session's ``trident.log.inlineMaxBytes``,
+    default 4 MiB), the log reads the records on the driver (checking every file's checksum,
+    as before a Spark read) and they reach Spark as a local relation. Spark's file scan costs
+    a fixed planning and listing price per file, which dominates a live run's small batches
+    over many small segments (measured 0.5 s against 0.3 s a txid over 40 files of 250
+    records).
 
     Args:
         spark: The SparkSession.
@@ -101,6 +146,7 @@ def read_ranges(
         ranges: ``(topic, partition, first, last)`` tuples, offsets inclusive;
             ``last = first - 1`` is an empty range. Ranges should not overlap (overlapping
             ranges are not duplicated: the result is the union of the ranges).
+        inline_bytes: the most segment bytes read on the driver (0: never).
 
     Returns:
         A DataFrame with :func:`log_spark_schema` and exactly the records of the ranges, in
@@ -114,6 +160,10 @@ def read_ranges(
     """
     from pyspark.sql import functions as F
 
+    limit = inline_max_bytes(spark) if inline_bytes is None else inline_bytes
+    inline = _inline(spark, log, ranges, limit) if limit > 0 else None
+    if inline is not None:
+        return inline
     df, indices, whole = _scan(spark, log, ranges)
     if df is None:
         return spark.createDataFrame([], log_spark_schema())
@@ -218,6 +268,45 @@ def _inside(path: str, first: int, last: int) -> bool:
     return match is not None and first <= int(match.group(1)) and int(match.group(2)) <= last
 
 
+def _checked(item: Any) -> tuple[str, int, int, int]:
+    """A range as given; refused unless it has the form ``(topic, partition, first, last)``."""
+    if not isinstance(item, tuple | list) or len(item) != 4:
+        msg = f"a range must be (topic, partition, first, last), got {item!r}"
+        raise ConfigError(msg)
+    topic, partition, first, last = item
+    return topic, partition, first, last
+
+
+def _inline(
+    spark: Any, log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]], limit: int
+) -> DataFrame | None:
+    """The records of ``ranges`` as a local relation, read by the log on the driver.
+
+    None when their segment files total more than ``limit`` bytes, or every range is empty
+    (the file scan's path answers both). The log validates each range and checks each
+    file's checksum as it reads.
+    """
+    import pyarrow as pa
+
+    size = 0
+    wanted = []
+    for item in ranges:
+        topic, partition, first, last = _checked(item)
+        for path in log.segment_files(topic, partition, first, last):  # validates the range
+            _file_uri(log, path)  # a root Spark cannot read is refused on every path
+            size += os.path.getsize(path)
+            if size > limit:
+                return None
+        if int(last) >= int(first):
+            wanted.append((topic, int(partition), int(first), int(last)))
+    if not wanted:
+        return None
+    table = pa.concat_tables([log.read(*r) for r in wanted])
+    # fresh arrays: Spark's Arrow conversion refuses slices of a segment (the log's reads)
+    table = table.take(pa.array(range(table.num_rows), pa.int64()))
+    return spark.createDataFrame(table, log_spark_schema())
+
+
 def _scan(
     spark: Any, log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]]
 ) -> tuple[DataFrame | None, list[int], bool]:
@@ -232,10 +321,7 @@ def _scan(
     indices: list[int] = []
     whole = True
     for index, item in enumerate(ranges):
-        if not isinstance(item, tuple | list) or len(item) != 4:
-            msg = f"a range must be (topic, partition, first, last), got {item!r}"
-            raise ConfigError(msg)
-        topic, partition, first, last = item
+        topic, partition, first, last = _checked(item)
         paths = log.segment_files(topic, partition, first, last)  # validates everything
         if not paths:
             continue
