@@ -9,7 +9,7 @@ stdout. Operations:
 * ``full_disk``: open the store, then limit this process's file size (``RLIMIT_FSIZE``, with
   ``SIGXFSZ`` ignored, so writes fail with EFBIG as on a full disk) and run ``txid``; reply
   the error. The Spark JVM started earlier is not limited: only this process's writes fail
-  (DuckDB's, and with ``inline_bytes`` above 0 the small batch the driver hands to Spark).
+  (DuckDB's, and with ``inline_records`` above 0 the small batch the driver hands to Spark).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.examples.word_count import build_word_count
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import TopologyRunner
-from trident_assets.spark.log_reader import DEFAULT_INLINE_MAX_BYTES, INLINE_MAX_BYTES_CONF
+from trident_assets.spark.log_reader import DEFAULT_INLINE_MAX_RECORDS, INLINE_MAX_RECORDS_CONF
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.session import build_spark_session
 from trident_assets.spouts.config import SpoutKind
@@ -50,7 +50,8 @@ def _run(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
             resource.setrlimit(resource.RLIMIT_FSIZE, (cmd["limit_bytes"], hard))
-        inline = {INLINE_MAX_BYTES_CONF: str(cmd.get("inline_bytes", DEFAULT_INLINE_MAX_BYTES))}
+        records = cmd.get("inline_records", DEFAULT_INLINE_MAX_RECORDS)
+        inline = {INLINE_MAX_RECORDS_CONF: str(records)}
         try:
             with scoped_conf(spark, inline):
                 outcome = runner.run_batch(cmd["txid"])

@@ -385,7 +385,7 @@ def test_full_disk_fails_the_batch_and_leaves_the_state_as_before(
     # Spark reads the segments itself (no inline batch): the commit's write fails
     child.send(
         op="full_disk", db=str(db), log=str(tmp_path / "log"), topology=topo.name, txid=2,
-        limit_bytes=1024, inline_bytes=0,
+        limit_bytes=1024, inline_records=0,
     )  # fmt: skip
     failed = child.reply()
     # DuckDB's own error: the WAL write at commit failed (EFBIG), so the commit failed

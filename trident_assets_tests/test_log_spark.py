@@ -13,7 +13,7 @@ from trident_assets.errors import BatchUnavailableError, ConfigError, CorruptSeg
 from trident_assets.log import PartitionedLog, Record
 from trident_assets.spark import log_reader
 from trident_assets.spark.log_reader import (
-    INLINE_MAX_BYTES_CONF,
+    INLINE_MAX_RECORDS_CONF,
     log_spark_schema,
     read_ranges,
     read_ranges_tagged,
@@ -57,8 +57,10 @@ def log(tmp_path: Path) -> PartitionedLog:
     return log
 
 
-@pytest.mark.parametrize("inline_bytes", [0, 1 << 20])
-def test_spark_read_equals_direct_read(spark: Any, log: PartitionedLog, inline_bytes: int) -> None:
+@pytest.mark.parametrize("inline_records", [0, 10_000])
+def test_spark_read_equals_direct_read(
+    spark: Any, log: PartitionedLog, inline_records: int
+) -> None:
     """The same records by Spark's file scan and inline (the driver reads a small batch)."""
     ranges = [
         ("events", 0, 5, 24),
@@ -67,8 +69,8 @@ def test_spark_read_equals_direct_read(spark: Any, log: PartitionedLog, inline_b
         ("events", 3, 0, 38),
     ]
     ranges.append(("other", 0, 1, 1))
-    df = read_ranges(spark, log, ranges, inline_bytes=inline_bytes)
-    assert (df.inputFiles() == []) == bool(inline_bytes)
+    df = read_ranges(spark, log, ranges, inline_records=inline_records)
+    assert (df.inputFiles() == []) == bool(inline_records)
     assert df.schema == log_spark_schema()
     direct = pa.concat_tables([log.read(*r) for r in ranges])
     assert _rows(df.toArrow()) == _rows(direct)
@@ -138,12 +140,12 @@ def test_overlapping_scopes_restore_the_value_from_before_the_first(spark: Any) 
     assert spark.conf.get("spark.sql.files.maxRecordsPerFile") == "0"
 
 
-@pytest.mark.parametrize("inline_bytes", [0, 1 << 20])
+@pytest.mark.parametrize("inline_records", [0, 10_000])
 def test_partial_segments_and_empty_ranges(
-    spark: Any, log: PartitionedLog, inline_bytes: int
+    spark: Any, log: PartitionedLog, inline_records: int
 ) -> None:
     ranges = [("events", 0, 3, 2), ("events", 2, 12, 13), ("events", 3, 39, 38)]
-    df = read_ranges(spark, log, ranges, inline_bytes=inline_bytes)
+    df = read_ranges(spark, log, ranges, inline_records=inline_records)
     assert [r["offset"] for r in df.orderBy("offset").collect()] == [12, 13]
     assert _rows(df.toArrow()) == _rows(log.read("events", 2, 12, 13))
 
@@ -156,14 +158,14 @@ def test_whole_segments_are_read_without_an_offset_filter(spark: Any, log: Parti
     # partition 1 holds segments 0..10, 11..21, 22..32: ranges of whole segments need no
     # filter (its offsets would be literals compiled into Spark's code every batch)
     whole = [("events", 1, 11, 32), ("events", 0, 0, 9), ("other", 0, 0, 1)]
-    df = read_ranges(spark, log, whole, inline_bytes=0)
+    df = read_ranges(spark, log, whole, inline_records=0)
     assert not _has_filter(df)
     direct = pa.concat_tables([log.read(*r) for r in whole])
     assert _rows(df.toArrow()) == _rows(direct)
     assert direct.num_rows == 22 + 10 + 2
     # one range ending inside a segment: the filter stays, for every range of the read
     partial = [("events", 1, 11, 31), ("events", 0, 0, 9)]
-    df = read_ranges(spark, log, partial, inline_bytes=0)
+    df = read_ranges(spark, log, partial, inline_records=0)
     assert _has_filter(df)
     assert _rows(df.toArrow()) == _rows(pa.concat_tables([log.read(*r) for r in partial]))
 
@@ -175,20 +177,20 @@ def test_empty_inputs_give_empty_frame_with_schema(spark: Any, log: PartitionedL
         assert df.count() == 0
 
 
-@pytest.mark.parametrize("inline_bytes", [0, 1 << 20])
+@pytest.mark.parametrize("inline_records", [0, 10_000])
 def test_unreadable_ranges_raise_before_spark_runs(
-    spark: Any, log: PartitionedLog, inline_bytes: int
+    spark: Any, log: PartitionedLog, inline_records: int
 ) -> None:
     log.delete_records_before("events", 0, 10)  # removes the first segment (0..9)
     with pytest.raises(BatchUnavailableError, match=r"'events' partition 0: offsets 5\.\.12"):
-        read_ranges(spark, log, [("events", 0, 5, 12)], inline_bytes)
+        read_ranges(spark, log, [("events", 0, 5, 12)], inline_records)
     with pytest.raises(BatchUnavailableError, match="latest offset 30"):
-        read_ranges(spark, log, [("events", 0, 10, 30)], inline_bytes)
+        read_ranges(spark, log, [("events", 0, 10, 30)], inline_records)
     with pytest.raises(ConfigError, match="invalid topic name"):
-        read_ranges(spark, log, [("../events", 0, 0, 1)], inline_bytes)
+        read_ranges(spark, log, [("../events", 0, 0, 1)], inline_records)
     with pytest.raises(ConfigError, match=r"\(topic, partition, first, last\)"):
-        read_ranges(spark, log, [("events", 0, 1)], inline_bytes)  # type: ignore[list-item]
-    df = read_ranges(spark, log, [("events", 0, 10, 29)], inline_bytes)
+        read_ranges(spark, log, [("events", 0, 1)], inline_records)  # type: ignore[list-item]
+    df = read_ranges(spark, log, [("events", 0, 10, 29)], inline_records)
     assert _rows(df.toArrow()) == _rows(log.read("events", 0, 10, 29))
 
 
@@ -201,7 +203,7 @@ def test_glob_characters_in_root_are_refused(spark: Any, tmp_path: Path) -> None
 
 
 def test_read_is_split_into_parallel_tasks(spark: Any, log: PartitionedLog) -> None:
-    df = read_ranges(spark, log, [("events", p, 0, 29 + p) for p in range(4)], inline_bytes=0)
+    df = read_ranges(spark, log, [("events", p, 0, 29 + p) for p in range(4)], inline_records=0)
     # 12 small files packed by Spark's file-split planning into at least one task per core
     assert 1 <= df.rdd.getNumPartitions() <= 12
     assert df.groupBy("partition").count().orderBy("partition").collect() == [
@@ -216,28 +218,30 @@ def test_many_segment_files_listed_on_driver_conf_restored(spark: Any, tmp_path:
         log.append("t", 0, [Record(f"{i}-{j}".encode()) for j in range(3)])
     key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
     before = spark.conf.get(key, None)
-    df = read_ranges(spark, log, [("t", 0, 1, 118)], inline_bytes=0)
+    df = read_ranges(spark, log, [("t", 0, 1, 118)], inline_records=0)
     assert spark.conf.get(key, None) == before
     assert _rows(df.toArrow()) == _rows(log.read("t", 0, 1, 118))
 
 
 def test_inline_reads_up_to_the_limit_and_refuses_a_bad_setting(
-    spark: Any, log: PartitionedLog
+    spark: Any, log: PartitionedLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``trident.log.inlineMaxBytes``: the files' total decides; a bad value fails first."""
-    ranges = [("events", 1, 0, 32)]  # three segment files
-    size = sum(os.path.getsize(p) for p in log.segment_files("events", 1, 0, 32))
-    assert read_ranges(spark, log, ranges, inline_bytes=size).inputFiles() == []
-    assert len(read_ranges(spark, log, ranges, inline_bytes=size - 1).inputFiles()) == 3
-    with scoped_conf(spark, {INLINE_MAX_BYTES_CONF: str(size)}):
+    """``trident.log.inlineMaxRecords`` and the files' bytes decide; a bad value fails first."""
+    ranges = [("events", 1, 0, 32)]  # 33 records in three segment files
+    assert read_ranges(spark, log, ranges, inline_records=33).inputFiles() == []
+    assert len(read_ranges(spark, log, ranges, inline_records=32).inputFiles()) == 3
+    with scoped_conf(spark, {INLINE_MAX_RECORDS_CONF: "33"}):
         assert read_ranges(spark, log, ranges).inputFiles() == []
-    with scoped_conf(spark, {INLINE_MAX_BYTES_CONF: "0"}):
+    with scoped_conf(spark, {INLINE_MAX_RECORDS_CONF: "0"}):
         assert len(read_ranges(spark, log, ranges).inputFiles()) == 3
-    with scoped_conf(spark, {INLINE_MAX_BYTES_CONF: "4MB"}), pytest.raises(ConfigError) as bad:
+    size = sum(os.path.getsize(p) for p in log.segment_files("events", 1, 0, 32))
+    monkeypatch.setattr(log_reader, "INLINE_MAX_BYTES", size - 1)
+    assert len(read_ranges(spark, log, ranges, inline_records=33).inputFiles()) == 3
+    with scoped_conf(spark, {INLINE_MAX_RECORDS_CONF: "10k"}), pytest.raises(ConfigError) as bad:
         read_ranges(spark, log, ranges)
     assert str(bad.value) == (
-        "Spark conf trident.log.inlineMaxBytes='4MB' must be a non-negative integer (bytes; 0 "
-        "always lets Spark read the files; default 4194304)"
+        "Spark conf trident.log.inlineMaxRecords='10k' must be a non-negative integer (records; "
+        "0 always lets Spark read the files; default 10000)"
     )
 
 
@@ -249,9 +253,9 @@ def test_a_flipped_bit_is_refused_inline_as_by_the_file_scan(
     data[len(data) // 2] ^= 0x01
     Path(path).write_bytes(bytes(data))
     errors = []
-    for inline_bytes in (0, 1 << 20):
+    for inline_records in (0, 10_000):
         with pytest.raises(CorruptSegmentError) as refused:
-            read_ranges(spark, log, [("events", 2, 0, 11)], inline_bytes)
+            read_ranges(spark, log, [("events", 2, 0, 11)], inline_records)
         errors.append(str(refused.value))
     assert errors[0] == errors[1]
     assert path in errors[0]

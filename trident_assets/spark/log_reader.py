@@ -8,8 +8,8 @@ would be literals in Spark's generated code, compiled anew for every batch). Spa
 the files into tasks itself (by ``spark.sql.files.maxPartitionBytes`` /
 ``openCostInBytes`` and the default parallelism); with pushdown, row groups outside the
 ranges are skipped using their ``offset`` statistics. Nothing passes through the driver,
-except a small one-batch read (at most ``trident.log.inlineMaxBytes`` of segment files,
-default 4 MiB: see :func:`read_ranges`), which the driver reads and sends with the plan.
+except a small one-batch read (at most ``trident.log.inlineMaxRecords`` records, default
+10,000: see :func:`read_ranges`), which the driver reads and sends with the plan.
 
 The ranges are validated against the log before Spark is involved, so a range that can no
 longer be read raises :class:`~trident_assets.errors.BatchUnavailableError` immediately, and
@@ -37,19 +37,23 @@ if TYPE_CHECKING:
     from trident_assets.log.store import PartitionedLog
 
 __all__ = [
-    "DEFAULT_INLINE_MAX_BYTES",
-    "INLINE_MAX_BYTES_CONF",
-    "inline_max_bytes",
+    "DEFAULT_INLINE_MAX_RECORDS",
+    "INLINE_MAX_BYTES",
+    "INLINE_MAX_RECORDS_CONF",
+    "inline_max_records",
     "log_spark_schema",
     "read_ranges",
     "read_ranges_tagged",
     "split_conf",
 ]
 
-INLINE_MAX_BYTES_CONF = "trident.log.inlineMaxBytes"
-"""Spark conf key: the most segment bytes a one-batch read sends to Spark with its plan."""
+INLINE_MAX_RECORDS_CONF = "trident.log.inlineMaxRecords"
+"""Spark conf key: the most records a one-batch read sends to Spark with its plan."""
 
-DEFAULT_INLINE_MAX_BYTES = 4 << 20
+DEFAULT_INLINE_MAX_RECORDS = 10_000
+
+INLINE_MAX_BYTES = 16 << 20
+"""An inline read's segment files total at most this many bytes, whatever its records."""
 
 PER_FILE_TASK_MIN_BYTES = 1 << 20
 """Mean segment file size from which a multi-batch scan gives every file its own task."""
@@ -104,21 +108,22 @@ def _file_uri(log: PartitionedLog, path: str) -> str:
     return uri
 
 
-def inline_max_bytes(spark: Any) -> int:
-    """The session's ``trident.log.inlineMaxBytes`` (default :data:`DEFAULT_INLINE_MAX_BYTES`).
+def inline_max_records(spark: Any) -> int:
+    """The session's ``trident.log.inlineMaxRecords`` (default 10,000).
 
     A session that refuses to read the key (a remote one may) uses the default.
 
     Raises:
         ConfigError: the value is not a non-negative integer (before any job runs).
     """
-    raw = read_conf(spark, INLINE_MAX_BYTES_CONF)
+    raw = read_conf(spark, INLINE_MAX_RECORDS_CONF)
     if raw is None:
-        return DEFAULT_INLINE_MAX_BYTES
+        return DEFAULT_INLINE_MAX_RECORDS
     if not raw.isdigit():
         msg = (
-            f"Spark conf {INLINE_MAX_BYTES_CONF}={raw!r} must be a non-negative integer "
-            f"(bytes; 0 always lets Spark read the files; default {DEFAULT_INLINE_MAX_BYTES})"
+            f"Spark conf {INLINE_MAX_RECORDS_CONF}={raw!r} must be a non-negative integer "
+            f"(records; 0 always lets Spark read the files; default "
+            f"{DEFAULT_INLINE_MAX_RECORDS})"
         )
         raise ConfigError(msg)
     return int(raw)
@@ -128,17 +133,17 @@ def read_ranges(
     spark: Any,
     log: PartitionedLog,
     ranges: Sequence[tuple[str, int, int, int]],
-    inline_bytes: int | None = None,
+    inline_records: int | None = None,
 ) -> DataFrame:
     """Return a DataFrame of the records in ``ranges``, read by Spark in parallel.
 
-    A small read goes with the plan instead: when the segment files holding ``ranges``
-    total at most ``inline_bytes`` (None: the session's ``trident.log.inlineMaxBytes``,
-    default 4 MiB), the log reads the records on the driver (checking every file's checksum,
-    as before a Spark read) and they reach Spark as a local relation. Spark's file scan costs
-    a fixed planning and listing price per file, which dominates a live run's small batches
-    over many small segments (measured 0.5 s against 0.3 s a txid over 40 files of 250
-    records).
+    A small read goes with the plan instead: when ``ranges`` hold at most ``inline_records``
+    records (None: the session's ``trident.log.inlineMaxRecords``, default 10,000) in at most
+    :data:`INLINE_MAX_BYTES` of segment files, the log reads them on the driver (checking
+    every file's checksum, as before a Spark read) and they reach Spark as a local relation.
+    Spark's file scan costs a fixed planning and listing price per file, which dominates a
+    live run's small batches over many small segments; from tens of thousands of records
+    Spark's own parallel scan is faster (``bench.live_txid``).
 
     Args:
         spark: The SparkSession.
@@ -146,7 +151,7 @@ def read_ranges(
         ranges: ``(topic, partition, first, last)`` tuples, offsets inclusive;
             ``last = first - 1`` is an empty range. Ranges should not overlap (overlapping
             ranges are not duplicated: the result is the union of the ranges).
-        inline_bytes: the most segment bytes read on the driver (0: never).
+        inline_records: the most records read on the driver (0: never).
 
     Returns:
         A DataFrame with :func:`log_spark_schema` and exactly the records of the ranges, in
@@ -160,7 +165,7 @@ def read_ranges(
     """
     from pyspark.sql import functions as F
 
-    limit = inline_max_bytes(spark) if inline_bytes is None else inline_bytes
+    limit = inline_max_records(spark) if inline_records is None else inline_records
     inline = _inline(spark, log, ranges, limit) if limit > 0 else None
     if inline is not None:
         return inline
@@ -282,20 +287,22 @@ def _inline(
 ) -> DataFrame | None:
     """The records of ``ranges`` as a local relation, read by the log on the driver.
 
-    None when their segment files total more than ``limit`` bytes, or every range is empty
-    (the file scan's path answers both). The log validates each range and checks each
-    file's checksum as it reads.
+    None when they are more than ``limit`` records or their segment files more than
+    :data:`INLINE_MAX_BYTES`, or every range is empty (the file scan's path answers all
+    three). The log validates each range and checks each file's checksum as it reads.
     """
     import pyarrow as pa
 
+    checked = [_checked(item) for item in ranges]
+    if sum(max(0, int(last) - int(first) + 1) for _, _, first, last in checked) > limit:
+        return None
     size = 0
     wanted = []
-    for item in ranges:
-        topic, partition, first, last = _checked(item)
+    for topic, partition, first, last in checked:
         for path in log.segment_files(topic, partition, first, last):  # validates the range
             _file_uri(log, path)  # a root Spark cannot read is refused on every path
             size += os.path.getsize(path)
-            if size > limit:
+            if size > INLINE_MAX_BYTES:
                 return None
         if int(last) >= int(first):
             wanted.append((topic, int(partition), int(first), int(last)))
