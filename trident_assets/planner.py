@@ -55,6 +55,21 @@ PURE_KINDS = frozenset({"spout", "each", "filter", "project", "map", "flat_map",
 """Node kinds whose output depends on the batch's records only (not on state or batch cut)."""
 
 
+PARTITION_FREE_KINDS = frozenset(
+    {"spout", "each", "filter", "project", "map", "flat_map", "peek", "merge", "join"}
+    | {"aggregate", "query", "persist", "new_values"}
+)
+"""Node kinds whose results do not depend on how a batch is cut into Spark partitions."""
+
+
+def partition_free(topology: TridentTopology) -> bool:
+    """True when no node of ``topology`` works per Spark partition or moves tuples.
+
+    A batch may then reach Spark in any partitioning (e.g. inline, with the plan).
+    """
+    return all(node.kind in PARTITION_FREE_KINDS for node in all_nodes(topology))
+
+
 def all_nodes(topology: TridentTopology) -> list[Node]:
     """Every node that feeds a state, an output or a state query of ``topology``."""
     roots = [s.node for s in topology.states.values()] + [s.node for s in topology.outputs.values()]

@@ -107,6 +107,16 @@ def _spout_metadata(instance: dg.DagsterInstance) -> dict[str, dict[str, Any]]:
     return found
 
 
+def _while_producing(producer: Any, job: Any, instance: dg.DagsterInstance, **run: Any) -> Any:
+    """``job`` run in process while ``producer`` appends records on a thread of its own."""
+    thread = threading.Thread(target=producer)
+    thread.start()
+    try:
+        return job.execute_in_process(instance=instance, **run)
+    finally:
+        thread.join(timeout=180)
+
+
 def _failure(result: Any) -> str:
     (failed,) = [e for e in result.all_events if e.is_step_failure]
     data = failed.step_failure_data
@@ -122,12 +132,7 @@ def test_live_run_commits_each_txid_appended_while_it_runs(home: Path, instance,
             _append(home, sentence)
             _wait_published(home, i)
 
-    thread = threading.Thread(target=producer)
-    thread.start()
-    try:
-        result = job.execute_in_process(instance=instance, tags={LIVE_TAG: "true"})
-    finally:
-        thread.join(timeout=180)
+    result = _while_producing(producer, job, instance, tags={LIVE_TAG: "true"})
     assert result.success
     keys = [f"{t:010d}" for t in (1, 2, 3, 4)]
     assert instance.get_dynamic_partitions("word_count_txids") == keys
@@ -316,12 +321,7 @@ def test_checks_evaluated_while_the_log_is_idle_cover_every_committed_txid(
             _wait_published(home, i)
             time.sleep(1.0)
 
-    thread = threading.Thread(target=producer)
-    thread.start()
-    try:
-        result = job.execute_in_process(instance=instance, tags={LIVE_TAG: "true"})
-    finally:
-        thread.join(timeout=180)
+    result = _while_producing(producer, job, instance, tags={LIVE_TAG: "true"})
     assert result.success
     evaluations = [
         e.metadata
@@ -366,12 +366,7 @@ def test_a_failing_txid_fails_the_live_run_with_its_error_and_commits_nothing_of
         _wait_published(home, 1)
         _append(home, "the boom")
 
-    thread = threading.Thread(target=producer)
-    thread.start()
-    try:
-        result = job.execute_in_process(instance=instance, raise_on_error=False)
-    finally:
-        thread.join(timeout=180)
+    result = _while_producing(producer, job, instance, raise_on_error=False)
     assert not result.success
     message = _failure(result)
     assert message.startswith("each(sentence) -> sentence, word [PyFunction]: "), message

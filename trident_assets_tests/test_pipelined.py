@@ -286,3 +286,16 @@ def test_next_chunk_is_planned_while_the_previous_one_commits(spark: Any, tmp_pa
     ]
     assert [o.tuples_in["sentences"] for o in outcomes] == [4, 4, 4, 4, 0]
     assert _counts(store, counts.table) == dict(_words([s for r in ROUNDS for s in _valid(r)]))
+
+
+def test_only_topologies_that_never_work_per_partition_read_small_batches_inline() -> None:
+    from trident_assets.examples.word_count import build_word_count
+    from trident_assets.planner import partition_free
+    from trident_assets import Sum
+
+    assert partition_free(build_word_count())
+    topo, _ = _word_count("wc")
+    topo.new_stream("more", LogSpout("more", StringScheme("n"))).partition_aggregate(
+        "n", Sum(), "total"
+    ).as_output("per_partition")
+    assert not partition_free(topo)

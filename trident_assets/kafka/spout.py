@@ -164,8 +164,11 @@ class KafkaSpout:
             frame.unpersist()
         self._cached = []
 
-    def read(self, spark: Any, log: Any, plan: BatchPlan) -> Any:
+    def read(self, spark: Any, log: Any, plan: BatchPlan, *, inline: bool = True) -> Any:
         """The raw records of ``plan`` as a DataFrame, read in parallel by Spark tasks.
+
+        ``inline`` is the embedded log's option (:meth:`LogSpout.read`); a Kafka batch is
+        always read by Spark's tasks.
 
         The batch is read once and cached (later actions of the batch reuse it; the previous
         batch's cache is released), then checked for gaps.

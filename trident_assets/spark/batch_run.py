@@ -44,6 +44,7 @@ from trident_assets.planner import (
     is_empty,
     is_live,
     live_spouts,
+    partition_free,
 )
 from trident_assets.runtime.outcomes import BatchOutcome, Prepared, StateInput
 from trident_assets.spark.aggregation import combine_partials, reduce_groups
@@ -278,7 +279,10 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         sid, spout = node.args["spout_id"], node.args["spout"]
         if sid not in self.raws:
             if not self.tag:
-                self.raws[sid] = spout.read(self.spark, self.runner.log, self.plans[sid])
+                inline = partition_free(self.runner.topology)
+                self.raws[sid] = spout.read(
+                    self.spark, self.runner.log, self.plans[sid], inline=inline
+                )
             else:
                 self.raws[sid] = self._tagged_read(sid, spout)
         return self.raws[sid]

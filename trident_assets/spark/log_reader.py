@@ -137,7 +137,9 @@ def read_ranges(
 ) -> DataFrame:
     """Return a DataFrame of the records in ``ranges``, read by Spark in parallel.
 
-    A small read goes with the plan instead: when ``ranges`` hold at most ``inline_records``
+    A small read goes with the plan instead (Spark then cuts it into partitions its own way:
+    for topologies that work per partition, the caller passes 0): when ``ranges`` hold at
+    most ``inline_records``
     records (None: the session's ``trident.log.inlineMaxRecords``, default 10,000) in at most
     :data:`INLINE_MAX_BYTES` of segment files, the log reads them on the driver (checking
     every file's checksum, as before a Spark read) and they reach Spark as a local relation.

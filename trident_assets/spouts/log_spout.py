@@ -88,14 +88,19 @@ class LogSpout:
         """The offsets view of the topics."""
         return LogSource(log, self.topics)
 
-    def read(self, spark: Any, log: PartitionedLog, plan: BatchPlan) -> Any:
-        """The raw records of ``plan`` as a Spark DataFrame, read in parallel by Spark."""
+    def read(self, spark: Any, log: PartitionedLog, plan: BatchPlan, *, inline: bool = True) -> Any:
+        """The raw records of ``plan`` as a Spark DataFrame, read in parallel by Spark.
+
+        ``inline``: a small batch may reach Spark with the plan (:func:`~trident_assets.spark.
+        log_reader.read_ranges`); False where the topology works per Spark partition, whose
+        partitions then stay those of a file scan.
+        """
         from trident_assets.spark.log_reader import read_ranges
 
         ranges = [
             (r.topic, r.partition_number, r.first_offset, r.last_offset) for r in plan.non_empty()
         ]
-        return read_ranges(spark, log, ranges)
+        return read_ranges(spark, log, ranges, None if inline else 0)
 
     def max_timestamp_ms(self, log: PartitionedLog, plan: BatchPlan) -> int | object | None:
         """An upper bound of ``plan``'s record timestamps (epoch ms) without reading a record.
