@@ -67,7 +67,12 @@ def _gone(pid: int, *, group: bool = False) -> bool:
         (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return True
-    return False
+    if group:
+        return False
+    try:  # exited, not reaped yet (its new parent reaps it when it gets to it)
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 USER_DEFS = """\
