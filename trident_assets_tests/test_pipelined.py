@@ -289,9 +289,9 @@ def test_next_chunk_is_planned_while_the_previous_one_commits(spark: Any, tmp_pa
 
 
 def test_only_topologies_that_never_work_per_partition_read_small_batches_inline() -> None:
+    from trident_assets import Sum
     from trident_assets.examples.word_count import build_word_count
     from trident_assets.planner import partition_free
-    from trident_assets import Sum
 
     assert partition_free(build_word_count())
     topo, _ = _word_count("wc")
