@@ -227,6 +227,9 @@ def test_connect_server_stops_when_its_supervisor_is_killed(tmp_path: Path) -> N
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # a supervisor started with SIGTERM ignored (inherited across exec, as from a shell
+        # or a test runner that ignores it): its server must still get the signal
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN),
     )
     try:
         assert supervisor.stdout is not None

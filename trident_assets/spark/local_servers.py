@@ -83,10 +83,14 @@ def die_with_parent() -> None:
     """In a child before exec: the kernel sends it SIGTERM when its parent dies (Linux).
 
     For servers a supervisor starts in their own process group: they stop with it even when
-    it is killed with SIGKILL and cannot stop them itself. A no-op where ``prctl`` is missing.
+    it is killed with SIGKILL and cannot stop them itself. SIGTERM is first made deliverable
+    (default action, unblocked): an ignored or blocked SIGTERM is inherited across ``exec``,
+    and a JVM keeps a SIGTERM its parent ignored. A no-op where ``prctl`` is missing.
     """
     import ctypes
 
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
