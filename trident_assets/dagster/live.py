@@ -292,7 +292,10 @@ def _run_live(
             context.log.info(summary(outcome))
             tries = attempt if outcome.txid == next_txid else 0
             yield from batch_events(topology, keys, outcome, tries, True, ())
-            yield from finals_events(finals, store, outcome, context.instance)
+            if finals:  # they read the store: the committer's between its polls
+                with committer.lock:
+                    found = list(finals_events(finals, store, outcome, context.instance))
+                yield from found
             done.append(replace(outcome, previews={}))
             unchecked += 1
             last_record = time.monotonic()

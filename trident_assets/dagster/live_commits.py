@@ -77,8 +77,9 @@ class LiveCommitter(threading.Thread):
         self.items: queue.Queue[Item] = queue.Queue()
         self.stopping = threading.Event()
         """Set by the op's thread: end after the txids in hand."""
-        self.lock = threading.Lock()
-        """Held while the committer uses the runner (one poll of the log and its txids)."""
+        self.lock = threading.RLock()
+        """Held while the committer uses the runner (one poll of the log and its txids); the
+        op's thread takes it to read the store (checks, finals), again while it holds it."""
         self.idle = threading.Event()
         """Set while the committer's last poll found no records waiting."""
         self.committed = 0
