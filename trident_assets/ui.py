@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -35,6 +35,7 @@ __all__ = [
     "BUILTIN_MODULE",
     "IdleTickFilter",
     "WORKSPACE_YAML",
+    "check_modules",
     "check_port",
     "dagster_home",
     "paste_command",
@@ -203,8 +204,9 @@ def serve_ui(
     sensor ticks that request nothing (:class:`IdleTickFilter`).
 
     Before anything starts, it takes the home's lock (:mod:`trident_assets.home_lock`, held
-    until it returns: ``trident demo`` and another ``trident ui`` are refused meanwhile) and
-    checks that ``port`` is free (:func:`check_port`).
+    until it returns: ``trident demo`` and another ``trident ui`` are refused meanwhile),
+    checks that ``port`` is free (:func:`check_port`) and that each module imports
+    (:func:`check_modules`).
 
     SIGINT or SIGTERM to this process stops ``dagster dev`` (its own process group, sent
     the same signal), then the Spark Connect server, by PID. Both children also get SIGTERM
@@ -213,7 +215,7 @@ def serve_ui(
 
     Raises:
         HomeLockedError: another ``trident ui`` or a demo uses ``home``; nothing started.
-        ConfigError: ``port`` is in use; nothing started.
+        ConfigError: ``port`` is in use, or a module fails on import; nothing started.
         TridentError: the Spark Connect server did not start (see its log).
     """
     from trident_assets.home_lock import acquire_home_lock
@@ -222,6 +224,7 @@ def serve_ui(
     lock = acquire_home_lock(home, f"trident ui on port {port}")
     try:
         check_port(port)
+        check_modules(modules, ui_environment(home, spark_remote, live=live), Path.cwd())
     except BaseException:
         lock.release()
         raise
@@ -289,6 +292,57 @@ def serve_ui(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         lock.release()
+
+
+_IMPORT_CHECK = """
+import importlib, json, sys, traceback
+try:
+    importlib.import_module(sys.argv[1])
+except BaseException as exc:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    print("\\n" + json.dumps({"error": f"{type(exc).__name__}: {exc}", "where": where}))
+    sys.exit(3)
+"""
+
+
+def check_modules(modules: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
+    """Import each code location module in a child process, as ``dagster dev`` will.
+
+    The child has ``env`` and runs in ``cwd`` (``cwd`` first on ``sys.path``), so a module that
+    imports here loads in ``dagster dev``'s code server too; importing it in this process
+    could start what the module starts (a SparkSession, a store) before anything is checked.
+
+    Raises:
+        ConfigError: a module fails on import; names it, the exception and where it was raised.
+    """
+    for module in modules:
+        if module == BUILTIN_MODULE:
+            continue
+        done = subprocess.run(
+            [sys.executable, "-c", _IMPORT_CHECK, module],
+            cwd=cwd,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            continue
+        lines = done.stdout.strip().splitlines()
+        try:
+            found = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            found = {"error": f"its import exited with code {done.returncode}", "where": ""}
+        error = " ".join(str(found["error"]).split())
+        where = f" (at {found['where']})" if found["where"] else ""
+        msg = (
+            f"--module {module!r} fails on import: {error}{where}; nothing was "
+            f"started: fix the module (`python -c 'import {module}'` shows the traceback), "
+            "then run trident ui again"
+        )
+        raise ConfigError(msg)
 
 
 def check_port(port: int, host: str = "127.0.0.1") -> None:
