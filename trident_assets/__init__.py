@@ -351,11 +351,34 @@ __all__ = [
 ]
 
 
+_MOVED = {
+    "MemoryBackingMap": ("trident_assets.backends.memory", "ta.MemoryStore().map(name)"),
+    "DuckDBBackingMap": ("trident_assets.backends.duckdb_store", "ta.DuckDBStore(path).map(table)"),
+    "GLOBAL_KEY": ("trident_assets.core.caching", None),
+    "ChunkedMap": ("trident_assets.core.caching", None),
+    "CommitResult": ("trident_assets.core.commit", None),
+    "commit_batch": ("trident_assets.core.commit", "ta.TopologyRunner.run_batches"),
+    "JSONOpaqueSerializer": ("trident_assets.core.serializers", None),
+    "JSONTransactionalSerializer": ("trident_assets.core.serializers", None),
+    "JSONNonTransactionalSerializer": ("trident_assets.core.serializers", None),
+}
+"""Names ``import trident_assets as ta`` no longer has: their module, and what to use instead."""
+
+
 def __getattr__(name: str) -> Any:
-    """Import the heavier names on first access (then cached in the module)."""
+    """Import the heavier names on first access (then cached in the module).
+
+    Raises:
+        AttributeError: no such name; for a name that left the package (:data:`_MOVED`), the
+            message says where it is now.
+    """
     module = _LAZY.get(name)
     if module is None:
         msg = f"module 'trident_assets' has no attribute {name!r}"
+        if name in _MOVED:
+            where, instead = _MOVED[name]
+            msg += f": it moved, `from {where} import {name}`"
+            msg += f" (internal; or use {instead})" if instead else " (internal)"
         raise AttributeError(msg)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

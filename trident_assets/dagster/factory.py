@@ -113,8 +113,13 @@ def trident_definitions(
     pools = {t.name: batches_pool(t.name, trident.state_dsn, trident.database) for t in topologies}
     finals_checks = [finals_check(f, pools[name]) for name, fs in finals.items() for f in fs]
     live_names = live_topologies(live, [t.name for t in topologies])
+    resources = {
+        "trident": trident,
+        "pyspark": pyspark_resource(trident),
+        IO_MANAGER_KEY: io_manager_for(trident),
+    }
     live_jobs = {
-        t.name: live_job(t, pools[t.name], checks, finals[t.name], live_settings)
+        t.name: live_job(t, pools[t.name], checks, finals[t.name], live_settings, resources)
         for t in topologies
         if t.name in live_names
     }
@@ -147,10 +152,6 @@ def trident_definitions(
             ),
             *([finals_checks_sensor(finals_checks)] if finals_checks else []),
         ],
-        resources={
-            "trident": trident,
-            "pyspark": pyspark_resource(trident),
-            IO_MANAGER_KEY: io_manager_for(trident),
-        },
+        resources=resources,
         executor=dg.in_process_executor,
     )

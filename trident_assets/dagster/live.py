@@ -28,7 +28,7 @@ committed is replayed (its recorded ranges) by the next live run.
 """
 
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -193,8 +193,13 @@ def live_job(
     checks: CheckSettings | None = None,
     finals: Sequence[FinalsAsset] = (),
     settings: LiveSettings | None = None,
+    resources: Mapping[str, object] | None = None,
 ) -> dg.JobDefinition:
-    """The live job of ``topology`` (see the module): one op, in process, holding ``pool``."""
+    """The live job of ``topology`` (see the module): one op, in process, holding ``pool``.
+
+    ``resources``: its ``trident`` and ``pyspark`` resources, bound to the job (a sensor's job
+    left for ``Definitions`` to bind gets its sensor copied, which warns ``BetaWarning``).
+    """
     name = topology.name
     keys = asset_keys(topology)
     live = settings or LiveSettings()
@@ -221,6 +226,7 @@ def live_job(
         name=live_job_name(name),
         tags={TOPOLOGY_TAG: name, LIVE_TAG: "true"},
         executor_def=dg.in_process_executor,
+        resource_defs=dict(resources or {}),
         description=f"The live run of {name}: txids committed seconds after their records "
         "arrive, each one a partition of its txids assets.",
     )
