@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -242,3 +244,129 @@ def test_restore_replaces_a_truncated_state_file(tmp_path: Path) -> None:
     assert asides == ["state.duckdb.before", "state.duckdb.before"]  # the file, its .commits
     with contextlib.closing(DuckDBStore(db, read_only=True)) as store:
         assert store.scan("t__counts").to_pylist() == [{"k0": "a", "value": 1}]
+
+
+ORDERS = """
+import trident_assets as ta
+
+topo = ta.TridentTopology("orders")
+scheme = ta.JsonScheme({"customer": "string", "amount": "bigint", "ts": "string"})
+spout = ta.LogSpout("orders", scheme, ta.SpoutConfig(max_batch_size=2))
+orders = topo.new_stream("orders", spout).group_by("customer")
+per_customer = orders.persistent_aggregate(
+    ta.StateSpec("per_customer"), "amount", ta.Sum(), "total"
+)
+per_minute = orders.window_aggregate(
+    ta.EventWindow.tumbling("1 minute", time_field="ts"),
+    ta.Sum(),
+    "amount_sum",
+    spec=ta.StateSpec("per_minute"),
+    inputs="amount",
+)
+"""
+"""A user's topology: a map state and an event-window state over one stream."""
+
+
+def _orders_home(spark: Any, tmp_path: Path) -> Path:
+    """Topology ``orders`` run for txids 1..3 (two records each) into a home with a replica."""
+    import json
+
+    home = tmp_path / "home"
+    log = PartitionedLog(home / "log")
+    log.create_topic("orders", 1)
+    producer = log.producer("orders")
+    records = [
+        ("ann", 5, "00:00:10"), ("bob", 3, "00:00:20"),  # txid 1
+        ("ann", 2, "00:00:50"), ("bob", 4, "00:01:10"),  # txid 2: [00:00, 00:01) is final
+        ("ann", 1, "00:02:05"), ("bob", 6, "00:02:30"),  # txid 3: [00:01, 00:02) is final
+    ]  # fmt: skip
+    for customer, amount, ts in records:
+        record = {"customer": customer, "amount": amount, "ts": f"2026-01-01 {ts}"}
+        producer.send(json.dumps(record).encode())
+    producer.flush()
+    declared: dict[str, Any] = {}
+    exec(ORDERS, declared)
+    topo = declared["topo"]
+    with DuckDBStore(home / "state.duckdb") as store:
+        runner = TopologyRunner(topo, spark, store, log, replica=Replica(home / "replica"))
+        for txid in (1, 2, 3):
+            assert runner.run_batch(txid).applied
+    (tmp_path / "orders_module.py").write_text(ORDERS)
+    return home
+
+
+PER_MINUTE = [
+    {"customer": "ann", "window_start": "2026-01-01 00:00:00", "window_end": "2026-01-01 00:01:00",
+     "amount_sum": 7, "final": True, "final_txid": 2},
+    {"customer": "ann", "window_start": "2026-01-01 00:02:00", "window_end": "2026-01-01 00:03:00",
+     "amount_sum": 1, "final": False, "final_txid": None},
+    {"customer": "bob", "window_start": "2026-01-01 00:00:00", "window_end": "2026-01-01 00:01:00",
+     "amount_sum": 3, "final": True, "final_txid": 2},
+    {"customer": "bob", "window_start": "2026-01-01 00:01:00", "window_end": "2026-01-01 00:02:00",
+     "amount_sum": 4, "final": True, "final_txid": 3},
+    {"customer": "bob", "window_start": "2026-01-01 00:02:00", "window_end": "2026-01-01 00:03:00",
+     "amount_sum": 6, "final": False, "final_txid": None},
+]  # fmt: skip
+"""``trident state scan orders per_minute --format json`` of :func:`_orders_home`'s home."""
+
+
+def test_a_restore_keeps_every_state_of_a_topology_with_a_window(
+    spark: Any, tmp_path: Path
+) -> None:
+    """After backup and a forced restore, each state, its finals and new values read as before."""
+    import json
+
+    home = _orders_home(spark, tmp_path)
+    env = clean_env(tmp_path, PYTHONPATH=str(tmp_path))
+    where = ["--home", str(home), "--format", "json"]
+
+    def scans() -> list[Any]:
+        out = []
+        for args in (
+            ["state", "list", "--module", "orders_module"],
+            ["state", "scan", "orders", "per_minute"],
+            ["state", "scan", "orders", "per_minute", "--txid", "2"],
+            ["state", "scan", "orders", "per_customer"],
+            ["state", "scan", "orders", "per_customer", "--txid", "1"],
+            ["state", "get", "orders", "per_minute", "bob"],
+        ):
+            done = run_trident(tmp_path, *args, *where, env=env)
+            assert (done.returncode, done.stderr) == (0, ""), args
+            out.append(json.loads(done.stdout))
+        return out
+
+    before = scans()
+    assert before[1] == PER_MINUTE
+    assert before[2] == [r for r in PER_MINUTE if r["final_txid"] == 2]
+    assert before[3] == [{"customer": "bob", "total": 13}, {"customer": "ann", "total": 8}]
+    assert before[4] == [{"customer": "ann", "total": 5}, {"customer": "bob", "total": 3}]
+    assert [(r["state"], r["kind"], r["keys"], r["last_txid"]) for r in before[0]] == [
+        ("per_customer", "opaque", 2, 3),
+        ("per_minute", "event_window", 5, 3),
+    ]
+    replica = Replica(home / "replica")
+    finals = "orders__per_minute__finals"
+    published = {t: sorted(replica.row_files(t, 3)) for t in replica.tables() if t != finals}
+    appended = pa.concat_tables(pq.read_table(f) for f in replica.appended_files(finals, "orders"))
+    done = run_trident(tmp_path, "state", "backup", str(tmp_path / "b.duckdb"), *where[:2], env=env)
+    assert done.returncode == 0, done.stderr
+    done = run_trident(
+        tmp_path, "state", "restore", str(tmp_path / "b.duckdb"), "--force", *where[:2], env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert scans() == before
+    assert {t: sorted(replica.row_files(t, 3)) for t in replica.tables() if t != finals} == {
+        **published,
+        "orders__per_customer__partials": [2, 3],  # the store keeps the last 2 txids' partials
+    }
+    assert published["orders__per_customer__partials"] == [1, 2, 3]
+    assert published["orders__per_minute__new_values"] == [1, 2, 3]  # txid 1 made none final
+    aside = Replica(next(home.glob("replica.before-restore-*")))
+    for table, txids in published.items():
+        for txid in txids[-2:] if table.endswith("__partials") else txids:
+            rows = replica.read_rows(table, txid)
+            assert rows is not None, (table, txid)
+            assert rows == aside.read_rows(table, txid), (table, txid)
+    again = pa.concat_tables(pq.read_table(f) for f in replica.appended_files(finals, "orders"))
+    order = [("customer", "ascending"), ("window_start", "ascending")]
+    assert again.sort_by(order).equals(appended.sort_by(order))

@@ -24,8 +24,8 @@ marker file (:mod:`~trident_assets.backends.marker_file`) goes with it (as
 ``<name>.before-restore-<stamp>.commits``), and the restored file gets one holding the backup's
 txids, so the restored state (behind the old file) is not taken for a torn one. The read
 replica, if given, is moved aside the same way and rebuilt from the restored state
-(:func:`rebuild_replica`): one base file per map at its topology's committed txid, the
-kept rows of every output per txid, and the scope markers.
+(:func:`rebuild_replica`): every table the replica carries of each topology (and of each
+state written through the IO manager) as of its committed txid, and the scope markers.
 
 **Accepting lost commits** (:func:`accept_lost_commits`): the other way out for a state file
 behind its commit marker file (a torn or deleted write-ahead log) when no backup will do: the
@@ -50,8 +50,11 @@ import pyarrow.parquet as pq
 from trident_assets.backends.duckdb_store import SEQ_COLUMN, DuckDBStore, log_table
 from trident_assets.backends.marker_file import CommitMarkerFile, lost_commits
 from trident_assets.backends.replica import DEAD_LETTERS_TABLE, Replica
+from trident_assets.backends.state_drop import DERIVED_SUFFIXES
+from trident_assets.backends.window_store import stored_windows
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
+from trident_assets.runtime.batch_tables import NEW_VALUES_KEPT, PARTIALS_KEPT
 
 __all__ = ["BackupInfo", "accept_lost_commits", "backup_state", "rebuild_replica", "restore_state"]
 
@@ -259,19 +262,34 @@ def _write_base(replica: Replica, table: str, txid: int, rows: pa.Table) -> None
 
 
 def _owner(table: str, scopes: dict[str, int]) -> int | None:
-    """The committed txid of the topology owning ``table`` (the longest scope prefix)."""
+    """The committed txid of the scope owning ``table``.
+
+    The longest scope prefixing it (a topology's tables), else the scope of its own name (a
+    state written through the IO manager).
+    """
     owners = [s for s in scopes if table.startswith(f"{s}__")]
-    return scopes[max(owners, key=len)] if owners else None
+    if owners:
+        return scopes[max(owners, key=len)]
+    return scopes.get(table)
+
+
+def _is_row_table(name: str) -> bool:
+    """A per-txid row table: an output, a state's new values or partials."""
+    if name.startswith("_trident"):
+        return False
+    return _OUTPUT_INFIX in name or name.endswith(tuple(f"__{s}" for s in DERIVED_SUFFIXES))
 
 
 def rebuild_replica(store: DuckDBStore, replica: Replica, previous: Replica | None = None) -> None:
-    """Write ``replica`` from ``store``: per-txid deltas per map, the outputs, the markers.
+    """Write ``replica`` from ``store``: maps, row tables, window finals, dead letters, markers.
 
     Every txid the store can read a map as of stays readable as of that txid in the replica:
     a map's rows up to its oldest readable txid (the store's compaction point; 1 when the
     store never compacted it) form its base, each later txid's rows its own delta. A
     non-transactional map stores no txids: its base holds its newest rows at its topology's
-    last committed txid. Outputs and dead letters keep the txids the store kept. What a
+    last committed txid. The per-txid row tables (outputs, a state's new values and
+    partials) and the dead letters keep the txids the store kept; an event-window state's
+    finals are published whole (one base, as a first publish writes it). What a
     ``previous`` replica recorded of a map (its value field, global or not) is kept. Markers
     are written last, so readers see the replica only once it is whole.
     """
@@ -315,14 +333,24 @@ def rebuild_replica(store: DuckDBStore, replica: Replica, previous: Replica | No
         "AND database_name = current_database()"
     ).fetchall()
     for (name,) in found:
-        if _OUTPUT_INFIX not in name or name.startswith("_trident"):
+        txid = _owner(name, scopes)
+        if txid is None or not _is_row_table(name):
             continue
         table = validate_identifier(name, "table")
-        for (txid,) in store.conn.execute(f'SELECT DISTINCT txid FROM "{table}"').fetchall():
-            rows = store.conn.sql(
-                f'SELECT * FROM "{table}" WHERE txid = ?', params=[txid]
-            ).to_arrow_table()
-            replica._write_delta(table, int(txid), rows)
+        rows = store.conn.sql(
+            f'SELECT * FROM "{table}" WHERE txid <= ? ORDER BY txid', params=[txid]
+        ).to_arrow_table()
+        kept = PARTIALS_KEPT if name.endswith("__partials") else NEW_VALUES_KEPT
+        # the store deletes a txid's rows only once it is ``kept`` txids old: a younger txid
+        # without rows wrote none (an empty delta, as its publish wrote)
+        for t in sorted(
+            {*rows.column("txid").to_pylist(), *range(max(1, txid - kept + 1), txid + 1)}
+        ):
+            replica._write_delta(table, int(t), rows.filter(pc.equal(rows.column("txid"), t)))
+    for window in stored_windows(store):
+        txid = scopes.get(window.topology)
+        if txid is not None and store.has_table(window.finals_table):
+            replica._publish_appended(store, window.finals_table, "final_txid", txid, whole=True)
     if store.has_table(DEAD_LETTERS_TABLE):
         dead = store.conn.sql(
             f"SELECT * FROM {DEAD_LETTERS_TABLE} ORDER BY topology, txid"

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEAD_LETTERS",
     "NEW_VALUES_KEPT",
+    "PARTIALS_KEPT",
     "ensure_dead_letters_table",
     "prepare_rows_table",
     "store_dead_letters",
@@ -30,6 +31,9 @@ DEAD_LETTERS = DEAD_LETTERS_TABLE
 """The store table of records a spout's scheme could not decode (all topologies)."""
 NEW_VALUES_KEPT = 50
 """How many recent txids of new values and outputs each table keeps."""
+PARTIALS_KEPT = 2
+"""Txids of partials the store keeps: enough to publish a txid a crash left unpublished
+(the read replica keeps ``keep_txids`` of them for readers)."""
 
 
 def ensure_dead_letters_table(store: StateStore) -> None:
