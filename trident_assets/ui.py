@@ -209,9 +209,10 @@ def serve_ui(
     (:func:`check_modules`).
 
     SIGINT or SIGTERM to this process stops ``dagster dev`` (its own process group, sent
-    the same signal), then the Spark Connect server, by PID. Both children also get SIGTERM
-    from the kernel if this process dies without stopping them (SIGKILL). Returns
-    ``dagster dev``'s exit status.
+    the same signal), then the Spark Connect server, by PID. In live mode the live runs end
+    first, after the txids in hand (:func:`_end_live_runs`; a second signal stops at once).
+    Both children also get SIGTERM from the kernel if this process dies without stopping
+    them (SIGKILL). Returns ``dagster dev``'s exit status (0 after a stop so requested).
 
     Raises:
         HomeLockedError: another ``trident ui`` or a demo uses ``home``; nothing started.
@@ -229,10 +230,11 @@ def serve_ui(
         lock.release()
         raise
     stop_requested: list[int] = []
+    graceful = False  # live mode: the first signal lets the live runs end first
 
     def _request_stop(signum: int, _frame: FrameType | None) -> None:
         stop_requested.append(signum)
-        if dev is not None and dev.poll() is None:
+        if dev is not None and dev.poll() is None and (len(stop_requested) > 1 or not graceful):
             os.killpg(dev.pid, signum)
 
     dev: subprocess.Popen[bytes] | None = None
@@ -257,6 +259,11 @@ def serve_ui(
         echo(f"DAGSTER_HOME={env['DAGSTER_HOME']}{shown} {' '.join(command)}")
         if stop_requested:
             return 0
+        graceful = bool(env.get(LIVE_ENV))
+        if graceful:
+            from trident_assets.dagster.live_stop import clear_stop
+
+            clear_stop(Path(env["DAGSTER_HOME"]))  # a stop request of an earlier trident ui
         sys.stdout.flush()
         dev = subprocess.Popen(
             command,
@@ -281,7 +288,14 @@ def serve_ui(
         echo(f"dagster dev: pid {dev.pid}")
         sys.stdout.flush()
         copier.start()
-        return dev.wait()  # a signal's handler runs meanwhile; wait() resumes (PEP 475)
+        while dev.poll() is None and not stop_requested:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                dev.wait(timeout=0.5)  # a signal's handler runs meanwhile
+        if graceful and stop_requested and dev.poll() is None:
+            _end_live_runs(Path(env["DAGSTER_HOME"]), echo, stop_requested)
+            if dev.poll() is None and len(stop_requested) == 1:
+                dev.send_signal(signal.SIGINT)  # dagster dev stops its services itself
+        return dev.wait()
     finally:
         if dev is not None:
             stop_process_group(dev)
@@ -289,6 +303,12 @@ def serve_ui(
             copier.join(timeout=10)
         if server is not None:
             server.stop()
+        if graceful:
+            from trident_assets.dagster.live_stop import clear_stop
+
+            clear_stop(Path(env["DAGSTER_HOME"]))
+        if stop_requested:
+            echo("trident ui stopped: nothing it started runs")
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         lock.release()
@@ -343,6 +363,33 @@ def check_modules(modules: Sequence[str], env: Mapping[str, str], cwd: Path) -> 
             "then run trident ui again"
         )
         raise ConfigError(msg)
+
+
+LIVE_STOP_TIMEOUT_S = 120.0
+"""How long a stopping ``trident ui --live`` waits for its live runs to end."""
+
+
+def _end_live_runs(dagster_dir: Path, echo: Callable[[str], None], signals: list[int]) -> None:
+    """Ask the live runs to end after the txids in hand and wait until they have.
+
+    See :mod:`trident_assets.dagster.live_stop`. A further signal in ``signals`` (a second
+    Ctrl-C) or :data:`LIVE_STOP_TIMEOUT_S` ends the wait: ``dagster dev``'s stop then
+    interrupts a run still going, whose txid in flight the next live run replays.
+    """
+    from trident_assets.dagster.live_stop import request_stop, wait_live_runs_ended
+
+    echo(
+        "Stopping trident ui: each live run ends after the txids in hand (Ctrl-C again to stop "
+        "at once; a txid in flight is then replayed at the next start)"
+    )
+    sys.stdout.flush()
+    request_stop(dagster_dir, "trident ui is stopping")
+    left = wait_live_runs_ended(dagster_dir, LIVE_STOP_TIMEOUT_S, lambda: len(signals) > 1)
+    if left:
+        echo(
+            f"live runs {', '.join(left)} still run: they stop with dagster dev; the next "
+            "live run replays their txid in flight"
+        )
 
 
 def check_port(port: int, host: str = "127.0.0.1") -> None:

@@ -22,9 +22,10 @@ later evaluation in the same run updates the earlier one.
 One writer per topology: the live run refuses to start while any other run that may commit
 the topology's txids is in flight (:func:`other_run_in_flight`), and it carries the topology's
 run tag and pool, so no other such run starts while it runs. It ends after ``idle_s`` without
-records, after ``max_duration_s``, or after ``max_txids`` txids; the coordinator sensor
-launches the next one when records wait. A killed live run loses nothing: a txid it had not
-committed is replayed (its recorded ranges) by the next live run.
+records, after ``max_duration_s``, or after ``max_txids`` txids, and after the txids in hand
+once ``trident ui`` is stopping (:mod:`.live_stop`); the coordinator sensor launches the next
+one when records wait. A killed live run loses nothing: a txid it had not committed is
+replayed (its recorded ranges) by the next live run.
 """
 
 import time
@@ -55,6 +56,7 @@ from trident_assets.dagster.in_flight import (
 )
 from trident_assets.dagster.live_commits import Failed, LiveCommitter
 from trident_assets.dagster.live_settings import LiveSettings
+from trident_assets.dagster.live_stop import stop_reason
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.window_assets import FinalsAsset, finals_events
@@ -249,6 +251,11 @@ def _run_live(
 ) -> Iterator[Any]:
     """The live op's body: refuse a second writer, then poll and commit until a limit."""
     name = topology.name
+    stop_dir = context.instance.root_directory
+    why = stop_reason(stop_dir)
+    if why is not None:
+        context.log.info(f"live run of {name} ends before it began: {why}")
+        return
     other = other_run_in_flight(context.instance, name, keys.values(), pool, context.run_id)
     if other is not None:
         msg = (
@@ -314,6 +321,8 @@ def _run_live(
                 now = time.monotonic()
                 if now - started >= live.max_duration_s or now - last_record >= live.idle_s:
                     committer.stopping.set()  # ends after the txids in hand
+                if why is None and (why := stop_reason(stop_dir)) is not None:
+                    committer.stopping.set()
                 if (
                     item is ...
                     and committer.idle.is_set()
@@ -333,8 +342,9 @@ def _run_live(
             committer.join()
         if unchecked:
             yield from _checks(context, topology, keys, check_settings, runner, done)
+        ended = "ends" if why is None else f"stopped ({why})"
         context.log.info(
-            f"live run of {name} ends: {len(done)} txids committed "
+            f"live run of {name} {ended}: {len(done)} txids committed "
             f"({time.monotonic() - started:.1f} s)"
         )
 

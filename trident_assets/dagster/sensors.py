@@ -32,6 +32,7 @@ from trident_assets.dagster.in_flight import (
     in_flight_run,
 )
 from trident_assets.dagster.live import LIVE_TAG
+from trident_assets.dagster.live_stop import stop_reason
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
@@ -90,7 +91,7 @@ def decide_next(
     ``"quarantine"`` launches one run that sets the txid's records aside (where sound).
     ``live_job``: the topology's live job (live mode): every run requested is a run of it,
     which commits from the next txid on as records arrive (a quarantine run sets the txid
-    aside first).
+    aside first); none is requested while ``trident ui`` is stopping (:mod:`.live_stop`).
     """
     now = time.time() if now is None else now
     keys = asset_keys(topology)
@@ -98,6 +99,9 @@ def decide_next(
     running = in_flight_run(instance, topology.name, keys.values(), pool)
     if running is not None:
         return dg.SkipReason(f"{topology.name}: run {running.run_id} is in flight")
+    stopping = None if live_job is None else stop_reason(instance.root_directory)
+    if stopping is not None:
+        return dg.SkipReason(f"{topology.name}: no live run is launched: {stopping}")
     last, offsets = 0, {}
     for spout_id in topology.spouts:
         spout_last, spout_offsets = _committed_txid(instance, keys[f"spout:{spout_id}"])
