@@ -66,8 +66,11 @@ class PublishedState:
 
 
 def _owner(table: str, scopes: list[str]) -> str | None:
+    """The scope owning ``table``: the longest prefixing it, else its own (a state asset)."""
     owners = [s for s in scopes if table.startswith(f"{s}__")]
-    return max(owners, key=len) if owners else None
+    if owners:
+        return max(owners, key=len)
+    return table if table in scopes else None
 
 
 def published_states(replica: Replica) -> dict[str, dict[str, PublishedState]]:
@@ -79,7 +82,7 @@ def published_states(replica: Replica) -> dict[str, dict[str, PublishedState]]:
         owner = _owner(table, list(scopes))
         if layout is None or owner is None:
             continue
-        state = table[len(owner) + 2 :]
+        state = table[len(owner) + 2 :] if table != owner else table
         found[owner][state] = PublishedState(
             topology=owner,
             state=state,

@@ -67,12 +67,18 @@ def topologies(store: StateStore) -> dict[str, dict[str, StateRef]]:
     """Return the topologies of a store (commit scopes and map owners) and their states.
 
     A map table is ``<topology>__<state>``; the longest committed topology name that prefixes
-    it owns it, else the part before the first ``__``.
+    it owns it, else the part before the first ``__``. A state written through the IO manager
+    is its own commit scope: table ``<state>``, listed as topology ``<state>``, state ``<state>``.
     """
     scopes = sorted(store.scopes(), key=len, reverse=True)
     found: dict[str, dict[str, StateRef]] = {name: {} for name in sorted(store.scopes())}
     for table in store.tables():
         owner = next((s for s in scopes if table.startswith(f"{s}__")), None)
+        if owner is None and table in scopes:  # a state asset (the IO manager's)
+            layout = store.layout(table)
+            if layout is not None:
+                found[table][table] = StateRef(table, table, layout)
+            continue
         if owner is None:
             owner, sep, _ = table.partition("__")
             if not sep:
@@ -201,18 +207,23 @@ def _list_rows(store: StateStore) -> list[dict[str, Any]]:
                 )
                 key_columns = ",".join(contract.key_fields) if contract is not None else ""
                 value_type = contract.value_type if contract is not None else None
-            rows.append(
-                {
-                    "topology": found.topology,
-                    "state": found.state,
-                    "kind": found.kind,
-                    "key_columns": key_columns,
-                    "value_type": value_type,
-                    "keys": keys,
-                    "last_txid": last.get(found.topology),
-                }
-            )
+            row = {
+                "topology": found.topology,
+                "state": found.state,
+                "kind": found.kind,
+                "key_columns": key_columns,
+                "value_type": value_type,
+                "keys": keys,
+                "last_txid": last.get(found.topology),
+            }
+            if found.table == found.topology:  # a state asset: declared by no topology
+                row["orphaned"] = STATE_ASSET
+            rows.append(row)
     return rows
+
+
+STATE_ASSET = "n/a (asset)"
+"""``orphaned`` of a state written through the IO manager: a Dagster asset declares it."""
 
 
 @state_app.command("list")
@@ -228,7 +239,8 @@ def state_list(
     A stored state that no topology of code location --module declares is ``orphaned``
     (renamed or removed from its declaration); `trident state drop` removes it. Without
     --module (or TRIDENT_MODULE), the built-in examples only vouch for the topologies they
-    declare: the states of any other topology are ``unknown``.
+    declare: the states of any other topology are ``unknown``. A state written through the IO
+    manager is listed as topology and state of its name, orphaned ``n/a (asset)``.
     """
     with cli_errors():
         store = open_state(home, database, wait)
@@ -241,6 +253,8 @@ def state_list(
     orphans: list[str] = []
     unknown: list[str] = []
     for row in rows:
+        if row.get("orphaned") == STATE_ASSET:
+            continue
         states = declared.get(row["topology"])
         if states is None and not location.given:
             row["orphaned"] = "unknown"

@@ -98,11 +98,14 @@ def _owner(table: str, scopes: list[str]) -> tuple[str, str] | None:
     """(topology, state) owning ``table``.
 
     The longest committed topology prefixing it, else the part before the first ``__`` (as
-    ``trident state list`` has always named states).
+    ``trident state list`` has always named states); a table that is a commit scope itself
+    is a state written through the IO manager: ``(table, table)``.
     """
     owners = [s for s in scopes if table.startswith(f"{s}__")]
     if owners:
         owner = max(owners, key=len)
+    elif table in scopes:
+        return table, table
     else:
         owner, sep, _ = table.partition("__")
         if not sep:

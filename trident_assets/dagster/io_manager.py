@@ -344,7 +344,8 @@ class TridentIOManager(dg.ConfigurableIOManager):
             check_state_asset_scope(store, scope)
             result = commit_state_batch(store, scope, target, partials, txid)
             if result.applied:
-                self.replica.publish(store, scope, txid, [target.table], [])
+                named = {"value_field": target.value_column, "global": not target.key_columns}
+                self.replica.publish(store, scope, txid, [target.table], [], {target.table: named})
                 self.replica.compact(target.table, self.keep_txids)
             size = store.size(target.table)
             total = state_total(store, target.table)
