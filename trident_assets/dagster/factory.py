@@ -9,6 +9,7 @@ from dagster_pyspark import LazyPySparkResource
 
 from trident_assets.dagster.assets import topology_assets
 from trident_assets.dagster.checks import CheckSettings
+from trident_assets.dagster.finals_reader import committed_watermarks
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.dagster.io_manager import TridentIOManager
@@ -23,6 +24,7 @@ from trident_assets.dagster.window_assets import (
     finals_checks_sensor,
 )
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, use_worker_python
+from trident_assets.stream.event_windows import WindowedState
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["io_manager_for", "pyspark_resource", "trident_definitions"]
@@ -97,7 +99,8 @@ def trident_definitions(
             e.g. ``trident_io_manager``).
         window_partitions: the time partitions of a window state's finals asset
             ``<topology>/<state>_finals``, by state name (or ``<topology>/<state>``); default
-            hourly when the window's slide divides an hour, else daily when it divides a day
+            hourly when the window's slide divides an hour, else daily when it divides a day,
+            ending where the state's watermark was when the definitions loaded
             (:mod:`.window_assets`).
         window_partitions_start: the first day (``YYYY-MM-DD``) of default finals partitions.
         live: which topologies run live (:mod:`.live`: one bounded run polls the log and
@@ -106,8 +109,11 @@ def trident_definitions(
             ``TRIDENT_LIVE`` says (``trident ui --live`` sets it to ``all``; unset: none).
         live_settings: how live runs poll and when they end (default :class:`LiveSettings`).
     """
+    windowed = [s for t in topologies for s in t.states.values() if isinstance(s, WindowedState)]
+    watermarks = committed_watermarks(trident.state_location, windowed)
     finals = {
-        t.name: finals_assets(t, window_partitions, window_partitions_start) for t in topologies
+        t.name: finals_assets(t, window_partitions, window_partitions_start, watermarks)
+        for t in topologies
     }
     check_partition_names(list(window_partitions or {}), [f for fs in finals.values() for f in fs])
     pools = {t.name: batches_pool(t.name, trident.state_dsn, trident.database) for t in topologies}

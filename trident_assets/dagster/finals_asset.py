@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -39,6 +39,7 @@ __all__ = [
     "finals_assets",
     "finals_rows",
     "fingerprint",
+    "partitions_end",
 ]
 
 KIND_FINALS = "window_finals"
@@ -54,6 +55,15 @@ class FinalsAsset:
     topology: TridentTopology
     state: WindowedState
     partitions_def: dg.TimeWindowPartitionsDefinition
+    reported_def: dg.TimeWindowPartitionsDefinition | None = None
+    """The partitions whose completion a txid reports (default: ``partitions_def``): default
+    partitions without the end they had when the definitions loaded, so a partition closed
+    later is materialized too (the UI lists it once the code location reloads)."""
+
+    @property
+    def reported(self) -> dg.TimeWindowPartitionsDefinition:
+        """The partitions whose completion a txid reports."""
+        return self.reported_def or self.partitions_def
 
     @property
     def key(self) -> dg.AssetKey:
@@ -97,18 +107,20 @@ class FinalsAsset:
 
 
 def default_finals_partitions(
-    state: WindowedState, start: str = DEFAULT_START
+    state: WindowedState, start: str = DEFAULT_START, end: datetime | None = None
 ) -> dg.TimeWindowPartitionsDefinition:
     """Hourly partitions when the window's slide divides an hour, daily when it divides a day.
+
+    ``end``: where they end (exclusive; default: they follow the clock).
 
     Raises:
         ConfigError: the slide divides neither (give the partitions in ``window_partitions``).
     """
     slide = state.windowed.window.slide_us
     if MICROS["h"] % slide == 0:
-        return dg.HourlyPartitionsDefinition(start_date=f"{start}-00:00")
+        return dg.HourlyPartitionsDefinition(start_date=f"{start}-00:00", end_date=end)
     if MICROS["d"] % slide == 0:
-        return dg.DailyPartitionsDefinition(start_date=start)
+        return dg.DailyPartitionsDefinition(start_date=start, end_date=end)
     msg = (
         f"windowed state {state.spec.name!r}: its windows ({slide} us apart) divide neither an "
         "hour nor a day; give its time partitions, e.g. trident_definitions(..., "
@@ -117,15 +129,47 @@ def default_finals_partitions(
     raise ConfigError(msg)
 
 
+def partitions_end(
+    partitions: dg.TimeWindowPartitionsDefinition,
+    watermark: datetime | None,
+    now: datetime | None = None,
+) -> datetime | None:
+    """Where finals partitions end: at the start of the partition the watermark is in.
+
+    So the partitions are those the watermark has passed (complete, or for sliding windows
+    nearly so). None (the partitions follow the clock, as Dagster's do) before any
+    watermark, or when the watermark lies in the current or the previous partition by
+    ``now`` (the data is current: a live topology's next partitions close as the clock
+    moves).
+    """
+    if watermark is None:
+        return None
+    clock = (now or datetime.now(UTC)).timestamp()
+    at = partitions.time_window_for_partition_key(
+        partitions.get_partition_key_for_timestamp(watermark.timestamp())
+    )
+    current = partitions.time_window_for_partition_key(
+        partitions.get_partition_key_for_timestamp(clock)
+    )
+    previous = partitions.get_partition_key_for_timestamp(current.start.timestamp() - 1)
+    if at.start >= partitions.time_window_for_partition_key(previous).start:
+        return None
+    return at.start
+
+
 def finals_assets(
     topology: TridentTopology,
     partitions: Mapping[str, dg.TimeWindowPartitionsDefinition] | None = None,
     start: str = DEFAULT_START,
+    watermarks: Mapping[str, datetime] | None = None,
 ) -> list[FinalsAsset]:
     """The finals assets of ``topology``'s tumbling and sliding window states.
 
     ``partitions`` maps a state name (or ``<topology>/<state>``) to its time partitions;
-    :func:`check_partition_names` refuses names that match no finals asset.
+    :func:`check_partition_names` refuses names that match no finals asset. Default
+    partitions end where the state's committed watermark (in ``watermarks``, by
+    ``<topology>/<state>``: :func:`~.finals_reader.committed_watermarks`) was when the
+    definitions loaded (:func:`partitions_end`), so they do not run ahead of the data.
     """
     given = dict(partitions or {})
     found = []
@@ -133,9 +177,13 @@ def finals_assets(
         if not isinstance(state, WindowedState) or not has_time_partitions(state.windowed.window):
             continue
         chosen = given.get(f"{topology.name}/{name}") or given.get(name)
-        found.append(
-            FinalsAsset(topology, state, chosen or default_finals_partitions(state, start))
-        )
+        if chosen is not None:
+            found.append(FinalsAsset(topology, state, chosen))
+            continue
+        unbounded = default_finals_partitions(state, start)
+        end = partitions_end(unbounded, (watermarks or {}).get(f"{topology.name}/{name}"))
+        bounded = unbounded if end is None else default_finals_partitions(state, start, end)
+        found.append(FinalsAsset(topology, state, bounded, unbounded))
     return found
 
 

@@ -8,18 +8,21 @@ the IO manager imports it without the asset graph.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.postgres_config import is_postgres_dsn
 from trident_assets.backends.replica import Replica
-from trident_assets.errors import ConfigError
+from trident_assets.errors import ConfigError, TridentError
+from trident_assets.stream.event_windows import WindowedState
 
-__all__ = ["naive_utc", "read_finals_range", "read_published_finals"]
+__all__ = ["committed_watermarks", "naive_utc", "read_finals_range", "read_published_finals"]
 
 
 def naive_utc(value: datetime) -> datetime:
@@ -56,6 +59,36 @@ def read_published_finals(
         return conn.sql(
             _range_sql("read_parquet(?, union_by_name = true)", meta), params=[files, *bounds]
         ).to_arrow_table()
+
+
+def committed_watermarks(location: str, states: Sequence[WindowedState]) -> dict[str, datetime]:
+    """The committed watermark of each of ``states`` (``<topology>/<state>``; aware, UTC).
+
+    Read from the state store at ``location`` without waiting: a DuckDB file a batch holds
+    (or no store yet) gives ``{}``, as does a store no windowed state has committed to.
+    """
+    from trident_assets.backends.state_store import open_state_store
+    from trident_assets.backends.window_store import last_watermark_us
+
+    if not states:
+        return {}
+    try:
+        if is_postgres_dsn(location):
+            opened = open_state_store(location, read_only=True)
+        else:
+            from trident_assets.backends.duckdb_store import DuckDBStore
+
+            if not Path(location).is_file():
+                return {}
+            opened = DuckDBStore(location, read_only=True, lock_timeout_s=0)
+        with opened as store:
+            found = {
+                f"{s.topology.name}/{s.spec.name}": last_watermark_us(store, s) for s in states
+            }
+    except (TridentError, OSError):
+        return {}
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return {k: epoch + timedelta(microseconds=v) for k, v in found.items() if v is not None}
 
 
 def read_finals_range(location: str, meta: Mapping[str, Any], window: dg.TimeWindow) -> pa.Table:

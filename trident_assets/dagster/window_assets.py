@@ -21,8 +21,16 @@ the one given to ``trident_definitions(window_partitions=...)``).
   committed txid yields only the partitions it completed that the instance has no
   materialization of (its first run stopped between the commit and the events), so a
   replay after a reported commit yields nothing. Partitions before the state's
-  first window, and partitions not existing yet in the definition (before its start, in the
-  future), are not reported.
+  first window, and partitions before the definition's start or in the future, are not
+  reported. Those that have windows are reported after those that have none, so the asset's
+  page (which opens on its latest materialization) shows windows.
+* **Partitions do not run ahead of the watermark.** Default partitions end at the start of
+  the partition the state's committed watermark was in when the definitions loaded
+  (:func:`~.finals_asset.partitions_end`; read from the store without waiting, a store a
+  batch holds gives no end), unless the watermark is in the current or the previous
+  partition by the clock: then they follow the clock. A partition completed after the
+  definitions loaded is materialized all the same, and listed once the code location
+  reloads.
 * **Loading:** the ``TridentIOManager`` loads a partition range as the finals rows with
   ``window_start`` in the input's time window, from the read replica
   (:func:`~trident_assets.dagster.finals_reader.read_published_finals`: no lock, so a rollup
@@ -152,7 +160,7 @@ def completed_partitions(store: Any, fa: FinalsAsset, txid: int) -> list[tuple[s
         lo = first
     else:
         lo = before - window.size_us
-    pdef = fa.partitions_def
+    pdef = fa.reported
     first_window = pdef.get_first_partition_window()
     last_window = pdef.get_last_partition_window()
     if first_window is None or last_window is None:
@@ -186,6 +194,7 @@ def finals_events(
     txid (not applied) yields only the partitions it completed that ``instance`` has no
     materialization of (the run that committed it stopped before reporting them), so a
     replay after a reported commit yields nothing. One finals query per state and txid.
+    The partitions without windows come first, then those with windows, each in time order.
     """
     for fa in finals:
         done = completed_partitions(store, fa, outcome.txid)
@@ -198,10 +207,14 @@ def finals_events(
         starts = [_us(v) for v in rows.column("window_start").to_pylist()] if rows.num_rows else []
         late = _late_records(store, fa)
         watermark = _time(_watermarks(store, fa, outcome.txid)[1] or 0).replace(tzinfo=None)
+        parts = []
         for key, tw in done:
             lo, hi = _us(tw.start), _us(tw.end)
             mask = pa.array([lo <= s < hi for s in starts], pa.bool_())
-            part = rows.filter(mask) if rows.num_rows else rows
+            parts.append((key, rows.filter(mask) if rows.num_rows else rows))
+        # empty partitions first: the asset's page opens on its latest event, a partition
+        # with windows when the txid completed any
+        for key, part in sorted(parts, key=lambda kp: kp[1].num_rows > 0):
             fp = fingerprint(part, fa.key_fields, fa.value_field)
             txids = sorted(set(part.column("final_txid").to_pylist())) if part.num_rows else []
             yield dg.AssetMaterialization(
