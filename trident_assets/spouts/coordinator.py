@@ -147,6 +147,12 @@ class BatchCoordinator:
             starts[partition] = start
             available[partition] = self.source.latest(partition) - start
         take = fair_split(available, self.config.max_batch_size)
+        bound = getattr(self.source, "bounded_end", None)
+        if bound is not None:  # a source bounding a batch further (a file source: by bytes)
+            take = {
+                p: bound(p, starts[p], starts[p] + n) - starts[p] if n else 0
+                for p, n in take.items()
+            }
         ranges = [
             PartitionRange(p, starts[p], starts[p] + take[p], self.config.deployment_id, ids[p])
             for p in starts

@@ -1,0 +1,276 @@
+r"""Spark reads of a file spout's batch: the executors read the files, the driver only plans.
+
+The batch's files are dealt to Spark tasks (largest first, each to the task with the fewest
+bytes so far); each task reads its files whole (local files with ``open``, others through
+``pyarrow.fs`` or ``fsspec``), checks each against its recorded size and content
+fingerprint (a file changed since it was numbered fails the job, naming it) and yields
+Arrow batches (``mapInArrow``):
+
+* lines (JSON lines, text, and CSV after its header): the log's record schema, one row per
+  non-empty line: ``topic`` the file's URL, ``partition`` 0, ``offset`` the line number
+  (from 1), ``timestamp`` the file's modification time, ``value`` the line's bytes (a
+  trailing ``\r`` removed), so a scheme decodes it as a log record and its dead letters
+  name the file and line;
+* Parquet: the declared columns (as ``__file_<name>``), with the same provenance columns
+  (``offset`` the row number from 1) and a null ``value``.
+
+Before the job, on the driver: a CSV file's header and a Parquet file's schema (its footer)
+are checked against the declared fields; a mismatch refuses the txid naming the file.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.errors import ConfigError
+from trident_assets.kafka.reader import default_parallelism
+from trident_assets.spark.file_schemes import FILE_COLUMN_PREFIX
+from trident_assets.spark.log_reader import log_spark_schema
+from trident_assets.spouts.file_listing import fingerprint_bytes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from trident_assets.spouts.file_listing import FileEntry, Location
+
+__all__ = ["ROWS_PER_BATCH", "read_files"]
+
+ROWS_PER_BATCH = 1 << 16
+"""Rows per Arrow batch a task yields."""
+
+_ARROW_NAMES = {
+    "string": ("string", "large_string", "string_view"),
+    "boolean": ("bool",),
+    "tinyint": ("int8",),
+    "byte": ("int8",),
+    "smallint": ("int16",),
+    "short": ("int16",),
+    "int": ("int32",),
+    "integer": ("int32",),
+    "bigint": ("int64",),
+    "long": ("int64",),
+    "float": ("float",),
+    "real": ("float",),
+    "double": ("double",),
+    "binary": ("binary", "large_binary", "binary_view"),
+    "date": ("date32[day]",),
+}
+"""Per declared scalar type, the Parquet (Arrow) types a file's column may have."""
+
+
+def _deal(entries: Sequence[FileEntry], tasks: int) -> list[list[int]]:
+    """The indices of ``entries`` per task: largest first, each to the least loaded task."""
+    heap = [(0, t) for t in range(tasks)]
+    dealt: list[list[int]] = [[] for _ in range(tasks)]
+    for i in sorted(range(len(entries)), key=lambda i: -entries[i].size):
+        load, task = heapq.heappop(heap)
+        dealt[task].append(i)
+        heapq.heappush(heap, (load + entries[i].size, task))
+    return [sorted(d) for d in dealt if d]
+
+
+def _read_bytes(local: bool, target: str) -> bytes:
+    """The whole content of a file (a local path, or a URL)."""
+    if local:
+        with open(target, "rb") as stream:
+            return stream.read()
+    from pyarrow import fs as pafs
+
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(target)
+    except (ValueError, OSError):
+        import fsspec
+
+        with fsspec.open(target, "rb") as stream:
+            return stream.read()
+    with filesystem.open_input_stream(path) as stream:
+        return stream.read()
+
+
+def _verified(local: bool, target: str, uri: str, entry: FileEntry) -> bytes:
+    data = _read_bytes(local, target)
+    if len(data) != entry.size or fingerprint_bytes(data) != entry.fingerprint:
+        msg = (
+            f"file {uri} changed after it was recorded for its txid ({entry.size} bytes, "
+            f"fingerprint {entry.fingerprint}; now {len(data)} bytes): a transactional "
+            "batch is never read with other data; put the file back as it was"
+        )
+        raise RuntimeError(msg)
+    return data
+
+
+def _provenance(uri: str, mtime_ns: int, numbers: Any) -> dict[str, Any]:
+    import pyarrow as pa
+
+    n = len(numbers)
+    stamp = pa.scalar(mtime_ns // 1000, pa.timestamp("us", tz="UTC"))
+    return {
+        "topic": pa.repeat(pa.scalar(uri, pa.string()), n),
+        "partition": pa.repeat(pa.scalar(0, pa.int32()), n),
+        "offset": numbers,
+        "timestamp": pa.repeat(stamp, n),
+    }
+
+
+def _lines(data: bytes, skip_header: bool) -> tuple[Any, Any]:
+    """``(line bytes, line numbers from 1)`` of the non-empty lines (minus the header)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pieces = pc.list_flatten(pc.split_pattern(pa.array([data], pa.large_binary()), b"\n"))
+    numbers = pa.array(range(1, len(pieces) + 1), pa.int64())
+    pieces = pc.replace_substring_regex(pieces, pattern=b"\r$", replacement=b"")
+    keep = pc.greater(pc.binary_length(pieces), 0)
+    if skip_header:
+        keep = pc.and_(keep, pc.greater(numbers, 1))
+    return pc.filter(pieces, keep), pc.filter(numbers, keep)
+
+
+def _line_batches(
+    data: bytes, uri: str, mtime_ns: int, skip_header: bool, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+
+    lines, numbers = _lines(data, skip_header)
+    for start in range(0, len(lines), ROWS_PER_BATCH):
+        part = numbers.slice(start, ROWS_PER_BATCH)
+        columns = _provenance(uri, mtime_ns, part)
+        n = len(part)
+        columns["key"] = pa.nulls(n, pa.binary())
+        columns["value"] = lines.slice(start, ROWS_PER_BATCH).cast(pa.binary())
+        columns["headers"] = pa.nulls(n, schema.field("headers").type)
+        yield pa.RecordBatch.from_pydict(columns, schema=schema)
+
+
+def _parquet_batches(
+    data: bytes, uri: str, mtime_ns: int, names: list[str], schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(pa.BufferReader(data), columns=names)
+    offset = 0
+    for batch in table.to_batches(max_chunksize=ROWS_PER_BATCH):
+        n = batch.num_rows
+        columns = _provenance(
+            uri, mtime_ns, pa.array(range(offset + 1, offset + n + 1), pa.int64())
+        )
+        columns["value"] = pa.nulls(n, pa.binary())
+        for name in names:
+            target = schema.field(FILE_COLUMN_PREFIX + name).type
+            columns[FILE_COLUMN_PREFIX + name] = batch.column(name).cast(target)
+        offset += n
+        yield pa.RecordBatch.from_pydict(columns, schema=schema)
+
+
+def _check_csv(location: Location, entries: Sequence[FileEntry], scheme: Any, txid: int) -> None:
+    want = scheme.header()
+    for entry in entries:
+        got = location.first_line(entry.path)
+        if got != want:
+            msg = (
+                f"txid {txid}: CSV file {location.uri(entry.path)} has the header "
+                f"{got.decode(errors='replace')!r}; the scheme declares "
+                f"{want.decode()!r} (the fields in their order). Fix the file's header or the "
+                "CsvScheme's fields."
+            )
+            raise ConfigError(msg)
+
+
+def _check_parquet(
+    location: Location, entries: Sequence[FileEntry], scheme: Any, txid: int
+) -> None:
+    import pyarrow.parquet as pq
+
+    for entry in entries:
+        uri = location.uri(entry.path)
+        with location.open(entry.path) as stream:
+            schema = pq.read_schema(stream)
+        for name, declared in scheme.types.items():
+            wanted = _ARROW_NAMES.get(declared.lower())
+            where = f"txid {txid}: Parquet file {uri}"
+            if name not in schema.names:
+                msg = (
+                    f"{where} has no column {name!r} (its columns: {schema.names}); the "
+                    f"ParquetScheme declares {name!r} {declared}. Fix the file or the fields."
+                )
+                raise ConfigError(msg)
+            got = schema.field(name).type
+            ok = str(got) in wanted if wanted else _same_as_spark(got, declared)
+            if not ok:
+                msg = (
+                    f"{where}: field {name!r} is {got} in the file, declared {declared}. "
+                    "Declare the file's type or rewrite the file."
+                )
+                raise ConfigError(msg)
+
+
+def _same_as_spark(got: Any, declared: str) -> bool:
+    """For types without a fixed Arrow name (timestamps, decimals, nested): Spark's view."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import _parse_datatype_string
+
+    want = to_arrow_type(_parse_datatype_string(declared), timezone="UTC")
+    if pa.types.is_timestamp(got) and pa.types.is_timestamp(want):
+        return (got.tz is None) == (want.tz is None) or declared.lower() == "timestamp"
+    return got == want
+
+
+def read_files(
+    spark: Any,
+    location: Location,
+    entries: Sequence[FileEntry],
+    scheme: Any,
+    fmt: str,
+    txid: int = 0,
+) -> Any:
+    """Return a DataFrame of the records of ``entries``, read by Spark's executors.
+
+    ``fmt`` is ``lines``, ``csv`` or ``parquet`` (see the module docstring for the columns).
+
+    Raises:
+        ConfigError: a CSV header or a Parquet schema disagrees with the scheme (before any
+            Spark job).
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    if fmt == "parquet":
+        base = log_spark_schema()
+        declared = StructType.fromDDL(", ".join(f"`{n}` {t}" for n, t in scheme.types.items()))
+        spark_schema = StructType(
+            [
+                *[base[c] for c in ("topic", "partition", "offset", "timestamp", "value")],
+                *[StructField(FILE_COLUMN_PREFIX + f.name, f.dataType) for f in declared],
+            ]
+        )
+    else:
+        spark_schema = log_spark_schema()
+    if not entries:
+        return spark.createDataFrame([], spark_schema)
+    if fmt == "csv":
+        _check_csv(location, entries, scheme, txid)
+    elif fmt == "parquet":
+        _check_parquet(location, entries, scheme, txid)
+    schema = to_arrow_schema(spark_schema, timezone="UTC")
+    dealt = _deal(entries, max(1, min(default_parallelism(spark), len(entries))))
+    files = [(location.full(e.path), location.uri(e.path), e) for e in entries]
+    local = location.local
+    names = list(scheme.types) if fmt == "parquet" else []
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for task in batch.column("id").to_pylist():
+                for i in dealt[task]:
+                    target, uri, entry = files[i]
+                    data = _verified(local, target, uri, entry)
+                    if fmt == "parquet":
+                        yield from _parquet_batches(data, uri, entry.mtime_ns, names, schema)
+                    else:
+                        yield from _line_batches(data, uri, entry.mtime_ns, fmt == "csv", schema)
+
+    n = len(dealt)
+    return spark.range(n, numPartitions=n).mapInArrow(run, spark_schema)
