@@ -640,3 +640,52 @@ def test_redis_master_killed_and_replica_promoted_then_exact(
         assert _drain(runner) >= 4
         truth = _truth(log)
         assert _counts(topo, list(truth)) == truth
+
+
+def test_redis_master_killed_after_the_writes_fails_the_txid_with_the_store_error(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A master dead when the driver reads the state's size after the executors' writes.
+
+    The txid's words all live on the other masters (their writes are acknowledged), so only
+    the size read reaches the dead master: the txid fails with a ``KeyValueStoreError``
+    naming the state, the txid and what to do, the marker stays, and the re-run once the
+    master is back is exact. Its own cluster, with a node timeout no test reaches (no
+    failover while the txid runs).
+    """
+    from redis.crc import key_slot
+
+    cluster = RedisClusterServers(tmp_path / "redis", node_timeout_ms=120_000)
+    try:
+        log = _log(tmp_path)
+        topo = _topology("wc_size_read", _spec("redis", "opaque", cluster.servers), batch=100)
+        target = kv_target(topo.states["word_counts"])
+        victim = cluster.ports[2]  # master of the last third of the slots
+        safe = [
+            w for w in (f"w{i}" for i in range(200))
+            if key_slot(target.encode((w,)).encode()) < 16384 * 2 // 3
+        ][:6]  # fmt: skip
+        with DuckDBStore(tmp_path / "state.duckdb") as store:
+            runner = TopologyRunner(topo, spark, store, log)
+            assert runner.run_batch(1).applied
+            _send(log, [" ".join(safe[:3]), " ".join(safe[2:])])
+            cluster.kill(victim)
+            with pytest.raises(KeyValueStoreError) as info:
+                runner.run_batch(2)
+            assert str(info.value) == (
+                "redis-cluster state 'word_counts' of topology 'wc_size_read': the Redis "
+                "Cluster did not answer while reading its key count (ConnectionError: Error "
+                f"111 connecting to 127.0.0.1:{victim}. Connection refused.; 4 tries); txid 2 "
+                "is not committed. Bring the node back (or wait until a replica takes its "
+                "place), then run the txid again: its re-run writes the same values"
+            )
+            assert store.last_committed(topo.name) == 1
+            cluster.start_node(victim)
+            cluster.wait_ok()
+            assert runner.run_batch(2).applied
+            assert store.last_committed(topo.name) == 2
+        truth = _truth(log)
+        assert {w: truth[w] for w in safe} == {w: 2 if w == safe[2] else 1 for w in safe}
+        assert _counts(topo, list(truth)) == truth
+    finally:
+        cluster.stop()

@@ -23,13 +23,14 @@ from trident_assets.errors import KeyValueStoreError
 __all__ = ["current_value", "open_backing", "read_latest", "refuse_as_of", "state_size"]
 
 
-def open_backing(target: KeyValueTarget) -> Any:
+def open_backing(target: KeyValueTarget, txid: int | None = None) -> Any:
     """The backing map of ``target`` (``multi_get``/``multi_put`` of values, ``scan``, ``close``).
 
     The store's client library is imported when the map is opened (``redis``, ``pymemcache``).
+    ``txid``: the txid it is written for, named by a Redis Cluster's errors.
     """
     if target.store == REDIS_CLUSTER:
-        return RedisClusterBackingMap(target)
+        return RedisClusterBackingMap(target, txid=txid)
     return MemcachedBackingMap(target)
 
 
@@ -61,7 +62,7 @@ def read_latest(target: KeyValueTarget, key_fields: Sequence[str], value_field: 
     return pa.table(columns)
 
 
-def state_size(target: KeyValueTarget) -> int | None:
+def state_size(target: KeyValueTarget, txid: int | None = None) -> int | None:
     """How many keys the state holds on its servers; None for memcached (unknown).
 
     A Redis Cluster state: the sum of its key counters, which its writes keep atomically
@@ -70,10 +71,14 @@ def state_size(target: KeyValueTarget) -> int | None:
     has no atomic write of two keys (a key and a counter) and no server-side scripts, so a
     writer stopped between the two leaves a count its re-run cannot correct, and it evicts
     keys unannounced when full; it cannot list keys either.
+
+    Raises:
+        KeyValueStoreError: a node did not answer (naming the state and ``txid``, the txid
+            whose writes it is read after).
     """
     if target.store != REDIS_CLUSTER:
         return None
-    backing = RedisClusterBackingMap(target)
+    backing = RedisClusterBackingMap(target, txid=txid)
     try:
         return backing.size()
     finally:

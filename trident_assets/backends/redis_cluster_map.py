@@ -130,9 +130,13 @@ def connect_cluster(target: KeyValueTarget) -> Any:
 class RedisClusterBackingMap:
     """Bulk reads and acknowledged bulk writes of one state's values in a Redis Cluster."""
 
-    def __init__(self, target: KeyValueTarget, client: Any = None) -> None:
-        """Over ``client`` (a ``RedisCluster``), else a new client of ``target``'s nodes."""
+    def __init__(self, target: KeyValueTarget, client: Any = None, txid: int | None = None) -> None:
+        """Over ``client`` (a ``RedisCluster``), else a new client of ``target``'s nodes.
+
+        ``txid``: the txid the map is written or counted for (named when a node fails).
+        """
         self.target = target
+        self.txid = txid
         self.client = client if client is not None else connect_cluster(target)
 
     def close(self) -> None:
@@ -148,8 +152,14 @@ class RedisClusterBackingMap:
             grouped.setdefault(node, {}).setdefault(slot, []).append(i)
         return grouped
 
-    def _retrying(self, call: Callable[[], R]) -> R:
-        """Run ``call``, refreshing the cluster layout after a moved slot or a lost node."""
+    def _retrying(self, call: Callable[[], R], doing: str) -> R:
+        """Run ``call``, refreshing the cluster layout after a moved slot or a lost node.
+
+        Raises:
+            KeyValueStoreError: a node still did not answer (or the cluster was still down)
+                after :data:`ATTEMPTS` tries; the message names ``doing``, the state, the txid
+                and what to do.
+        """
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import ResponseError
         from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -160,16 +170,35 @@ class RedisClusterBackingMap:
             except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
                 text = str(exc)
                 moved = text.split(" ", 1)[0] in RETRIED or any(m in text for m in SCRIPT_RETRIED)
-                if attempt == ATTEMPTS - 1 or not (moved or not isinstance(exc, ResponseError)):
+                if not (moved or not isinstance(exc, ResponseError)):
                     raise
+                if attempt == ATTEMPTS - 1:
+                    raise self._unanswered(doing, exc) from exc
                 self.client.nodes_manager.initialize()
         msg = "unreachable"
         raise AssertionError(msg)
 
+    def _unanswered(self, doing: str, exc: Exception) -> KeyValueStoreError:
+        """The error of a call the cluster did not answer after every try."""
+        label, txid = self.target.label, self.txid
+        what = f"{type(exc).__name__}: {exc}"
+        if txid is None:
+            after = "bring the node back (or wait until a replica takes its place), then try again"
+        else:
+            after = (
+                f"txid {txid} is not committed. Bring the node back (or wait until a replica "
+                "takes its place), then run the txid again: its re-run writes the same values"
+            )
+        msg = (
+            f"{label}: the Redis Cluster did not answer while {doing} ({what}; "
+            f"{ATTEMPTS} tries); {after}"
+        )
+        return KeyValueStoreError(msg)
+
     def multi_get(self, keys: Sequence[Key]) -> list[Any]:
         """Each key's stored value (None where absent): one MGET per slot, pipelined per master."""
         encoded = [self.target.encode(k) for k in keys]
-        return self._retrying(lambda: self._get(encoded))
+        return self._retrying(lambda: self._get(encoded), "reading keys")
 
     def _get(self, encoded: list[str]) -> list[Any]:
         out: list[Any] = [None] * len(encoded)
@@ -193,7 +222,7 @@ class RedisClusterBackingMap:
         """
         encoded = [self.target.encode(k) for k in keys]
         data = [self.target.encode_value(v) for v in values]
-        self._retrying(lambda: self._put(encoded, data))
+        self._retrying(lambda: self._put(encoded, data), "writing keys")
 
     def multi_delete(self, keys: Sequence[Key]) -> None:
         """Delete the keys: one :data:`DELETE_SCRIPT` and a WAIT per master.
@@ -205,7 +234,7 @@ class RedisClusterBackingMap:
         """
         encoded = [self.target.encode(k) for k in keys]
         if encoded:
-            self._retrying(lambda: self._put(encoded, None))
+            self._retrying(lambda: self._put(encoded, None), "deleting keys")
 
     def _put(self, encoded: list[str], data: list[bytes] | None) -> int:
         """Write ``data`` under ``encoded`` (None: delete the keys), then WAIT for replicas.
@@ -249,7 +278,7 @@ class RedisClusterBackingMap:
         Every key ever written, committed or not (a txid that failed after its executors
         wrote left its keys on the servers), as :meth:`scan` finds them.
         """
-        return self._retrying(self._size)
+        return self._retrying(self._size, "reading its key count")
 
     def _size(self) -> int:
         prefix = self.target.prefix

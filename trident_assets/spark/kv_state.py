@@ -183,7 +183,7 @@ def apply_partition(
     are grouped), so no key is written twice. The preview is the partition's
     :data:`PREVIEW_ROWS` keys with the highest values after the batch (:func:`top_rows`).
     """
-    backing = _Counted(open_backing(target))
+    backing = _Counted(open_backing(target, txid))
     state = _MAPS[target.state_type](backing)
     seen = 0
     top: pa.Table | None = None
@@ -321,6 +321,6 @@ def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> App
     with user_code_errors(), store_errors():
         written, skipped, previews = counts.collect()[0]
     keys_in = int(written) + int(skipped)
-    size = state_size(target)
+    size = state_size(target, run.txid)
     outcome = StateOutcome(state.spec.name, state.table, keys_in, int(written), int(skipped), size)
     return Applied(outcome, previews={f"state:{state.spec.name}": kv_preview(state, previews)})
