@@ -77,6 +77,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
     from trident_assets.core.retry import (
         ExponentialBackoff,
     )
+    from trident_assets.dagster.component import TopologyComponent
     from trident_assets.dagster.factory import (
         trident_definitions,
     )
@@ -222,6 +223,7 @@ _LAZY = {
     "Stream": "trident_assets.stream.topology",
     "StringScheme": "trident_assets.spark.schemes",
     "TopologyRunner": "trident_assets.spark.executor",
+    "TopologyComponent": "trident_assets.dagster.component",
     "TridentIOManager": "trident_assets.dagster.io_manager",
     "TridentResource": "trident_assets.dagster.resources",
     "TridentState": "trident_assets.stream.topology",
@@ -325,6 +327,7 @@ __all__ = [
     # Dagster
     "trident_definitions",
     "TridentResource",
+    "TopologyComponent",
     "TridentIOManager",
     # errors
     "AggregationError",

@@ -18,6 +18,7 @@ from trident_assets.cli_common import (
     find_module,
     require_home,
 )
+from trident_assets.cli_launch import launch
 from trident_assets.cli_outputs import dead_letters, outputs
 from trident_assets.cli_quarantine import quarantine_app
 from trident_assets.cli_state import state_app
@@ -37,6 +38,7 @@ app.add_typer(quarantine_app, name="quarantine")
 app.command("outputs")(outputs)
 app.command("dead-letters")(dead_letters)
 app.command("status")(status)
+app.command("launch")(launch)
 
 
 @app.command()

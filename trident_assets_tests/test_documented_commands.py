@@ -85,6 +85,14 @@ ELSEWHERE = {
     ".venv/bin/trident ui --home .trident --port 3000 --live": (
         "starts dagster dev in live mode: test_live_ui.py runs it over a fresh home"
     ),
+    **dict.fromkeys(
+        [
+            'printf \'%s\\n\' \'{"customer": "ann", "amount": 5}\' \'{"customer": "bob", "amount": 7}\' \'{"customer": "ann", "amount": 3}\' | trident log produce orders',  # noqa: E501
+            "trident launch shop 1 --assets shop/spent",
+            "trident state scan shop spent",
+        ],
+        "in a dg project (docs/dagster.md, the dg way): test_dg_component.py runs them",
+    ),
 }
 """Documented commands run by another test, and why not here."""
 
