@@ -25,6 +25,7 @@ import pytest
 from dagster.components.core.component_tree import ComponentTree
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.cli_launch import next_partition
 from trident_assets.dagster.component import TopologyComponent
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.resources import TridentResource
@@ -156,6 +157,18 @@ def test_a_wrong_attribute_is_refused_naming_it(
     with pytest.raises(ConfigError) as refused:
         _component_defs(tmp_path, monkeypatch, **attrs)
     assert str(refused.value) == error
+
+
+def test_trident_launch_adds_txid_keys_in_order() -> None:
+    assert next_partition([], "shop", 1) is True
+    assert next_partition(["0000000001"], "shop", 1) is False  # runs again
+    assert next_partition(["0000000001"], "shop", 2) is True
+    with pytest.raises(ConfigError) as refused:
+        next_partition([], "shop", 2)
+    assert str(refused.value) == (
+        "txid 2 of shop: its last txid partition is 0; launch txid 1 first (txids are added "
+        "and committed in order)"
+    )
 
 
 # ---- the documented flow, as a user runs it ----
