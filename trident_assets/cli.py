@@ -50,18 +50,27 @@ def demo(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show Dagster and Spark logs here too.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Move HOME's log, state and Dagster instance aside (HOME.before-demo-TIME) "
+            "when they hold data the demo did not write, instead of refusing.",
+        ),
+    ] = False,
 ) -> None:
     """Run word count through Dagster, crash a batch mid-commit, replay it, check exactly-once.
 
     The demo writes into HOME (the default home, so `trident state ...` reads it next); it
-    refuses a HOME with data it did not write, and a HOME `trident ui` (or another demo) is
-    using. Dagster and Spark logs go to HOME/demo.log. Ctrl-C stops it with exit code 130.
+    refuses a HOME with data it did not write (other topics, records, topologies, states or
+    txids; --force moves them aside), and a HOME `trident ui` (or another demo) is using.
+    Dagster and Spark logs go to HOME/demo.log. Ctrl-C stops it with exit code 130.
     """
     from trident_assets.demo import run_demo
 
     try:
         with cli_errors():
-            ok = run_demo(home, sentences, batch_size, kill_txid, verbose=verbose)
+            ok = run_demo(home, sentences, batch_size, kill_txid, verbose=verbose, force=force)
     except KeyboardInterrupt as stop:
         typer.echo(str(stop) or "trident demo interrupted", err=True)
         raise typer.Exit(130) from None

@@ -26,7 +26,6 @@ import json
 import os
 import random
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -38,33 +37,18 @@ from pathlib import Path
 from typing import Any
 
 from trident_assets.console import engine_logs_to
-from trident_assets.errors import ConfigError
+from trident_assets.demo_home import DEMO_MARKER, check_home, prepare_home, record_home
+from trident_assets.errors import TridentError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
-from trident_assets.home_lock import LOCK_FILE, home_lock
+from trident_assets.home_lock import home_lock
 
 __all__ = ["DEMO_MARKER", "LOG_FILE", "run_demo"]
 
 TOPOLOGY = "word_count"
 STATE = "word_counts"
 STATE_TABLE = f"{TOPOLOGY}__{STATE}"
-DEMO_MARKER = ".trident-demo"
-"""A file in a home the demo wrote: the demo only ever replaces such a home's contents."""
 LOG_FILE = "demo.log"
 """Dagster's and Spark's logs of a demo run, in its home."""
-_DEMO_ENTRIES = (
-    "log",
-    "state.duckdb",
-    "state.duckdb.wal",
-    "state.duckdb.commits",
-    "replica",
-    "status",
-    "dagster",
-    LOG_FILE,
-    "cli.log",
-    "spark-connect.log",
-    "demo",
-)
-"""What the demo (and what runs over its home) writes: all of it is replaced by a new demo."""
 LAUNCHED_BY_TAG = "trident/launched_by"
 """Run tag of every run the demo executes: ``trident demo``."""
 SENSOR_NAME_TAG = "dagster/sensor_name"
@@ -122,38 +106,6 @@ def crash_child(home: str, partition_key: str, tags_json: str, batch_size: int) 
     )
 
 
-def _check_home(home: Path) -> None:
-    """Refuse a ``home`` the demo may not replace; read only.
-
-    Raises:
-        ConfigError: ``home`` holds data the demo did not write (or is a file).
-    """
-    if home.exists() and not home.is_dir():
-        msg = f"trident home {home} is a file; pass --home DIR"
-        raise ConfigError(msg)
-    if home.is_dir() and not (home / DEMO_MARKER).exists():
-        foreign = sorted(p.name for p in home.iterdir() if p.name not in ("demo", LOCK_FILE))
-        if foreign:
-            msg = (
-                f"trident home {home} holds data the demo did not write ({', '.join(foreign)}); "
-                "the demo replaces its home's log, state and Dagster instance: pass --home "
-                "with another directory, or remove this one"
-            )
-            raise ConfigError(msg)
-
-
-def _prepare_home(home: Path) -> None:
-    """Empty the demo's entries of ``home`` (checked by :func:`_check_home`; its lock held)."""
-    for name in _DEMO_ENTRIES:
-        path = home / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-    home.mkdir(parents=True, exist_ok=True)
-    (home / DEMO_MARKER).write_text("written by `trident demo`; it may replace this home\n")
-
-
 def _shown(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
@@ -161,15 +113,18 @@ def _shown(path: Path) -> str:
         return str(path.resolve())
 
 
-def _demo_command(home: Path) -> str:
-    """The command that runs the demo over ``home`` again, pasted in this shell's directory."""
+def _demo_command(home: Path, *more: str) -> str:
+    """The command that runs the demo over ``home`` again, pasted in this shell's directory.
+
+    ``more``: further arguments (then never ``make demo``, which passes none).
+    """
     from trident_assets.cli_common import DEFAULT_HOME
 
     default = home.resolve() == DEFAULT_HOME.resolve()
-    if os.environ.get("MAKELEVEL") and default:
+    if os.environ.get("MAKELEVEL") and default and not more:
         return "make demo"
     args = [_shown(Path(sys.executable).parent / "trident"), "demo"]
-    return shlex.join(args if default else [*args, "--home", _shown(home)])
+    return shlex.join([*(args if default else [*args, "--home", _shown(home)]), *more])
 
 
 @dataclass
@@ -276,13 +231,16 @@ def run_demo(
     batch_size: int = 4_000,
     kill_txid: int = 3,
     verbose: bool = False,
+    force: bool = False,
 ) -> bool:
     """Run the demo in ``home``; return True if the exactly-once check passed.
 
-    The home's lock is held throughout (:mod:`trident_assets.home_lock`).
+    The home's lock is held throughout (:mod:`trident_assets.home_lock`). ``force``: move
+    what the demo did not write aside (:func:`~trident_assets.demo_home.prepare_home`)
+    instead of refusing the home. The demo records what it left when it ends.
 
     Raises:
-        ConfigError: ``home`` holds data the demo did not write.
+        ConfigError: ``home`` holds data the demo did not write (and not ``force``).
         HomeLockedError: ``trident ui`` or another demo uses ``home``; nothing was changed.
         KeyboardInterrupt: interrupted (Ctrl-C, also while a run executes); its message says
             what was interrupted, that nothing committed is lost and how to run the demo again.
@@ -290,23 +248,31 @@ def run_demo(
     from rich.console import Console
 
     home = Path(home)
-    _check_home(home)
+    forced = _demo_command(home, "--force")
+    check_home(home, force, forced, read_data=False)  # touches nothing before the lock
     progress = _Progress()
     interrupted = lambda: _interrupted(home, progress.doing)  # noqa: E731
     with home_lock(home, "trident demo"), _sigint_check(interrupted) as check_sigint:
+        found = check_home(home, force, forced)  # its state read under the lock
         try:
-            _prepare_home(home)
+            aside = prepare_home(home, found)
             progress.doing = "producing sentences (step 1)"
             log_path = home / LOG_FILE
             with engine_logs_to(log_path, verbose) as out:
                 console = Console(file=out, highlight=False, soft_wrap=True)
                 where = "" if verbose else f" (Dagster and Spark logs: {_shown(log_path)})"
                 console.print(f"[bold]trident demo[/] in {_shown(home)}{where}")
+                if aside is not None:
+                    held = ", ".join(found)
+                    console.print(f"   moved the home's earlier data ({held}) to {_shown(aside)}")
                 return _story(
                     console, home, sentences, batch_size, kill_txid, progress, check_sigint
                 )
         except KeyboardInterrupt:
             raise KeyboardInterrupt(_interrupted(home, progress.doing)) from None
+        finally:  # what the demo left: a next demo replaces exactly that
+            with contextlib.suppress(OSError, TridentError):
+                record_home(home)
 
 
 def _story(
