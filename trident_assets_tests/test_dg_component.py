@@ -357,6 +357,11 @@ def test_the_dg_way_as_documented(tmp_path: Path) -> None:
             "name the module-level TridentTopology declared there",
         ),
         (
+            "  topology: my_project.topology:shop\n",
+            "ConfigError: topology: no module 'my_project.topology' (no module named "
+            "'my_project.topology'); put it in the project's package",
+        ),
+        (
             "  store: mysql://me@db/shop\n",
             "ConfigError: store: 'mysql://me@db/shop' is not a state store",
         ),
