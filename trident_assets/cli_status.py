@@ -60,13 +60,21 @@ def _positions(store: StateStore) -> dict[str, dict[str, int]]:
 
 
 def _lag(home: Path, positions: dict[str, int]) -> dict[str, int | None]:
-    """Records waiting per partition (None where the partition is not in the embedded log)."""
+    """Records waiting per partition (None where the partition is not in the embedded log).
+
+    A file spout's partition counts its files waiting (a :class:`FilesWaiting`: shown with
+    their bytes and location).
+    """
     from trident_assets.log.store import PartitionedLog
 
     log = PartitionedLog(home / "log") if (home / "log").is_dir() else None
     topics = set(log.topics()) if log is not None else set()
     lag: dict[str, int | None] = {}
     for topic in sorted({p.rpartition("@")[0] for p in positions}):
+        waiting = None if log is None else _files_waiting(log.root, f"{topic}@0", positions)
+        if waiting is not None:  # a file spout's: files and bytes
+            lag[f"{topic}@0"] = waiting
+            continue
         if log is None or topic not in topics:
             lag |= {p: None for p in positions if p.rpartition("@")[0] == topic}
             continue
@@ -74,6 +82,31 @@ def _lag(home: Path, positions: dict[str, int]) -> dict[str, int | None]:
             start = positions.get(f"{topic}@{n}", log.earliest_offset(topic, n))
             lag[f"{topic}@{n}"] = max(0, log.latest_offset(topic, n) - start)
     return dict(sorted(lag.items(), key=lambda kv: partition_sort_key(kv[0])))
+
+
+def _files_waiting(root: Path, partition: str, positions: dict[str, int]) -> FilesWaiting | None:
+    """The files and bytes a file spout's partition has waiting (None: not a file spout's)."""
+    from trident_assets.spouts.file_catalog import index_backlog
+
+    found = index_backlog(root, partition, positions.get(partition, 0))
+    return None if found is None else FilesWaiting(*found)
+
+
+class FilesWaiting(int):
+    """A file spout's lag: the files waiting (the int), with their bytes and location."""
+
+    def __new__(cls, files: int, size: int, url: str) -> FilesWaiting:
+        """``files`` waiting, ``size`` bytes in all, under ``url``."""
+        made = super().__new__(cls, files)
+        made.size = size
+        made.url = url
+        return made
+
+    size: int
+    url: str
+
+    def __str__(self) -> str:
+        return f"{int(self)} files/{self.size} bytes ({self.url})"
 
 
 def _error(home: Path, topology: str, last: int | None) -> str | None:
@@ -105,7 +138,7 @@ def status_rows(home: Path, store: StateStore) -> list[dict[str, Any]]:
                 "last_txid": last,
                 "lag": sum(known) if len(known) == len(lag) and lag else None,
                 "lag_by_partition": ", ".join(
-                    f"{p}={'?' if n is None else n}" for p, n in lag.items()
+                    f"{p}={'?' if n is None else str(n)}" for p, n in lag.items()
                 ),
                 "quarantined": held.get(topology, 0),
                 "last_error": _error(home, topology, last),

@@ -69,12 +69,14 @@ def test_temp_names_are_never_taken_and_recent_files_wait_for_their_quiet_period
         _file(land, name, b"{}\n", T0)
     _file(land, "g.jsonl", b"{}\n", T0 + 98.0)  # modified 2 s ago: still being written
     catalog = FileCatalog(tmp_path / "idx", Location(str(land)), 5.0, clock=lambda: now[0])
-    assert catalog.refresh() == 1
+    assert catalog.refresh() == 1  # one file waits
     assert catalog.last_refresh is not None
-    assert (catalog.last_refresh.numbered, catalog.last_refresh.unstable) == (1, 1)
+    assert (catalog.last_refresh.listed, catalog.last_refresh.unstable) == (2, 1)
+    assert catalog.bounded_end(0, 10, None) == 1  # a batch takes it: numbered 0
     assert [e.path for e in catalog.entries(0, 10)] == ["a.jsonl"]
     now[0] = T0 + 103.0  # 5 s after g's last write
     assert catalog.refresh() == 2
+    assert catalog.bounded_end(1, 10, None) == 2
     assert [e.path for e in catalog.entries(0, 10)] == ["a.jsonl", "g.jsonl"]
     catalog.close()
 
@@ -207,7 +209,7 @@ def test_bad_options_are_refused_at_declaration(
 def test_planning_a_txid_over_100000_files_costs_the_same_after_many_txids(
     tmp_path: Path,
 ) -> None:
-    """Each txid's listing stats no file already numbered and reads no index row again.
+    """Each txid's listing stats no file it saw before and reads no index row again.
 
     Counted, not timed; the planning time per txid is printed (``-s``) for the record.
     """
@@ -219,7 +221,8 @@ def test_planning_a_txid_over_100000_files_costs_the_same_after_many_txids(
     catalog = planner.source.catalog
     assert planner.take(1)[:2] == ["f000000.jsonl", "f000001.jsonl"]
     assert catalog.last_refresh is not None
-    assert (catalog.last_refresh.listed, catalog.last_refresh.numbered) == (100_000, 100_000)
+    refresh = catalog.last_refresh
+    assert (refresh.listed, refresh.statted, refresh.numbered) == (100_000, 100_000, 1000)
     seconds = []
     for txid in range(2, 42):
         started = time.perf_counter()
@@ -232,7 +235,7 @@ def test_planning_a_txid_over_100000_files_costs_the_same_after_many_txids(
             100_000,
             0,
             0,
-            0,
+            1000,
         )
     print(
         f"planning over 100,000 files: txids 2-6 {sum(seconds[:5]) / 5:.3f} s each, "

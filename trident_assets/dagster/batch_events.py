@@ -109,6 +109,12 @@ def _applied_metadata(
                 "ranges_recorded_before": dg.MetadataValue.bool(plan.replay),
                 "skipped_by_retention": dg.MetadataValue.int(plan.skipped_by_retention),
             }
+            described = getattr(topology.spouts[sid].args["spout"], "plan_metadata", None)
+            if described is not None:  # a file spout: the txid's files and their bytes
+                meta |= {
+                    k: dg.MetadataValue.int(v) if isinstance(v, int) else dg.MetadataValue.json(v)
+                    for k, v in described(plan).items()
+                }
         # this spout's own (the txid's total also counts other spouts' and windows' late records)
         dead = outcome.dead_letters_by_spout.get(sid, 0)
         meta["dead_letters"] = dg.MetadataValue.int(dead)

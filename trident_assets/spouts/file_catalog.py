@@ -1,21 +1,23 @@
 """The file index of a file spout: every stable file of a location, numbered once, for good.
 
-A file's number (its offset in the spout's one partition) is given the first time a listing
-finds it stable, in the order (modification time, name) among the files found by that
-listing, after every file numbered before. Numbers never change and a path is numbered
-once, so a file that appears late with an older modification time is still taken exactly
-once (after the files numbered before it). Each number keeps the file's size,
-modification time and content fingerprint as first seen: a batch's files are verified
-against them before every read.
+A file's number (its offset in the spout's one partition) is given when a new batch first
+takes it: the batch takes the next stable files not numbered yet, in the order
+(modification time, name), after every file numbered before. Numbers never change and a
+path is numbered once, so a file that appears late with an older modification time is
+still taken exactly once (after the files numbered before it). Each number keeps the
+file's size, modification time and content fingerprint as recorded then: a batch's files
+are verified against them before every read. The offsets past the numbered files count the
+stable files waiting (what a batch could take next, for lag and backlog).
 
 The index is a SQLite file (``<log root>/_file_spouts/<key>.sqlite``, WAL mode): several
 processes may list and number at once (one writer at a time). It has an ID, the offsets'
 incarnation: an index deleted and rebuilt gets another, so recorded batches are never
 read against other numbers.
 
-Listing cost: one ``os.scandir`` walk per refresh, a stat and a fingerprint only for names
-not numbered yet, and the rows other processes numbered since this one last looked. It does
-not grow with the number of batches taken.
+Listing cost: one ``os.scandir`` walk per refresh, a stat only for names not numbered yet,
+a fingerprint (the first and last 32 KiB) only for the files a batch takes, and the rows
+other processes numbered since this one last looked. It does not grow with the number of
+batches taken.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trident_assets.spouts.file_listing import FileEntry, Location, fingerprint
@@ -54,7 +56,7 @@ class Refresh:
     loaded: int
     """Index rows read (numbered by another process since this one last looked)."""
     numbered: int
-    """Files numbered by this refresh."""
+    """Files numbered by the batch planned after this refresh."""
     unstable: int
     """Files skipped as modified within the quiet period."""
 
@@ -104,6 +106,8 @@ class FileCatalog:
         self.id: str = self._db.execute("SELECT value FROM meta WHERE key = 'id'").fetchone()[0]
         self._known: set[str] = set()
         self._end = 0
+        self._pending: list[tuple[int, str, int]] = []
+        """The stable files not numbered yet, as of the last refresh: (mtime_ns, path, size)."""
         self.last_refresh: Refresh | None = None
 
     def close(self) -> None:
@@ -129,57 +133,108 @@ class FileCatalog:
         return self._end
 
     def refresh(self) -> int:
-        """List the location, number its new stable files; return :attr:`end`.
+        """List the location; return :attr:`end` plus the stable files not numbered yet.
 
-        New: a path never numbered. Stable: not modified in the last ``stable_after``
-        seconds. Several new files are numbered by (modification time, path).
+        New: a path never numbered (stat-ed, never read). Stable: not modified in the last
+        ``stable_after`` seconds. The new stable files wait, in the order (modification
+        time, path), for :meth:`bounded_end` to number them.
         """
         with self._lock:
             loaded = self._catch_up()
-            listed = 0
-            fresh: list[FileEntry] = []
-            unstable = 0
+            listed = unstable = 0
             statted = 0
+            pending: list[tuple[int, str, int]] = []
+            stable = {path: (size, mtime_ns) for mtime_ns, path, size in self._pending}
             now_ns = int(self.clock() * 1e9)
             quiet_ns = int(self.stable_after * 1e9)
             for relative, handle in self.location.names():
                 listed += 1
                 if relative in self._known:
                     continue
-                statted += 1
-                found = self.location.stat(relative, handle)
+                found = stable.get(relative)  # stable at the last listing: checked again
+                if found is None:  # when a batch takes it (:meth:`_number`)
+                    statted += 1
+                    found = self.location.stat(relative, handle)
                 if found is None:
                     continue
-                size, mtime_ns = found
-                if now_ns - mtime_ns < quiet_ns:
+                if now_ns - found[1] < quiet_ns:
                     unstable += 1
                     continue
-                try:
-                    head, tail = self.location.head_tail(relative, size)
-                except FileNotFoundError:
-                    continue
-                fresh.append(FileEntry(relative, size, mtime_ns, fingerprint(size, head, tail)))
-            numbered = 0
-            if fresh:
-                with self._write():
-                    loaded += self._catch_up()  # another process may have numbered some
-                    todo = sorted(
-                        (e for e in fresh if e.path not in self._known),
-                        key=lambda e: (e.mtime_ns, e.path),
-                    )
-                    self._db.executemany(
-                        "INSERT INTO files (seq, path, size, mtime_ns, fingerprint) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        [
-                            (self._end + i, e.path, e.size, e.mtime_ns, e.fingerprint)
-                            for i, e in enumerate(todo)
-                        ],
-                    )
-                numbered = len(todo)
-                self._known.update(e.path for e in todo)
-                self._end += numbered
-            self.last_refresh = Refresh(listed, statted, loaded, numbered, unstable)
-            return self._end
+                pending.append((found[1], relative, found[0]))
+            pending.sort()
+            self._pending = pending
+            self.last_refresh = Refresh(listed, statted, loaded, 0, unstable)
+            return self._end + len(pending)
+
+    def bounded_end(self, start: int, end: int, max_bytes: int | None) -> int:
+        """The end of a new batch from ``start``: at most ``end`` and ``max_bytes`` bytes.
+
+        Files past :attr:`end` are numbered here, from the waiting files of the last
+        :meth:`refresh`, in order, as many as the batch takes (a file gone meanwhile is
+        left out). A batch holds at least one file, however large.
+        """
+        with self._lock:
+            if start > self._end:  # nothing numbered there: no batch can start past the files
+                return start
+            if end > self._end:
+                (total,) = self._db.execute(
+                    "SELECT coalesce(sum(size), 0) FROM files WHERE seq >= ?", [start]
+                ).fetchone()
+                if max_bytes is None or total <= max_bytes:
+                    self._number(end - self._end, int(total), max_bytes, start == self._end)
+            return self._bounded(start, end, max_bytes)
+
+    def _bounded(self, start: int, end: int, max_bytes: int | None) -> int:
+        """The byte-bounded end of ``[start, min(end, numbered))``."""
+        total = 0
+        rows = self._db.execute(
+            "SELECT size FROM files WHERE seq >= ? AND seq < ? ORDER BY seq", [start, end]
+        ).fetchall()
+        for i, (size,) in enumerate(rows):
+            total += size
+            if max_bytes is not None and total > max_bytes:
+                return start + max(1, i)
+        return start + len(rows)
+
+    def _number(self, wanted: int, total: int, max_bytes: int | None, empty: bool) -> None:
+        """Number up to ``wanted`` waiting files that fit in ``max_bytes`` after ``total``."""
+        picked: list[FileEntry] = []
+        stale: set[str] = set()
+        for mtime_ns, relative, size in self._pending:
+            if len(picked) == wanted:
+                break
+            if relative in self._known:
+                continue
+            if max_bytes is not None and total + size > max_bytes and (picked or not empty):
+                break
+            now = self.location.current(relative)
+            if now != (size, mtime_ns):  # changed since listed: taken once stable again
+                stale.add(relative)
+                continue
+            try:
+                head, tail = self.location.head_tail(relative, size)
+            except FileNotFoundError:
+                continue
+            picked.append(FileEntry(relative, size, mtime_ns, fingerprint(size, head, tail)))
+            total += size
+        if stale:  # stat-ed again by the next listing
+            self._pending = [p for p in self._pending if p[1] not in stale]
+        if not picked:
+            return
+        with self._write():
+            self._catch_up()  # another process may have numbered some
+            todo = [e for e in picked if e.path not in self._known]
+            self._db.executemany(
+                "INSERT INTO files (seq, path, size, mtime_ns, fingerprint) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (self._end + i, e.path, e.size, e.mtime_ns, e.fingerprint)
+                    for i, e in enumerate(todo)
+                ],
+            )
+        self._known.update(e.path for e in todo)
+        self._end += len(todo)
+        if self.last_refresh is not None:
+            self.last_refresh = replace(self.last_refresh, numbered=len(todo))
 
     def entries(self, first: int, nxt: int) -> list[FileEntry]:
         """The files numbered ``first .. nxt - 1``, in order."""
@@ -190,24 +245,6 @@ class FileCatalog:
                 [first, nxt],
             ).fetchall()
             return [FileEntry(*row) for row in rows]
-
-    def bounded_end(self, start: int, end: int, max_bytes: int | None) -> int:
-        """The end of a batch from ``start`` of at most ``end`` and ``max_bytes`` bytes.
-
-        A batch holds at least one file, however large.
-        """
-        with self._lock:
-            if max_bytes is None or end <= start + 1:
-                return end
-            sizes = self._db.execute(
-                "SELECT size FROM files WHERE seq >= ? AND seq < ? ORDER BY seq", [start, end]
-            ).fetchall()
-            total = 0
-            for i, (size,) in enumerate(sizes):
-                total += size
-                if total > max_bytes:
-                    return start + max(1, i)
-            return end
 
     @classmethod
     def open_index(cls, path: Path) -> FileCatalog:
@@ -223,17 +260,8 @@ class FileCatalog:
     def unnumbered(self) -> tuple[int, int]:
         """``(files, bytes)`` the location holds, stable but not numbered yet (no writes)."""
         with self._lock:
-            self._catch_up()
-            now_ns = int(self.clock() * 1e9)
-            files = size_sum = 0
-            for relative, handle in self.location.names():
-                if relative in self._known:
-                    continue
-                found = self.location.stat(relative, handle)
-                if found is not None and now_ns - found[1] >= int(self.stable_after * 1e9):
-                    files += 1
-                    size_sum += found[0]
-            return files, size_sum
+            self.refresh()
+            return len(self._pending), sum(size for _, _, size in self._pending)
 
     def backlog(self, position: int) -> tuple[int, int]:
         """``(files, bytes)`` numbered at or after ``position``."""

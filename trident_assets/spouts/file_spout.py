@@ -47,12 +47,11 @@ class FileSource:
         self.catalog = catalog
         self.max_bytes = max_bytes
         self.partition = f"{FILES_TOPIC}-{catalog.key}@0"
-        self._listed = False
+        self._latest: int | None = None
 
     def partitions(self) -> list[str]:
-        """The one partition; lists the location and numbers its new stable files first."""
-        self.catalog.refresh()
-        self._listed = True
+        """The one partition; lists the location first (see :meth:`latest`)."""
+        self._latest = self.catalog.refresh()
         return [self.partition]
 
     def topic_id(self, partition: str) -> str | None:
@@ -64,10 +63,11 @@ class FileSource:
         return 0
 
     def latest(self, partition: str) -> int:
-        """The number the next new file gets (the files numbered as of the last listing)."""
-        if not self._listed:
+        """The files numbered and the stable files waiting, as of the last listing."""
+        if self._latest is None:
             self.partitions()
-        return self.catalog.end
+        assert self._latest is not None
+        return self._latest
 
     def offset_for_timestamp(self, partition: str, timestamp_ms: int) -> int | None:
         """Not supported: a file spout starts at its first file (None)."""
@@ -76,10 +76,6 @@ class FileSource:
     def bounded_end(self, partition: str, start: int, end: int) -> int:
         """The end of a batch from ``start`` of at most ``end`` files and ``max_bytes`` bytes."""
         return self.catalog.bounded_end(start, end, self.max_bytes)
-
-    def backlog(self, position: int) -> tuple[int, int]:
-        """``(files, bytes)`` numbered at or after ``position`` (not taken yet)."""
-        return self.catalog.backlog(position)
 
 
 class FileSpout:
@@ -218,19 +214,3 @@ class FileSpout:
                 "was, or redeploy the topology with a fresh state."
             )
             raise BatchUnavailableError(msg)
-
-    def read(self, spark: Any, log: Any, plan: BatchPlan, *, inline: bool = True) -> Any:
-        """The records of ``plan``'s files as a DataFrame, read by Spark's executors.
-
-        ``inline`` is the embedded log's option (:meth:`LogSpout.read`); files are always
-        read by the executors.
-
-        Raises:
-            BatchUnavailableError: a file was removed or changed since it was numbered.
-            ConfigError: a CSV header or a Parquet schema disagrees with the declared fields.
-        """
-        from trident_assets.spark.file_reader import read_files
-
-        entries = self.files(log, plan)
-        self.check(plan, entries)
-        return read_files(spark, self.location, entries, self.scheme, self.format, plan.txid)
