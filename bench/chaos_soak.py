@@ -3,7 +3,8 @@
 Run: ``python -m bench.chaos_soak [--batches 50] [--kills 15] [--seed 7]
 [--kind opaque|transactional|both] [--vocabulary N --zipf S]
 [--store duckdb|postgres|redis-cluster [--kill-master]] [--state-dsn DSN] [--tick S]
-[--root DIR] [--json PATH]``.
+[--root DIR] [--json PATH]``; ``--live``: the live run of ``trident ui --live`` is killed
+instead (:mod:`bench.chaos_live`).
 
 ``--store postgres`` keeps the state in PostgreSQL instead of the DuckDB file: a server is
 started for the run (``initdb``/``pg_ctl`` on 127.0.0.1, fsync on) and stopped at the end;
@@ -967,6 +968,12 @@ def main(argv: list[str] | None = None) -> int:
         "each): a larger tick, fewer and bigger segments per batch",
     )
     parser.add_argument("--no-queries", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="kill the live run's process of trident ui --live (and once the Dagster daemon) "
+        "instead of a batch worker (bench/chaos_live.py)",
+    )
     args = parser.parse_args(argv)
     if args.role == "producer":
         run_producer(
@@ -992,6 +999,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--root {root} must be empty or missing")
     root.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up on SIGTERM
+    if args.live:
+        from bench.chaos_live import print_live, run_live_soak
+
+        result = run_live_soak(args, root)
+        print_live(result)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2, default=str))
+        if result["ok"] and args.root is None:
+            shutil.rmtree(root, ignore_errors=True)
+        elif not result["ok"]:
+            print(f"  files kept in {root}")
+        return 0 if result["ok"] else 1
     with contextlib.ExitStack() as stack:
         location = args.state_dsn or str(root / "state.duckdb")
         if args.store == "postgres" and not args.state_dsn:

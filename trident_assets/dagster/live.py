@@ -277,6 +277,7 @@ def _run_live(
         # txids the store committed but Dagster never heard of (a run killed between its
         # commit and its events) are re-run first: nothing changes, their observations say so
         next_txid = first_guess if tagged and first_guess <= last else last + 1
+        next_txid = min(next_txid, _last_reported(context.instance, topology, keys) + 1)
         yield from caught_up(context, trident, topology, runner, keys, next_txid)
         reason = context.run.tags.get(QUARANTINE_TAG)
         partitions = txid_partitions(name).name
@@ -347,6 +348,27 @@ def _run_live(
             f"live run of {name} {ended}: {len(done)} txids committed "
             f"({time.monotonic() - started:.1f} s)"
         )
+
+
+def _last_reported(
+    instance: dg.DagsterInstance, topology: TridentTopology, keys: dict[str, dg.AssetKey]
+) -> int:
+    """The last txid of ``topology`` Dagster recorded (as its spouts' events).
+
+    Materializations and observations both count. The coordinator's next txid may be later:
+    it follows the read replica, which a run killed after a commit published to.
+    """
+    last = 0
+    for spout_id in topology.spouts:
+        key = keys[f"spout:{spout_id}"]
+        done = instance.get_materialized_partitions(key)
+        last = max(last, max((int(k) for k in done), default=0))
+        seen = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=key), limit=1)
+        for record in seen.records:
+            observed = record.event_log_entry.asset_observation
+            if observed is not None and observed.partition is not None:
+                last = max(last, int(observed.partition))
+    return last
 
 
 def _checks(
