@@ -224,7 +224,7 @@ def test_planning_a_txid_over_100000_files_costs_the_same_after_many_txids(
     refresh = catalog.last_refresh
     assert (refresh.listed, refresh.statted, refresh.numbered) == (100_000, 100_000, 1000)
     seconds = []
-    for txid in range(2, 42):
+    for txid in range(2, 22):
         started = time.perf_counter()
         taken = planner.take(txid)
         seconds.append(time.perf_counter() - started)
@@ -239,6 +239,6 @@ def test_planning_a_txid_over_100000_files_costs_the_same_after_many_txids(
         )
     print(
         f"planning over 100,000 files: txids 2-6 {sum(seconds[:5]) / 5:.3f} s each, "
-        f"txids 37-41 {sum(seconds[-5:]) / 5:.3f} s each"
+        f"txids 17-21 {sum(seconds[-5:]) / 5:.3f} s each"
     )
     planner.close()

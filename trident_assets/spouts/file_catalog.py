@@ -23,6 +23,7 @@ batches taken.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import sqlite3
 import threading
@@ -108,6 +109,8 @@ class FileCatalog:
         self._end = 0
         self._pending: list[tuple[int, str, int]] = []
         """The stable files not numbered yet, as of the last refresh: (mtime_ns, path, size)."""
+        self._stable: set[str] = set()
+        """The paths of :attr:`_pending`."""
         self.last_refresh: Refresh | None = None
 
     def close(self) -> None:
@@ -143,26 +146,33 @@ class FileCatalog:
             loaded = self._catch_up()
             listed = unstable = 0
             statted = 0
-            pending: list[tuple[int, str, int]] = []
-            stable = {path: (size, mtime_ns) for mtime_ns, path, size in self._pending}
+            fresh: list[tuple[int, str, int]] = []
+            still: set[str] = set()
             now_ns = int(self.clock() * 1e9)
             quiet_ns = int(self.stable_after * 1e9)
             for relative, handle in self.location.names():
                 listed += 1
                 if relative in self._known:
                     continue
-                found = stable.get(relative)  # stable at the last listing: checked again
-                if found is None:  # when a batch takes it (:meth:`_number`)
-                    statted += 1
-                    found = self.location.stat(relative, handle)
+                if relative in self._stable:  # stable at the last listing: checked again
+                    still.add(relative)  # when a batch takes it (:meth:`_number`)
+                    continue
+                statted += 1
+                found = self.location.stat(relative, handle)
                 if found is None:
                     continue
                 if now_ns - found[1] < quiet_ns:
                     unstable += 1
                     continue
-                pending.append((found[1], relative, found[0]))
-            pending.sort()
-            self._pending = pending
+                fresh.append((found[1], relative, found[0]))
+            if len(still) != len(self._pending):  # some are gone
+                self._pending = [p for p in self._pending if p[1] in still]
+                self._stable = {p[1] for p in self._pending}
+            if fresh:
+                fresh.sort()
+                self._pending = list(heapq.merge(self._pending, fresh))
+                self._stable.update(p[1] for p in fresh)
+            pending = self._pending
             self.last_refresh = Refresh(listed, statted, loaded, 0, unstable)
             return self._end + len(pending)
 
@@ -217,9 +227,8 @@ class FileCatalog:
                 continue
             picked.append(FileEntry(relative, size, mtime_ns, fingerprint(size, head, tail)))
             total += size
-        if stale:  # stat-ed again by the next listing
-            self._pending = [p for p in self._pending if p[1] not in stale]
         if not picked:
+            self._forget(stale)
             return
         with self._write():
             self._catch_up()  # another process may have numbered some
@@ -233,8 +242,15 @@ class FileCatalog:
             )
         self._known.update(e.path for e in todo)
         self._end += len(todo)
+        self._forget(stale | {e.path for e in picked})
         if self.last_refresh is not None:
             self.last_refresh = replace(self.last_refresh, numbered=len(todo))
+
+    def _forget(self, paths: set[str]) -> None:
+        """Drop ``paths`` from the waiting files (numbered, or to be stat-ed again)."""
+        if paths:
+            self._pending = [p for p in self._pending if p[1] not in paths]
+            self._stable -= paths
 
     def entries(self, first: int, nxt: int) -> list[FileEntry]:
         """The files numbered ``first .. nxt - 1``, in order."""

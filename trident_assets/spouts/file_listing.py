@@ -182,7 +182,9 @@ class Location:
             relative = prefix + entry.name
             if entry.is_dir(follow_symlinks=True):
                 yield from self._scan(entry.path, relative + "/")
-            elif entry.is_file(follow_symlinks=True) and self.matches(relative):
+            elif entry.is_file(follow_symlinks=True) and (
+                self._regex is None or self._regex.fullmatch(relative) is not None
+            ):  # every part of the path is checked for temp names already
                 yield relative, entry
 
     def stat(self, relative: str, handle: Any) -> tuple[int, int] | None:
