@@ -57,6 +57,7 @@ from trident_assets.errors import (
     LogLockTimeoutError,
     LostCommitsError,
     OutOfOrderCommitError,
+    PublishError,
     QuarantineError,
     StaleTxidError,
     StateContractError,
@@ -135,6 +136,10 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
         JoinType,
     )
     from trident_assets.stream.kv_specs import MemcachedState, RedisClusterState
+    from trident_assets.stream.lakehouse_specs import (
+        DeltaTable,
+        IcebergTable,
+    )
     from trident_assets.stream.operations import (
         Filter,
         FilterNull,
@@ -174,6 +179,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
 _LAZY = {
     "Assembly": "trident_assets.stream.assemblies",
     "BatchOutcome": "trident_assets.runtime.outcomes",
+    "DeltaTable": "trident_assets.stream.lakehouse_specs",
     "DuckDBStore": "trident_assets.backends.duckdb_store",
     "ExactlyOnceWarning": "trident_assets.stream.topology",
     "ExponentialBackoff": "trident_assets.core.retry",
@@ -185,6 +191,7 @@ _LAZY = {
     "FlatMapFunction": "trident_assets.stream.operations",
     "Function": "trident_assets.stream.operations",
     "GroupedStream": "trident_assets.stream.topology",
+    "IcebergTable": "trident_assets.stream.lakehouse_specs",
     "JoinType": "trident_assets.stream.batch_join",
     "JsonScheme": "trident_assets.spark.schemes",
     "KafkaSpout": "trident_assets.kafka.spout",
@@ -291,6 +298,8 @@ __all__ = [
     "Min",
     "Max",
     # spouts, schemes and sinks
+    "DeltaTable",
+    "IcebergTable",
     "LogSpout",
     "KafkaSpout",
     "PartitionedLog",
@@ -344,6 +353,7 @@ __all__ = [
     "LogLockTimeoutError",
     "LostCommitsError",
     "OutOfOrderCommitError",
+    "PublishError",
     "QuarantineError",
     "StaleTxidError",
     "StateContractError",

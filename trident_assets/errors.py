@@ -23,6 +23,7 @@ __all__ = [
     "LogLockTimeoutError",
     "LostCommitsError",
     "OutOfOrderCommitError",
+    "PublishError",
     "QuarantineError",
     "StaleTxidError",
     "StateContractError",
@@ -165,4 +166,12 @@ class KeyValueStoreError(TridentError):
     The message names the state, the server and what to do; the txid did not commit, so it
     runs again once the servers are fixed (a memcached server that lost its keys cannot be
     fixed: its state must be built anew).
+    """
+
+
+class PublishError(TridentError):
+    """A lakehouse table disagrees with the store: ahead of it, or behind by txids it lost.
+
+    Raised before anything is written to the table; the message names the table, both txids
+    and the way out. The store's commits are unaffected (the table is published after them).
     """

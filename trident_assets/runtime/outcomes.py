@@ -95,6 +95,9 @@ class BatchOutcome:
     timings_s: dict[str, float] = field(default_factory=dict)
     compacted: dict[str, int] = field(default_factory=dict)
     """Superseded rows dropped per state table by compaction after the commit."""
+    published: dict[str, list[int]] = field(default_factory=dict)
+    """Per lakehouse table asset: the txids published to it after this commit (normally this
+    one; earlier ones too when the table was behind)."""
     pipelined: int = 1
     """How many txids shared this batch's Spark job (1: it ran alone)."""
     lag: dict[str, dict[str, int]] = field(default_factory=dict)

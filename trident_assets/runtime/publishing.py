@@ -4,20 +4,37 @@ Every committed txid is published to the replica (:mod:`trident_assets.backends.
 right after its commit: the map states (keys and one value each), the per-txid row tables
 (outputs, new values, grouped partials) and the append tables (event-window finals). Readers
 (the TridentIOManager, the CLI) then see it without waiting for or blocking a batch.
+
+The topology's lakehouse tables (``.publish(ta.DeltaTable(...))``) are published by the same
+path, after the replica: :func:`table_publishers` binds them to the store and
+:func:`publish_tables` brings each up to the commit marker, one table commit per txid
+(:mod:`trident_assets.lakehouse`). The marker is the truth; a table commit is idempotent by
+txid, so a crash anywhere after the marker moved is caught up at the next start or commit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from trident_assets.runtime.batch_tables import NEW_VALUES_KEPT
 from trident_assets.stream.state_kinds import EventWindowKind, state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.replica import Replica
     from trident_assets.backends.state_store import StateStore
+    from trident_assets.lakehouse.publisher import TablePublisher
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["appended_tables", "described", "publish", "publish_missing", "published_tables"]
+__all__ = [
+    "appended_tables",
+    "described",
+    "publish",
+    "publish_missing",
+    "publish_tables",
+    "published_tables",
+    "table_publishers",
+]
 
 
 def published_tables(topology: TridentTopology) -> tuple[list[str], list[str]]:
@@ -68,3 +85,34 @@ def publish_missing(replica: Replica, store: StateStore, topology: TridentTopolo
     replica.publish_missing(
         store, topology.name, maps, rows, described(topology), appended_tables(topology)
     )
+
+
+def table_publishers(topology: TridentTopology, store: StateStore) -> list[TablePublisher]:
+    """The publisher of each lakehouse table the topology declares, bound to ``store``."""
+    if not topology.publications:
+        return []
+    from trident_assets.lakehouse.opening import open_publisher
+
+    return [open_publisher(p, store, NEW_VALUES_KEPT) for p in topology.publications]
+
+
+def publish_tables(
+    publishers: list[TablePublisher],
+    store: StateStore,
+    fault: Callable[[str], None],
+    building: Collection[str] = (),
+) -> dict[str, list[int]]:
+    """Bring each table up to the store's commit marker; per table asset, the txids published.
+
+    ``building``: states still being built from the log (published once they join).
+
+    Raises:
+        PublishError: a table ahead of the store, or behind by txids it no longer keeps.
+    """
+    published = {}
+    for publisher in publishers:
+        pub = publisher.publication
+        if pub.source == "state" and pub.name in building:
+            continue
+        published[pub.asset] = publisher.catch_up(store, fault)
+    return published

@@ -49,7 +49,12 @@ from trident_assets.runtime.batch_tables import ensure_dead_letters_table
 from trident_assets.runtime.commit import commit_txid, drop_progress, progress
 from trident_assets.runtime.outcomes import BatchOutcome, Prepared
 from trident_assets.runtime.publishing import described as describe
-from trident_assets.runtime.publishing import publish, publish_missing
+from trident_assets.runtime.publishing import (
+    publish,
+    publish_missing,
+    publish_tables,
+    table_publishers,
+)
 from trident_assets.runtime.startup import joining_spouts, plan_startup
 from trident_assets.runtime.txid_loop import Execution, TxidLoop
 from trident_assets.spouts.coordinator import BatchCoordinator
@@ -164,6 +169,9 @@ class Runner(ABC):
         self.keep_txids = keep_txids
         if replica is not None:
             publish_missing(replica, store, topology)
+        self.tables = table_publishers(topology, store)
+        """The lakehouse tables of the topology, published after each commit."""
+        publish_tables(self.tables, store, self.fault, self._building)
 
     @property
     def scope(self) -> str:
@@ -367,11 +375,16 @@ class Runner(ABC):
         timings["commit"] = time.perf_counter() - t_commit
         if outcome.applied:
             outcome.lag = self.lag(outcome.plans)
-        if outcome.applied and self.replica is not None:
+        if outcome.applied and (self.replica is not None or self.tables):
             self.fault("after_commit")  # committed, not yet published: readers lag one txid
+        if outcome.applied and self.replica is not None:
             t_publish = time.perf_counter()
             publish(self.replica, self.store, self.topology, txid, self.keep_txids)
             timings["publish"] = time.perf_counter() - t_publish
+        if outcome.applied and self.tables:
+            t_tables = time.perf_counter()
+            outcome.published = publish_tables(self.tables, self.store, self.fault, self._building)
+            timings["publish_tables"] = time.perf_counter() - t_tables
         if outcome.applied and self.compaction is not None:
             t_compact = time.perf_counter()
             live = {s.table: s.size for s in outcome.states.values() if s.size is not None}

@@ -20,6 +20,7 @@ from trident_assets.stream.comparison import Comparator, declare_comparison
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec, StateUpdater
 from trident_assets.stream.kv_specs import KeyValueStateSpec
+from trident_assets.stream.lakehouse_specs import LakehouseTable, publish_output, publish_state
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
 from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
@@ -164,6 +165,19 @@ class Stream:
             raise ConfigError(msg)
         self.topology.claim(f"output {name!r}", *self.topology.output_names(name))
         self.topology.outputs[name] = self
+        return self
+
+    def publish(self, table: LakehouseTable) -> Stream:
+        """Append this output's tuples of every committed txid to ``table``, one commit each.
+
+        ``table``: a ``ta.DeltaTable(path)`` or ``ta.IcebergTable("namespace.table")``; each
+        row carries its ``txid``. Call on the stream :meth:`as_output` returned.
+
+        Raises:
+            ConfigError: the stream is not an output, ``mode="table"``, or the table or its
+                asset name is taken.
+        """
+        publish_output(self, table)
         return self
 
     def group_by(self, fields: str | Sequence[str]) -> GroupedStream:
@@ -611,6 +625,22 @@ class TridentState:
     def partials_table(self) -> str:
         """The store table of a grouped combiner state's per-key partials per recent txid."""
         return f"{self.table}__partials"
+
+    def publish(self, table: LakehouseTable) -> TridentState:
+        """Publish this state to ``table`` after every commit: one table commit per txid.
+
+        ``table``: a ``ta.DeltaTable(path)`` or ``ta.IcebergTable("namespace.table")``.
+        ``mode="table"`` (a map state's default): the state's current values, each txid's
+        changed keys merged in; ``mode="changelog"``: each txid's new values appended. Rows
+        carry ``txid``. See the guide's "Lakehouse tables out".
+
+        Raises:
+            ConfigError: ``mode="table"`` for a state that is not a map of keys to one value,
+                a state kept in a key-value cluster, or a table or asset name already taken.
+        """
+        in_store = not isinstance(self.spec, KeyValueStateSpec)
+        publish_state(self, table, state_kind(self.node).map_state, in_store)
+        return self
 
     def new_values_stream(self) -> Stream:
         """The (key..., new value) tuples each batch produced.

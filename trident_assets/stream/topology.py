@@ -29,6 +29,7 @@ from trident_assets.spouts.config import SpoutKind, validate_name
 from trident_assets.stream.batch_join import JoinType, merge_selections, plan_join
 from trident_assets.stream.event_windows import WindowedState, declare_window_aggregate
 from trident_assets.stream.graph import Node, PersistedState, StateSpec, StateUpdater
+from trident_assets.stream.lakehouse_specs import Publication
 from trident_assets.stream.single_join import declare_single_join
 from trident_assets.stream.static_state import StaticSource, StaticState
 from trident_assets.stream.streams import GroupedStream, Stream, TridentState
@@ -63,6 +64,8 @@ class TridentTopology:
         self.static_states: dict[str, TridentState] = {}
         """States queries read but nothing in the topology writes (``new_static_state``)."""
         self.claims: dict[str, str] = {}
+        self.publications: list[Publication] = []
+        """The lakehouse tables its states and outputs are published to (``.publish``)."""
         """Every store table and asset name the declarations use -> the declaration using it."""
 
     def new_stream(self, spout_id: str, spout: Any) -> Stream:
