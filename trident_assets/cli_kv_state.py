@@ -37,11 +37,11 @@ def declared_kv_state(modules: Sequence[str] | None, topology: str, state: str) 
     """
     if not modules:
         return None
-    from trident_assets.stream.state_kinds import KeyValueKind, state_kind
+    from trident_assets.stream.state_kinds import state_kind
 
     topo = code_location(modules).topologies.get(topology)
     found = None if topo is None else topo.states.get(state)
-    if found is None or not isinstance(state_kind(found.node), KeyValueKind):
+    if found is None or not state_kind(found.node).in_key_value_store:
         return None
     return found
 

@@ -9,16 +9,27 @@ from trident_assets.errors import ConfigError
 
 __all__ = [
     "IDENTIFIER_RE",
+    "LIVE_ENV",
     "MAP_LOG_PREFIX",
     "MAP_SEQ_PREFIX",
     "MAX_IDENTIFIER_LENGTH",
     "OUTPUT_COLUMNS",
     "RESERVED_COLUMNS",
     "RESERVED_PREFIX",
+    "SPARK_REMOTE_ENV",
     "check_output_columns",
     "check_state_columns",
     "validate_identifier",
 ]
+
+LIVE_ENV = "TRIDENT_LIVE"
+"""The environment variable naming the topologies that run live (``all`` or names separated
+by commas; see :mod:`trident_assets.dagster.live`): ``trident ui --live`` sets ``all``."""
+
+SPARK_REMOTE_ENV = "TRIDENT_SPARK_REMOTE"
+"""The environment variable of the Spark Connect URL runs use when their ``TridentResource``
+sets no ``spark_remote`` (the shipped code location's and a user's alike; local Spark per run
+if unset)."""
 
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 """Names safe as SQL identifiers, asset key parts and file names."""

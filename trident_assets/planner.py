@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from trident_assets.core.aggregators import is_sql_combiner
 from trident_assets.core.commit import decide_commit
 from trident_assets.core.values import StateType
 from trident_assets.errors import QuarantineError
 from trident_assets.spouts.config import SpoutKind
-from trident_assets.stream.event_windows import EVENT_WINDOW
+from trident_assets.stream.graph import ROW_WISE
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
-from trident_assets.stream.state_kinds import EventWindowKind, state_kind
+from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.spouts.ranges import BatchPlan
@@ -41,11 +40,8 @@ __all__ = [
     "pipelinable",
     "readers_of",
     "recomputable",
-    "record_time_spout",
 ]
 
-ROW_WISE = frozenset({"spout", "each", "filter", "project", "peek"})
-"""Node kinds that work tuple by tuple, so several batches can share one DataFrame."""
 EMPTY_KEEPING = frozenset(
     {"each", "filter", "project", "query", "map", "flat_map", "first_n", "merge", "join"}
     | {"peek", "repartition", "comparison"}
@@ -154,46 +150,12 @@ def is_empty(node: Node, live: set[str], known_empty: Callable[[Node], bool] | N
 def pipelinable(topology: TridentTopology) -> bool:
     """True when the topology's batches can ever share a Spark job.
 
-    Its states must all be persistent aggregates with a SQL combiner (Count, Sum, Min, Max)
-    or event-time windows over record timestamps (:func:`record_time_spout`), and nothing
-    may read this batch's new values (those run batch by batch).
+    Every state's kind must share one (a SQL combiner, an event-time window over record
+    timestamps), and nothing may read this batch's new values (those run batch by batch).
     """
-    for state in topology.states.values():
-        kind = state_kind(state.node)
-        if isinstance(kind, EventWindowKind):
-            if record_time_spout(state) is None:
-                return False
-            continue
-        if not kind.sql_combiner:
-            return False
+    if not all(state_kind(s.node).shares_chunk_job() for s in topology.states.values()):
+        return False
     return not any(n.kind in ("new_values", SINGLE_JOIN_EXPIRED) for n in all_nodes(topology))
-
-
-def record_time_spout(state: TridentState) -> Node | None:
-    """The spout whose record timestamps are an event-time window's times, if any.
-
-    For a tumbling or sliding window with a SQL combiner whose time field is the record
-    timestamp of a spout (``with_metadata``), passed unchanged through row-wise nodes
-    (``each`` only appends fields, ``filter`` drops tuples, ``project`` keeps them), and
-    whose spout bounds a batch's timestamps before reading it (``max_timestamp_ms``).
-    Such a window's txids can share one Spark job: which records could be late is known
-    from the bounds before the job (:mod:`trident_assets.spark.event_window_chunks`).
-    """
-    spec = state.node.args.get(EVENT_WINDOW)
-    if spec is None or spec.window.kind == "session" or not is_sql_combiner(spec.agg):
-        return None
-    if spec.window.time_unit != "timestamp":
-        return None
-    node = state.node.parents[0]
-    while node.kind in ROW_WISE and node.kind != "spout":
-        node = node.parents[0]
-    if node.kind != "spout" or spec.window.time_field != "timestamp":
-        return None
-    spout = node.args["spout"]
-    scheme = getattr(spout, "scheme", None)
-    if not getattr(scheme, "with_metadata", False) or not hasattr(spout, "max_timestamp_ms"):
-        return None
-    return node
 
 
 def quarantine_refusal(topology: TridentTopology) -> str | None:
@@ -267,10 +229,8 @@ def recomputable(state: TridentState) -> bool:
     Non-transactional states count replays by design; states fed by queries, joins or
     per-batch aggregates depend on more than the records, so they cannot be recomputed.
     """
-    kind = state_kind(state.node)
     return (
-        kind.sql_combiner
-        and state.node.args["agg"].sql_combine == "sum"
+        state_kind(state.node).recomputable
         and state.spec.state_type is not StateType.NON_TRANSACTIONAL
         and _pure(state.node.parents[0])
     )

@@ -28,6 +28,7 @@ from types import FrameType
 from typing import IO
 
 from trident_assets.errors import ConfigError
+from trident_assets.names import LIVE_ENV, SPARK_REMOTE_ENV
 
 __all__ = [
     "LIVE_ENV",
@@ -47,13 +48,6 @@ __all__ = [
     "workspace_yaml",
 ]
 
-LIVE_ENV = "TRIDENT_LIVE"
-"""Which topologies run live (``all`` or names separated by commas; see
-:mod:`trident_assets.dagster.live`): ``trident ui --live`` sets ``all``."""
-
-SPARK_REMOTE_ENV = "TRIDENT_SPARK_REMOTE"
-"""The Spark Connect URL runs use when their ``TridentResource`` sets no ``spark_remote`` (the
-shipped code location's and a user's alike; local Spark per run if unset)."""
 
 STRAGGLER_SIGNAL_S = 2.0
 """After a stopped group's leader exited: seconds between repeats of the stop signal."""

@@ -29,9 +29,9 @@ from trident_assets.backends.window_store import WATERMARKS, read_finals, read_o
 from trident_assets.core.event_windows import EventWindow, reference_windows
 from trident_assets.errors import TridentError
 from trident_assets.log.timestamps import max_timestamp_ms
-from trident_assets.planner import record_time_spout
 from trident_assets.spark.event_window_chunks import chunk_bounds, late_reason
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
+from trident_assets.stream.graph import record_time_spout as _record_time_spout
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_MS = int((datetime(2026, 1, 1) - datetime(1970, 1, 1)).total_seconds()) * 1000
@@ -40,6 +40,11 @@ TXIDS = 12
 
 TUMBLING = EventWindow.tumbling("10 s", time_field="timestamp", allowed_lateness="5 s")
 SLIDING = EventWindow.sliding("10 s", "4 s", time_field="timestamp", allowed_lateness="3 s")
+
+
+def record_time_spout(state: Any) -> Any:
+    """The spout whose record timestamps are the window's times, if any."""
+    return _record_time_spout(state.node.args["event_window"], state.node.parents[0])
 
 
 def topology(window: EventWindow, agg: Any = None, inputs: str | None = None) -> Any:

@@ -1,8 +1,10 @@
 """The package's dependency arrows run one way, checked on the source with ``ast``.
 
-Layers, each importing only from those to its left::
+Layers (:data:`LAYERS`, the table of ``docs/architecture.md``), each importing only from
+those above it::
 
-    core (pure)  <-  stream (declarations)  <-  planner (graph analysis)  <-  spark  ->  backends
+    base, core, declarations, graph analysis, sources, stores, runtime, engine, Dagster,
+    command line, user code
 
 Every import counts: module-level and function-level, ``from x import y`` and ``import x``.
 Imports inside ``if TYPE_CHECKING:`` blocks are exempt from the layer and cycle rules (they
@@ -298,3 +300,69 @@ def test_runtime_imports_no_spark_or_dagster():
     bad = _violations(runtime, forbidden=forbidden)
     bad += _third_party_violations(runtime, ("dagster", "pyspark"))
     assert not bad, "runtime/ may not import pyspark, dagster or spark/:\n" + "\n".join(bad)
+
+
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("errors", "names")),
+    ("pure core", ("core",)),
+    ("declarations", ("stream", "spouts.config")),
+    ("graph analysis", ("planner",)),
+    ("sources", ("log", "kafka", "spouts")),
+    ("stores", ("backends", "lakehouse", "home_lock", "status")),
+    ("runtime", ("runtime",)),
+    ("engine", ("spark",)),
+    ("Dagster", ("dagster", "overview")),
+    ("public API and shipped examples", ("", "examples")),
+    ("command line", ("cli", "cli_*", "ui", "demo", "demo_home", "console", "log.cli")),
+    ("code locations", ("definitions", "testing")),
+]
+"""Each layer's modules, relative to the package (``cli_*``: every top-level ``cli_`` module;
+``""``: the package's ``__init__``, ``import trident_assets as ta``), in the order of
+``docs/architecture.md``: a module imports only from its own layer and those above it. The
+most specific entry places a module (``spouts.config`` declares, the rest of ``spouts``
+reads sources)."""
+
+
+def _layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of ``module`` (its most specific entry), None if unplaced."""
+    rel = module.removeprefix(PACKAGE).removeprefix(".")
+    best: tuple[int, int] | None = None
+    for index, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            if entry.endswith("*"):
+                hit = "." not in rel and rel.startswith(entry[:-1])
+            else:
+                hit = rel == entry or (entry != "" and rel.startswith(entry + "."))
+            if hit and (best is None or len(entry) > best[0]):
+                best = (len(entry), index)
+    return None if best is None else best[1]
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in MODULES if _layer_of(m) is None)
+    assert not unplaced, "modules in no layer (add them to LAYERS and docs/architecture.md):\n" + (
+        "\n".join(unplaced)
+    )
+
+
+def test_every_layer_imports_only_from_the_layers_above():
+    """Sources never import the engine, stores never the runtime, Dagster never the CLI..."""
+    bad = []
+    for imp in IMPORTS:
+        if imp.type_checking:
+            continue
+        mine, theirs = _layer_of(imp.module), _layer_of(imp.target)
+        if mine is not None and theirs is not None and theirs > mine:
+            bad.append(f"{imp}  ({LAYERS[mine][0]} -> {LAYERS[theirs][0]})")
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_sources_never_import_the_engine():
+    sources = [f"{PACKAGE}.{p}" for p in ("log", "kafka", "spouts")]
+    bad = [
+        hit
+        for source in sources
+        for hit in _violations(source, forbidden=(f"{PACKAGE}.spark", f"{PACKAGE}.dagster"))
+        if not hit.startswith(f"{PACKAGE}.log.cli:")
+    ]
+    assert not bad, "sources may not import spark/ or dagster/:\n" + "\n".join(bad)

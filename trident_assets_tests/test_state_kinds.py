@@ -3,6 +3,7 @@ reads a state node's arguments to tell its kind."""
 
 from __future__ import annotations
 
+import ast
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from trident_assets.planner import pipelinable, quarantine_refusal, recomputable
 from trident_assets.runtime.backfill_plans import replay_refusal
 from trident_assets.stream.graph import Node
 from trident_assets.stream.state_kinds import (
+    KINDS,
     Combiner,
     EventWindowKind,
     Reducer,
@@ -110,9 +112,58 @@ def test_a_node_that_declares_no_state_has_no_kind() -> None:
 
 CLASSIFYING = re.compile(
     r"""("agg"|"updater"|EVENT_WINDOW|SINGLE_JOIN|TRIDENT_WINDOW|"event_window"|"single_join"|"""
-    r""""trident_window") (not )?in \w"""
+    r""""trident_window"|STATE_KIND|"state_kind") (not )?in \w"""
+    r"""|kind [!=]= (STATIC_STATE|"static_state"|"persist")"""
+    r"""|args(\.get\(|\[)(STATE_KIND|"state_kind")"""
 )
-"""A test of a node's arguments for a state kind's marker (``SINGLE_JOIN in a``)."""
+"""A test of a node's arguments or kind for a state kind's marker (``SINGLE_JOIN in a``,
+``node.kind == "static_state"``, ``node.args[STATE_KIND]``)."""
+
+KIND_CLASSES = {kind.__name__ for kind in KINDS.values()} | {"StateKind"}
+
+
+def _kind_tests(path: Path) -> list[str]:
+    """``isinstance(x, SomeKind)`` and ``isinstance(state_kind(...), ...)`` in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "isinstance"
+            and len(node.args) == 2
+        ):
+            continue
+        subject, classes = node.args
+        named = {
+            n.id if isinstance(n, ast.Name) else n.attr
+            for n in ast.walk(classes)
+            if isinstance(n, ast.Name | ast.Attribute)
+        }
+        asks_kind = any(
+            isinstance(n, ast.Call) and getattr(n.func, "id", None) == "state_kind"
+            for n in ast.walk(subject)
+        )
+        if named & KIND_CLASSES or asks_kind:
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_the_registry_tells_kinds_apart_by_their_class() -> None:
+    """Every other module asks the kind (an attribute or a method), never its class."""
+    found = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "state_kinds.py"
+        for hit in _kind_tests(path)
+    ]
+    assert found == []
+
+
+def test_every_kind_is_in_the_table_and_has_an_engine() -> None:
+    from trident_assets.spark.state_engines import ENGINES
+
+    assert set(KINDS) == {*ENGINES, "static_state"}  # a static state is written by nothing
+    assert all(name == kind.name for name, kind in KINDS.items())
 
 
 def test_only_the_registry_reads_a_state_nodes_arguments_to_classify_it() -> None:

@@ -52,6 +52,11 @@ __all__ = ["DEFAULT_KEEP_TXIDS", "Replica"]
 
 DEFAULT_KEEP_TXIDS = 100
 """How many recent txids stay readable as-of after a replica compaction."""
+NEW_VALUES_KEPT = 50
+"""How many recent txids of new values and outputs each table of the store keeps."""
+PARTIALS_KEPT = 2
+"""Txids of partials the store keeps: enough to publish a txid a crash left unpublished
+(the read replica keeps ``keep_txids`` of them for readers)."""
 
 _SEQ = SEQ_COLUMN
 DEAD_LETTERS_TABLE = DEAD_LETTERS_TABLE

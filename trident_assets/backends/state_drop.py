@@ -50,6 +50,7 @@ from trident_assets.names import KV_JOIN_CLOCK_TABLE, validate_identifier
 
 __all__ = [
     "DERIVED_SUFFIXES",
+    "SIDE_SUFFIXES",
     "DroppedState",
     "StoredState",
     "drop_state",
@@ -60,6 +61,8 @@ __all__ = [
 
 DERIVED_SUFFIXES = ("new_values", "partials")
 """The per-txid tables of a state ``T__S``: ``T__S__new_values`` and ``T__S__partials``."""
+SIDE_SUFFIXES = ("seen",)
+"""Tables a state keeps beside its map: a distinct count's values seen, ``T__S__seen``."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,7 @@ def _drop_statements(
     elif store.has_table(table):
         statements.append((f"DROP TABLE {quote_ident(table)}", []))
         dropped.append(table)
-    for derived in (f"{table}__{suffix}" for suffix in DERIVED_SUFFIXES):
+    for derived in (f"{table}__{suffix}" for suffix in (*DERIVED_SUFFIXES, *SIDE_SUFFIXES)):
         if store.has_table(derived):
             statements.append((f"DROP TABLE {quote_ident(derived)}", []))
             dropped.append(derived)

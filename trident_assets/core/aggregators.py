@@ -19,6 +19,7 @@ __all__ = [
     "CombinerAggregator",
     "CombinerValueUpdater",
     "Count",
+    "DistinctCount",
     "Max",
     "Min",
     "ReducerAggregator",
@@ -151,6 +152,21 @@ class Max(_Extreme):
     def combine(self, a: Any, b: Any) -> Any:
         """The larger partial."""
         return self._pick(a, b, a is not None and b is not None and a > b)
+
+
+class DistinctCount:
+    """The number of distinct values of one input field per key, each counted once.
+
+    For ``persistent_aggregate`` only: the state keeps the values it has seen per key (with
+    the txid that first saw each), so a value seen again, in a later batch or a replayed
+    txid, is not counted again. Null values are not counted.
+    """
+
+    output_type: ClassVar[str] = "bigint"
+    """The SQL type of the count."""
+
+    def __repr__(self) -> str:
+        return "DistinctCount()"
 
 
 def is_sql_combiner(agg: Any) -> bool:

@@ -23,7 +23,7 @@ import dagster as dg
 from trident_assets.backends.kv_target import target_of
 from trident_assets.dagster.io_manager import KIND_KV_STATE, KIND_ROWS, KIND_STATE
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
-from trident_assets.stream.state_kinds import KeyValueKind, state_kind
+from trident_assets.stream.state_kinds import state_kind
 from trident_assets.stream.topology import Node, TridentState, TridentTopology
 
 __all__ = ["IO_MANAGER_KEY", "AssetNode", "asset_keys", "topology_graph"]
@@ -56,10 +56,8 @@ def is_map_state(state: TridentState) -> bool:
 
 
 def has_partials(state: TridentState) -> bool:
-    """True for combiner states, whose per-key partials each txid are kept."""
-    from trident_assets.core.aggregators import CombinerAggregator
-
-    return is_map_state(state) and isinstance(state.node.args["agg"], CombinerAggregator)
+    """True for states whose per-key partials each txid are kept (combiners, distinct counts)."""
+    return state_kind(state.node).keeps_partials
 
 
 def _rows_meta(topology: TridentTopology, table: str) -> dict[str, Any]:
@@ -132,7 +130,7 @@ def topology_graph(topology: TridentTopology) -> dict[str, AssetNode]:
             )
             sources = (keys[f"partials:{state_name}"],)
         meta: dict[str, Any] = {"dagster/table_name": state.table, "trident/table": state.table}
-        if isinstance(state_kind(state.node), KeyValueKind):  # read from its servers
+        if state_kind(state.node).in_key_value_store:  # read from its servers
             meta |= {
                 "trident/kind": KIND_KV_STATE,
                 "trident/kv": target_of(state).to_json(),

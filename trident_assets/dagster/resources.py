@@ -15,8 +15,8 @@ from pydantic import ConfigDict, Field, field_validator
 from trident_assets.backends.postgres_config import state_location
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.errors import ConfigError
+from trident_assets.names import SPARK_REMOTE_ENV
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, build_spark_session
-from trident_assets.ui import SPARK_REMOTE_ENV
 
 __all__ = ["CRASH_POINTS", "TridentResource"]
 

@@ -5,7 +5,7 @@ A DataFrame of task indices (``spark.range(n, numPartitions=n)``) is mapped with
 assign_round_robin` gives task ``i`` of ``n`` (Storm's task-index partitioner), opens its own
 consumer, ``assign()``s each partition at the range's first offset and consumes to the range's
 end, emitting Arrow record batches with the embedded log's schema
-(:func:`~trident_assets.spark.log_reader.log_spark_schema`). Only the ranges pass through
+(:func:`~trident_assets.log.records.log_spark_schema`). Only the ranges pass through
 the driver.
 
 Missing offsets inside a range (log compaction, transaction markers, retention between
@@ -251,7 +251,7 @@ def read_kafka_ranges(
     Returns:
         A DataFrame with ``log_spark_schema()``, unordered.
     """
-    from trident_assets.spark.log_reader import log_spark_schema
+    from trident_assets.log.records import log_spark_schema
 
     schema = log_spark_schema()
     todo = [(str(t), int(p), int(f), int(n)) for t, p, f, n in ranges if int(n) > int(f)]

@@ -23,6 +23,7 @@ __all__ = [
     "Record",
     "Segment",
     "check_offset",
+    "log_spark_schema",
     "now_ms",
     "records_to_table",
     "to_body",
@@ -256,3 +257,37 @@ def check_offset(value: Any, what: str) -> int:
         msg = f"{what} must be an int offset, got {value!r}"
         raise ConfigError(msg)
     return int(value)
+
+
+def log_spark_schema() -> Any:
+    """Return the Spark ``StructType`` of log records (the Spark view of ``LOG_SCHEMA``).
+
+    Columns: ``topic`` string, ``partition`` int, ``offset`` bigint, ``timestamp`` timestamp
+    (UTC instant), ``key`` binary, ``value`` binary,
+    ``headers`` array<struct<key: string, value: binary>>. Every field is nullable in the
+    Spark schema because Spark reads Parquet files that way; the log never stores nulls in
+    ``topic``, ``partition``, ``offset``, ``timestamp`` or ``value``.
+    """
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    return StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("headers", ArrayType(header)),
+        ]
+    )

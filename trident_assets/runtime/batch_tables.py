@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.replica import NEW_VALUES_KEPT, PARTIALS_KEPT
 from trident_assets.names import DEAD_LETTERS_TABLE
 
 if TYPE_CHECKING:
@@ -29,11 +30,6 @@ __all__ = [
 
 DEAD_LETTERS = DEAD_LETTERS_TABLE
 """The store table of records a spout's scheme could not decode (all topologies)."""
-NEW_VALUES_KEPT = 50
-"""How many recent txids of new values and outputs each table keeps."""
-PARTIALS_KEPT = 2
-"""Txids of partials the store keeps: enough to publish a txid a crash left unpublished
-(the read replica keeps ``keep_txids`` of them for readers)."""
 
 
 def ensure_dead_letters_table(store: StateStore) -> None:

@@ -172,7 +172,7 @@ def top_rows(table: pa.Table, value: str, keys: Sequence[str], k: int = PREVIEW_
 def _orderable(kind: pa.DataType) -> bool:
     """True for the scalar types Arrow's selection orders (nested types are not)."""
     t = pa.types
-    return (
+    return bool(
         t.is_integer(kind)
         or t.is_floating(kind)
         or t.is_decimal(kind)

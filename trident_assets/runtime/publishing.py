@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.runtime.batch_tables import NEW_VALUES_KEPT
-from trident_assets.stream.state_kinds import EventWindowKind, state_kind
+from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.replica import Replica
@@ -51,11 +51,10 @@ def published_tables(topology: TridentTopology) -> tuple[list[str], list[str]]:
 
 def appended_tables(topology: TridentTopology) -> dict[str, str]:
     """The append tables the replica carries (event-window finals), with their txid column."""
-    return {
-        s.finals_table: "final_txid"  # type: ignore[attr-defined]
-        for s in topology.states.values()
-        if isinstance(state_kind(s.node), EventWindowKind)
-    }
+    found: dict[str, str] = {}
+    for s in topology.states.values():
+        found |= state_kind(s.node).appended_tables(s.table)
+    return found
 
 
 def described(topology: TridentTopology) -> dict[str, dict[str, Any]]:

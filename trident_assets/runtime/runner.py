@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Generator, Hashable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
@@ -241,7 +241,7 @@ class Runner(ABC):
         with contextlib.closing(self.run_batches([txid])) as outcomes:
             return next(outcomes)
 
-    def run_batches(self, txids: Iterable[int]) -> Iterator[BatchOutcome]:
+    def run_batches(self, txids: Iterable[int]) -> Generator[BatchOutcome]:
         """Process and commit ``txids`` (ascending) exactly once each, yielding each outcome.
 
         Consecutive txids share one Spark job, up to ``max_spout_pending`` at a time, when

@@ -39,7 +39,10 @@ Batches = list[tuple[int, dict[str, "BatchPlan"]]]
 class LoopRunner(Protocol):
     """What the loop needs of its runner (a ``TopologyRunner``)."""
 
-    scope: str
+    @property
+    def scope(self) -> str:
+        """The commit scope (the topology's name)."""
+
     topology: TridentTopology
     max_spout_pending: int
     pipelinable: bool

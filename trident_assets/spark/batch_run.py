@@ -52,17 +52,16 @@ from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.batch_commit import commit_txid_run
 from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.dead_letter_jobs import SpoutDeadLetters
-from trident_assets.spark.event_window_chunks import window_chunk_job
 from trident_assets.spark.node_frames import NodeFrames, empty_table, to_arrow
-from trident_assets.spark.partials import ChunkPartials, combiner_partials
+from trident_assets.spark.partials import ChunkPartials
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import Cleanup
+from trident_assets.spark.spout_reads import reads_for
 from trident_assets.spark.state_engines import engine_for
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
-from trident_assets.stream.state_kinds import EventWindowKind, state_kind
 
 if TYPE_CHECKING:
     from trident_assets.runtime.context import RunContext
@@ -276,7 +275,7 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
 
     def raw(self, node: Node) -> Any:
         """The spout's raw records of the chunk (tagged in a chunk of several; built once)."""
-        sid, spout = node.args["spout_id"], node.args["spout"]
+        sid, spout = node.args["spout_id"], reads_for(node.args["spout"])
         if sid not in self.raws:
             if not self.tag:
                 inline = partition_free(self.runner.topology)
@@ -362,11 +361,11 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
                 return ChunkPartials({self.txid: batch}, nulls)
 
             return alone
-        if isinstance(state_kind(state.node), EventWindowKind):
-            window = window_chunk_job(self, state)  # type: ignore[arg-type]
-            return lambda: ChunkPartials(dict(window()))
-        job = combiner_partials(self, state, self.runner.topology, self.runner.spill, self.spilled)
-        self.value_types[state.spec.name] = job.value_type  # types empty query results
+        chunk = engine_for(state).chunk
+        assert chunk is not None  # the planner admits only kinds that share a job
+        job = chunk(self, state)
+        if job.value_type is not None:
+            self.value_types[state.spec.name] = job.value_type  # types empty query results
         return job.run
 
     def _output_job(self, node: Node) -> Callable[[], dict[int, pa.Table]]:

@@ -14,12 +14,9 @@ from typing import TYPE_CHECKING
 
 from trident_assets.backends.duckdb_merge import arrow_to_sql_type, value_fits
 from trident_assets.backends.state_contracts import refuse_value_type
-from trident_assets.core.aggregators import is_sql_combiner
 from trident_assets.planner import depends_on_new_values
 from trident_assets.spouts.ranges import BatchPlan
-from trident_assets.stream.event_windows import EVENT_WINDOW
-from trident_assets.stream.single_join import SINGLE_JOIN
-from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.runtime.context import RunContext
@@ -30,16 +27,7 @@ __all__ = ["check_value_types"]
 
 def _typed_by_input(state: TridentState) -> bool:
     """True for a Sum/Min/Max state whose value type comes from its input field."""
-    a = state.node.args
-    if any(k in a for k in (SINGLE_JOIN, TRIDENT_WINDOW, EVENT_WINDOW, "updater")):
-        return False
-    agg = a.get("agg")
-    return (
-        agg is not None
-        and is_sql_combiner(agg)
-        and getattr(agg, "output_type", None) is None
-        and not depends_on_new_values(state.node)
-    )
+    return state_kind(state.node).typed_by_input and not depends_on_new_values(state.node)
 
 
 def check_value_types(runner: RunContext) -> None:

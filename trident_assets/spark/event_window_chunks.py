@@ -3,7 +3,7 @@
 A txid's late records are decided against the watermark committed before it, so a chunk of
 txids cannot know its later txids' watermarks before its job runs. What it can know, when
 the window's time field is the record timestamp
-(:func:`~trident_assets.planner.record_time_spout`), is an upper bound of every
+(:func:`~trident_assets.stream.graph.record_time_spout`), is an upper bound of every
 watermark: the log's statistics bound each batch's timestamps without reading a record
 (:mod:`trident_assets.log.timestamps`), so the watermark before the chunk's ``i``-th batch
 is at most ``bound_i`` = the allowed-lateness-shifted maximum of the committed largest
@@ -39,7 +39,6 @@ import pyarrow.compute as pc
 from trident_assets.backends.window_store import last_max_event_us
 from trident_assets.errors import TridentError
 from trident_assets.log.timestamps import UNKNOWN
-from trident_assets.planner import record_time_spout
 from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.event_windows import (
     DEAD,
@@ -56,6 +55,7 @@ from trident_assets.spark.event_windows import (
 )
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first
 from trident_assets.stream.event_windows import EVENT_WINDOW
+from trident_assets.stream.graph import record_time_spout
 
 UNBOUNDED = 1 << 62
 """A batch's largest event time when the log cannot bound it: every record a candidate."""
@@ -225,7 +225,7 @@ def window_chunk_job(
 
     Updates ``prun.event_tops`` with the window's bound after the chunk.
     """
-    spout = record_time_spout(state)
+    spout = record_time_spout(state.node.args[EVENT_WINDOW], state.node.parents[0])
     assert spout is not None  # the planner admits no other window into a chunk
     sid, reader = spout.args["spout_id"], spout.args["spout"]
     runner = prun.runner

@@ -16,6 +16,7 @@ from trident_assets.core.aggregators import Count
 from trident_assets.spark.arrow_partials import CountSplit, count_split
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.spark.scoped_conf import read_conf
+from trident_assets.spark.spout_reads import reads_for
 from trident_assets.stream.operations import Split
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def arrow_kernel(state: TridentState, txid_column: str) -> tuple[CountSplit, Nod
     if each.kind != "each" or type(each.args["function"]) is not Split:
         return None
     (spout,) = each.parents
-    if spout.kind != "spout" or not hasattr(spout.args["spout"], "read_many"):
+    if spout.kind != "spout" or not hasattr(reads_for(spout.args["spout"]), "read_many"):
         return None
     scheme = spout.args["spout"].scheme
     if type(scheme) is not StringScheme or scheme.with_metadata:

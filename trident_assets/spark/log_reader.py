@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError
 from trident_assets.log.names import TOPIC_PATTERN
+from trident_assets.log.records import log_spark_schema
 from trident_assets.log.store import SEGMENT_PATTERN
 from trident_assets.log.verify import check_segment_files
 from trident_assets.spark.scoped_conf import read_conf
@@ -60,40 +61,6 @@ PER_FILE_TASK_MIN_BYTES = 1 << 20
 _OPEN_COST_KEY = "spark.sql.files.openCostInBytes"
 
 _GLOB_CHARS = frozenset("*?[]{}\\")
-
-
-def log_spark_schema() -> Any:
-    """Return the Spark ``StructType`` of log records (the Spark view of ``LOG_SCHEMA``).
-
-    Columns: ``topic`` string, ``partition`` int, ``offset`` bigint, ``timestamp`` timestamp
-    (UTC instant), ``key`` binary, ``value`` binary,
-    ``headers`` array<struct<key: string, value: binary>>. Every field is nullable in the
-    Spark schema because Spark reads Parquet files that way; the log never stores nulls in
-    ``topic``, ``partition``, ``offset``, ``timestamp`` or ``value``.
-    """
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
-    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    return StructType(
-        [
-            StructField("topic", StringType()),
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
-            StructField("timestamp", TimestampType()),
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("headers", ArrayType(header)),
-        ]
-    )
 
 
 def _file_uri(log: PartitionedLog, path: str) -> str:

@@ -103,8 +103,9 @@ class ChunkPartials:
 class PartialsJob:
     """A state's partials, planned: its value type now, its Spark job when run."""
 
-    value_type: pa.DataType
-    """The Arrow type of the state's partial values (types empty query results)."""
+    value_type: pa.DataType | None
+    """The Arrow type of the state's partial values (types empty query results; None: no
+    such type, e.g. an event window's rows)."""
     run: Callable[[], ChunkPartials]
     """The Spark job (touches only Spark: may run in another thread)."""
 

@@ -126,7 +126,7 @@ def drop_spilled(cleanups: list[Cleanup]) -> None:
 
 def spillable(state: TridentState, topology: TridentTopology) -> bool:
     """True for a grouped built-in combiner state whose new values nothing reads."""
-    if not state.node.args.get("group") or not state_kind(state.node).sql_combiner:
+    if not state.group or not state_kind(state.node).sql_combiner:
         return False
     return not any(n.kind == "new_values" and n.args["state"] is state for n in all_nodes(topology))
 

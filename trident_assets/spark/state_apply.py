@@ -31,12 +31,17 @@ from trident_assets.backends.state_batches import (
     apply_state_files,
     state_total,
 )
-from trident_assets.core.aggregators import ReducerAggregator, apply_reducer
+from trident_assets.core.aggregators import apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
-from trident_assets.runtime.batch_tables import prepare_rows_table, store_relation, store_rows
+from trident_assets.runtime.batch_tables import (
+    PARTIALS_KEPT,
+    prepare_rows_table,
+    store_relation,
+    store_rows,
+)
 from trident_assets.runtime.outcomes import (
     GLOBAL_COLUMN,
     PREVIEW_ROWS,
@@ -48,27 +53,23 @@ from trident_assets.runtime.outcomes import (
 )
 from trident_assets.spark.kv_state import kv_map
 from trident_assets.spark.partials import combiner_partials
-from trident_assets.stream.state_kinds import (
-    KeyValueKind,
-    Reducer,
-    state_kind,
-)
+from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
     from trident_assets.runtime.context import BatchContext
     from trident_assets.stream.streams import TridentState
 
-PARTIALS_KEPT = 2
-"""Txids of partials the store keeps: enough to publish a txid a crash left unpublished
-(the read replica keeps ``keep_txids`` of them for readers)."""
 
 __all__ = [
     "apply_reducer_state",
     "apply_spilled_state",
     "apply_map_state",
+    "apply_reducer_map",
     "apply_updater_state",
+    "map_applied",
     "map_input",
+    "reducer_input",
     "updater_input",
     "spilled_previews",
     "map_state",
@@ -84,28 +85,30 @@ def updater_input(run: BatchContext, state: TridentState) -> StateInput:
     return StateInput(parent.select(*state.node.args["inputs"]).toArrow())
 
 
-def map_input(run: BatchContext, state: TridentState) -> StateInput:
-    """A ``persistent_aggregate``'s batch input: per-key partials (combiner), tuples (reducer).
-
-    A combiner's partials per key (one row for a global state) are the batch's as a chunk of
-    one (:func:`~trident_assets.spark.partials.combiner_partials`: the executors' files, the
-    Arrow kernel, Spark's operators, or none for an empty input); a reducer's tuples per key
-    come as ``__tuples``. With the partials: their value type, the null values a Sum/Min/Max
-    skipped, the dead letters a kernel counted.
-    """
+def reducer_input(run: BatchContext, state: TridentState) -> StateInput:
+    """A reducer's batch input: each key's tuples, in order, as ``__tuples``."""
     from pyspark.sql import functions as F
 
     a = state.node.args
     group = a["group"]
-    if isinstance(state_kind(state.node), Reducer):
-        parent = run.frame(state.node.parents[0])
-        cols = F.struct(*[F.col(c) for c in a["inputs"]])
-        grouped = (
-            parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
-            if group
-            else parent.agg(F.collect_list(cols).alias("__tuples"))
-        )
-        return StateInput(grouped.toArrow())
+    parent = run.frame(state.node.parents[0])
+    cols = F.struct(*[F.col(c) for c in a["inputs"]])
+    grouped = (
+        parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
+        if group
+        else parent.agg(F.collect_list(cols).alias("__tuples"))
+    )
+    return StateInput(grouped.toArrow())
+
+
+def map_input(run: BatchContext, state: TridentState) -> StateInput:
+    """A combiner's batch input: its per-key partials (one row for a global state).
+
+    The batch's partials as a chunk of one
+    (:func:`~trident_assets.spark.partials.combiner_partials`: the executors' files, the
+    Arrow kernel, Spark's operators, or none for an empty input), with their value type, the
+    null values a Sum/Min/Max skipped, the dead letters a kernel counted.
+    """
     spill = run.runner.spill if run.spill else None  # (a rebuild's runner has none)
     job = combiner_partials(run, state, run.runner.topology, spill, run.spilled)
     found = job.run()
@@ -134,10 +137,11 @@ def apply_updater_state(run: BatchContext, state: TridentState, batch: pa.Table)
 def apply_map_state(
     run: BatchContext, state: TridentState, batch: pa.Table | SpilledPartials
 ) -> Applied:
-    """A ``persistent_aggregate``: the batch's partials (combiner) or tuples (reducer).
+    """A combiner's ``persistent_aggregate``: the batch's partials.
 
-    One set-based statement for a SQL combiner, the state's map for Python combiners and
-    reducers; partials the executors wrote (:class:`SpilledPartials`) are merged in SQL.
+    One set-based statement for a SQL combiner, the state's map for Python combiners;
+    partials the executors wrote (:class:`SpilledPartials`) are merged in SQL. A grouped
+    state's partials are kept per txid and previewed.
     """
     if isinstance(batch, SpilledPartials):
         return apply_spilled_state(run, state, batch)
@@ -148,20 +152,37 @@ def apply_map_state(
     agg = a["agg"]
     keys = list(a["group"]) or [GLOBAL_COLUMN]
     out = a["output"]
-    if isinstance(state_kind(state.node), Reducer):
-        result = apply_reducer_state(store, state, batch, keys, txid)
-    else:
-        target = StateTarget(
-            state.table, tuple(keys), out, spec.state_type, guard(agg, state.node.label)
-        )
-        result = apply_state_batch(store, target, batch, txid)
-        if state.group:  # the grouped-aggregation asset: this txid's partials per key
-            store_rows(store, state.partials_table, txid, batch.select([*keys, out]), PARTIALS_KEPT)
+    target = StateTarget(
+        state.table, tuple(keys), out, spec.state_type, guard(agg, state.node.label)
+    )
+    result = apply_state_batch(store, target, batch, txid)
+    previews = {}
+    if state.group:  # the grouped-aggregation asset: this txid's partials per key
+        parts = batch.select([*keys, out])
+        store_rows(store, state.partials_table, txid, parts, PARTIALS_KEPT)
+        previews[f"partials:{state.spec.name}"] = top_rows(parts, out, keys)
+    return map_applied(store, state, result, previews)
+
+
+def apply_reducer_map(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:
+    """A reducer's ``persistent_aggregate``: each key's tuples folded through its MapState."""
+    keys = list(state.node.args["group"]) or [GLOBAL_COLUMN]
+    result = apply_reducer_state(run.runner.store, state, batch, keys, run.txid)
+    return map_applied(run.runner.store, state, result)
+
+
+def map_applied(
+    store: StateStore,
+    state: TridentState,
+    result: MergeResult,
+    previews: dict[str, pa.Table] | None = None,
+) -> Applied:
+    """What merging a batch into map state ``state`` did, its new values as declared."""
     new_values = None
     if result.new_values is not None:
         # the declared fields: group + [output] (a global state's key column is internal)
         new_values = result.new_values.select(list(state.node.fields))
-    return Applied(_outcome(store, state, result), new_values=new_values)
+    return Applied(_outcome(store, state, result), new_values=new_values, previews=previews or {})
 
 
 def apply_spilled_state(run: BatchContext, state: TridentState, parts: SpilledPartials) -> Applied:
@@ -260,8 +281,8 @@ def state_previews(
     """A few rows of what one batch did to ``state``, keyed like ``BatchOutcome.previews``.
 
     For a map state (``persistent_aggregate``): ``state:<name>`` and ``new_values:<name>``,
-    the keys the batch touched with their new values, highest first; a grouped combiner's
-    ``partials:<name>``, its partials highest first. For other states, the first rows of
+    the keys the batch touched with their new values, highest first (a grouped state's
+    ``partials:<name>`` come from its engine's apply). For other states, the first rows of
     their new values. Linear in the batch.
     """
     name = state.spec.name
@@ -277,10 +298,6 @@ def state_previews(
         top = top_rows(new_values, value, group)
         previews[f"state:{name}"] = top
         previews[f"new_values:{name}"] = top
-    if group and not isinstance(a["agg"], ReducerAggregator):
-        previews[f"partials:{name}"] = top_rows(
-            batch.select([*group, a["output"]]), a["output"], group
-        )
     return previews
 
 
@@ -305,7 +322,7 @@ def read_state(store: StateStore, state: TridentState) -> Any:
     A state kept in a Redis Cluster or memcached is read from its servers (bulk reads of
     the keys asked for; see :func:`~trident_assets.spark.kv_state.kv_map`).
     """
-    if isinstance(state_kind(state.node), KeyValueKind):
+    if state_kind(state.node).in_key_value_store:
         return kv_map(state)
     return map_state(store, state)
 

@@ -5,7 +5,8 @@ One engine per kind of :mod:`trident_assets.stream.state_kinds`, registered in
 kinds apart itself. An engine's ``batch_input`` runs the kind's Spark work before the
 commit transaction (or during it, for a state fed by this batch's new values); its
 ``apply`` runs inside the transaction and returns an
-:class:`~trident_assets.runtime.outcomes.Applied`.
+:class:`~trident_assets.runtime.outcomes.Applied`; a kind whose txids share a Spark job
+(``StateKind.shares_chunk_job``) has a ``chunk`` job too.
 """
 
 from __future__ import annotations
@@ -16,16 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 from trident_assets.backends.window_store import last_watermark_us
 from trident_assets.runtime.outcomes import Applied, StateInput
-from trident_assets.spark.event_window_chunks import WindowSlice
+from trident_assets.spark.distinct_count import apply_distinct_count, distinct_pairs
+from trident_assets.spark.event_window_chunks import WindowSlice, window_chunk_job
 from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.event_windows import window_input
 from trident_assets.spark.kv_join import apply_kv_join, kv_join_input
 from trident_assets.spark.kv_state import apply_kv_state, kv_input
+from trident_assets.spark.partials import ChunkPartials, PartialsJob, combiner_partials
 from trident_assets.spark.single_join import apply_join_state, join_batch_table
 from trident_assets.spark.state_apply import (
     apply_map_state,
+    apply_reducer_map,
     apply_updater_state,
     map_input,
+    reducer_input,
     updater_input,
 )
 from trident_assets.spark.trident_windows import apply_window_state, window_batch_table
@@ -36,6 +41,7 @@ from trident_assets.stream.state_kinds import (
     SINGLE_JOIN,
     TRIDENT_WINDOW,
     Combiner,
+    DistinctCountKind,
     Reducer,
     Updater,
     state_kind,
@@ -57,6 +63,9 @@ class StateEngine:
     the job found besides (returned, never written into the run)."""
     apply: Callable[[BatchContext, TridentState, Any], Applied]
     """Apply an input to the state inside the txid's commit transaction."""
+    chunk: Callable[[Any, TridentState], PartialsJob] | None = None
+    """The state's inputs for a chunk of several txids, planned now, run by one Spark job
+    (a kind that shares one; the argument is the chunk's ``BatchRun``)."""
 
 
 def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> Applied:
@@ -64,6 +73,17 @@ def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> A
     if isinstance(batch, WindowSlice):
         batch = batch.resolve(last_watermark_us(run.runner.store, state))  # type: ignore[arg-type]
     return apply_event_window(run, state, batch)  # type: ignore[arg-type]
+
+
+def _combiner_chunk(run: Any, state: TridentState) -> PartialsJob:
+    """A combiner's partials for every txid of the chunk, grouped by (key, txid)."""
+    return combiner_partials(run, state, run.runner.topology, run.runner.spill, run.spilled)
+
+
+def _window_chunk(run: Any, state: TridentState) -> PartialsJob:
+    """An event-time window's rows for every txid of the chunk, bounded by record times."""
+    window = window_chunk_job(run, state)  # type: ignore[arg-type]
+    return PartialsJob(None, lambda: ChunkPartials(dict(window())))
 
 
 def _input(
@@ -74,12 +94,13 @@ def _input(
 
 
 ENGINES: dict[str, StateEngine] = {
-    Combiner.name: StateEngine(map_input, apply_map_state),
-    Reducer.name: StateEngine(map_input, apply_map_state),
+    Combiner.name: StateEngine(map_input, apply_map_state, _combiner_chunk),
+    Reducer.name: StateEngine(reducer_input, apply_reducer_map),
+    DistinctCountKind.name: StateEngine(distinct_pairs, apply_distinct_count),
     Updater.name: StateEngine(updater_input, apply_updater_state),
     SINGLE_JOIN: StateEngine(_input(join_batch_table), apply_join_state),
     TRIDENT_WINDOW: StateEngine(window_batch_table, apply_window_state),
-    EVENT_WINDOW: StateEngine(window_input, _apply_event_window),  # type: ignore[arg-type]
+    EVENT_WINDOW: StateEngine(window_input, _apply_event_window, _window_chunk),  # type: ignore[arg-type]
     KEY_VALUE: StateEngine(kv_input, apply_kv_state),
     KEY_VALUE_JOIN: StateEngine(kv_join_input, apply_kv_join),
 }

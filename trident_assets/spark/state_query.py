@@ -23,7 +23,7 @@ from trident_assets.spark.stream_ops import static_query
 from trident_assets.spark.tuple_collection import all_tuples_query
 from trident_assets.stream.graph import PersistedState
 from trident_assets.stream.queries import MapGet, SnapshotGet, TupleCollectionGet
-from trident_assets.stream.state_kinds import KeyValueKind, Updater, state_kind
+from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -46,7 +46,7 @@ def query_frame(run: BatchContext, parent: Any, a: dict[str, Any]) -> Any:
     state: TridentState = a["state"]
     store = run.runner.store
     if isinstance(a["query"], TupleCollectionGet):  # several outputs per input tuple
-        feed = None if state.node.kind == "static_state" else state.node.parents[0]
+        feed = None if state_kind(state.node).static else state.node.parents[0]
         return all_tuples_query(
             run.spark,
             store,
@@ -57,7 +57,7 @@ def query_frame(run: BatchContext, parent: Any, a: dict[str, Any]) -> Any:
             value_type=value_type(run, state),
         )
     out = a["output"]
-    if state.node.kind == "static_state":
+    if state_kind(state.node).static:
         return static_query(run.spark, store, parent, a)
     if isinstance(a["query"], SnapshotGet):
         value = read_global(store, state)
@@ -70,7 +70,7 @@ def query_frame(run: BatchContext, parent: Any, a: dict[str, Any]) -> Any:
     else:
         read = (
             PersistedState(store, state.table)
-            if isinstance(state_kind(state.node), Updater)
+            if state_kind(state.node).queried_as_table
             else read_state(store, state)
         )
         args = [tuple(row.values()) for row in keys.to_pylist()]
@@ -108,7 +108,7 @@ def null_column(run: BatchContext, state: TridentState) -> Any:
 
 def read_global(store: StateStore, state: TridentState) -> Any:
     """The committed value of a global (ungrouped) state, None before its first batch."""
-    if not isinstance(state_kind(state.node), KeyValueKind) and store.layout(state.table) is None:
+    if not state_kind(state.node).in_key_value_store and store.layout(state.table) is None:
         return None
     read = read_state(store, state)
     try:

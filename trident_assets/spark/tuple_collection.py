@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
 from trident_assets.spark.arrow_transfer import to_spark
+from trident_assets.stream.state_kinds import state_kind
 
 __all__ = ["all_tuples_query", "read_all_tuples"]
 
@@ -23,7 +24,7 @@ def read_all_tuples(store: Any, state: Any, outputs: Sequence[str]) -> pa.Table 
     A map state yields its keys and current value (a global state: its value only); a static
     state its key columns and value column.
     """
-    if state.node.kind == "static_state":
+    if state_kind(state.node).static:
         source = state.source
         source.ensure(store, state.table)
         columns = [*source.key_columns, source.value_column]

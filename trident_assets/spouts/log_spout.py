@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trident_assets.errors import ConfigError
 from trident_assets.log.names import validate_topic
@@ -88,20 +88,6 @@ class LogSpout:
         """The offsets view of the topics."""
         return LogSource(log, self.topics)
 
-    def read(self, spark: Any, log: PartitionedLog, plan: BatchPlan, *, inline: bool = True) -> Any:
-        """The raw records of ``plan`` as a Spark DataFrame, read in parallel by Spark.
-
-        ``inline``: a small batch may reach Spark with the plan (:func:`~trident_assets.spark.
-        log_reader.read_ranges`); False where the topology works per Spark partition, whose
-        partitions then stay those of a file scan.
-        """
-        from trident_assets.spark.log_reader import read_ranges
-
-        ranges = [
-            (r.topic, r.partition_number, r.first_offset, r.last_offset) for r in plan.non_empty()
-        ]
-        return read_ranges(spark, log, ranges, None if inline else 0)
-
     def max_timestamp_ms(self, log: PartitionedLog, plan: BatchPlan) -> int | object | None:
         """An upper bound of ``plan``'s record timestamps (epoch ms) without reading a record.
 
@@ -114,30 +100,3 @@ class LogSpout:
             (r.topic, r.partition_number, r.first_offset, r.last_offset) for r in plan.non_empty()
         ]
         return max_timestamp_ms(log, ranges)
-
-    def read_many(
-        self, spark: Any, log: PartitionedLog, plans: Sequence[tuple[int, BatchPlan]], column: str
-    ) -> Any:
-        """The raw records of several batches in ONE Spark scan, each tagged with its batch.
-
-        ``plans`` are ``(tag, plan)``; the tag goes to the bigint ``column``.
-        """
-        from trident_assets.spark.log_reader import read_ranges_tagged
-
-        ranges = [
-            (tag, r.topic, r.partition_number, r.first_offset, r.last_offset)
-            for tag, plan in plans
-            for r in plan.non_empty()
-        ]
-        return read_ranges_tagged(spark, log, ranges, column)
-
-    def split_conf(self, log: PartitionedLog, plans: Sequence[tuple[int, BatchPlan]]) -> Any:
-        """Spark settings for :meth:`read_many`'s job (see ``log_reader.split_conf``)."""
-        from trident_assets.spark.log_reader import split_conf
-
-        ranges = [
-            (r.topic, r.partition_number, r.first_offset, r.last_offset)
-            for _txid, plan in plans
-            for r in plan.non_empty()
-        ]
-        return split_conf(log, ranges)

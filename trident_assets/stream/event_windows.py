@@ -23,7 +23,7 @@ from trident_assets.names import check_state_columns
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.kv_specs import KeyValueStateSpec
-from trident_assets.stream.state_kinds import EVENT_WINDOW
+from trident_assets.stream.state_kinds import EVENT_WINDOW, STATE_KIND
 from trident_assets.stream.streams import TridentState
 
 if TYPE_CHECKING:
@@ -157,7 +157,8 @@ def declare_window_aggregate(
         EVENT_WINDOW,
         (*group, WINDOW_START, WINDOW_END, out),
         (stream.node,),
-        {EVENT_WINDOW: windowed, "spec": spec, "group": group, "inputs": ins, "output": out},
+        {EVENT_WINDOW: windowed, "spec": spec, "group": group, "inputs": ins, "output": out}
+        | {STATE_KIND: EVENT_WINDOW},
     )
     state = WindowedState(topo, spec, node, group=group, value_field=None)
     finals = f"{state.table}__finals"

@@ -115,3 +115,36 @@ class Node:
         inputs = self.args.get("inputs")
         head = f"{self.kind}({', '.join(inputs)})" if inputs else self.kind
         return f"{head} -> {', '.join(self.fields)}"
+
+
+ROW_WISE = frozenset({"spout", "each", "filter", "project", "peek"})
+"""Node kinds that map each tuple to at most one tuple, on its own."""
+
+
+def record_time_spout(spec: Any, parent: Node) -> Node | None:
+    """The spout whose record timestamps are event-time window ``spec``'s times, if any.
+
+    ``parent`` is the window's input. For a tumbling or sliding window with a SQL combiner
+    whose time field is the record timestamp of a spout (``with_metadata``), passed
+    unchanged through row-wise nodes (``each`` only appends fields, ``filter`` drops tuples,
+    ``project`` keeps them), and whose spout bounds a batch's timestamps before reading it
+    (``max_timestamp_ms``). Such a window's txids can share one Spark job: which records
+    could be late is known from the bounds before the job
+    (:mod:`trident_assets.spark.event_window_chunks`).
+    """
+    from trident_assets.core.aggregators import is_sql_combiner
+
+    if spec.window.kind == "session" or not is_sql_combiner(spec.agg):
+        return None
+    if spec.window.time_unit != "timestamp":
+        return None
+    node = parent
+    while node.kind in ROW_WISE and node.kind != "spout":
+        node = node.parents[0]
+    if node.kind != "spout" or spec.window.time_field != "timestamp":
+        return None
+    spout = node.args["spout"]
+    scheme = getattr(spout, "scheme", None)
+    if not getattr(scheme, "with_metadata", False) or not hasattr(spout, "max_timestamp_ms"):
+        return None
+    return node

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from trident_assets.core.user_code import call, call_many
 from trident_assets.errors import ConfigError
@@ -147,7 +147,7 @@ class PyFunction(Function):
         from pyspark.sql.types import StructType
 
         types = [self.output_types[o] for o in outputs]
-        added = StructType.fromDDL(output_ddl(outputs, types))
+        added = cast("StructType", StructType.fromDDL(output_ddl(outputs, types)))
         result_type = StructType([*df.schema.fields, *added.fields])
         schema = arrow_schema(result_type)
         added_fields = list(arrow_schema(added))

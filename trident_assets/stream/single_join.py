@@ -28,7 +28,7 @@ from trident_assets.spouts.config import validate_name
 from trident_assets.stream.fields import as_fields, require_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.kv_specs import KeyValueStateSpec
-from trident_assets.stream.state_kinds import SINGLE_JOIN
+from trident_assets.stream.state_kinds import SINGLE_JOIN, STATE_KIND, join_kind
 from trident_assets.stream.streams import Stream, TridentState
 
 if TYPE_CHECKING:
@@ -202,11 +202,12 @@ def declare_single_join(
         SINGLE_JOIN,
         tuple(spec.out_fields),
         tuple(s.node for s in streams),
-        {SINGLE_JOIN: spec, "event_time": event_time, "spec": state_spec},
+        {SINGLE_JOIN: spec, "event_time": event_time, "spec": state_spec}
+        | {STATE_KIND: join_kind(state_spec)},
     )
     topology.check_exactly_once(state_spec, node)
-    state = TridentState(topology, state_spec, node, tuple(spec.join_fields or ()), None)
-    topology.register_state(state)
-    expired = Node(SINGLE_JOIN_EXPIRED, expired_fields(spec), (), {"state": state})
+    joined = TridentState(topology, state_spec, node, tuple(spec.join_fields or ()), None)
+    topology.register_state(joined)
+    expired = Node(SINGLE_JOIN_EXPIRED, expired_fields(spec), (), {"state": joined})
     Stream(topology, expired).as_output(expired_name)
-    return state.new_values_stream()
+    return joined.new_values_stream()

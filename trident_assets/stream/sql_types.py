@@ -99,7 +99,7 @@ def check_spark_type(declared: object, what: str) -> str:
             and the allowed types.
     """
     ok = isinstance(declared, str)
-    if ok:
+    if isinstance(declared, str):
         tokens, pos = [], 0
         while ok and pos < len(declared.rstrip()):
             match = _TYPE_TOKEN.match(declared, pos)

@@ -24,6 +24,7 @@ from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
 from trident_assets.stream.fields import as_fields
 from trident_assets.stream.graph import Node, StateSpec
+from trident_assets.stream.state_kinds import STATE_KIND, STATIC_STATE
 from trident_assets.stream.streams import TridentState
 
 if TYPE_CHECKING:
@@ -144,9 +145,8 @@ class StaticState(TridentState):
     def __init__(self, topology: Any, name: str, source: StaticSource) -> None:
         """Created by ``TridentTopology.new_static_state``."""
         spec = StateSpec(name)
-        node = Node(
-            "static_state", (*source.key_columns, source.value_column), (), {"source": source}
-        )
+        fields = (*source.key_columns, source.value_column)
+        node = Node(STATIC_STATE, fields, (), {"source": source, STATE_KIND: STATIC_STATE})
         super().__init__(topology, spec, node, source.key_columns, source.value_column)
         self.source = source
 

@@ -8,9 +8,14 @@ Each operation validates its fields and returns a new :class:`Stream` over a new
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator, is_sql_combiner
+from trident_assets.core.aggregators import (
+    CombinerAggregator,
+    DistinctCount,
+    ReducerAggregator,
+    is_sql_combiner,
+)
 from trident_assets.core.contracts import StateContract, describe_aggregator
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_output_columns, check_state_columns
@@ -24,13 +29,21 @@ from trident_assets.stream.lakehouse_specs import LakehouseTable, publish_output
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
 from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
-from trident_assets.stream.state_kinds import KeyValueKind, Updater, state_kind
+from trident_assets.stream.state_kinds import STATE_KIND, aggregate_kind, state_kind
 from trident_assets.stream.trident_windows import window_node
 
 if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["GroupedStream", "Stream", "TridentState", "check_partition_aggregator"]
+
+
+class StreamAssembly(Protocol):
+    """What ``apply_assembly`` takes: an ``Assembly`` such as ``FirstN``."""
+
+    def apply(self, stream: Stream, group: tuple[str, ...] = ()) -> Stream:
+        """The stream the assembly makes of ``stream`` (per group of ``group``)."""
+        ...
 
 
 def check_partition_aggregator(agg: Any, inputs: Sequence[str]) -> None:
@@ -121,7 +134,7 @@ class Stream:
         """Replace each tuple by zero or more tuples of ``outputs`` (default: the same fields)."""
         return self._fresh("flat_map", FlatMapFunction, function, outputs)
 
-    def _fresh(self, kind: str, expected: type, function: Any, outputs: Any) -> Stream:
+    def _fresh(self, kind: str, expected: type[Any], function: Any, outputs: Any) -> Stream:
         if not isinstance(function, expected):
             msg = f"{kind} needs a {expected.__name__}, got {function!r}"
             raise ConfigError(msg)
@@ -147,7 +160,7 @@ class Stream:
         """
         return GroupedStream(self, ()).partition_aggregate(inputs, agg, outputs)
 
-    def apply_assembly(self, assembly: Any) -> Stream:
+    def apply_assembly(self, assembly: StreamAssembly) -> Stream:
         """Apply an Assembly such as ``FirstN`` (Trident's ``applyAssembly``)."""
         return assembly.apply(self)
 
@@ -202,7 +215,7 @@ class Stream:
         self,
         spec: StateSpec,
         inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any] | DistinctCount,
         output: str,
     ) -> TridentState:
         """Aggregate every batch into one global value kept in state ``spec``."""
@@ -228,9 +241,8 @@ class Stream:
         outs = as_fields(outputs, "partition_persist outputs")
         check_state_columns(spec.name, "output field", outs)
         self.topology.check_exactly_once(spec, self.node)
-        node = Node(
-            "persist", outs, (self.node,), {"inputs": ins, "updater": updater, "spec": spec}
-        )
+        args = {"inputs": ins, "updater": updater, "spec": spec, STATE_KIND: "updater"}
+        node = Node("persist", outs, (self.node,), args)
         state = TridentState(self.topology, spec, node, group=(), value_field=None)
         self.topology.register_state(state)
         return state
@@ -502,7 +514,7 @@ class GroupedStream:
             output=outs[0],
         )
 
-    def apply_assembly(self, assembly: Any) -> Stream:
+    def apply_assembly(self, assembly: StreamAssembly) -> Stream:
         """Apply an Assembly per group (e.g. ``FirstN`` of each group)."""
         return assembly.apply(self.stream, self.group)
 
@@ -510,7 +522,7 @@ class GroupedStream:
         self,
         spec: StateSpec,
         inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
+        agg: CombinerAggregator[Any] | ReducerAggregator[Any] | DistinctCount,
         output: str,
     ) -> TridentState:
         """Aggregate each batch per group into state ``spec`` under the batch txid.
@@ -533,28 +545,23 @@ class GroupedStream:
         # an ungrouped state's one key column is GLOBAL_COLUMN ("key")
         extra = () if self.group else ("key",)
         check_state_columns(spec.name, "output field", (out,), extra=extra)
-        if isinstance(agg, CombinerAggregator) and len(ins) > 1:
-            msg = f"combiner aggregators take a single input field, got {list(ins)}"
-            raise ConfigError(msg)
-        if not isinstance(agg, CombinerAggregator | ReducerAggregator):
-            msg = (
-                f"persistent_aggregate needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
+        if isinstance(agg, CombinerAggregator | DistinctCount) and len(ins) > 1:
+            what = (
+                "DistinctCount takes"
+                if isinstance(agg, DistinctCount)
+                else "combiner aggregators take"
             )
+            msg = f"{what} a single input field, got {list(ins)}"
             raise ConfigError(msg)
-        if isinstance(spec, KeyValueStateSpec) and not isinstance(agg, CombinerAggregator):
-            msg = (
-                f"{spec.store} state {spec.name!r} takes a combiner aggregator (Count, Sum, "
-                f"Min, Max or your CombinerAggregator), got {type(agg).__name__}; keep a "
-                "reducer's state in the topology's store (StateSpec.opaque(...))"
-            )
-            raise ConfigError(msg)
+        kind = aggregate_kind(agg, spec)
         topo = self.stream.topology
         topo.check_exactly_once(spec, self.stream.node)
         node = Node(
             "persist",
             (*self.group, out),
             (self.stream.node,),
-            {"inputs": ins, "agg": agg, "group": self.group, "output": out, "spec": spec},
+            {"inputs": ins, "agg": agg, "group": self.group, "output": out, "spec": spec}
+            | {STATE_KIND: kind},
         )
         state = TridentState(topo, spec, node, group=self.group, value_field=out)
         topo.register_state(state)
@@ -649,9 +656,10 @@ class TridentState:
             ConfigError: a ``persistent_aggregate`` kept in a key-value store (its new values
                 stay there; a single join's joined tuples do come to the driver).
         """
-        if isinstance(state_kind(self.node), KeyValueKind):
+        if state_kind(self.node).in_key_value_store:
+            store = cast("KeyValueStateSpec", self.spec).store
             msg = (
-                f"{self.spec.store} state {self.spec.name!r} has no new values stream: its "
+                f"{store} state {self.spec.name!r} has no new values stream: its "
                 "values are written by the executors and never come to the driver"
             )
             raise ConfigError(msg)
@@ -664,16 +672,8 @@ class TridentState:
         ``output_type`` when it sets one. ``first_txid`` is 1 (a declaration covers history).
         """
         declared = state_kind(self.node)
-        keeps_agg = declared.map_state or isinstance(declared, KeyValueKind)
-        agg = self.node.args["agg"] if keeps_agg else None
-        if agg is not None:
-            subject, kind = agg, "aggregator"
-        elif isinstance(declared, Updater):
-            subject, kind = self.node.args["updater"], "updater"
-        else:  # a state written by its node itself (single_join): the node's own spec
-            subject, kind = self.node.args.get(self.node.kind, self.node.kind), self.node.kind
-        desc = describe_aggregator(subject, kind)
-        value_type = getattr(agg, "output_type", None) if agg is not None else None
+        desc = describe_aggregator(*declared.contract_subject())
+        value_type = declared.value_type
         return StateContract(
             topology=self.topology.name,
             state=self.spec.name,

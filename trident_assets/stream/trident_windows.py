@@ -20,7 +20,7 @@ from trident_assets.names import check_state_columns
 from trident_assets.stream.fields import as_fields, require_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.kv_specs import KeyValueStateSpec
-from trident_assets.stream.state_kinds import TRIDENT_WINDOW
+from trident_assets.stream.state_kinds import STATE_KIND, TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.stream.streams import Stream
@@ -104,7 +104,8 @@ def window_node(
             )
             raise ConfigError(msg)
     window = TridentWindow(config, ins, aggregator, outs[0])
-    node = Node(TRIDENT_WINDOW, outs, (stream.node,), {TRIDENT_WINDOW: window, "spec": spec})
+    args = {TRIDENT_WINDOW: window, "spec": spec, STATE_KIND: TRIDENT_WINDOW}
+    node = Node(TRIDENT_WINDOW, outs, (stream.node,), args)
     return node, spec
 
 

@@ -9,7 +9,7 @@ into Arrow arrays, naming the input tuple of a value that does not fit.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from trident_assets.core.user_code import failure, short_repr
 from trident_assets.errors import ConfigError
@@ -91,7 +91,7 @@ def arrow_schema(spark_type: Any) -> Any:
     from pyspark.sql.types import StructType
 
     struct = StructType.fromDDL(spark_type) if isinstance(spark_type, str) else spark_type
-    return to_arrow_schema(struct, timezone="UTC")
+    return to_arrow_schema(cast("StructType", struct), timezone="UTC")
 
 
 def as_values(

@@ -1,0 +1,98 @@
+"""How the engine reads each spout's records: the spouts declare, Spark reads.
+
+A spout of the sources layer (``spouts/``, ``kafka/``) never imports the engine. The
+embedded log's spout and the file spout are read by :class:`LogReads` and
+:class:`FileReads` here; a spout without an entry in :data:`READS` reads itself (its own
+``read``, and ``read_many``/``split_conf`` if it has them, given the Spark session), as a
+Kafka spout or a spout of yours does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from trident_assets.spark.file_reader import read_files
+from trident_assets.spark.log_reader import read_ranges, read_ranges_tagged
+from trident_assets.spark.log_reader import split_conf as log_split_conf
+from trident_assets.spouts.file_spout import FileSpout
+from trident_assets.spouts.log_spout import LogSpout
+
+if TYPE_CHECKING:
+    from trident_assets.log.store import PartitionedLog
+    from trident_assets.spouts.ranges import BatchPlan
+
+__all__ = ["READS", "FileReads", "LogReads", "reads_for"]
+
+
+class LogReads:
+    """A :class:`LogSpout`'s batches read by Spark from the log's segment files."""
+
+    def __init__(self, spout: LogSpout) -> None:
+        """Read ``spout``'s batches (their ranges say which records)."""
+        self.spout = spout
+
+    def read(self, spark: Any, log: PartitionedLog, plan: BatchPlan, *, inline: bool = True) -> Any:
+        """The raw records of ``plan`` as a Spark DataFrame, read in parallel by Spark.
+
+        ``inline``: a small batch may reach Spark with the plan (:func:`~trident_assets.spark.
+        log_reader.read_ranges`); False where the topology works per Spark partition, whose
+        partitions then stay those of a file scan.
+        """
+        ranges = [
+            (r.topic, r.partition_number, r.first_offset, r.last_offset) for r in plan.non_empty()
+        ]
+        return read_ranges(spark, log, ranges, None if inline else 0)
+
+    def read_many(
+        self, spark: Any, log: PartitionedLog, plans: Sequence[tuple[int, BatchPlan]], column: str
+    ) -> Any:
+        """The raw records of several batches in ONE Spark scan, each tagged with its batch.
+
+        ``plans`` are ``(tag, plan)``; the tag goes to the bigint ``column``.
+        """
+        ranges = [
+            (tag, r.topic, r.partition_number, r.first_offset, r.last_offset)
+            for tag, plan in plans
+            for r in plan.non_empty()
+        ]
+        return read_ranges_tagged(spark, log, ranges, column)
+
+    def split_conf(self, log: PartitionedLog, plans: Sequence[tuple[int, BatchPlan]]) -> Any:
+        """Spark settings for :meth:`read_many`'s job (:func:`~.log_reader.split_conf`)."""
+        ranges = [
+            (r.topic, r.partition_number, r.first_offset, r.last_offset)
+            for _txid, plan in plans
+            for r in plan.non_empty()
+        ]
+        return log_split_conf(log, ranges)
+
+
+class FileReads:
+    """A :class:`FileSpout`'s batches: its files, checked, read by Spark's executors."""
+
+    def __init__(self, spout: FileSpout) -> None:
+        """Read ``spout``'s batches."""
+        self.spout = spout
+
+    def read(self, spark: Any, log: Any, plan: BatchPlan, *, inline: bool = True) -> Any:
+        """The records of ``plan``'s files as a DataFrame (``inline``: the log's option).
+
+        Raises:
+            BatchUnavailableError: a file was removed or changed since it was numbered.
+            ConfigError: a CSV header or a Parquet schema disagrees with the declared fields.
+        """
+        spout = self.spout
+        entries = spout.files(log, plan)
+        spout.check(plan, entries)
+        return read_files(spark, spout.location, entries, spout.scheme, spout.format, plan.txid)
+
+
+READS: dict[type, Callable[[Any], Any]] = {LogSpout: LogReads, FileSpout: FileReads}
+"""The reader of each spout class the engine reads itself, made for one spout."""
+
+
+def reads_for(spout: Any) -> Any:
+    """What reads ``spout``'s records: its class's reader in :data:`READS`, else the spout."""
+    make = next((READS[c] for c in type(spout).__mro__ if c in READS), None)
+    return spout if make is None else make(spout)
