@@ -13,7 +13,7 @@ exactly; the state joins the topology's batches at ``N+1``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trident_assets.backends.spout_history import read_history, spout_joins
 from trident_assets.errors import BatchUnavailableError
@@ -27,6 +27,7 @@ from trident_assets.spark.state_engines import engine_for
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 
 if TYPE_CHECKING:
+    from trident_assets.runtime.context import RunContext
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
@@ -44,7 +45,7 @@ def _plans(
     return plans
 
 
-def read_plans(runner: Any, state: TridentState, txid: int) -> dict[str, BatchPlan]:
+def read_plans(runner: RunContext, state: TridentState, txid: int) -> dict[str, BatchPlan]:
     """The recorded ranges of ``txid`` for ``state``'s spouts, checked readable."""
     topo = runner.topology
     spouts = state.contract().spouts
@@ -71,7 +72,7 @@ def read_plans(runner: Any, state: TridentState, txid: int) -> dict[str, BatchPl
     return plans
 
 
-def catch_up_one(runner: Any, state: TridentState, txid: int, first: int) -> bool:
+def catch_up_one(runner: RunContext, state: TridentState, txid: int, first: int) -> bool:
     """Apply committed ``txid`` to new ``state`` alone, with its progress, in one transaction.
 
     The Spark work runs first (the state's subgraph over the txid's recorded ranges); the
