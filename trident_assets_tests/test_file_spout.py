@@ -285,3 +285,34 @@ def test_trident_status_shows_the_files_and_bytes_waiting(spark: Any, tmp_path: 
         "quarantined": 0,
         "last_error": None,
     }
+
+
+def test_a_txids_materialization_lists_its_files_and_their_bytes(
+    spark: Any, tmp_path: Path
+) -> None:
+    import dagster as dg
+
+    from trident_assets.dagster.batch_events import batch_events
+    from trident_assets.dagster.graph import asset_keys
+
+    land = tmp_path / "in"
+    a = _file(land, "a.jsonl", JSON_A, T0)
+    _file(land, "b.jsonl", JSON_C, T0 + 1)
+    spout = FileSpout(str(land), JsonScheme({"word": "string"}), max_files=1, stable_after=0)
+    topo, _ = _word_count(spout)
+    log, store = _home(tmp_path)
+    outcome = TopologyRunner(topo, spark, store, log).run_batch(1)
+    store.close()
+    keys = asset_keys(topo)
+    events = list(batch_events(topo, keys, outcome, 0, True, ()))
+    meta = next(
+        e.metadata
+        for e in events
+        if isinstance(e, dg.AssetMaterialization) and e.asset_key == keys["spout:files"]
+    )
+    assert meta["files"] == dg.MetadataValue.json([f"file://{a}"])
+    assert meta["file_bytes"] == dg.MetadataValue.int(len(JSON_A))
+    assert meta["dead_letters"] == dg.MetadataValue.int(1)
+    partition = spout.source(log).partition
+    assert meta["offsets"] == dg.MetadataValue.json({partition: [0, 0]})
+    assert meta[f"lag {partition}"] == dg.MetadataValue.int(1)  # b.jsonl waits
