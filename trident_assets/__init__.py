@@ -108,6 +108,10 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
     from trident_assets.spark.executor import (
         TopologyRunner,
     )
+    from trident_assets.spark.file_schemes import (
+        CsvScheme,
+        ParquetScheme,
+    )
     from trident_assets.spark.rebuild import (
         rebuild_state,
     )
@@ -125,6 +129,9 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
         SpoutConfig,
         SpoutKind,
         StartPosition,
+    )
+    from trident_assets.spouts.file_spout import (
+        FileSpout,
     )
     from trident_assets.spouts.log_spout import (
         LogSpout,
@@ -180,11 +187,13 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
 _LAZY = {
     "Assembly": "trident_assets.stream.assemblies",
     "BatchOutcome": "trident_assets.runtime.outcomes",
+    "CsvScheme": "trident_assets.spark.file_schemes",
     "DeltaTable": "trident_assets.stream.lakehouse_specs",
     "DuckDBStore": "trident_assets.backends.duckdb_store",
     "ExactlyOnceWarning": "trident_assets.stream.topology",
     "ExponentialBackoff": "trident_assets.core.retry",
     "FieldTopicSelector": "trident_assets.kafka.sink",
+    "FileSpout": "trident_assets.spouts.file_spout",
     "Filter": "trident_assets.stream.operations",
     "FilterNull": "trident_assets.stream.operations",
     "FirstN": "trident_assets.stream.assemblies",
@@ -204,6 +213,7 @@ _LAZY = {
     "MapGet": "trident_assets.stream.queries",
     "PandasFlatMap": "trident_assets.stream.operations",
     "PandasMap": "trident_assets.stream.operations",
+    "ParquetScheme": "trident_assets.spark.file_schemes",
     "PartitionedLog": "trident_assets.log.store",
     "read_finals": "trident_assets.backends.window_store",
     "read_open": "trident_assets.backends.window_store",
@@ -304,6 +314,7 @@ __all__ = [
     "IcebergTable",
     "LogSpout",
     "KafkaSpout",
+    "FileSpout",
     "PartitionedLog",
     "SpoutConfig",
     "SpoutKind",
@@ -312,6 +323,8 @@ __all__ = [
     "RawScheme",
     "StringScheme",
     "JsonScheme",
+    "CsvScheme",
+    "ParquetScheme",
     "KeyValueScheme",
     "KafkaUpdater",
     "SinkMode",
