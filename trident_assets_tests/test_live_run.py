@@ -307,6 +307,68 @@ def test_a_txid_committed_but_never_reported_is_reported_by_the_next_live_run(
     assert _counts(home) == _truth(list(SENTENCES[:2]))
 
 
+def test_a_txid_committed_and_published_but_never_reported_is_reported_first(
+    home: Path, instance, spark
+) -> None:
+    """Killed after its commit and publish, before its events: the replica is ahead of Dagster.
+
+    The coordinator's next txid follows the replica (3); the live run still reports txid 2
+    first (an observation), so every txid has its partition's events.
+    """
+    from trident_assets.dagster.batch_steps import topology_runner
+
+    job = _live_job(home, LiveSettings(poll_interval_s=0.05, idle_s=60, max_txids=2))
+    _append(home, SENTENCES[0])
+    assert job.execute_in_process(instance=instance).success  # txid 1
+    _append(home, SENTENCES[1])
+    trident = TridentResource(home=str(home))
+    with trident.store() as store:  # committed and published, no Dagster event
+        assert topology_runner(trident, build_word_count(), spark, store).run_batch(2).applied
+    assert _published(home) == 2
+    _append(home, SENTENCES[2])
+    decision = decide_next(instance, build_word_count(), trident, NO_WAIT, max_attempts=3,
+                           live_job="word_count_live")  # fmt: skip
+    assert isinstance(decision, dg.SensorResult)
+    (request,) = decision.run_requests
+    assert request.tags["trident/txid"] == "0000000003"
+    result = job.execute_in_process(instance=instance, tags=request.tags)
+    assert result.success
+    observed = [
+        (e.partition, e.asset_key.path[-1])
+        for e in result.get_asset_observation_events()
+        if e.asset_key.path[-1] == "sentences_batch"
+    ]
+    assert observed == [("0000000002", "sentences_batch")]
+    materialized = {
+        e.partition for e in result.get_asset_materialization_events()
+        if e.asset_key.path[-1] == "sentences_batch"
+    }  # fmt: skip
+    assert materialized == {"0000000003"}
+    assert _counts(home) == _truth(list(SENTENCES[:3]))
+
+
+def test_the_coordinator_launches_no_live_run_while_trident_ui_stops(home: Path, instance) -> None:
+    """The stop file of `trident ui`: no live run is requested; one that starts ends at once."""
+    from trident_assets.dagster.live_stop import clear_stop, request_stop
+
+    _append(home, SENTENCES[0])
+    trident = TridentResource(home=str(home))
+    request_stop(Path(instance.root_directory), "trident ui is stopping")
+    decision = decide_next(instance, build_word_count(), trident, NO_WAIT, max_attempts=3,
+                           live_job="word_count_live")  # fmt: skip
+    assert isinstance(decision, dg.SkipReason)
+    assert decision.skip_message == ("word_count: no live run is launched: trident ui is stopping")
+    result = _live_job(home, FAST).execute_in_process(instance=instance)
+    assert result.success
+    messages = [e.message for e in instance.all_logs(result.run_id) if e.message]
+    assert "live run of word_count ends before it began: trident ui is stopping" in messages
+    assert _published(home) == 0  # nothing read, nothing committed
+    clear_stop(Path(instance.root_directory))
+    decision = decide_next(instance, build_word_count(), trident, NO_WAIT, max_attempts=3,
+                           live_job="word_count_live")  # fmt: skip
+    assert isinstance(decision, dg.SensorResult)
+
+
 def test_checks_evaluated_while_the_log_is_idle_cover_every_committed_txid(
     home: Path, instance, spark
 ) -> None:
