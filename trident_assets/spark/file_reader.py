@@ -81,12 +81,12 @@ def _read_bytes(local: bool, target: str) -> bytes:
     try:
         filesystem, path = pafs.FileSystem.from_uri(target)
     except (ValueError, OSError):
-        import fsspec
+        import fsspec  # type: ignore[import-untyped]
 
         with fsspec.open(target, "rb") as stream:
-            return stream.read()
+            return bytes(stream.read())
     with filesystem.open_input_stream(path) as stream:
-        return stream.read()
+        return bytes(stream.read())
 
 
 def _verified(local: bool, target: str, uri: str, entry: FileEntry) -> bytes:
@@ -216,7 +216,7 @@ def _same_as_spark(got: Any, declared: str) -> bool:
     want = to_arrow_type(_parse_datatype_string(declared), timezone="UTC")
     if pa.types.is_timestamp(got) and pa.types.is_timestamp(want):
         return (got.tz is None) == (want.tz is None) or declared.lower() == "timestamp"
-    return got == want
+    return bool(got == want)
 
 
 def read_files(
@@ -240,7 +240,8 @@ def read_files(
 
     if fmt == "parquet":
         base = log_spark_schema()
-        declared = StructType.fromDDL(", ".join(f"`{n}` {t}" for n, t in scheme.types.items()))
+        ddl = ", ".join(f"`{n}` {t}" for n, t in scheme.types.items())
+        declared: Any = StructType.fromDDL(ddl)
         spark_schema = StructType(
             [
                 *[base[c] for c in ("topic", "partition", "offset", "timestamp", "value")],

@@ -222,7 +222,7 @@ class Location:
     def first_line(self, relative: str, limit: int = 1 << 20) -> bytes:
         """The first line of a file (without its line break), at most ``limit`` bytes."""
         with self.open(relative) as stream:
-            data = stream.read(limit)
+            data = bytes(stream.read(limit))
         line = data.split(b"\n", 1)[0]
         return line[:-1] if line.endswith(b"\r") else line
 
@@ -242,11 +242,12 @@ class Location:
                 self._fs = pafs.FileSystem.from_uri(self.base)
             except (ValueError, OSError):  # pyarrow's ArrowInvalid: a scheme it does not know
                 self._fs = self._fsspec()
-        return self._fs
+        filesystem, root = self._fs
+        return filesystem, str(root)
 
     def _fsspec(self) -> tuple[Any, str]:
         try:
-            import fsspec
+            import fsspec  # type: ignore[import-untyped]
             from pyarrow import fs as pafs
         except ImportError:
             msg = (

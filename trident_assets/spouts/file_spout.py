@@ -179,10 +179,11 @@ class FileSpout:
         From the file index that planned it in this process (none: no files listed).
         """
         partitions = {r.partition for r in plan.ranges}
+        source = next((s for s in self._sources.values() if s.partition in partitions), None)
+        if source is None:
+            return {"files": [], "file_bytes": 0}
         entries = [
             e
-            for source in self._sources.values()
-            if source.partition in partitions
             for r in plan.non_empty()
             for e in source.catalog.entries(r.first_offset, r.next_offset)
         ]
