@@ -39,6 +39,7 @@ from trident_assets.dagster.checks import (
 )
 from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_graph
 from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, pool_name
+from trident_assets.dagster.lakehouse_assets import table_events
 from trident_assets.dagster.partitions import parse_txid, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.window_assets import FinalsAsset, finals_events
@@ -131,6 +132,7 @@ def topology_assets(
                         topology, keys, outcome, attempt, len(txids) > 1, selected
                     )
                     yield from finals_events(finals, store, outcome, context.instance)
+                    yield from table_events(topology, runner.tables, outcome.published)
             except OutOfOrderCommitError as exc:
                 refused = txids[len(outcomes)]
                 run_first = (runner.last_committed() or 0) + 1
