@@ -13,6 +13,7 @@ from trident_assets.dagster.finals_reader import committed_watermarks
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.dagster.io_manager import TridentIOManager
+from trident_assets.dagster.lakehouse_assets import table_specs
 from trident_assets.dagster.live import LiveSettings, live_job, live_topologies
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
@@ -141,6 +142,7 @@ def trident_definitions(
                 for t in topologies
             ),
             *(f.spec() for fs in finals.values() for f in fs),
+            *(spec for t in topologies for spec in table_specs(t)),
             *assets,
         ],
         asset_checks=finals_checks,
