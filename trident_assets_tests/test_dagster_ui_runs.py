@@ -107,13 +107,14 @@ def test_subset_run_commits_the_whole_txid_and_yields_only_its_selection(
             e.asset_key.path[-1] for e in result.get_asset_materialization_events()
         )
         assert materialized == [
+            "overview",
             "queries_batch",
             "sentences_batch",
             "word_counts",
             "word_counts_new_values",
             "word_counts_partials",
             "words",
-        ], "the txid committed every asset in one transaction"
+        ], "the txid committed every asset in one transaction (and the topology's overview)"
         assert [
             (e.asset_key.path[-1], e.check_name) for e in result.get_asset_check_evaluations()
         ] == [("word_counts", "exactly_once")], "only the selected asset's check runs"

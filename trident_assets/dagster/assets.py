@@ -40,6 +40,7 @@ from trident_assets.dagster.checks import (
 from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_graph
 from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, pool_name
 from trident_assets.dagster.lakehouse_assets import table_events
+from trident_assets.dagster.overview import overview_event
 from trident_assets.dagster.partitions import parse_txid, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.window_assets import FinalsAsset, finals_events
@@ -88,7 +89,8 @@ def topology_assets(
     asset checks (see :mod:`trident_assets.dagster.checks`) run at the end of every run that
     committed or re-ran a txid. ``finals``: the time-partitioned finals assets of its window
     states (:mod:`.window_assets`); each applied txid materializes the time partitions it
-    completed.
+    completed. A run that committed a txid or failed one ends with a materialization of the
+    topology's overview asset (:mod:`.overview`).
     """
     partitions = txid_partitions(topology.name)
     keys = asset_keys(topology)
@@ -141,6 +143,13 @@ def topology_assets(
                     "of this run are skipped."
                 )
                 yield from refusal_observations(topology, keys, refused, run_first, str(exc))
+            except Exception:  # a txid failed (recorded): the overview shows it, then the run
+                failed = _overview_or_none(context, trident, store, topology)
+                if failed is not None:
+                    yield failed
+                raise
+            if any(o.applied for o in outcomes):
+                yield overview_event(context.instance, trident.home, store, topology)
             if outcomes:
                 yield from evaluate_checks(
                     topology,
@@ -167,3 +176,20 @@ def _txids(context: dg.AssetExecutionContext) -> list[int]:
     except ConfigError as exc:
         context.log.error(f"{exc}; nothing was read or written")
         raise dg.Failure(description=f"{exc}; nothing was read or written") from None
+
+
+def _overview_or_none(
+    context: dg.AssetExecutionContext,
+    trident: TridentResource,
+    store: Any,
+    topology: TridentTopology,
+) -> dg.AssetMaterialization | None:
+    """The overview after a failed txid; None (logged) if it cannot be read.
+
+    The txid's own error, being raised, must never be hidden by the overview's.
+    """
+    try:
+        return overview_event(context.instance, trident.home, store, topology)
+    except Exception as exc:  # the failure being raised matters more
+        context.log.warning(f"the overview of {topology.name} was not updated: {exc}")
+        return None

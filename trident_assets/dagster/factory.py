@@ -13,8 +13,8 @@ from trident_assets.dagster.finals_reader import committed_watermarks
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.dagster.io_manager import TridentIOManager
-from trident_assets.dagster.lakehouse_assets import table_specs
 from trident_assets.dagster.live import LiveSettings, live_job, live_topologies
+from trident_assets.dagster.overview import overview_spec
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
 from trident_assets.dagster.window_assets import (
@@ -80,6 +80,9 @@ def trident_definitions(
 ) -> dg.Definitions:
     """Definitions for ``topologies``: their assets, checks and sensors.
 
+    Each topology's assets are its txid assets, the finals assets of its window states and
+    ``<topology>/overview``, the page to open first (:mod:`.overview`).
+
     Sensors: a coordinator per topology, and ``trident_finals_checks``, which runs each
     finals asset's ``finals_unchanged`` check after a run materialized finals partitions.
 
@@ -141,8 +144,8 @@ def trident_definitions(
                 )
                 for t in topologies
             ),
+            *(overview_spec(t) for t in topologies),
             *(f.spec() for fs in finals.values() for f in fs),
-            *(spec for t in topologies for spec in table_specs(t)),
             *assets,
         ],
         asset_checks=finals_checks,

@@ -57,6 +57,7 @@ from trident_assets.dagster.in_flight import (
 from trident_assets.dagster.live_commits import Failed, LiveCommitter
 from trident_assets.dagster.live_settings import LiveSettings
 from trident_assets.dagster.live_stop import stop_reason
+from trident_assets.dagster.overview import overview_event
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.window_assets import FinalsAsset, finals_events
@@ -337,17 +338,31 @@ def _run_live(
                             yield from _checks(
                                 context, topology, keys, check_settings, runner, done
                             )
+                            yield from _overview(context, trident, store, topology, done)
                             unchecked, last_check = 0, time.monotonic()
         finally:
             committer.stopping.set()
             committer.join()
         if unchecked:
             yield from _checks(context, topology, keys, check_settings, runner, done)
+            yield from _overview(context, trident, store, topology, done)
         ended = "ends" if why is None else f"stopped ({why})"
         context.log.info(
             f"live run of {name} {ended}: {len(done)} txids committed "
             f"({time.monotonic() - started:.1f} s)"
         )
+
+
+def _overview(
+    context: dg.OpExecutionContext,
+    trident: TridentResource,
+    store: Any,
+    topology: TridentTopology,
+    done: Sequence[BatchOutcome],
+) -> Iterator[dg.AssetMaterialization]:
+    """The topology's overview (:mod:`.overview`), when the run committed a txid."""
+    if any(o.applied for o in done):
+        yield overview_event(context.instance, trident.home, store, topology)
 
 
 def _last_reported(
