@@ -95,3 +95,15 @@ def test_partitions_end_at_the_watermark_and_later_hours_are_still_reported(
             "2026-01-02-00:00",
             "2026-01-02-01:00",
         }
+
+
+def test_no_watermark_without_a_store_or_while_it_is_held(tmp_path: Path) -> None:
+    """The definitions then load with partitions that follow the clock (nothing waits)."""
+    from trident_assets.backends.duckdb_store import DuckDBStore
+
+    state = build_page_views().states["views_10m"]
+    path = tmp_path / "state.duckdb"
+    assert committed_watermarks(str(path), [state]) == {}, "no store yet"
+    with DuckDBStore(path):  # a writer in this process (another process: StoreLockedError)
+        assert committed_watermarks(str(path), [state]) == {}
+    assert committed_watermarks(str(path), [state]) == {}, "a store no window committed to"

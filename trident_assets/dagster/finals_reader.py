@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import duckdb
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
@@ -65,7 +66,8 @@ def committed_watermarks(location: str, states: Sequence[WindowedState]) -> dict
     """The committed watermark of each of ``states`` (``<topology>/<state>``; aware, UTC).
 
     Read from the state store at ``location`` without waiting: a DuckDB file a batch holds
-    (or no store yet) gives ``{}``, as does a store no windowed state has committed to.
+    (another process, or this one with a writing connection), or no store yet, gives ``{}``,
+    as does a store no windowed state has committed to.
     """
     from trident_assets.backends.state_store import open_state_store
     from trident_assets.backends.window_store import last_watermark_us
@@ -85,7 +87,7 @@ def committed_watermarks(location: str, states: Sequence[WindowedState]) -> dict
             found = {
                 f"{s.topology.name}/{s.spec.name}": last_watermark_us(store, s) for s in states
             }
-    except (TridentError, OSError):
+    except (TridentError, OSError, duckdb.Error):  # locked, or open in this process
         return {}
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     return {k: epoch + timedelta(microseconds=v) for k, v in found.items() if v is not None}
