@@ -13,6 +13,7 @@ from trident_assets.dagster.finals_reader import committed_watermarks
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.dagster.io_manager import TridentIOManager
+from trident_assets.dagster.lakehouse_assets import table_specs
 from trident_assets.dagster.live import LiveSettings, live_job, live_topologies
 from trident_assets.dagster.overview import overview_spec
 from trident_assets.dagster.resources import TridentResource
@@ -145,6 +146,7 @@ def trident_definitions(
                 for t in topologies
             ),
             *(overview_spec(t) for t in topologies),
+            *(spec for t in topologies for spec in table_specs(t)),
             *(f.spec() for fs in finals.values() for f in fs),
             *assets,
         ],
