@@ -3,8 +3,13 @@
 Run: ``python -m bench.chaos_soak [--batches 50] [--kills 15] [--seed 7]
 [--kind opaque|transactional|both] [--vocabulary N --zipf S]
 [--store duckdb|postgres|redis-cluster [--kill-master]] [--state-dsn DSN] [--tick S]
-[--root DIR] [--json PATH]``; ``--live``: the live run of ``trident ui --live`` is killed
-instead (:mod:`bench.chaos_live`).
+[--publish delta|iceberg] [--root DIR] [--json PATH]``; ``--live``: the live run of
+``trident ui --live`` is killed instead (:mod:`bench.chaos_live`).
+
+``--publish delta`` (or ``iceberg``) publishes each topology's counts to a lakehouse table
+(:mod:`bench.chaos_tables`); the driver may also kill after a table commit
+(``after_table_commit``), and the end checks the table against the state key by key and that
+every committed txid is in it exactly once.
 
 ``--store postgres`` keeps the state in PostgreSQL instead of the DuckDB file: a server is
 started for the run (``initdb``/``pg_ctl`` on 127.0.0.1, fsync on) and stopped at the end;
@@ -185,6 +190,7 @@ def run_worker(
     batch_size: int,
     location: str,
     kv_servers: list[str] | None = None,
+    publish: str | None = None,
 ) -> None:
     """Serve ``run <topology>`` / ``stop`` commands from stdin, reporting events on stdout.
 
@@ -228,6 +234,10 @@ def run_worker(
         topo = build_word_count(
             topology_name(kind), kind=SpoutKind(kind), max_batch_size=batch_size, state=spec
         )
+        if publish:
+            from bench.chaos_tables import publish_counts
+
+            publish_counts(topo, publish, root)
         runner = TopologyRunner(
             topo,
             spark,
@@ -363,6 +373,10 @@ class Comparison:
     replica_txid: int | None
     replica_checked: bool = True
     """False for a key-value state (no read replica is published)."""
+    table_mismatched: int = 0
+    """Keys whose value in the published lakehouse table differs from the state's."""
+    table_problem: str = ""
+    """Committed txids missing from the table, or in it twice ("" if none)."""
 
     @property
     def ok(self) -> bool:
@@ -377,6 +391,8 @@ class Comparison:
             and self.ranges_ok
             and self.replica_mismatched == 0
             and (self.replica_txid == self.last_txid or not self.replica_checked)
+            and self.table_mismatched == 0
+            and not self.table_problem
         )
 
 
@@ -396,6 +412,7 @@ class Worker:
         argv: Sequence[str] | None = None,
         location: str | None = None,
         kv_servers: Sequence[str] = (),
+        publish: str | None = None,
     ) -> None:
         """Start the worker; its stderr goes to ``<root>/worker-<index>.log``.
 
@@ -412,6 +429,8 @@ class Worker:
                     "--state-dsn", location or str(root / "state.duckdb")]  # fmt: skip
             if kv_servers:
                 argv += ["--kv-servers", ",".join(kv_servers)]
+            if publish:
+                argv += ["--publish", publish]
         self.proc = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
             start_new_session=True, env=env, cwd=Path(__file__).resolve().parent.parent,
@@ -520,6 +539,7 @@ class Driver:
             self.n_workers,
             location=self.location,
             kv_servers=self.kv_servers,
+            publish=self.args.publish,
         )
         try:
             while (event := worker.event()) is None or event["ev"] != "ready":
@@ -555,7 +575,7 @@ class Driver:
         left = sum(max(0, self.args.batches - f.batches) for f in self.figures.values())
         if self.rng.random() >= remaining / max(1, left):
             return None
-        return self.rng.choice(POINTS)
+        return self.rng.choice(POINTS + (("after_table_commit",) if self.args.publish else ()))
 
     def attempt(self, name: str, chaos: bool) -> dict[str, Any] | None:
         """Ask the worker to run the next txids of ``name`` (``--max-spout-pending`` of them,
@@ -789,6 +809,11 @@ class Driver:
                 [name, TOPIC],
             )
             last = store.last_committed(name)
+            table_check = (0, "")
+            if self.args.publish:
+                from bench.chaos_tables import check_table
+
+                table_check = check_table(self.args.publish, self.root, store, name, state, last)
         with duckdb.connect() as conn:
             conn.register("chaos_dead_letters", dead_letters)
             conn.register("chaos_records", records)
@@ -836,7 +861,8 @@ class Driver:
         ranges_ok, problem = self._check_ranges(name, last, latest)
         return Comparison(
             name, *row, *dead, ranges_ok, problem, last, replica_mismatched, replica_txid,
-            replica_checked=not self.kv_servers,
+            replica_checked=not self.kv_servers, table_mismatched=table_check[0],
+            table_problem=table_check[1],
         )  # fmt: skip
 
     def _check_ranges(
@@ -900,6 +926,11 @@ def _print(result: dict[str, Any]) -> None:
                 else f"no read replica (key-value state); {fig['refused']} batches refused"
             )
         )
+        if result.get("publish"):
+            print(
+                f"    {result['publish']} table: {cmp['table_mismatched']} keys differ from the "
+                f"state; {cmp['table_problem'] or 'every committed txid in it exactly once'}"
+            )
     kill = result.get("master_kill")
     if kill:
         print(
@@ -954,6 +985,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--kv-servers", help=argparse.SUPPRESS)
     parser.add_argument("--state-dsn", help="keep the state in this PostgreSQL database")
+    parser.add_argument(
+        "--publish",
+        choices=("delta", "iceberg"),
+        help="also publish the counts to a lakehouse table and check it exactly at the end",
+    )
     parser.add_argument("--root", type=Path, help="working directory (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--verbose", action="store_true", help="print every kill")
@@ -990,8 +1026,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.role == "worker":
         kv = args.kv_servers.split(",") if args.kv_servers else None
-        run_worker(Path(args.root_dir), args.kinds.split(","), args.batch_size, args.state_dsn, kv)
+        run_worker(
+            Path(args.root_dir), args.kinds.split(","), args.batch_size, args.state_dsn, kv,
+            args.publish,
+        )  # fmt: skip
         return 0
+    if args.publish and args.store == "redis-cluster":
+        parser.error("--publish needs the counts in the store (--store duckdb or postgres)")
     if args.kill_master and args.store != "redis-cluster":
         parser.error("--kill-master needs --store redis-cluster")
     root = args.root or Path(tempfile.mkdtemp(prefix="chaos-soak-"))
@@ -1024,6 +1065,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster = stack.enter_context(start_cluster(root / "redis"))
         result = Driver(args, root, location, cluster).run()
     result["store"] = "postgres" if location.startswith("postgresql://") else "duckdb"
+    result["publish"] = args.publish
     if cluster is not None:
         result["store"] = "redis-cluster"
     _print(result)

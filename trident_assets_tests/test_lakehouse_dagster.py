@@ -88,3 +88,30 @@ def test_a_downstream_asset_loads_each_table_with_dagsters_io_managers(
     )
     assert result.success
     assert loaded["delta"] == loaded["iceberg"] == truth(log)
+
+
+def test_a_dagster_run_materializes_the_table_asset_with_its_version(
+    spark: Any, tmp_path: Path
+) -> None:
+    from trident_assets.dagster.factory import trident_definitions
+    from trident_assets.dagster.partitions import txid_key
+    from trident_assets.dagster.resources import TridentResource
+
+    trident = TridentResource(home=str(tmp_path))
+    log = trident.log()
+    log.create_topic("sentences", 2)
+    send(log, SENTENCES)
+    topo = _topology(tmp_path)
+    defs = trident_definitions([topo], trident)
+    spec = defs.resolve_assets_def(table_key(topo, "counts_delta"))
+    assert spec.specs_by_key[table_key(topo, "counts_delta")].kinds == {"delta"}
+    job = defs.resolve_implicit_global_asset_job_def()
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("lh_dg_txids", [txid_key(1), txid_key(2)])
+        for txid in (1, 2):
+            assert job.execute_in_process(partition_key=txid_key(txid), instance=instance).success
+        for asset, what in (("counts_delta", "version"), ("counts_iceberg", "snapshot_id")):
+            records = instance.fetch_materializations(table_key(topo, asset), limit=10).records
+            metas = [r.asset_materialization.metadata for r in records]
+            assert sorted(m["txid"].value for m in metas) == [1, 2]
+            assert all(what in m for m in metas)
