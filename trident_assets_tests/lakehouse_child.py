@@ -1,9 +1,10 @@
 """A child process for test_lakehouse_crash.py: run txids, SIGKILL itself at a fault point.
 
-``python -m trident_assets_tests.lakehouse_child ROOT STORE POINT NTH``: the word count of
-:func:`~trident_assets_tests.lakehouse_util.published_topology` with its counts published to a
-Delta table and an Iceberg table, run until its backlog is empty; the ``NTH`` time the runner
-reaches fault point ``POINT`` the process kills itself with SIGKILL (no cleanup, no flush).
+``python -m trident_assets_tests.lakehouse_child ROOT STORE POINT NTH SPOUT``: a word count
+with its counts published to a Delta table and an Iceberg table, its sentences from the log
+(``SPOUT`` ``log``) or from JSON-lines files under ``ROOT/landing`` (``files``), run until its
+backlog is empty; the ``NTH`` time the runner reaches fault point ``POINT`` the process kills
+itself with SIGKILL (no cleanup, no flush).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import trident_assets as ta
 from trident_assets.backends.state_store import open_state_store
@@ -21,12 +23,19 @@ from trident_assets.spark.session import build_spark_session
 from trident_assets_tests.lakehouse_util import table_of
 
 
-def both_formats(root: Path) -> ta.TridentTopology:
-    """The word count with its counts published to Delta and to Iceberg (as tables)."""
+def both_formats(root: Path, source: str = "log") -> ta.TridentTopology:
+    """The word count with its counts published to Delta and to Iceberg (as tables).
+
+    ``source``: ``log`` (the log's ``sentences``, 4 a txid) or ``files`` (one file a txid).
+    """
     topo = ta.TridentTopology("lh_kill")
     config = ta.SpoutConfig(kind=ta.SpoutKind.OPAQUE, max_batch_size=4)
+    spout: Any = ta.LogSpout("sentences", ta.StringScheme("sentence"), config)
+    if source == "files":
+        scheme = ta.JsonScheme({"sentence": "string"})
+        spout = ta.FileSpout(str(root / "landing" / "*.jsonl"), scheme, max_files=1)
     counts = (
-        topo.new_stream("sentences", ta.LogSpout("sentences", ta.StringScheme("sentence"), config))
+        topo.new_stream("sentences", spout)
         .each("sentence", ta.Split(), "word")
         .group_by("word")
         .persistent_aggregate(ta.StateSpec.opaque("counts"), "word", ta.Count(), "count")
@@ -38,6 +47,7 @@ def both_formats(root: Path) -> ta.TridentTopology:
 def main() -> None:
     """Run until the backlog is empty, or until killed at the ``NTH`` ``POINT``."""
     root, location, point, nth = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+    source = sys.argv[5]
     seen = 0
 
     def fault(where: str) -> None:
@@ -49,9 +59,8 @@ def main() -> None:
 
     spark = build_spark_session({"spark.local.dir": str(root / "spark")})
     store = open_state_store(location)
-    runner = TopologyRunner(
-        both_formats(root), spark, store, PartitionedLog(root / "log"), fault=fault
-    )
+    topo = both_formats(root, source)
+    runner = TopologyRunner(topo, spark, store, PartitionedLog(root / "log"), fault=fault)
     while runner.backlog() > 0:
         runner.run_batch((runner.last_committed() or 0) + 1)
     store.close()

@@ -1,6 +1,7 @@
 """Exactly once into Delta and Iceberg across SIGKILLs at every fault point of the commit.
 
-A child process runs the word count (counts published to a Delta and an Iceberg table) and
+A child process runs the word count (counts published to a Delta and an Iceberg table; its
+sentences from the log, or from JSON-lines files through a FileSpout) and
 SIGKILLs itself at one fault point: before the store commit (``after_emit``,
 ``after_state_write``, ``before_commit``), after it (``after_commit``: the marker moved, no
 table written), and after each table commit (``after_table_commit``: the Delta table has the
@@ -11,10 +12,12 @@ every txid exactly once and equals the store's state as of each txid, for DuckDB
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,8 @@ from trident_assets_tests.lakehouse_util import (
     truth,
 )
 
+WORDS = dict(Counter(w for s in SENTENCES * 2 for w in s.split()))
+"""The word counts of the ten sentences, in the log or in the files."""
 POINTS = [
     ("after_emit", 2),
     ("after_state_write", 2),
@@ -45,17 +50,21 @@ POINTS = [
 ]
 
 
-def _kill_run(root: Path, location: str, point: str, nth: int) -> None:
+def _land_files(root: Path) -> None:
+    """The same ten sentences as three JSON-lines files (4, 4, 2), landed a while ago."""
+    landing = root / "landing"
+    landing.mkdir()
+    lines = [json.dumps({"sentence": s}) for s in SENTENCES * 2]
+    for i, part in enumerate((lines[:4], lines[4:8], lines[8:])):
+        path = landing / f"part-{i}.jsonl"
+        path.write_text("\n".join(part) + "\n")
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+
+
+def _kill_run(root: Path, location: str, point: str, nth: int, source: str) -> None:
+    argv = [str(root), location, point, str(nth), source]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trident_assets_tests.lakehouse_child",
-            str(root),
-            location,
-            point,
-            str(nth),
-        ],
+        [sys.executable, "-m", "trident_assets_tests.lakehouse_child", *argv],
         cwd=Path(__file__).resolve().parent.parent,
         env=clean_env(root),
         stdout=subprocess.PIPE,
@@ -74,16 +83,26 @@ def _counts(rows: Any) -> dict[str, int]:
 
 @pytest.mark.parametrize(("point", "nth"), POINTS)
 @pytest.mark.parametrize("kind", ["duckdb", "postgres"])
+@pytest.mark.parametrize("source", ["log", "files"])
 def test_sigkill_at_every_fault_point_publishes_each_txid_once(
-    spark: Any, tmp_path: Path, request: pytest.FixtureRequest, kind: str, point: str, nth: int
+    spark: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    source: str,
+    kind: str,
+    point: str,
+    nth: int,
 ) -> None:
     log = make_log(tmp_path)
-    send(log, SENTENCES * 2)  # three txids of 4, 4 and 2 sentences
+    if source == "log":
+        send(log, SENTENCES * 2)  # three txids of 4, 4 and 2 sentences
+    else:
+        _land_files(tmp_path)  # three txids of one file each
     location = (
         str(tmp_path / "state.duckdb") if kind == "duckdb" else request.getfixturevalue("pg_dsn")
     )
-    _kill_run(tmp_path, location, point, nth)
-    topo = both_formats(tmp_path)
+    _kill_run(tmp_path, location, point, nth, source)
+    topo = both_formats(tmp_path, source)
     store = open_state_store(location)
     try:
         runner = TopologyRunner(topo, spark, store, log)
@@ -102,7 +121,7 @@ def test_sigkill_at_every_fault_point_publishes_each_txid_once(
                 else:
                     rows = iceberg_rows(catalog, "lake.counts", version)
                 assert _counts(rows) == states[txid]
-        assert states[3] == truth(log)
+        assert states[3] == (truth(log) if source == "log" else WORDS)
         delta_log = sorted((tmp_path / "lake" / "counts" / "_delta_log").glob("*.json"))
         assert len(delta_log) == 3  # one Delta commit per txid, none written twice
     finally:

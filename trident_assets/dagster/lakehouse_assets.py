@@ -26,7 +26,7 @@ def table_key(topology: TridentTopology, asset: str) -> dg.AssetKey:
 
 
 def _location(table: Any) -> str:
-    return table.path if table.format == "delta" else table.identifier
+    return str(table.path if table.format == "delta" else table.identifier)
 
 
 def table_specs(
