@@ -125,13 +125,23 @@ def dead_letters(
         str | None, typer.Argument(help="Only this topology's dead letters (default: all).")
     ] = None,
     n: Annotated[int, typer.Option("-n", "--lines", help="How many, latest first.", min=1)] = 20,
+    records: Annotated[
+        bool,
+        typer.Option(
+            "--records",
+            help="Show each dead letter's record: its bytes as text (hex if not UTF-8); "
+            "a window's dead letter: its tuple as JSON.",
+        ),
+    ] = False,
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
     fmt: FormatOption = Format.table,
     wait: WaitOption = 0.0,
 ) -> None:
-    """List the latest dead letters: records a scheme could not decode, and why.
+    """List the latest dead letters: records a scheme or a window refused, where from, and why.
 
+    A spout's are records its scheme could not decode; an event-time window's (spout
+    ``window:<state>``) are late records and records whose event time is unreadable.
     Reads the home's replica when it has one (lock-free), else the state file read-only.
     """
     from trident_assets.cli_replica import dead_letter_rows, home_replica
@@ -140,7 +150,7 @@ def dead_letters(
         replica = home_replica(home, database)
         if replica is not None:
             rows, total = dead_letter_rows(replica, topology, n)
-            _emit_dead_letters(rows, total, topology, fmt)
+            _emit_dead_letters(rows, total, topology, fmt, records)
             return
         store = open_state(home, database, wait)
         try:
@@ -154,7 +164,7 @@ def dead_letters(
                     f"SELECT count(*) FROM {DEAD_LETTERS_TABLE} {where}", params
                 )[0][0]
                 result = store.fetch_arrow(
-                    f'SELECT topology, txid, spout, topic, partition, "offset", reason '
+                    f'SELECT topology, txid, spout, topic, partition, "offset", reason, value '
                     f"FROM {DEAD_LETTERS_TABLE} {where} "
                     f'ORDER BY txid DESC, topic, partition, "offset" DESC LIMIT ?',
                     [*params, n],
@@ -164,13 +174,26 @@ def dead_letters(
                 _check_topology(store, topology)  # no dead letters: is it a topology at all?
         finally:
             store.close()
-    _emit_dead_letters(rows, total, topology, fmt)
+    _emit_dead_letters(rows, total, topology, fmt, records)
+
+
+def record_text(value: bytes | None) -> str | None:
+    """A dead letter's record as text: its bytes as UTF-8, else ``0x`` and their hex."""
+    if value is None:
+        return None
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + bytes(value).hex()
 
 
 def _emit_dead_letters(
-    rows: list[dict[str, object]], total: int, topology: str | None, fmt: Format
+    rows: list[dict[str, object]], total: int, topology: str | None, fmt: Format, records: bool
 ) -> None:
     columns = ["topology", "txid", "spout", "topic", "partition", "offset", "reason"]
+    if records:
+        columns.append("record")
+        rows = [{**r, "record": record_text(r["value"])} for r in rows]  # type: ignore[arg-type]
     title = f"{total} dead letters" + (f" of {topology}" if topology else "")
     if len(rows) < total:
         title += f" (latest {len(rows)} shown)"

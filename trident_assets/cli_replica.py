@@ -251,6 +251,8 @@ def dead_letter_rows(
 ) -> tuple[list[dict[str, Any]], int]:
     """The latest ``n`` published dead letters (of ``topology``, or all) and how many there are.
 
+    Each with its record's bytes (``value``).
+
     Raises:
         ConfigError: ``topology`` is not a published topology.
     """
@@ -280,7 +282,7 @@ def dead_letter_rows(
         )
         total = conn.sql("SELECT count(*) FROM dead").fetchall()[0][0]
         rows = conn.sql(
-            'SELECT topology, txid, spout, topic, partition, "offset", reason FROM dead '
+            'SELECT topology, txid, spout, topic, partition, "offset", reason, value FROM dead '
             'ORDER BY txid DESC, topic, partition, "offset" DESC LIMIT ?',
             params=[n],
         ).to_arrow_table()

@@ -50,6 +50,7 @@ DEMO = [
     ("trident state scan word_count word_counts --format json", 0, r'^\[\{"word": "the", "count": 20012\}'),  # noqa: E501
     ("trident outputs word_count words --txid 2", 0, r"^word_count\.words: 1 rows, txid 2"),
     ("trident dead-letters word_count -n 20", 0, r"^0 dead letters of word_count"),
+    ("trident dead-letters word_count -n 5 --records", 0, r"^0 dead letters of word_count"),
     ("trident status", 0, r"^│ word_count │ +5 │ +0 │ .*txid 3 at \S+ \(since passed: txid 5 committed\)"),  # noqa: E501
     ("trident state drop word_count word_counts --yes", 1, r"^error: state 'word_counts' of topology 'word_count' is still declared"),  # noqa: E501
     ("trident state accept-lost-commits", 0, r"^state file \.trident/state\.duckdb lost no committed txid; nothing changed$"),  # noqa: E501

@@ -203,7 +203,8 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
     produce(trident, rows[24:48])  # 01:00 .. 01:57:30: watermark 01:56:30 completes 00:00
     assert run_txid(defs, instance, 2) == [hour(0)]
     assert check_requested() == 1
-    produce(trident, [{"page": "docs", "ts": "2026-01-01 00:30:00"}])  # late: a dead letter
+    # a late record and one whose event time is unreadable: dead letters, counted apart
+    produce(trident, [{"page": "docs", "ts": "2026-01-01 00:30:00"}, {"page": "x", "ts": "junk"}])
     assert run_txid(defs, instance, 3) == []
     assert check_requested() == 0
     produce(trident, rows[48:])  # 2026-01-02 00:05: watermark 00:04 completes all of Jan 1st
@@ -242,6 +243,7 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
         4,
     )
     assert second["late_records"] == 1, "the late record of txid 3, in the dead letters"
+    assert second["unreadable_records"] == 1, "txid 3's record whose event time is 'junk'"
     assert second["watermark"] == "2026-01-02 00:04:00"
     empty = finals_metadata(instance, hour(5))
     assert (empty["windows"], empty["total"], empty["final_txids"]) == (0, 0.0, [])
@@ -258,10 +260,13 @@ def test_finals_partitions_are_materialized_once_by_the_completing_txid(world) -
         dg.AssetRecordsFilter(asset_key=STATE, asset_partitions=[txid_key(3)]), limit=1
     ).records[0]
     meta = record.asset_materialization.metadata
-    assert meta["late_records"].value == 1
+    assert (meta["late_records"].value, meta["unreadable_records"].value) == (1, 1)
     assert meta["dead_letters_preview"].value == (
         "| topic | partition | offset | reason |\n|---|---|---|---|\n"
-        "|  |  |  | late record: its window [2026-01-01 00:30:00.000000 UTC, 20… |"
+        "| page_view_events | 0 | 49 | event time field 'ts' value 'junk' is not a timestamp "
+        "(ISO-… |\n"
+        "| page_view_events | 0 | 48 | late record: its window [2026-01-01 00:30:00.000000 UTC, "
+        "20… |"
     )
 
     # the daily rollup loads the day's 24 hourly partitions through the IO manager, from the

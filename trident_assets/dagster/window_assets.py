@@ -136,15 +136,21 @@ def _first_start(store: Any, state: WindowedState) -> int | None:
     return None if not rows or rows[0][0] is None else int(rows[0][0])
 
 
-def _late_records(store: Any, fa: FinalsAsset) -> int:
-    """Dead letters of the state (spout ``window:<state>``) over all committed txids."""
+def _late_records(store: Any, fa: FinalsAsset) -> tuple[int, int]:
+    """``(late, unreadable)``: the state's dead letters over all committed txids, by reason.
+
+    Late records, and records whose event time is null or unparseable (spout
+    ``window:<state>``).
+    """
     if not store.has_table(_DEAD_LETTERS):
-        return 0
+        return 0, 0
     rows = store.fetch_rows(
-        f"SELECT count(*) FROM {_DEAD_LETTERS} WHERE topology = ? AND spout = ?",
-        [fa.topology.name, f"window:{fa.state.spec.name}"],
+        "SELECT coalesce(sum(CASE WHEN reason LIKE ? THEN 1 ELSE 0 END), 0), count(*) "
+        f"FROM {_DEAD_LETTERS} WHERE topology = ? AND spout = ?",
+        ["late record%", fa.topology.name, f"window:{fa.state.spec.name}"],
     )
-    return int(rows[0][0])
+    late, total = int(rows[0][0]), int(rows[0][1])
+    return late, total - late
 
 
 def completed_partitions(store: Any, fa: FinalsAsset, txid: int) -> list[tuple[str, dg.TimeWindow]]:
@@ -205,7 +211,7 @@ def finals_events(
             continue
         rows = finals_rows(store, fa.state, done[0][1].start, done[-1][1].end)
         starts = [_us(v) for v in rows.column("window_start").to_pylist()] if rows.num_rows else []
-        late = _late_records(store, fa)
+        late, unreadable = _late_records(store, fa)
         watermark = _time(_watermarks(store, fa, outcome.txid)[1] or 0).replace(tzinfo=None)
         parts = []
         for key, tw in done:
@@ -229,6 +235,7 @@ def finals_events(
                     "txid": dg.MetadataValue.int(outcome.txid),
                     "watermark": dg.MetadataValue.text(str(watermark)),
                     "late_records": dg.MetadataValue.int(late),
+                    "unreadable_records": dg.MetadataValue.int(unreadable),
                     "dagster/row_count": dg.MetadataValue.int(fp["windows"]),
                     # the partition's first windows (by key, window_start), as on a state's
                     **preview_metadata(part.slice(0, PREVIEW_ROWS), part.num_rows),

@@ -133,3 +133,6 @@ class ChunkContext(Protocol):
 
     def frame(self, node: Node) -> Any:
         """The node's DataFrame over the whole chunk (tagged with each tuple's txid)."""
+
+    def tagged_raw(self, spout: Node) -> Any:
+        """``spout``'s raw records over the whole chunk (tagged with each record's txid)."""

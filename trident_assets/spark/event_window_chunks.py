@@ -53,7 +53,9 @@ from trident_assets.spark.event_windows import (
     T,
     window_columns,
 )
+from trident_assets.spark.traced import traced_frame
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first
+from trident_assets.spark.window_columns import SOURCE
 from trident_assets.stream.event_windows import EVENT_WINDOW
 from trident_assets.stream.graph import record_time_spout
 
@@ -214,6 +216,9 @@ def _window_table(
         [partials.column("__n").combine_chunks(), pa.nulls(d, pa.int64())]
     )
     columns[DUP] = pa.concat_arrays([pa.nulls(p, pa.int64()), dead.column(DUP).combine_chunks()])
+    for name in (c for c in SOURCE if c in dead.column_names):  # a dead letter's record
+        kind = dead.schema.field(name).type
+        columns[name] = pa.concat_arrays([pa.nulls(p, kind), dead.column(name).combine_chunks()])
     table = pa.table(columns)
     return table.replace_schema_metadata({b"watermark_us": b"" if wm is None else str(wm).encode()})
 
@@ -260,7 +265,8 @@ def chunk_window_job(
         tagged = tag_first(prun.first.frame(parent))
         none = empty_arrow(_chunk_frame(tagged, state, bounds)).drop_columns([TXID_COLUMN])
         return lambda: {txid: WindowSlice(state, none) for txid in txids}
-    df = _chunk_frame(prun.frame(parent), state, bounds)
+    traced = traced_frame(prun.tagged_raw, parent, (TXID_COLUMN,))  # dead letters' records
+    df = _chunk_frame(prun.frame(parent) if traced is None else traced, state, bounds)
 
     def run() -> dict[int, WindowSlice]:
         split = split_by_txid(df.toArrow(), txids)
@@ -295,9 +301,10 @@ def _chunk_frame(parent: Any, state: WindowedState, bounds: Sequence[int | None]
         F.col(LAST),
         F.when(dead, F.col(REASON)).alias(REASON),
         F.when(dead | candidate, F.col(VALUE)).alias(VALUE),
+        *[F.when(dead | candidate, F.col(s)).alias(s) for s in c.source],
         (F.explode_outer(ws) if sliding else ws).alias(WS),
     ).withColumn(WE, c.window_end)
-    grouped = rows.groupBy(tag, *group, WS, WE, REASON, VALUE).agg(
+    grouped = rows.groupBy(tag, *group, WS, WE, REASON, VALUE, *c.source).agg(
         *c.aggs,
         F.count(F.lit(1)).alias(DUP),
         F.max(FIRST).alias(FIRST),
@@ -315,4 +322,5 @@ def _chunk_frame(parent: Any, state: WindowedState, bounds: Sequence[int | None]
         F.col(DUP).cast("bigint").alias(DUP),
         F.col(FIRST).cast("bigint").alias(FIRST),
         F.col(LAST).cast("bigint").alias(LAST),
+        *[F.col(s) for s in c.source],
     )

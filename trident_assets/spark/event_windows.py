@@ -54,6 +54,7 @@ from trident_assets.spark.window_columns import (
     KIND,
     PARTIAL,
     REASON,
+    SOURCE,
     VALUE,
     WE,
     WS,
@@ -114,14 +115,18 @@ def window_input(run: BatchContext, state: WindowedState) -> StateInput:
     spec: WindowedAggregation = state.node.args[EVENT_WINDOW]
     w, group = spec.window, list(spec.group)
     wm = last_watermark_us(store, state)
+    node = state.node.parents[0]
+    # each tuple with its source record (a dead letter's provenance), where one spout's
+    # records reach the window row by row; None otherwise
+    traced = observed_frame(run, node, SOURCE)
     observed = None
-    if w.kind != "session" and run.uncounted_spout(state.node) is not None:
-        observed = observed_frame(run, state.node.parents[0], ())  # its one scan counts them
+    if traced is not None and w.kind != "session" and run.uncounted_spout(state.node) is not None:
+        observed = traced  # its one scan counts the spout's dead letters too
     fold = None
     if observed is not None:
         parent = observed[0]
     else:
-        parent = run.frame(state.node.parents[0])
+        parent = traced[0] if traced is not None else run.frame(node)
         fold = run.fold_dead(state.node)
     key = (spec, parent.schema.json())
     c = reuse(state, "window_input", key, parent, lambda: window_columns(parent, spec))
@@ -198,6 +203,7 @@ def _one_pass(
         F.col("__last"),
         F.when(dead, reason).alias(REASON),
         F.when(dead, F.col(VALUE)).alias(VALUE),
+        *[F.when(dead, F.col(s)).alias(s) for s in c.source],
         (F.explode_outer(ws) if sliding else ws).alias(WS),
     ).withColumn(WE, c.window_end)
     aggs = [*c.aggs, F.count(F.lit(1)).alias(DUP)]
@@ -207,7 +213,7 @@ def _one_pass(
         counted = F.when(c.is_last & (c.first_end <= wm_lit), 1).otherwise(0)
         aggs.append(F.sum(counted).cast("bigint").alias(N))
         partly = F.col(N)
-    grouped = rows.groupBy(*group, WS, WE, REASON, VALUE).agg(*aggs)
+    grouped = rows.groupBy(*group, WS, WE, REASON, VALUE, *c.source).agg(*aggs)
     return grouped.select(
         *[F.col(g) for g in group],
         F.col(WS).cast("bigint").alias(WS),
@@ -219,6 +225,7 @@ def _one_pass(
         F.col(T).cast("bigint").alias(T),
         partly.alias(N),
         F.col(DUP),
+        *[F.col(s) for s in c.source],
     )
 
 
@@ -261,19 +268,26 @@ def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, i
     if DUP in dead.column_names:  # one row per group of identical dead letters: expand
         dup = dead.column(DUP).fill_null(1).to_numpy(zero_copy_only=False)
         dead = dead.take(pa.array(np.repeat(np.arange(dead.num_rows), dup)))
-    order = dead.select([T, VALUE]).append_column("__valid", pc.is_valid(dead.column(T)))
-    # unreadable first, then by event time and value: the same order on every replay
-    dead = dead.take(
-        pc.sort_indices(order, [("__valid", "ascending"), (T, "ascending"), (VALUE, "ascending")])
-    )
+    source = [c for c in SOURCE if c in dead.column_names]
+    order = dead.select([T, VALUE, *source])
+    order = order.append_column("__valid", pc.is_valid(dead.column(T)))
+    # unreadable first, then by event time, value and source record: the same order on
+    # every replay
+    keys = ["__valid", T, VALUE, *source]
+    dead = dead.take(pc.sort_indices(order, [(k, "ascending") for k in keys]))
     top = pc.max(rows.column(T)).as_py()
     partly = pc.sum(rows.column(N)).as_py() or 0
     n = dead.num_rows
+    where = dict(zip(("topic", "partition", "offset"), SOURCE, strict=True))
+    types = {"topic": pa.string(), "partition": pa.int32(), "offset": pa.int64()}
     letters = pa.table(
         {
-            "topic": pa.nulls(n, pa.string()),
-            "partition": pa.nulls(n, pa.int32()),
-            "offset": pa.nulls(n, pa.int64()),
+            **{
+                name: dead.column(where[name]).cast(kind)
+                if where[name] in dead.column_names
+                else pa.nulls(n, kind)
+                for name, kind in types.items()
+            },
             "reason": dead.column(REASON).cast(pa.string()),
             "value": dead.column(VALUE).cast(pa.binary()),
         }

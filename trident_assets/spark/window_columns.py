@@ -23,6 +23,7 @@ __all__ = [
     "KIND",
     "PARTIAL",
     "REASON",
+    "SOURCE",
     "SPOUT_DEAD",
     "SPOUT_DEAD_COLUMNS",
     "VALUE",
@@ -49,6 +50,9 @@ T, WS, WE, KIND, REASON, VALUE, N, DUP = (
 PARTIAL, DEAD, SPOUT_DEAD = 0, 1, 2
 """``__kind`` of a row: a partial of one (key, window), a dead letter of the state, a dead
 letter of the spout's scheme (collected for :class:`BatchRun`, not part of the result)."""
+SOURCE = ("__src_topic", "__src_partition", "__src_offset")
+"""The columns under which a window's input may carry each tuple's source record (topic,
+partition, offset): a dead letter's provenance."""
 SPOUT_DEAD_COLUMNS = {"topic": "__topic", "partition": "__partition", "offset": "__offset"}
 """The spout dead letters' own columns in the job's table (``reason``/``value``: ``__reason``,
 ``__value``)."""
@@ -129,6 +133,8 @@ class WindowColumns:
     """Select list of a partial row: every column of the result but ``__n``."""
     dead_rows: list[Any]
     """Select list of a dead letter's row but its reason (missing columns: typed nulls)."""
+    source: tuple[str, ...] = ()
+    """The :data:`SOURCE` columns the input carries (a dead letter's provenance), or none."""
     islands: dict[str, Any] | None = None
     """Session: ``__new`` (the record opens a session) and ``__island`` (its session)."""
     bounds: dict[str, Any] | None = None
@@ -152,7 +158,8 @@ def window_columns(
     """Build :class:`WindowColumns` for ``spec`` over ``parent``'s fields.
 
     ``skip``: columns of ``parent`` that are not fields of the stream (a chunk's batch tag),
-    left out of a dead letter's value.
+    left out of a dead letter's value. The :data:`SOURCE` columns ``parent`` carries are kept
+    in the base and a dead letter's row, never in its value.
 
     Raises:
         ConfigError: the time field's type does not fit ``spec.window.time_unit``.
@@ -162,7 +169,8 @@ def window_columns(
 
     w, group, out = spec.window, list(spec.group), spec.output
     micros, reason = event_micros(parent, w)
-    fields = [f for f in parent.columns if f not in skip]
+    source = tuple(c for c in SOURCE if c in parent.columns)
+    fields = [f for f in parent.columns if f not in skip and f not in source]
     value = F.to_json(F.struct(*[F.col(f) for f in fields])).cast("binary")
     t = F.col(T)
     common = {
@@ -172,7 +180,9 @@ def window_columns(
             micros.alias(T),
             reason.alias(REASON),
             value.alias(VALUE),
+            *[F.col(c) for c in source],
         ],
+        "source": source,
         "readable": t.isNotNull(),
         "unreadable": t.isNull(),
         "rows": [
@@ -185,7 +195,12 @@ def window_columns(
             F.lit(None).cast("binary").alias(VALUE),
             t.cast("bigint").alias(T),
         ],
-        "dead_rows": [*[F.col(g) for g in group], F.lit(DEAD).alias(KIND), F.col(VALUE)],
+        "dead_rows": [
+            *[F.col(g) for g in group],
+            F.lit(DEAD).alias(KIND),
+            F.col(VALUE),
+            *[F.col(c) for c in source],
+        ],
     }
     agg_value = sql_expr(spec.agg, "__in").alias(out)
     if w.kind == "session":
