@@ -55,7 +55,7 @@ from trident_assets.dagster.in_flight import (
     touches_topology,
 )
 from trident_assets.dagster.live_commits import Failed, LiveCommitter
-from trident_assets.dagster.live_settings import LiveSettings
+from trident_assets.dagster.live_settings import LIVE_TAG, LiveSettings
 from trident_assets.dagster.live_stop import stop_reason
 from trident_assets.dagster.overview import overview_event
 from trident_assets.dagster.partitions import txid_key, txid_partitions
@@ -76,9 +76,6 @@ __all__ = [
     "other_run_in_flight",
     "pending_batches",
 ]
-
-LIVE_TAG = "trident/live"
-"""Run tag of a live run (``true``)."""
 
 
 def live_topologies(live: bool | Collection[str] | None, names: Sequence[str]) -> set[str]:

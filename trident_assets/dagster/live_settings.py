@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 from trident_assets.errors import ConfigError
 
-__all__ = ["LiveSettings"]
+__all__ = ["LIVE_TAG", "LiveSettings"]
+
+LIVE_TAG = "trident/live"
+"""Run tag of a live run (``true``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ def wait_live_runs_ended(
     """
     import dagster as dg
 
-    from trident_assets.dagster.live import LIVE_TAG
+    from trident_assets.dagster.live_settings import LIVE_TAG
 
     started = [
         dg.DagsterRunStatus.NOT_STARTED,
