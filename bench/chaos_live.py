@@ -43,10 +43,10 @@ import dagster as dg
 
 from bench.chaos_soak import TOPIC, Driver, producer_argv
 from trident_assets.backends.replica import Replica
+from trident_assets.cli.ui import dagster_home, ui_environment
 from trident_assets.dagster.live import LIVE_TAG
 from trident_assets.dagster.live_stop import clear_stop, request_stop, wait_live_runs_ended
 from trident_assets.spark.local_servers import die_with_parent, start_connect_server
-from trident_assets.ui import dagster_home, ui_environment
 
 __all__ = ["run_live_soak"]
 

@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from trident_assets.backends.replica import Replica
+from trident_assets.cli.ui import stop_process_group, ui_environment
 from trident_assets.log.store import PartitionedLog
-from trident_assets.ui import stop_process_group, ui_environment
 
 TOPOLOGY = "word_count"
 NEW_VALUES = "word_count__word_counts__new_values"

@@ -792,7 +792,7 @@ def test_demo_tells_its_story_in_one_screen(demo_run: DemoRun) -> None:
 
 DEFAULT_MODULE_IMPORTS = """
 import sys
-from trident_assets.cli_quarantine import DEFAULT_MODULE, module_topologies
+from trident_assets.cli.quarantine import DEFAULT_MODULE, module_topologies
 found = module_topologies(DEFAULT_MODULE)
 print(DEFAULT_MODULE, sorted(found))
 print(sorted({m.split(".")[0] for m in sys.modules} & {"dagster", "pandas"}))
@@ -803,7 +803,7 @@ def test_the_cli_default_module_is_the_code_locations_topologies_without_dagster
     tmp_path: Path,
 ) -> None:
     """`trident state list|drop|rebuild`, `quarantine add|replay` find the examples fast."""
-    from trident_assets.cli_quarantine import module_topologies
+    from trident_assets.cli.quarantine import module_topologies
 
     done = run_python(tmp_path, DEFAULT_MODULE_IMPORTS)
     assert done.returncode == 0, done.stderr

@@ -28,11 +28,11 @@ import pytest
 from dagster._core.instance.ref import InstanceRef
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.cli.ui import dagster_home
 from trident_assets.dagster.partitions import txid_key
 from trident_assets.examples.page_views import seed_rows
 from trident_assets.log.store import PartitionedLog
 from trident_assets.names import DEAD_LETTERS_TABLE
-from trident_assets.ui import dagster_home
 from trident_assets_tests.children import TRIDENT, clean_env
 from trident_assets_tests.test_dagster_dev import (
     _browser_page,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.demo_home import DEMO_MARKER
+from trident_assets.cli.demo_home import DEMO_MARKER
 from trident_assets.home_lock import LOCK_FILE
 from trident_assets.log.store import PartitionedLog
 from trident_assets_tests.children import TRIDENT, run_child

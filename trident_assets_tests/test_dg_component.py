@@ -25,13 +25,13 @@ import pytest
 from dagster.components.core.component_tree import ComponentTree
 
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.cli_launch import next_partition
+from trident_assets.cli.launch import next_partition
+from trident_assets.cli.ui import stop_process_group
 from trident_assets.dagster.component import TopologyComponent
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
 from trident_assets.examples.topologies import word_count
-from trident_assets.ui import stop_process_group
 from trident_assets_tests.children import clean_env
 from trident_assets_tests.test_ui_warm_spark import _free_port, _gone, _wait
 

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from trident_assets.cli import app
-from trident_assets.demo import DEMO_MARKER
+from trident_assets.cli.demo import DEMO_MARKER
 from trident_assets.errors import HomeLockedError
 from trident_assets.home_lock import LOCK_FILE, acquire_home_lock, home_lock
 from trident_assets_tests.test_cli import make_home

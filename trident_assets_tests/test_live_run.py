@@ -25,6 +25,7 @@ import pytest
 from dagster._core.instance.ref import InstanceRef
 
 from trident_assets.backends.replica import Replica
+from trident_assets.cli.ui import ui_environment
 from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.live import LIVE_TAG, LiveSettings, live_topologies
@@ -33,7 +34,6 @@ from trident_assets.dagster.runs import fail_killed_run
 from trident_assets.dagster.sensors import decide_next
 from trident_assets.errors import ConfigError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
-from trident_assets.ui import ui_environment
 from trident_assets_tests.conftest import JVM_ENV
 
 REPO = Path(__file__).resolve().parents[1]

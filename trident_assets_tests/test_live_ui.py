@@ -20,9 +20,9 @@ import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
+from trident_assets.cli.ui import stop_process_group
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
-from trident_assets.ui import stop_process_group
 from trident_assets_tests.conftest import JVM_ENV
 from trident_assets_tests.test_ui_warm_spark import _free_port, _gone, _wait
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from trident_assets.cli.log import log_app, log_root
 from trident_assets.log import PartitionedLog, kafka_partition
-from trident_assets.log.cli import log_app, log_root
 
 
 @pytest.fixture

@@ -589,7 +589,7 @@ def test_duration_store_matches_the_reference(tmp_path: Path, config: Any) -> No
 
 
 def test_state_list_shows_a_window(spark: Any, tmp_path: Path) -> None:
-    from trident_assets.cli_state import _list_rows
+    from trident_assets.cli.state import _list_rows
 
     topo = window_topology(ta.SlidingCountWindow(4, 2))
     store, _run, _fired = run_sizes(spark, tmp_path, topo, [3])

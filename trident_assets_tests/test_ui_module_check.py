@@ -12,7 +12,7 @@ import os
 import socket
 from pathlib import Path
 
-from trident_assets.ui import check_port
+from trident_assets.cli.ui import check_port
 from trident_assets_tests.children import run_trident
 
 BAD_DEFS = """\

@@ -29,14 +29,14 @@ from typer.testing import CliRunner
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
 from trident_assets.cli import app
-from trident_assets.examples.word_count import SENTENCES
-from trident_assets.log.store import PartitionedLog
-from trident_assets.ui import (
+from trident_assets.cli.ui import (
     SPARK_REMOTE_ENV,
     IdleTickFilter,
     stop_process_group,
     ui_environment,
 )
+from trident_assets.examples.word_count import SENTENCES
+from trident_assets.log.store import PartitionedLog
 from trident_assets_tests.conftest import JVM_ENV
 
 TRIDENT = Path(sys.executable).parent / "trident"

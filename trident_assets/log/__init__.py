@@ -2,7 +2,7 @@
 
 :class:`PartitionedLog` stores topics of partitions of contiguous offsets as append-only
 Parquet segments; :class:`Producer` buffers records and partitions them like Kafka's default
-partitioner. The command line is :data:`trident_assets.log.cli.log_app` (imported lazily, so
+partitioner. The command line is :data:`trident_assets.cli.log.log_app` (imported lazily, so
 this package does not import typer).
 """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from trident_assets.cli_common import (
+from trident_assets.cli.common import (
     DEFAULT_HOME,
     DatabaseOption,
     Format,

@@ -3,7 +3,7 @@
 The state file is opened read-only, so reading never blocks another reader; while a writer
 (a running batch) holds the file, a read fails at once, or waits ``--wait`` seconds. Errors
 name topologies and states, never the DuckDB tables behind them. ``backup``, ``restore``,
-``accept-lost-commits``, ``drop`` and ``rebuild`` are in :mod:`trident_assets.cli_state_admin`.
+``accept-lost-commits``, ``drop`` and ``rebuild`` are in :mod:`trident_assets.cli.state_admin`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from trident_assets.cli_common import (
+from trident_assets.cli.common import (
     DEFAULT_HOME,
     DatabaseOption,
     Format,
@@ -28,9 +28,9 @@ from trident_assets.cli_common import (
     emit,
     open_state,
 )
-from trident_assets.cli_event_windows import event_windows_instead
-from trident_assets.cli_kv_state import declared_kv_state, kv_get, kv_hinted, kv_scan
-from trident_assets.cli_state_admin import ADMIN_COMMANDS
+from trident_assets.cli.kv_state import declared_kv_state, kv_get, kv_hinted, kv_scan
+from trident_assets.cli.state_admin import ADMIN_COMMANDS
+from trident_assets.cli.windows import event_windows_instead
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
 from trident_assets.names import validate_identifier
 
@@ -308,7 +308,7 @@ def state_scan(
     it has one, else the state file read-only. A state kept in a Redis Cluster is read from
     its servers (latest values), found through --module (memcached cannot list its keys).
     """
-    from trident_assets.cli_replica import find_published, home_replica, read_state
+    from trident_assets.cli.replica import find_published, home_replica, read_state
 
     with cli_errors():
         kv = declared_kv_state(modules, topology, state)
@@ -383,7 +383,7 @@ def _emit_state(
 
     ``replica``: the home's replica, which names the value field (``value`` without one).
     """
-    from trident_assets.cli_replica import hide_global_key, value_name
+    from trident_assets.cli.replica import hide_global_key, value_name
 
     table = ref.layout.table if isinstance(ref, StateRef) else ref.table
     name = value_name(replica, table)
@@ -416,7 +416,7 @@ def state_get(
     in a Redis Cluster or memcached is read from its servers (latest value), found through
     --module.
     """
-    from trident_assets.cli_replica import find_published, home_replica, read_state
+    from trident_assets.cli.replica import find_published, home_replica, read_state
     from trident_assets.core.caching import GLOBAL_KEY
 
     omitted = not key

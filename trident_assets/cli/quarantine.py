@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from trident_assets.backends.quarantine import waiting
-from trident_assets.cli_common import (
+from trident_assets.cli.common import (
     DEFAULT_HOME,
     DEFAULT_MODULE,
     DatabaseOption,
@@ -33,7 +33,7 @@ from trident_assets.cli_common import (
     open_state,
     require_home,
 )
-from trident_assets.console import engine_logs_to
+from trident_assets.cli.console import engine_logs_to
 from trident_assets.errors import ConfigError, StoreLockedError
 from trident_assets.planner import check_quarantine
 

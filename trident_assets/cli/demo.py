@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trident_assets.console import engine_logs_to
-from trident_assets.demo_home import DEMO_MARKER, check_home, prepare_home, record_home
+from trident_assets.cli.console import engine_logs_to
+from trident_assets.cli.demo_home import DEMO_MARKER, check_home, prepare_home, record_home
 from trident_assets.errors import TridentError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
 from trident_assets.home_lock import home_lock
@@ -59,7 +59,7 @@ def _instance(home: Path) -> Any:
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
 
-    from trident_assets.ui import dagster_home
+    from trident_assets.cli.ui import dagster_home
 
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_home(home))))
 
@@ -118,7 +118,7 @@ def _demo_command(home: Path, *more: str) -> str:
 
     ``more``: further arguments (then never ``make demo``, which passes none).
     """
-    from trident_assets.cli_common import DEFAULT_HOME
+    from trident_assets.cli.common import DEFAULT_HOME
 
     default = home.resolve() == DEFAULT_HOME.resolve()
     if os.environ.get("MAKELEVEL") and default and not more:
@@ -236,7 +236,7 @@ def run_demo(
     """Run the demo in ``home``; return True if the exactly-once check passed.
 
     The home's lock is held throughout (:mod:`trident_assets.home_lock`). ``force``: move
-    what the demo did not write aside (:func:`~trident_assets.demo_home.prepare_home`)
+    what the demo did not write aside (:func:`~trident_assets.cli.demo_home.prepare_home`)
     instead of refusing the home. The demo records what it left when it ends.
 
     Raises:
@@ -287,13 +287,13 @@ def _story(
     import dagster as dg
     from rich.table import Table
 
-    from trident_assets.cli_common import DEFAULT_HOME
+    from trident_assets.cli.common import DEFAULT_HOME
+    from trident_assets.cli.ui import paste_command
     from trident_assets.core.retry import ExponentialBackoff
     from trident_assets.dagster.runs import fail_killed_run
     from trident_assets.dagster.sensors import coordinator_name, decide_next
     from trident_assets.log.store import PartitionedLog
     from trident_assets.status import record_failure
-    from trident_assets.ui import paste_command
 
     log = PartitionedLog(home / "log")
     log.create_topic("sentences", 4)
@@ -343,7 +343,7 @@ def _story(
                 [
                     sys.executable,
                     "-m",
-                    "trident_assets.demo",
+                    "trident_assets.cli.demo",
                     str(home),
                     key,
                     json.dumps(tags),
@@ -453,7 +453,7 @@ def _story(
     return ok
 
 
-if __name__ == "__main__":  # the crash child: python -m trident_assets.demo HOME KEY TAGS SIZE
+if __name__ == "__main__":  # the crash child: python -m trident_assets.cli.demo HOME KEY TAGS SIZE
     from dagster._core.errors import DagsterExecutionInterruptedError
 
     try:

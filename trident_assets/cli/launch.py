@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from trident_assets.cli_common import DEFAULT_HOME, HomeOption, cli_errors
+from trident_assets.cli.common import DEFAULT_HOME, HomeOption, cli_errors
 from trident_assets.errors import ConfigError
 
 __all__ = ["launch", "next_partition"]
@@ -64,8 +64,8 @@ def launch(
     """
     import dagster as dg
 
+    from trident_assets.cli.ui import shipped_dagster_yaml
     from trident_assets.dagster.partitions import txid_key, txid_partitions
-    from trident_assets.ui import shipped_dagster_yaml
 
     with cli_errors():
         if not topology.isidentifier():

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trident_assets.cli_common import Format, code_location, emit, open_state
+from trident_assets.cli.common import Format, code_location, emit, open_state
 from trident_assets.errors import ConfigError, TridentError
 
 if TYPE_CHECKING:

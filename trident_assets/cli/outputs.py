@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from trident_assets.cli_common import (
+from trident_assets.cli.common import (
     DEFAULT_HOME,
     DatabaseOption,
     Format,
@@ -22,7 +22,7 @@ from trident_assets.cli_common import (
     emit,
     open_state,
 )
-from trident_assets.cli_state import topologies
+from trident_assets.cli.state import topologies
 from trident_assets.errors import ConfigError
 from trident_assets.names import DEAD_LETTERS_TABLE, validate_identifier
 
@@ -84,7 +84,7 @@ def outputs(
 
     Reads the home's replica when it has one (lock-free), else the state file read-only.
     """
-    from trident_assets.cli_replica import home_replica, output_rows
+    from trident_assets.cli.replica import home_replica, output_rows
 
     with cli_errors():
         replica = home_replica(home, database)
@@ -144,7 +144,7 @@ def dead_letters(
     ``window:<state>``) are late records and records whose event time is unreadable.
     Reads the home's replica when it has one (lock-free), else the state file read-only.
     """
-    from trident_assets.cli_replica import dead_letter_rows, home_replica
+    from trident_assets.cli.replica import dead_letter_rows, home_replica
 
     with cli_errors():
         replica = home_replica(home, database)

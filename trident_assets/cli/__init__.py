@@ -2,7 +2,7 @@
 
 Every command takes ``--home`` (envvar ``TRIDENT_HOME``, default ``.trident``, where the demo
 writes too). Errors are one ``error: ...`` line on stderr with exit code 1; usage errors exit
-2 (see :mod:`trident_assets.cli_common`).
+2 (see :mod:`trident_assets.cli.common`).
 """
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ from typing import Annotated
 
 import typer
 
-from trident_assets.cli_common import (
+from trident_assets.cli.common import (
     DEFAULT_HOME,
     HomeOption,
     cli_errors,
     find_module,
     require_home,
 )
-from trident_assets.cli_launch import launch
-from trident_assets.cli_outputs import dead_letters, outputs
-from trident_assets.cli_quarantine import quarantine_app
-from trident_assets.cli_state import state_app
-from trident_assets.cli_status import status
-from trident_assets.log.cli import log_app
+from trident_assets.cli.launch import launch
+from trident_assets.cli.log import log_app
+from trident_assets.cli.outputs import dead_letters, outputs
+from trident_assets.cli.quarantine import quarantine_app
+from trident_assets.cli.state import state_app
+from trident_assets.cli.status import status
 
 __all__ = ["app", "main"]
 
@@ -66,7 +66,7 @@ def demo(
     txids; --force moves them aside), and a HOME `trident ui` (or another demo) is using.
     Dagster and Spark logs go to HOME/demo.log. Ctrl-C stops it with exit code 130.
     """
-    from trident_assets.demo import run_demo
+    from trident_assets.cli.demo import run_demo
 
     try:
         with cli_errors():
@@ -129,7 +129,7 @@ def ui(
     Connect server started first (log HOME/spark-connect.log) and stopped with the UI.
     Ctrl-C (or SIGTERM) stops both.
     """
-    from trident_assets.ui import serve_ui
+    from trident_assets.cli.ui import serve_ui
 
     if spark_remote is not None and not spark_remote.startswith("sc://"):
         typer.echo(

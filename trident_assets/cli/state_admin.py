@@ -4,7 +4,7 @@
 under the file's lock). ``drop`` removes one state no longer declared
 (:mod:`trident_assets.backends.state_drop`). ``rebuild`` recomputes one state from the log
 (:mod:`trident_assets.spark.rebuild`). The commands are registered on ``trident state`` by
-:mod:`trident_assets.cli_state`, in :data:`ADMIN_COMMANDS`' order.
+:mod:`trident_assets.cli.state`, in :data:`ADMIN_COMMANDS`' order.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from trident_assets.cli_common import (
+from trident_assets.cli.common import (
     DEFAULT_HOME,
     DatabaseOption,
     HomeOption,
@@ -248,8 +248,8 @@ def state_rebuild(
     import os
 
     from trident_assets.backends.postgres_config import is_postgres_dsn
-    from trident_assets.cli_quarantine import LOG_FILE
-    from trident_assets.console import engine_logs_to
+    from trident_assets.cli.console import engine_logs_to
+    from trident_assets.cli.quarantine import LOG_FILE
     from trident_assets.dagster.resources import TridentResource
     from trident_assets.spark.rebuild import rebuild_state
 

@@ -29,7 +29,7 @@ from typing import IO, Annotated
 import pyarrow as pa
 import typer
 
-from trident_assets.cli_common import (
+from trident_assets.cli.common import (
     DEFAULT_HOME,
     Format,
     FormatOption,
@@ -348,7 +348,7 @@ def verify(
 
 
 def main() -> None:  # pragma: no cover - convenience entry point
-    """Run the log CLI on its own (``python -m trident_assets.log.cli``)."""
+    """Run the log CLI on its own (``python -m trident_assets.cli.log``)."""
     log_app()
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trident_assets.cli_common import Format, emit, open_state
+from trident_assets.cli.common import Format, emit, open_state
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
 
@@ -89,7 +89,7 @@ def event_windows_instead(
     """
     import sys
 
-    from trident_assets.cli_replica import home_replica
+    from trident_assets.cli.replica import home_replica
 
     failed = sys.exc_info()[1]
     replica = home_replica(home, database)
