@@ -1045,13 +1045,7 @@ def main(argv: list[str] | None = None) -> int:
 
         result = run_live_soak(args, root)
         print_live(result)
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=2, default=str))
-        if result["ok"] and args.root is None:
-            shutil.rmtree(root, ignore_errors=True)
-        elif not result["ok"]:
-            print(f"  files kept in {root}")
-        return 0 if result["ok"] else 1
+        return _finish(args, root, result)
     with contextlib.ExitStack() as stack:
         location = args.state_dsn or str(root / "state.duckdb")
         if args.store == "postgres" and not args.state_dsn:
@@ -1069,6 +1063,11 @@ def main(argv: list[str] | None = None) -> int:
     if cluster is not None:
         result["store"] = "redis-cluster"
     _print(result)
+    return _finish(args, root, result)
+
+
+def _finish(args: argparse.Namespace, root: Path, result: dict) -> int:
+    """Write the JSON result if asked, drop the files of a passed soak; the exit status."""
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
     if result["ok"] and args.root is None:
