@@ -48,7 +48,7 @@ def cluster(tmp_path: Path) -> Iterator[RedisClusterServers]:
 
 
 def _args(**changes: Any) -> argparse.Namespace:
-    args = {"kind": "opaque", "seed": 3, "kill_master": False, "batch_size": 500}
+    args = {"kind": "opaque", "seed": 3, "kill_master": False, "batch_size": 500, "publish": None}
     return argparse.Namespace(**(args | changes))
 
 

@@ -584,7 +584,7 @@ def test_a_native_crash_of_the_cli_prints_every_threads_stack(tmp_path: Path) ->
     assert done.returncode == -6
     assert "Usage: trident log" in done.stdout
     assert "Fatal Python error: Aborted" in done.stderr
-    assert "trident_assets/cli.py" in done.stderr, done.stderr
+    assert "trident_assets/cli/__init__.py" in done.stderr, done.stderr
     assert 'File "<string>", line 6 in <module>' in done.stderr, done.stderr
 
 

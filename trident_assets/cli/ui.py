@@ -100,7 +100,7 @@ concurrency:
 
 def shipped_dagster_yaml() -> str:
     """The text of the repository's ``dagster.yaml`` (a minimal equivalent if not installed)."""
-    shipped = Path(__file__).resolve().parents[1] / "dagster.yaml"
+    shipped = Path(__file__).resolve().parents[2] / "dagster.yaml"
     return shipped.read_text(encoding="utf-8") if shipped.is_file() else _FALLBACK_YAML
 
 
