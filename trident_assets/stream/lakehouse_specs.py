@@ -18,6 +18,7 @@ Nothing here opens a table: :mod:`trident_assets.lakehouse` does, after the comm
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -59,7 +60,7 @@ def _location(what: str, path: str | Path) -> str:
 
 
 @dataclass(frozen=True)
-class LakehouseTable:
+class LakehouseTable(ABC):
     """A table outside the store that committed txids are published to (one commit per txid)."""
 
     format: ClassVar[str] = ""
@@ -68,9 +69,9 @@ class LakehouseTable:
     """``"table"`` or ``"changelog"``; None: ``"table"`` for a state, ``"changelog"`` for an
     output stream."""
 
+    @abstractmethod
     def describe(self) -> str:
         """The table for messages (its format and location)."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, init=False)
