@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.core.aggregators import ReducerAggregator, is_sql_combiner
+from trident_assets.core.aggregators import ReducerAggregator
 from trident_assets.core.user_code import guard
 from trident_assets.planner import (
     ROW_WISE,
@@ -52,7 +51,7 @@ from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.batch_commit import commit_txid_run
 from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.dead_letter_jobs import SpoutDeadLetters
-from trident_assets.spark.node_frames import NodeFrames, empty_table, to_arrow
+from trident_assets.spark.node_frames import NodeFrames
 from trident_assets.spark.partials import ChunkPartials
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import Cleanup
@@ -60,11 +59,12 @@ from trident_assets.spark.spout_reads import reads_for
 from trident_assets.spark.state_engines import engine_for
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
-from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first
+from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first, tagged_read
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
 
 if TYPE_CHECKING:
     from trident_assets.runtime.context import RunContext
+    from trident_assets.spark.partials import PartialsJob
     from trident_assets.spouts.ranges import BatchPlan
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
@@ -78,8 +78,9 @@ Batches = Sequence[tuple[int, dict[str, "BatchPlan"]]]
 class BatchRun(SpoutDeadLetters, NodeFrames):
     """The Spark side of a chunk of txids: lazily built DataFrames, memoised per node.
 
-    A chunk of one (:meth:`alone`) is also what a state kind reads through
-    (:class:`~trident_assets.runtime.context.BatchContext`) and what commits its txid.
+    How its frames are read (:attr:`mode`) is chosen once: tagged with each tuple's batch, or
+    its txid's alone. State kinds read it (:class:`~.batch_context.BatchContext`) and return
+    what they find: only this module writes into a run. A chunk of one commits its txid.
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         *,
         spill: bool = False,
         event_tops: dict[str, int | None] | None = None,
+        value_types: dict[str, pa.DataType] | None = None,
     ) -> None:
         """The chunk ``batches`` of ``runner``'s topology.
 
@@ -96,7 +98,8 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         (``trident.partials.spill``); the caller removes :attr:`spilled` after the commits.
         Off for the batches that check, build or rebuild a state. ``event_tops``: per
         event-time window, an upper bound of the largest event time of the chunk in flight
-        before this one (see :mod:`.event_window_chunks`).
+        before this one (see :mod:`.event_window_chunks`). ``value_types``: the partials' value
+        types known already (a chunk's, for one of its txids).
         """
         self.runner = runner
         self.spill = spill
@@ -105,8 +108,8 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         self.txids = [txid for txid, _ in self.batches]
         self.txid, self.plans = self.batches[0]
         """The chunk's first txid and its ranges (a chunk of one: its only)."""
-        self.tag: tuple[str, ...] = (TXID_COLUMN,) if len(self.batches) > 1 else ()
-        """The columns that tag a tuple with its batch: none in a chunk of one."""
+        self.mode: _Alone | _Tagged = _Tagged() if len(self.batches) > 1 else _Alone()
+        """How the chunk's frames are read: tagged with each tuple's batch, or its txid's alone."""
         self.recorded = self.plans
         """The ranges the commit makes final (a quarantine replay records its position instead
         of the old ranges it reads)."""
@@ -129,7 +132,7 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         streams read them during the commit)."""
         self.expired: dict[str, pa.Table] = {}
         """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
-        self.value_types: dict[str, pa.DataType] = {}
+        self.value_types: dict[str, pa.DataType] = dict(value_types or {})
         """Arrow type of each combiner state's batch partials (typing empty query results)."""
         self.nulls: dict[str, int] = {}
         """Per Sum/Min/Max state: the null values its partials skipped this batch."""
@@ -139,41 +142,39 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         """True once the batch phase has collected the spouts' dead letters."""
         self.spilled: list[Cleanup] = []
         """Remove the partials the executors wrote (once the chunk's txids have committed)."""
-        self.event_tops: dict[str, int | None] = dict(event_tops or {})
-        """Per event-time window: an upper bound of its largest event time after the chunk
-        (before :meth:`plan`: after the chunk in flight)."""
+        self.inflight_tops: dict[str, int | None] = dict(event_tops or {})
+        self.event_tops = dict(self.inflight_tops)
+        """Per event-time window: an upper bound of its largest event time after the chunk (set
+        by :meth:`plan`; :attr:`inflight_tops`: after the chunk in flight before this one)."""
         self._first: BatchRun | None = None
 
     @classmethod
     def alone(
-        cls, runner: RunContext, txid: int, plans: dict[str, BatchPlan], *, spill: bool = False
+        cls,
+        runner: RunContext,
+        txid: int,
+        plans: dict[str, BatchPlan],
+        *,
+        spill: bool = False,
+        value_types: dict[str, pa.DataType] | None = None,
     ) -> BatchRun:
         """Txid ``txid`` reading ``plans``, as a chunk of one."""
-        return cls(runner, [(txid, plans)], spill=spill)
+        return cls(runner, [(txid, plans)], spill=spill, value_types=value_types)
 
     @property
     def first(self) -> BatchRun:
         """The chunk's first txid as a chunk of one: it builds the streams without tuples.
 
-        It shares this chunk's value types (query results of empty streams are typed by
-        them) and spilled files.
+        Typed by the value types this chunk knows when it is made (query results of empty
+        streams are typed by them; :meth:`plan` makes it anew once every state is planned).
         """
-        if not self.tag:
-            return self
         if self._first is None:
-            first = BatchRun.alone(self.runner, *self.batches[0])
-            first.value_types = self.value_types
-            first.spilled = self.spilled
-            self._first = first
+            self._first = self.mode.txid_run(self, self.txid)
         return self._first
 
     def for_txid(self, txid: int) -> BatchRun:
         """The chunk's ``txid`` as a chunk of one, to commit it (typed by the chunk's types)."""
-        if not self.tag:
-            return self
-        run = BatchRun.alone(self.runner, txid, dict(self.batches)[txid], spill=self.spill)
-        run.value_types = dict(self.value_types)
-        return run
+        return self.mode.txid_run(self, txid)
 
     # -- building DataFrames ---------------------------------------------------------------
 
@@ -185,23 +186,6 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         """
         return is_empty(node, self.live, self._written_empty)
 
-    has_no_tuples = is_empty
-
-    def empty_table(self, key: str, df: Any) -> pa.Table:
-        """An empty Arrow table with ``df``'s schema, found once per runner.
-
-        ``key`` names the frame (its schema is the same in every txid); a tagged chunk's
-        frames are kept apart from a chunk of one's.
-        """
-        return empty_table(self.runner.empty_tables, (key, bool(self.tag)), df)
-
-    def to_arrow(self, key: str, df: Any) -> pa.Table:
-        """``df.toArrow()`` (:func:`~.node_frames.to_arrow`), its schema found once per runner.
-
-        ``key`` names the frame as for :meth:`empty_table`.
-        """
-        return to_arrow(df, self.empty_table(key, df).schema)
-
     def _written_empty(self, node: Node) -> bool:
         """True for a new-values (or expired) stream the commit has written with no rows."""
         if node.kind == "new_values":
@@ -212,49 +196,18 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
             return False
         return written is not None and written.num_rows == 0
 
-    def _in_first(self, node: Node) -> bool:
-        """True for a node of a chunk of several that receives no tuples (see :attr:`first`)."""
-        return bool(self.tag) and not is_live(node, self.live)
-
-    def collect(self, node: Node) -> pa.Table:
-        """The node's tuples as Arrow (tagged in a chunk of several); an empty node costs no job.
-
-        Neither does a global SQL-combiner aggregate of an empty stream: its one row is
-        ``agg.zero()``, as :func:`combine_partials` computes it.
-        """
-        frame = self.frame(node)
-        if self.is_empty(node):
-            return self.empty_table(f"node:{id(node)}", frame)
-        a = node.args
-        if (
-            node.kind == "aggregate"
-            and not a["group"]
-            and is_sql_combiner(a["agg"])
-            and self.is_empty(node.parents[0])
-        ):
-            (field_,) = self.empty_table(f"node:{id(node)}", frame).schema
-            return pa.table({field_.name: pa.array([a["agg"].zero()], field_.type)})
-        return self.to_arrow(f"node:{id(node)}", frame)
-
     def _build(self, node: Node) -> Any:
-        from pyspark.sql import Observation
-
         a = node.args
         if node.kind == "spout":
-            sid = a["spout_id"]
-            observation = (  # see SpoutDeadLetters._dead_letters_job
-                Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}") if self.tag else None
-            )
+            observation = self.mode.observation(a["spout_id"])
             good, dead = a["spout"].scheme.decode(
-                self.raw(node), keep=self.tag, observation=observation
+                self.raw(node), keep=self.mode.keep, observation=observation
             )
-            self.dead[sid] = (dead, observation)
+            self.dead[a["spout_id"]] = (dead, observation)
             return good
         if node.kind in ROW_WISE:
-            return self.row_wise(node, self.frame(node.parents[0]), keep=self.tag)
-        if self.tag:  # the planner lets only row-wise nodes receive tuples in a chunk
-            msg = f"node kind {node.kind!r} cannot share a Spark job with other txids"
-            raise AssertionError(msg)
+            return self.row_wise(node, self.frame(node.parents[0]), keep=self.mode.keep)
+        self.mode.check_builds(node)
         if node.kind == "new_values":
             state: TridentState = a["state"]
             return to_spark(self.spark, self.new_values[state.spec.name])
@@ -275,46 +228,21 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
 
     def raw(self, node: Node) -> Any:
         """The spout's raw records of the chunk (tagged in a chunk of several; built once)."""
-        sid, spout = node.args["spout_id"], reads_for(node.args["spout"])
+        sid = node.args["spout_id"]
         if sid not in self.raws:
-            if not self.tag:
-                inline = partition_free(self.runner.topology)
-                self.raws[sid] = spout.read(
-                    self.spark, self.runner.log, self.plans[sid], inline=inline
-                )
-            else:
-                self.raws[sid] = self._tagged_read(sid, spout)
+            raw, conf = self.mode.read(self, sid, reads_for(node.args["spout"]))
+            self.raws[sid] = raw
+            self.conf.update(conf)
         return self.raws[sid]
-
-    def _tagged_read(self, sid: str, spout: Any) -> Any:
-        """The chunk's records of ``sid``, each tagged with its batch: one scan where it can."""
-        from pyspark.sql import functions as F
-
-        mine = [(tag, plans[sid]) for tag, (_, plans) in enumerate(self.batches)]
-        nonempty = [(tag, plan) for tag, plan in mine if plan.record_count > 0]
-        if hasattr(spout, "read_many"):
-            if hasattr(spout, "split_conf"):
-                self.conf.update(spout.split_conf(self.runner.log, nonempty))
-            return spout.read_many(self.spark, self.runner.log, nonempty, TXID_COLUMN)
-        reads = [
-            spout.read(self.spark, self.runner.log, plan).withColumn(
-                TXID_COLUMN, F.lit(tag).cast("bigint")
-            )
-            for tag, plan in nonempty
-        ]
-        return reduce(lambda x, y: x.unionByName(y), reads)
 
     def tagged(self, node: Node) -> Any:
         """``node``'s DataFrame with its batch tag (a chunk of one: every tuple tagged 0)."""
-        if self._in_first(node):
-            return tag_first(self.first.frame(node))
-        frame = self.frame(node)
-        return frame if self.tag else tag_first(frame)
+        home = self.mode.home(self, node)
+        return home.mode.tag(home.frame(node))
 
     def tagged_raw(self, spout: Node) -> Any:
         """``spout``'s raw records of the chunk, tagged."""
-        raw = self.raw(spout)
-        return raw if self.tag else tag_first(raw)
+        return self.mode.tag(self.raw(spout))
 
     def records(self, spout: Node) -> int:
         """How many records ``spout`` reads in the chunk."""
@@ -323,7 +251,7 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
 
     def per_txid(self, table: pa.Table) -> dict[int, pa.Table]:
         """A table of the chunk's tuples split by txid (a chunk of one: the whole table)."""
-        return split_by_txid(table, self.txids) if self.tag else {self.txid: table}
+        return self.mode.split(table, self.txids)
 
     # -- the batch phase -------------------------------------------------------------------
 
@@ -333,9 +261,18 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         Per-key partials, grouped tuples or rows (:mod:`~trident_assets.spark.state_engines`).
         What the engine's job found besides is kept here: the partials' value type, the nulls
         skipped, the dead letters it counted or collected (the next states and the dead
-        letters' job read them).
+        letters' job read them). A kind without a batch input of its own (a combiner) runs
+        its chunk's job over this chunk of one.
         """
-        return self._keep(state.spec.name, engine_for(state).batch_input(self, state))
+        engine = engine_for(state)
+        if engine.batch_input is not None:
+            return self._keep(state.spec.name, engine.batch_input(self, state))
+        found = self._planned(state, engine.chunk(self, state))()  # type: ignore[misc]
+        nulls = found.nulls.get(self.txid)
+        kept = StateInput(
+            found.tables[self.txid], None, nulls, found.counted_dead, found.folded_dead
+        )
+        return self._keep(state.spec.name, kept)
 
     def _keep(self, name: str, found: StateInput) -> Any:
         if found.value_type is not None:
@@ -346,34 +283,25 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         self.folded_dead.update(found.folded_dead)
         return found.batch
 
-    def _state_job(self, state: TridentState) -> Callable[[], ChunkPartials]:
-        """Plan the state's input now; the returned call runs its Spark job.
+    def _planned(self, state: TridentState, job: PartialsJob) -> Callable[[], ChunkPartials]:
+        """``job``'s Spark job; what its planning found is kept here.
 
-        A chunk of several runs the kinds that share a job (combiner partials, event-time
-        windows); a chunk of one asks the state's engine, in the call.
+        Its value type (types empty query results), an event-time window's bound after the
+        chunk, the cleanups of the files its executors will write.
         """
-        if not self.tag:
-            name = state.spec.name
-
-            def alone() -> ChunkPartials:
-                batch = self.state_input(state)
-                nulls = {self.txid: self.nulls[name]} if name in self.nulls else {}
-                return ChunkPartials({self.txid: batch}, nulls)
-
-            return alone
-        chunk = engine_for(state).chunk
-        assert chunk is not None  # the planner admits only kinds that share a job
-        job = chunk(self, state)
         if job.value_type is not None:
-            self.value_types[state.spec.name] = job.value_type  # types empty query results
+            self.value_types[state.spec.name] = job.value_type
+        if job.event_top is not None:
+            self.event_tops[state.spec.name] = job.event_top
+        self.spilled.extend(job.cleanups)
         return job.run
 
     def _output_job(self, node: Node) -> Callable[[], dict[int, pa.Table]]:
-        if self._in_first(node):
-            table = self.first.collect(node)
+        home = self.mode.home(self, node)
+        if home is not self:  # no tuples in the chunk: the first txid's, empty, for each
+            table = home.collect(node)
             return lambda: dict.fromkeys(self.txids, table)
-        if self.tag:  # built here (this thread reads the store); a chunk of one's in its
-            self.frame(node)  # call, after its states' inputs (their value types type queries)
+        self.mode.plan_frame(self, node)
         return lambda: self.per_txid(self.collect(node))
 
     def plan(self) -> Callable[[], dict[int, Prepared]]:
@@ -388,10 +316,11 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         records = sum(p.record_count for _, plans in self.batches for p in plans.values())
         self.conf.update(codegen_conf(self.spark, records))
         states = {
-            name: self._state_job(state)
+            name: self.mode.state_job(self, state)
             for name, state in topo.states.items()
             if not depends_on_new_values(state.node)  # else computed during the commit
         }
+        self._first = None  # made anew, typed by every state's value type
         outputs = {
             name: self._output_job(stream.node)
             for name, stream in topo.outputs.items()
@@ -429,5 +358,98 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
 
     def commit(self, prepared: Prepared) -> BatchOutcome:
         """Apply a chunk of one's txid inside the open store transaction."""
-        assert not self.tag, "a chunk of several commits each txid through for_txid()"
         return commit_txid_run(self, prepared)
+
+
+class _Alone:
+    """How a chunk of one reads its frames: untagged, every tuple is its txid's.
+
+    Its decodes carry no ``Observation`` (its states' jobs may run later, in the commit: an
+    observation read before its action ran would wait for it), a state's own job may collect
+    its spout's dead letters along (:meth:`~.dead_letter_jobs.SpoutDeadLetters.fold_dead`),
+    its states' engines are asked and its outputs built in the call, on the planning thread
+    (the states' value types type the outputs' queries).
+    """
+
+    keep: tuple[str, ...] = ()
+    folds_dead = True
+
+    def observation(self, sid: str) -> Any:
+        return None
+
+    def read(self, run: BatchRun, sid: str, spout: Any) -> tuple[Any, dict[str, str]]:
+        inline = partition_free(run.runner.topology)
+        return spout.read(run.spark, run.runner.log, run.plans[sid], inline=inline), {}
+
+    def tag(self, frame: Any) -> Any:
+        return tag_first(frame)
+
+    def split(self, table: pa.Table, txids: list[int]) -> dict[int, pa.Table]:
+        return dict.fromkeys(txids, table)
+
+    def home(self, run: BatchRun, node: Node) -> BatchRun:
+        return run
+
+    def txid_run(self, run: BatchRun, txid: int) -> BatchRun:
+        return run
+
+    def check_builds(self, node: Node) -> None:
+        pass
+
+    def plan_frame(self, run: BatchRun, node: Node) -> None:
+        pass
+
+    def state_job(self, run: BatchRun, state: TridentState) -> Callable[[], ChunkPartials]:
+        def alone() -> ChunkPartials:
+            batch = run.state_input(state)
+            nulls = run.nulls.get(state.spec.name)
+            return ChunkPartials({run.txid: batch}, {} if nulls is None else {run.txid: nulls})
+
+        return alone
+
+
+class _Tagged:
+    """How a chunk of several reads its frames: every tuple tagged with its batch.
+
+    One scan of each spout's records where it can; an ``Observation`` on each decode counts
+    its dead letters; the states share one job per kind and the frames are built now (this
+    thread reads the store; the call touches only Spark). A node without tuples in the chunk
+    is the chunk's first txid's (:attr:`BatchRun.first`); only row-wise nodes receive tuples.
+    """
+
+    keep = (TXID_COLUMN,)
+    folds_dead = False
+
+    def observation(self, sid: str) -> Any:
+        from pyspark.sql import Observation
+
+        return Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}")
+
+    def read(self, run: BatchRun, sid: str, spout: Any) -> tuple[Any, dict[str, str]]:
+        mine = [plans[sid] for _, plans in run.batches]
+        return tagged_read(spout, run.spark, run.runner.log, mine)
+
+    def tag(self, frame: Any) -> Any:
+        return frame
+
+    def split(self, table: pa.Table, txids: list[int]) -> dict[int, pa.Table]:
+        return split_by_txid(table, txids)
+
+    def home(self, run: BatchRun, node: Node) -> BatchRun:
+        return run if is_live(node, run.live) else run.first
+
+    def txid_run(self, run: BatchRun, txid: int) -> BatchRun:
+        plans, types = dict(run.batches)[txid], dict(run.value_types)
+        return BatchRun.alone(run.runner, txid, plans, spill=run.spill, value_types=types)
+
+    def check_builds(self, node: Node) -> None:
+        msg = f"node kind {node.kind!r} cannot share a Spark job with other txids"
+        raise AssertionError(msg)
+
+    def plan_frame(self, run: BatchRun, node: Node) -> None:
+        run.frame(node)
+
+    def state_job(self, run: BatchRun, state: TridentState) -> Callable[[], ChunkPartials]:
+        chunk = engine_for(state).chunk
+        assert chunk is not None  # the planner admits only kinds that share a job
+        return run._planned(state, chunk(run, state))

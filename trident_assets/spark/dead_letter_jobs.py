@@ -32,7 +32,8 @@ class SpoutDeadLetters:
     runner: RunContext
     txid: int
     txids: list[int]
-    tag: tuple[str, ...]
+    mode: Any
+    """How the chunk's frames are read (``mode.folds_dead``, ``mode.plan_frame``)."""
     live: set[str]
     dead: dict[str, tuple[Any, Any]]
     counted_dead: dict[str, int]
@@ -86,7 +87,7 @@ class SpoutDeadLetters:
             if current.kind == "spout":
                 spouts.add(current.args["spout_id"])
             todo.extend(current.parents)
-        if self.tag or self.dead_collected or len(spouts) != 1:
+        if not self.mode.folds_dead or self.dead_collected or len(spouts) != 1:
             return None
         (sid,) = spouts
         if (
@@ -113,9 +114,8 @@ class SpoutDeadLetters:
         spout = self.runner.topology.spouts[sid]
         # a chunk of several decodes on the planning thread, and every job of its work runs
         # before this one: an observation on a decode built by then has seen its records
-        observed = bool(self.tag) and sid in self.dead
-        if self.tag:
-            self.frame(spout)
+        observed = self.dead.get(sid, (None, None))[1] is not None
+        self.mode.plan_frame(self, spout)
 
         def run(counted: int | None) -> dict[int, pa.Table]:
             if sid in self.folded_dead:

@@ -24,7 +24,7 @@ from trident_assets.spark.node_frames import empty_arrow
 from trident_assets.spark.state_apply import map_applied
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["apply_distinct_count", "distinct_pairs"]

@@ -54,7 +54,7 @@ from trident_assets.spark.event_windows import (
     window_columns,
 )
 from trident_assets.spark.traced import traced_frame
-from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first
+from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spark.window_columns import SOURCE
 from trident_assets.stream.event_windows import EVENT_WINDOW
 from trident_assets.stream.graph import record_time_spout
@@ -63,7 +63,7 @@ UNBOUNDED = 1 << 62
 """A batch's largest event time when the log cannot bound it: every record a candidate."""
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import ChunkContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.event_windows import WindowedAggregation, WindowedState
 
 __all__ = [
@@ -224,31 +224,30 @@ def _window_table(
 
 
 def window_chunk_job(
-    prun: ChunkContext, state: WindowedState
-) -> Callable[[], dict[int, WindowSlice]]:
+    frames: BatchContext, state: WindowedState, inflight: int | None
+) -> tuple[Callable[[], dict[int, WindowSlice]], int | None]:
     """An event-time window's job over the chunk, its lateness bounded by the log's timestamps.
 
-    Updates ``prun.event_tops`` with the window's bound after the chunk.
+    ``inflight``: an upper bound of the window's largest event time after the chunk in
+    flight before this one (None: none). Returns the job and the same bound after this chunk.
     """
     spout = record_time_spout(state.node.args[EVENT_WINDOW], state.node.parents[0])
     assert spout is not None  # the planner admits no other window into a chunk
     sid, reader = spout.args["spout_id"], spout.args["spout"]
-    runner = prun.runner
+    runner = frames.runner
     committed = last_max_event_us(runner.store, state)
-    inflight = prun.event_tops.get(state.spec.name)
     before = max((t for t in (committed, inflight) if t is not None), default=None)
     tops: list[int | None] = []
-    for _, plans in prun.batches:
+    for _, plans in frames.batches:
         plan = plans[sid]
         top = reader.max_timestamp_ms(runner.log, plan) if plan.record_count else None
         tops.append(UNBOUNDED if top is UNKNOWN else None if top is None else top * 1000)
     bounds, after = chunk_bounds(before, tops, state.windowed.window.lateness_us)
-    prun.event_tops[state.spec.name] = after
-    return chunk_window_job(prun, state, bounds)
+    return chunk_window_job(frames, state, bounds), after
 
 
 def chunk_window_job(
-    prun: ChunkContext, state: WindowedState, bounds: Sequence[int | None]
+    frames: BatchContext, state: WindowedState, bounds: Sequence[int | None]
 ) -> Callable[[], dict[int, WindowSlice]]:
     """Build the chunk's window DataFrame now; the returned call runs its one Spark job.
 
@@ -260,13 +259,13 @@ def chunk_window_job(
     from trident_assets.spark.node_frames import empty_arrow
 
     parent = state.node.parents[0]
-    txids = prun.txids
-    if not is_live(parent, prun.live):
-        tagged = tag_first(prun.first.frame(parent))
+    txids = frames.txids
+    if not is_live(parent, frames.live):
+        tagged = frames.tagged(parent)
         none = empty_arrow(_chunk_frame(tagged, state, bounds)).drop_columns([TXID_COLUMN])
         return lambda: {txid: WindowSlice(state, none) for txid in txids}
-    traced = traced_frame(prun.tagged_raw, parent, (TXID_COLUMN,))  # dead letters' records
-    df = _chunk_frame(prun.frame(parent) if traced is None else traced, state, bounds)
+    traced = traced_frame(frames.tagged_raw, parent, (TXID_COLUMN,))  # dead letters' records
+    df = _chunk_frame(frames.tagged(parent) if traced is None else traced, state, bounds)
 
     def run() -> dict[int, WindowSlice]:
         split = split_by_txid(df.toArrow(), txids)

@@ -67,7 +67,7 @@ from trident_assets.spark.window_columns import (
 from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregation
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.event_windows import WindowedState
 
 __all__ = [

@@ -48,7 +48,7 @@ from trident_assets.spark.user_errors import user_code_errors
 from trident_assets.stream.state_kinds import SINGLE_JOIN
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["KeyValueJoinBatch", "apply_kv_join", "kv_join_input"]

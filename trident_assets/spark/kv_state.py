@@ -61,7 +61,7 @@ from trident_assets.spark.user_errors import user_code_errors
 
 if TYPE_CHECKING:
     from trident_assets.core.protocols import Key
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 __all__ = [

@@ -1,8 +1,9 @@
-"""Memoised per-node DataFrames and the row-wise operations, shared by the frame builders.
+"""Memoised per-node DataFrames, their Arrow results and the row-wise operations.
 
-:class:`NodeFrames` builds each topology node's DataFrame once per chunk of txids and runs
-the row-wise operations (``each``, ``filter``, ``project``, ``peek``), which a state's own
-observed frames (:mod:`~trident_assets.spark.observed`) run too; the frame builder
+:class:`NodeFrames` builds each topology node's DataFrame once per chunk of txids, collects
+it as Arrow (its schema found once per runner), and runs the row-wise operations (``each``,
+``filter``, ``project``, ``peek``), which a state's own observed frames
+(:mod:`~trident_assets.spark.observed`) run too; the frame builder
 (:class:`~trident_assets.spark.batch_run.BatchRun`) builds the other kinds.
 """
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trident_assets.core.aggregators import is_sql_combiner
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.user_code import with_step
 from trident_assets.runtime.outcomes import GLOBAL_COLUMN
@@ -21,6 +23,7 @@ from trident_assets.spark.partitioning import peek_frame
 if TYPE_CHECKING:
     from collections.abc import Hashable
 
+    from trident_assets.runtime.context import RunContext
     from trident_assets.stream.graph import Node
 
 __all__ = ["NodeFrames", "empty_arrow", "empty_table", "global_partials", "to_arrow"]
@@ -73,6 +76,9 @@ class NodeFrames(ABC):
     """Memoised DataFrames per topology node, for one batch or a pipelined chunk."""
 
     frames: dict[int, Any]
+    runner: RunContext
+    mode: Any
+    """How the frames are read (``mode.keep``: the columns that tag a tuple with its batch)."""
 
     def frame(self, node: Node) -> Any:
         """The node's DataFrame, built once."""
@@ -84,6 +90,45 @@ class NodeFrames(ABC):
     @abstractmethod
     def _build(self, node: Node) -> Any:
         """Build the node's DataFrame (each subclass knows the node kinds it runs)."""
+
+    @abstractmethod
+    def is_empty(self, node: Node) -> bool:
+        """True when ``node`` certainly has no tuples."""
+
+    def empty_table(self, key: str, df: Any) -> pa.Table:
+        """An empty Arrow table with ``df``'s schema, found once per runner.
+
+        ``key`` names the frame (its schema is the same in every txid); a tagged chunk's
+        frames are kept apart from a chunk of one's.
+        """
+        return empty_table(self.runner.empty_tables, (key, self.mode.keep), df)
+
+    def to_arrow(self, key: str, df: Any) -> pa.Table:
+        """``df.toArrow()`` (:func:`to_arrow`), its schema found once per runner.
+
+        ``key`` names the frame as for :meth:`empty_table`.
+        """
+        return to_arrow(df, self.empty_table(key, df).schema)
+
+    def collect(self, node: Node) -> pa.Table:
+        """The node's tuples as Arrow (tagged in a chunk of several); an empty node costs no job.
+
+        Neither does a global SQL-combiner aggregate of an empty stream: its one row is
+        ``agg.zero()``, as :func:`~.aggregation.combine_partials` computes it.
+        """
+        frame = self.frame(node)
+        if self.is_empty(node):
+            return self.empty_table(f"node:{id(node)}", frame)
+        a = node.args
+        if (
+            node.kind == "aggregate"
+            and not a["group"]
+            and is_sql_combiner(a["agg"])
+            and self.is_empty(node.parents[0])
+        ):
+            (field_,) = self.empty_table(f"node:{id(node)}", frame).schema
+            return pa.table({field_.name: pa.array([a["agg"].zero()], field_.type)})
+        return self.to_arrow(f"node:{id(node)}", frame)
 
     @staticmethod
     def row_wise(node: Node, parent: Any, keep: tuple[str, ...] = ()) -> Any:

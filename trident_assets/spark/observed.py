@@ -16,7 +16,7 @@ from trident_assets.spark.observation import observed_metrics
 from trident_assets.stream.trident_windows import ORDERED_KINDS
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.graph import Node
 
 __all__ = ["RECORD_COLUMNS", "Observed", "count_dead", "observed_frame"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,44 +45,13 @@ from trident_assets.spark.window_columns import KIND, REASON, VALUE
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.spark.spilled import Spill
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["ChunkPartials", "PartialsJob", "TaggedFrames", "combiner_partials"]
-
-
-class TaggedFrames(Protocol):
-    """The frames of a chunk, every tuple tagged with its batch (:data:`TXID_COLUMN`)."""
-
-    spark: Any
-    txids: list[int]
-    """The chunk's txids, ascending: tag ``i`` is ``txids[i]``'s."""
-
-    def tagged(self, node: Node) -> Any:
-        """``node``'s DataFrame with its tag column."""
-
-    def tagged_raw(self, spout: Node) -> Any:
-        """``spout``'s raw records with their tag column."""
-
-    def records(self, spout: Node) -> int:
-        """How many records ``spout`` reads in the chunk."""
-
-    def has_no_tuples(self, node: Node) -> bool:
-        """True when ``node`` certainly has no tuples in the chunk."""
-
-    def empty_table(self, key: str, df: Any) -> pa.Table:
-        """:func:`~.node_frames.empty_arrow` of ``df``, a frame that ``key`` names."""
-
-    def to_arrow(self, key: str, df: Any) -> pa.Table:
-        """``df.toArrow()``, ``df`` a frame that ``key`` names."""
-
-    def fold_dead(self, node: Node) -> tuple[str, Any] | None:
-        """``(spout id, dead letters frame)`` a state's job over ``node`` may collect."""
-
-    def empty_dead_letters(self, sid: str) -> pa.Table:
-        """An empty table of spout ``sid``'s dead letters."""
+__all__ = ["ChunkPartials", "PartialsJob", "combiner_partials"]
 
 
 @dataclass(frozen=True)
@@ -108,10 +77,15 @@ class PartialsJob:
     such type, e.g. an event window's rows)."""
     run: Callable[[], ChunkPartials]
     """The Spark job (touches only Spark: may run in another thread)."""
+    event_top: int | None = None
+    """An event-time window's upper bound of its largest event time after the chunk (None:
+    none known, or another kind)."""
+    cleanups: tuple[Cleanup, ...] = ()
+    """Remove what the job's executors write (once the chunk's txids have committed)."""
 
 
 def combiner_partials(
-    frames: TaggedFrames,
+    frames: BatchContext,
     state: TridentState,
     topology: TridentTopology,
     spill: Spill | None,
@@ -122,7 +96,7 @@ def combiner_partials(
     ``spill``: the runner's spill target when the batch may spill (None: never); the files
     it writes are registered in ``cleanups``.
     """
-    if state_kind(state.node).sql_combiner and frames.has_no_tuples(state.node.parents[0]):
+    if state_kind(state.node).sql_combiner and frames.is_empty(state.node.parents[0]):
         return _empty_job(frames, state)
     if spill is not None and spillable(state, topology):
         job = _spill_job(frames, state, spill, cleanups)
@@ -134,7 +108,7 @@ def combiner_partials(
     return _operators_job(frames, state)
 
 
-def _tagged_partials(frames: TaggedFrames, state: TridentState) -> Any:
+def _tagged_partials(frames: BatchContext, state: TridentState) -> Any:
     """The state's partials DataFrame, grouped by ``(key, tag)``."""
     a = state.node.args
     agg = guard(a["agg"], state.node.label)
@@ -155,7 +129,7 @@ def _per_txid_globals(
     return result
 
 
-def _operators_job(frames: TaggedFrames, state: TridentState) -> PartialsJob:
+def _operators_job(frames: BatchContext, state: TridentState) -> PartialsJob:
     """The state's partials by Spark's operators.
 
     In a chunk of one, the job also collects its spout's dead letters where it may
@@ -187,7 +161,7 @@ def _operators_job(frames: TaggedFrames, state: TridentState) -> PartialsJob:
 
 
 def _spill_job(
-    frames: TaggedFrames, state: TridentState, spill: Spill, cleanups: list[Cleanup]
+    frames: BatchContext, state: TridentState, spill: Spill, cleanups: list[Cleanup]
 ) -> PartialsJob | None:
     """The state's partials by Spark's operators, written by the executors per txid."""
     a = state.node.args
@@ -200,7 +174,7 @@ def _spill_job(
     return PartialsJob(out_type, lambda: ChunkPartials(dict(zip(txids, job(), strict=True))))
 
 
-def _kernel_job(frames: TaggedFrames, state: TridentState, spec: Any, spout: Node) -> PartialsJob:
+def _kernel_job(frames: BatchContext, state: TridentState, spec: Any, spout: Node) -> PartialsJob:
     """The state's partials by the Arrow kernel; Spark's operators where it is unavailable."""
     sid = spout.args["spout_id"]
     df = kernel_frame(frames.tagged_raw(spout), spec)
@@ -219,7 +193,7 @@ def _kernel_job(frames: TaggedFrames, state: TridentState, spec: Any, spout: Nod
     return PartialsJob(pa.int64(), run)
 
 
-def _empty_job(frames: TaggedFrames, state: TridentState) -> PartialsJob:
+def _empty_job(frames: BatchContext, state: TridentState) -> PartialsJob:
     """The partials of a state whose input is empty in the chunk, without a Spark job.
 
     Grouped: no rows. Global: the one row of ``agg.zero()`` per txid.

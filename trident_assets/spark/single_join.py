@@ -25,7 +25,7 @@ from trident_assets.runtime.outcomes import Applied, StateOutcome
 from trident_assets.stream.single_join import SINGLE_JOIN
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["apply_join_state", "join_batch_frame", "join_batch_table"]

@@ -52,12 +52,11 @@ from trident_assets.runtime.outcomes import (
     top_rows,
 )
 from trident_assets.spark.kv_state import kv_map
-from trident_assets.spark.partials import combiner_partials
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 
@@ -68,7 +67,6 @@ __all__ = [
     "apply_reducer_map",
     "apply_updater_state",
     "map_applied",
-    "map_input",
     "reducer_input",
     "updater_input",
     "spilled_previews",
@@ -99,26 +97,6 @@ def reducer_input(run: BatchContext, state: TridentState) -> StateInput:
         else parent.agg(F.collect_list(cols).alias("__tuples"))
     )
     return StateInput(grouped.toArrow())
-
-
-def map_input(run: BatchContext, state: TridentState) -> StateInput:
-    """A combiner's batch input: its per-key partials (one row for a global state).
-
-    The batch's partials as a chunk of one
-    (:func:`~trident_assets.spark.partials.combiner_partials`: the executors' files, the
-    Arrow kernel, Spark's operators, or none for an empty input), with their value type, the
-    null values a Sum/Min/Max skipped, the dead letters a kernel counted.
-    """
-    spill = run.runner.spill if run.spill else None  # (a rebuild's runner has none)
-    job = combiner_partials(run, state, run.runner.topology, spill, run.spilled)
-    found = job.run()
-    return StateInput(
-        found.tables[run.txid],
-        job.value_type,
-        found.nulls.get(run.txid),
-        found.counted_dead,
-        found.folded_dead,
-    )
 
 
 def apply_updater_state(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:

@@ -12,7 +12,7 @@ commit transaction (or during it, for a state fed by this batch's new values); i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.backends.window_store import last_watermark_us
@@ -29,7 +29,6 @@ from trident_assets.spark.state_apply import (
     apply_map_state,
     apply_reducer_map,
     apply_updater_state,
-    map_input,
     reducer_input,
     updater_input,
 )
@@ -48,7 +47,8 @@ from trident_assets.stream.state_kinds import (
 )
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
+    from trident_assets.spark.spilled import Cleanup
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["ENGINES", "StateEngine", "engine_for"]
@@ -58,14 +58,15 @@ __all__ = ["ENGINES", "StateEngine", "engine_for"]
 class StateEngine:
     """How one kind of state runs: its batch input and the apply of a batch."""
 
-    batch_input: Callable[[BatchContext, TridentState], StateInput]
+    batch_input: Callable[[BatchContext, TridentState], StateInput] | None
     """The state's input this batch (partials, tuples or rows), computed on Spark, with what
-    the job found besides (returned, never written into the run)."""
+    the job found besides (returned, never written into the run). None: its :attr:`chunk`
+    job over the txid alone."""
     apply: Callable[[BatchContext, TridentState, Any], Applied]
     """Apply an input to the state inside the txid's commit transaction."""
-    chunk: Callable[[Any, TridentState], PartialsJob] | None = None
-    """The state's inputs for a chunk of several txids, planned now, run by one Spark job
-    (a kind that shares one; the argument is the chunk's ``BatchRun``)."""
+    chunk: Callable[[BatchContext, TridentState], PartialsJob] | None = None
+    """The state's inputs for a chunk of txids, planned now, run by one Spark job (a kind
+    that shares one)."""
 
 
 def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> Applied:
@@ -75,15 +76,23 @@ def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> A
     return apply_event_window(run, state, batch)  # type: ignore[arg-type]
 
 
-def _combiner_chunk(run: Any, state: TridentState) -> PartialsJob:
-    """A combiner's partials for every txid of the chunk, grouped by (key, txid)."""
-    return combiner_partials(run, state, run.runner.topology, run.runner.spill, run.spilled)
+def _combiner_chunk(run: BatchContext, state: TridentState) -> PartialsJob:
+    """A combiner's partials for every txid of the chunk, grouped by (key, txid).
+
+    With the files its executors will write when the run may spill (a rebuild's runner has
+    no spill target).
+    """
+    spill = run.runner.spill if run.spill else None
+    cleanups: list[Cleanup] = []
+    job = combiner_partials(run, state, run.runner.topology, spill, cleanups)
+    return replace(job, cleanups=tuple(cleanups))
 
 
-def _window_chunk(run: Any, state: TridentState) -> PartialsJob:
+def _window_chunk(run: BatchContext, state: TridentState) -> PartialsJob:
     """An event-time window's rows for every txid of the chunk, bounded by record times."""
-    window = window_chunk_job(run, state)  # type: ignore[arg-type]
-    return PartialsJob(None, lambda: ChunkPartials(dict(window())))
+    inflight = run.inflight_tops.get(state.spec.name)
+    window, after = window_chunk_job(run, state, inflight)  # type: ignore[arg-type]
+    return PartialsJob(None, lambda: ChunkPartials(dict(window())), event_top=after)
 
 
 def _input(
@@ -94,7 +103,7 @@ def _input(
 
 
 ENGINES: dict[str, StateEngine] = {
-    Combiner.name: StateEngine(map_input, apply_map_state, _combiner_chunk),
+    Combiner.name: StateEngine(None, apply_map_state, _combiner_chunk),
     Reducer.name: StateEngine(reducer_input, apply_reducer_map),
     DistinctCountKind.name: StateEngine(distinct_pairs, apply_distinct_count),
     Updater.name: StateEngine(updater_input, apply_updater_state),

@@ -27,7 +27,7 @@ from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["bulk_lookup", "null_column", "query_frame", "read_global", "value_type"]

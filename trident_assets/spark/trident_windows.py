@@ -42,7 +42,7 @@ from trident_assets.spark.observed import Observed, count_dead, observed_frame
 from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import BatchContext
+    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 

@@ -1,4 +1,4 @@
-"""The batch tag of a chunk of txids: a column of positions, and the split by it.
+"""The batch tag of a chunk of txids: a column of positions, the reads that tag it, the split.
 
 See :mod:`trident_assets.spark.batch_run`.
 """
@@ -6,12 +6,16 @@ See :mod:`trident_assets.spark.batch_run`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from functools import reduce
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["TXID_COLUMN", "split_by_txid", "tag_first"]
+if TYPE_CHECKING:
+    from trident_assets.spouts.ranges import BatchPlan
+
+__all__ = ["TXID_COLUMN", "split_by_txid", "tag_first", "tagged_read"]
 
 TXID_COLUMN = "__trident_txid"
 """The column that tags every tuple of a pipelined chunk with its batch: the position of its
@@ -24,6 +28,26 @@ def tag_first(frame: Any) -> Any:
     from pyspark.sql import functions as F
 
     return frame.withColumn(TXID_COLUMN, F.lit(0).cast("bigint"))
+
+
+def tagged_read(
+    spout: Any, spark: Any, log: Any, plans: Sequence[BatchPlan]
+) -> tuple[Any, dict[str, str]]:
+    """The records of a spout's ``plans`` (one per txid), each tagged with its position.
+
+    One scan where the spout's reader can; also the Spark settings of how that scan splits.
+    """
+    from pyspark.sql import functions as F
+
+    nonempty = [(tag, plan) for tag, plan in enumerate(plans) if plan.record_count > 0]
+    if hasattr(spout, "read_many"):
+        conf = spout.split_conf(log, nonempty) if hasattr(spout, "split_conf") else {}
+        return spout.read_many(spark, log, nonempty, TXID_COLUMN), conf
+    reads = [
+        spout.read(spark, log, plan).withColumn(TXID_COLUMN, F.lit(tag).cast("bigint"))
+        for tag, plan in nonempty
+    ]
+    return reduce(lambda x, y: x.unionByName(y), reads), {}
 
 
 def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:

@@ -1,0 +1,86 @@
+"""What a state kind's engine reads of a chunk's run: :class:`BatchContext`.
+
+:class:`~trident_assets.spark.batch_run.BatchRun` provides it; the engines
+(:mod:`~trident_assets.spark.state_engines`) read through it, never write into it: what
+their jobs find they return (:class:`~trident_assets.runtime.outcomes.StateInput`,
+:class:`~trident_assets.spark.partials.PartialsJob`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from trident_assets.runtime.context import RunContext
+    from trident_assets.spouts.ranges import BatchPlan
+    from trident_assets.stream.graph import Node
+    from trident_assets.stream.streams import TridentState
+
+__all__ = ["BatchContext"]
+
+
+class BatchContext(Protocol):
+    """A chunk of txids' DataFrames: of one txid (a kind's batch input and apply) or several.
+
+    A chunk of several is read by the jobs a kind shares across its txids (combiner
+    partials, event-time windows), its frames tagged with each tuple's batch.
+    """
+
+    runner: RunContext
+    spark: Any
+    txid: int
+    """The chunk's first txid (a chunk of one: its only)."""
+    txids: list[int]
+    """The chunk's txids, ascending: tag ``i`` is ``txids[i]``'s."""
+    batches: list[tuple[int, dict[str, BatchPlan]]]
+    """The chunk's txids with their spouts' plans."""
+    live: set[str]
+    """Spouts that read records in the chunk."""
+    spill: bool
+    """Whether a combiner's partials may be written by the executors (never in a rebuild)."""
+    value_types: dict[str, pa.DataType]
+    """Arrow type of each combiner state's batch partials (typing empty query results)."""
+    inflight_tops: dict[str, int | None]
+    """Per event-time window: an upper bound of its largest event time after the chunk in
+    flight before this one."""
+
+    def frame(self, node: Node) -> Any:
+        """The node's DataFrame, built once."""
+
+    def raw(self, node: Node) -> Any:
+        """The spout node's raw records, read once."""
+
+    def is_empty(self, node: Node) -> bool:
+        """True when ``node`` certainly has no tuples in the chunk."""
+
+    def collect(self, node: Node) -> pa.Table:
+        """The node's tuples, as Arrow."""
+
+    def state_input(self, state: TridentState) -> Any:
+        """What the commit applies to ``state`` (partials, tuples or rows)."""
+
+    def tagged(self, node: Node) -> Any:
+        """``node``'s DataFrame with its batch tag (a chunk of one: every tuple tagged 0)."""
+
+    def tagged_raw(self, spout: Node) -> Any:
+        """``spout``'s raw records, tagged."""
+
+    def records(self, spout: Node) -> int:
+        """How many records ``spout`` reads in the chunk."""
+
+    def empty_table(self, key: str, df: Any) -> pa.Table:
+        """:func:`~.node_frames.empty_arrow` of ``df``, a frame that ``key`` names."""
+
+    def to_arrow(self, key: str, df: Any) -> pa.Table:
+        """``df.toArrow()``, ``df`` a frame that ``key`` names."""
+
+    def empty_dead_letters(self, sid: str) -> pa.Table:
+        """An empty table of spout ``sid``'s dead letters."""
+
+    def fold_dead(self, node: Node) -> tuple[str, Any] | None:
+        """``(spout id, dead letters frame)`` a state's job over ``node`` may collect."""
+
+    def uncounted_spout(self, node: Node) -> str | None:
+        """The one spout upstream of ``node`` whose dead letters are still to collect."""
