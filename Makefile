@@ -27,7 +27,8 @@ test: setup
 	$(BIN)/mypy
 	$(BIN)/pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
-# The long soaks `make test` leaves out (marked slow; `make test` runs their short versions).
+# What `make test` leaves out (marked slow): the long soaks (`make test` runs their short
+# versions) and the rest of the crash matrices (`make test` runs a covering selection).
 soak: setup
 	$(BIN)/pytest -m slow
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,7 +66,14 @@ def pytest_configure(config: pytest.Config) -> None:
     In the controller (or a run without workers), before any worker or JVM starts: the
     options join ``SPARK_SUBMIT_OPTS`` (and :data:`JVM_ENV`), so children whose ``HOME`` is
     not this one's use them too. ``TRIDENT_CLASS_CACHE=off`` leaves the archive out.
+
+    In every process of the run: SIGTERM back to its default action if the run was started
+    with it ignored (as some job runners start a background job). Every child would inherit
+    that: servers the tests stop with SIGTERM (`dg dev`, a soak) would not stop, and each
+    ``tail`` Dagster starts to capture a run's logs would cost 30 s more when stopped.
     """
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(config, "workerinput"):
         return
     _jvm_temp_dir()
@@ -223,51 +231,61 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 # Files that share an expensive session fixture run in one worker: file -> the unit's name.
 SHARED_WORKER = {
     "test_documented_commands.py": "test_demo_ui.py",
-    "test_cli.py": "test_demo_ui.py",  # its two tests over the demo's home
+    "test_cli.py": "test_demo_ui.py",  # its three tests over the demo's home
+    "test_demo_home.py": "test_demo_ui.py",  # a copy of the demo's home
 }
 
-# Seconds per work unit in one `make test` run on 2 cores (2 workers); units not listed count
-# one second per test. Only the order matters: longest first. Kept from an earlier run: this
-# order pairs the long files so that `make test` took 12:16 and 13:24 (pytest's figures) in
-# two runs, against 14:34 and 14:57 for the order of the later figures (same code).
+# Seconds per work unit in one run of the whole suite on 2 cores (2 workers, pytest's junit
+# figures per file, setups included); units not listed count one second per test. Only the
+# order matters: longest first, so no long unit starts last and leaves the other worker idle.
 FILE_SECONDS: dict[str, float] = {
-    "test_demo_ui.py": 147,  # with test_documented_commands.py and test_cli.py (one demo run)
-    "test_event_windows.py": 115,
-    "test_user_code.py": 81,
+    "test_demo_ui.py": 474,  # with test_documented_commands, test_cli, test_demo_home: one demo
+    "test_event_windows.py": 211,
+    "test_chaos.py": 134,
+    "test_code_shipping.py": 125,
+    "test_event_window_chunks.py": 110,
     "test_dagster_dev.py": 106,  # the word count and the page views in one `dagster dev`
-    "test_code_shipping.py": 90,
-    "test_chaos.py": 90,
-    "test_event_window_chunks.py": 82,
-    "test_executor.py": 58,
-    "test_single_join.py": 49,
-    "test_quarantine.py": 46,
-    "test_trident_windows.py": 42,
-    "test_exactly_once_incremental.py": 42,
-    "test_io_manager.py": 18,
-    "test_class_cache.py": 35,
-    "test_stream_ops.py": 35,
-    "test_ui_warm_spark.py": 35,
-    "test_live_run.py": 40,  # a live run SIGKILLed in a child process (its own JVM)
-    "test_cli_state_drop.py": 31,
-    "test_dagster.py": 31,
-    "test_backfill.py": 28,
-    "test_kafka.py": 28,
-    "test_stream_api.py": 28,
-    "test_readme.py": 27,
-    "test_bench_smoke.py": 22,
-    "test_long_run.py": 18,
-    "test_window_assets.py": 18,
-    "test_duckdb_merge.py": 17,
-    "test_nulls_counted.py": 16,
-    "test_backfill_dagster.py": 15,
-    "test_log.py": 14,
-    "test_pipelined.py": 13,
-    "test_cli_read_surface.py": 30,
-    "test_batch_corners.py": 22,
-    "test_commit_marker_file.py": 17,
-    "test_kv_state.py": 90,  # a Redis Cluster, memcached servers, 17 tests' Spark jobs
-    "test_chaos_kv.py": 20,  # a Redis Cluster and one soak batch on the session's Spark
-    "test_kv_join.py": 85,  # a Redis Cluster, memcached servers, each join also run on DuckDB
+    "test_dg_component.py": 100,  # create-dagster, dg check/launch, `dg dev`
+    "test_chaos_live.py": 102,
+    "test_kv_state.py": 94,  # a Redis Cluster, memcached servers, 17 tests' Spark jobs
+    "test_live_ui_stop.py": 90,
+    "test_user_code.py": 81,
+    "test_lakehouse_crash.py": 80,  # 6 SIGKILLed children (own JVMs) in `make test`
+    "test_kv_join.py": 77,  # a Redis Cluster, memcached servers, each join also run on DuckDB
+    "test_class_cache.py": 74,
+    "test_quarantine.py": 65,
+    "test_single_join.py": 65,
+    "test_ui_warm_spark.py": 57,
+    "test_console_ui.py": 56,
+    "test_live_run.py": 55,  # a live run SIGKILLed in a child process (its own JVM)
+    "test_executor.py": 49,
+    "test_state_backup.py": 48,
+    "test_trident_windows.py": 47,
+    "test_cli_read_surface.py": 44,
+    "test_state_contracts.py": 41,
+    "test_dagster_ui_runs.py": 41,
+    "test_bench_smoke.py": 38,
+    "test_backfill.py": 37,
+    "test_spilled_partials.py": 35,
+    "test_exactly_once_incremental.py": 33,
+    "test_kafka.py": 32,
+    "test_dagster.py": 29,
+    "test_duckdb_merge.py": 26,
+    "test_cli_state_assets.py": 25,
+    "test_stream_ops.py": 25,
+    "test_long_run.py": 25,
+    "test_stream_api.py": 24,
+    "test_lakehouse.py": 24,
+    "test_readme.py": 23,
+    "test_nulls_counted.py": 22,
+    "test_cli_state_drop.py": 21,
+    "test_rebuild.py": 21,
+    "test_pipelined.py": 17,
+    "test_demo_interrupt.py": 17,
+    "test_batch_corners.py": 15,
+    "test_log.py": 15,
+    "test_bench_event_windows.py": 15,
+    "test_io_manager.py": 14,
 }
 
 

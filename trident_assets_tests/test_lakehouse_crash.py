@@ -7,6 +7,7 @@ SIGKILLs itself at one fault point: before the store commit (``after_emit``,
 table written), and after each table commit (``after_table_commit``: the Delta table has the
 txid, the Iceberg one not yet; then both). A new runner then runs to the end; each table has
 every txid exactly once and equals the store's state as of each txid, for DuckDB and PostgreSQL.
+`make test` runs a covering selection of the cross product (:data:`COVERING`), `make soak` all.
 """
 
 from __future__ import annotations
@@ -48,6 +49,27 @@ POINTS = [
     ("after_table_commit", 3),  # txid 2: Delta committed, Iceberg not yet
     ("after_table_commit", 4),  # txid 2: both committed, the next txid not started
 ]
+COVERING = {
+    ("log", "duckdb", "after_emit", 2),
+    ("files", "postgres", "after_state_write", 2),
+    ("files", "duckdb", "before_commit", 2),
+    ("log", "postgres", "after_commit", 2),
+    ("log", "postgres", "after_table_commit", 3),
+    ("files", "duckdb", "after_table_commit", 4),
+}
+"""What `make test` runs (a child process and its JVM each): every fault point once, each store
+and each spout kind at least three times, every store with every spout kind. The rest of the
+cross product is marked slow (`make soak`)."""
+CASES = [
+    pytest.param(
+        source, kind, point, nth,
+        id=f"{source}-{kind}-{point}-{nth}",
+        marks=() if (source, kind, point, nth) in COVERING else pytest.mark.slow,
+    )
+    for source in ("log", "files")
+    for kind in ("duckdb", "postgres")
+    for point, nth in POINTS
+]  # fmt: skip
 
 
 def _land_files(root: Path) -> None:
@@ -81,9 +103,7 @@ def _counts(rows: Any) -> dict[str, int]:
     return {r["word"]: r["count"] for r in rows.to_pylist()}
 
 
-@pytest.mark.parametrize(("point", "nth"), POINTS)
-@pytest.mark.parametrize("kind", ["duckdb", "postgres"])
-@pytest.mark.parametrize("source", ["log", "files"])
+@pytest.mark.parametrize(("source", "kind", "point", "nth"), CASES)
 def test_sigkill_at_every_fault_point_publishes_each_txid_once(
     spark: Any,
     tmp_path: Path,

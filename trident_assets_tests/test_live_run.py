@@ -317,9 +317,10 @@ def test_a_txid_committed_and_published_but_never_reported_is_reported_first(
     """
     from trident_assets.dagster.batch_steps import topology_runner
 
+    first = _live_job(home, LiveSettings(poll_interval_s=0.05, idle_s=60, max_txids=1))
     job = _live_job(home, LiveSettings(poll_interval_s=0.05, idle_s=60, max_txids=2))
     _append(home, SENTENCES[0])
-    assert job.execute_in_process(instance=instance).success  # txid 1
+    assert first.execute_in_process(instance=instance).success  # txid 1 (then it ends)
     _append(home, SENTENCES[1])
     trident = TridentResource(home=str(home))
     with trident.store() as store:  # committed and published, no Dagster event
