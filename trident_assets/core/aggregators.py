@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from trident_assets.core.protocols import Key, MapState
+from trident_assets.errors import ConfigError
 
 __all__ = [
     "CombinerAggregator",
@@ -27,6 +28,7 @@ __all__ = [
     "Sum",
     "apply_combiner",
     "apply_reducer",
+    "check_aggregator",
     "is_sql_combiner",
 ]
 
@@ -172,6 +174,27 @@ class DistinctCount:
 def is_sql_combiner(agg: Any) -> bool:
     """True for the built-ins whose partials Spark computes and DuckDB merges in SQL."""
     return isinstance(agg, Count | Sum | Min | Max)
+
+
+def check_aggregator(agg: Any, inputs: Sequence[str], operation: str) -> None:
+    """Declaration check: a combiner (of one input field) or a reducer, typed unless built in.
+
+    Raises:
+        ConfigError: naming ``operation`` and what is wrong: another kind of aggregator, a
+            combiner over several fields, or a Python aggregator without ``output_type``.
+    """
+    if not isinstance(agg, CombinerAggregator | ReducerAggregator):
+        msg = f"{operation} needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
+        raise ConfigError(msg)
+    if isinstance(agg, CombinerAggregator) and len(inputs) != 1:
+        msg = f"{operation}: combiner aggregators take a single input field, got {list(inputs)}"
+        raise ConfigError(msg)
+    if not is_sql_combiner(agg) and not getattr(agg, "output_type", None):
+        msg = (
+            f"{operation}: {type(agg).__name__} is a Python aggregator: set its class attribute "
+            "output_type to the SQL type of its result (e.g. output_type = 'bigint')"
+        )
+        raise ConfigError(msg)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,11 +26,11 @@ the same rules with set-based SQL (its in-memory reference model lives with the 
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator
 from trident_assets.core.contracts import describe_aggregator
@@ -88,10 +88,8 @@ class WindowConfig(ABC):
     size: int
     slide: int
 
-    @property
-    @abstractmethod
-    def by_count(self) -> bool:
-        """True for count windows, False for duration windows."""
+    by_count: ClassVar[bool]
+    """True for count windows, False for duration windows."""
 
     def _check_slide(self) -> None:
         if self.slide > self.size:
@@ -111,6 +109,8 @@ class WindowConfig(ABC):
 class TumblingCountWindow(WindowConfig):
     """Every ``count`` tuples, a window of those tuples (Storm's ``TumblingCountWindow``)."""
 
+    by_count: ClassVar[bool] = True
+
     count: int
     size: int = field(init=False)
     slide: int = field(init=False)
@@ -121,15 +121,12 @@ class TumblingCountWindow(WindowConfig):
         object.__setattr__(self, "size", n)
         object.__setattr__(self, "slide", n)
 
-    @property
-    def by_count(self) -> bool:
-        """A count window."""
-        return True
-
 
 @dataclass(frozen=True)
 class SlidingCountWindow(WindowConfig):
     """Every ``slide`` tuples, a window of the last ``count`` tuples (``SlidingCountWindow``)."""
+
+    by_count: ClassVar[bool] = True
 
     count: int
     slide_count: int
@@ -142,15 +139,12 @@ class SlidingCountWindow(WindowConfig):
         object.__setattr__(self, "slide", _count(self.slide_count, "SlidingCountWindow slide"))
         self._check_slide()
 
-    @property
-    def by_count(self) -> bool:
-        """A count window."""
-        return True
-
 
 @dataclass(frozen=True)
 class TumblingDurationWindow(WindowConfig):
     """Windows of ``duration`` (timedelta or seconds), back to back (``TumblingDurationWindow``)."""
+
+    by_count: ClassVar[bool] = False
 
     duration: Any
     size: int = field(init=False)
@@ -162,15 +156,12 @@ class TumblingDurationWindow(WindowConfig):
         object.__setattr__(self, "size", ms)
         object.__setattr__(self, "slide", ms)
 
-    @property
-    def by_count(self) -> bool:
-        """A duration window."""
-        return False
-
 
 @dataclass(frozen=True)
 class SlidingDurationWindow(WindowConfig):
     """Every ``slide``, a window of the last ``duration`` (``SlidingDurationWindow``)."""
+
+    by_count: ClassVar[bool] = False
 
     duration: Any
     slide_duration: Any
@@ -184,11 +175,6 @@ class SlidingDurationWindow(WindowConfig):
             self, "slide", to_millis(self.slide_duration, "SlidingDurationWindow slide")
         )
         self._check_slide()
-
-    @property
-    def by_count(self) -> bool:
-        """A duration window."""
-        return False
 
 
 @dataclass(frozen=True)

@@ -13,23 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
 from trident_assets.core.aggregators import (
     CombinerAggregator,
-    Count,
-    Max,
-    Min,
     ReducerAggregator,
-    Sum,
+    check_aggregator,
 )
+from trident_assets.core.aggregators import is_sql_combiner as is_builtin
 from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
+from trident_assets.stream.graph import StreamT
 
-if TYPE_CHECKING:
-    from trident_assets.stream.streams import Stream
-
-__all__ = ["CHAINED_AGG", "ChainedAggregatorDeclarer", "ChainedStep"]
+__all__ = [
+    "CHAINED_AGG",
+    "ChainedAggregatorDeclarer",
+    "ChainedStep",
+    "aggregator_step",
+    "is_builtin",
+]
 
 CHAINED_AGG = "chained_agg"
 """The node kind of a chain."""
@@ -44,10 +46,10 @@ class ChainedStep:
     output: str
 
 
-class ChainedAggregatorDeclarer:
+class ChainedAggregatorDeclarer(Generic[StreamT]):
     """Collects the aggregators of a chain; :meth:`chain_end` declares the node."""
 
-    def __init__(self, stream: Stream, group: tuple[str, ...] = ()) -> None:
+    def __init__(self, stream: StreamT, group: tuple[str, ...] = ()) -> None:
         """Start a chain over ``stream`` (grouped by ``group`` when not empty)."""
         self._stream = stream
         self._group = group
@@ -59,7 +61,7 @@ class ChainedAggregatorDeclarer:
         inputs: str | Sequence[str],
         agg: CombinerAggregator[Any] | ReducerAggregator[Any],
         outputs: str | Sequence[str],
-    ) -> ChainedAggregatorDeclarer:
+    ) -> ChainedAggregatorDeclarer[StreamT]:
         """Add an aggregator over the whole batch (per group)."""
         return self._add(True, inputs, agg, outputs)
 
@@ -68,7 +70,7 @@ class ChainedAggregatorDeclarer:
         inputs: str | Sequence[str],
         agg: CombinerAggregator[Any] | ReducerAggregator[Any],
         outputs: str | Sequence[str],
-    ) -> ChainedAggregatorDeclarer:
+    ) -> ChainedAggregatorDeclarer[StreamT]:
         """Add an aggregator over each Spark partition (per group)."""
         return self._add(False, inputs, agg, outputs)
 
@@ -78,15 +80,9 @@ class ChainedAggregatorDeclarer:
         inputs: str | Sequence[str],
         agg: Any,
         outputs: str | Sequence[str],
-    ) -> ChainedAggregatorDeclarer:
+    ) -> ChainedAggregatorDeclarer[StreamT]:
         operation = "chained_agg " + ("aggregate" if full else "partition_aggregate")
-        ins = as_fields(inputs, f"{operation} inputs")
-        require_fields(ins, self._stream.fields, operation)
-        outs = as_fields(outputs, f"{operation} outputs")
-        if len(outs) != 1:
-            msg = f"{operation} emits one field per aggregator, got {list(outs)}"
-            raise ConfigError(msg)
-        check_aggregator(agg, ins, operation)
+        step = aggregator_step(self._stream.fields, (), inputs, agg, outputs, operation)
         if self._full is not None and self._full != full:
             msg = (
                 "chained_agg: tried to chain different types of aggregation "
@@ -94,10 +90,10 @@ class ChainedAggregatorDeclarer:
             )
             raise ConfigError(msg)
         self._full = full
-        self._steps.append(ChainedStep(ins, agg, outs[0]))
+        self._steps.append(step)
         return self
 
-    def chain_end(self) -> Stream:
+    def chain_end(self) -> StreamT:
         """Declare the chain: ``group`` + each aggregator's output field.
 
         Raises:
@@ -120,26 +116,27 @@ class ChainedAggregatorDeclarer:
         )
 
 
-def is_builtin(agg: Any) -> bool:
-    """True for the built-in combiners Spark computes as SQL aggregates."""
-    return isinstance(agg, Count | Sum | Min | Max)
-
-
-def check_aggregator(agg: Any, inputs: Sequence[str], operation: str) -> None:
-    """Declaration check: a combiner (one input) or reducer, typed unless built in.
+def aggregator_step(
+    fields: Sequence[str],
+    group: Sequence[str],
+    inputs: str | Sequence[str],
+    agg: Any,
+    outputs: str | Sequence[str],
+    operation: str,
+) -> ChainedStep:
+    """One aggregator of ``operation`` over a stream of ``fields`` grouped by ``group``, checked.
 
     Raises:
-        ConfigError: naming what is wrong.
+        ConfigError: not one output field, an output that is a group field, or an aggregator
+            ``check_aggregator`` refuses.
+        FieldNotFoundError: an input field the stream does not have.
     """
-    if not isinstance(agg, CombinerAggregator | ReducerAggregator):
-        msg = f"{operation} needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
+    ins = as_fields(inputs, f"{operation} inputs")
+    require_fields(ins, fields, operation)
+    outs = as_fields(outputs, f"{operation} outputs")
+    if len(outs) != 1:
+        msg = f"{operation} emits one field per aggregator, got {list(outs)}"
         raise ConfigError(msg)
-    if isinstance(agg, CombinerAggregator) and len(inputs) != 1:
-        msg = f"{operation}: combiner aggregators take a single input field, got {list(inputs)}"
-        raise ConfigError(msg)
-    if not is_builtin(agg) and not getattr(agg, "output_type", None):
-        msg = (
-            f"{operation}: {type(agg).__name__} is a Python aggregator: set its class attribute "
-            "output_type to the SQL type of its result (e.g. output_type = 'bigint')"
-        )
-        raise ConfigError(msg)
+    check_distinct(outs, group, operation)
+    check_aggregator(agg, ins, operation)
+    return ChainedStep(ins, agg, outs[0])

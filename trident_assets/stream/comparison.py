@@ -16,13 +16,11 @@ expressions; comparators run in ``mapInArrow`` on the executors.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields, require_fields
-
-if TYPE_CHECKING:
-    from trident_assets.stream.streams import Stream
+from trident_assets.stream.graph import StreamT
 
 __all__ = ["COMPARISON", "Comparator", "declare_comparison"]
 
@@ -34,8 +32,8 @@ Comparator = Callable[[Any, Any], int]
 
 
 def declare_comparison(
-    stream: Stream, field: str | None, comparator: Comparator | None, largest: bool
-) -> Stream:
+    stream: StreamT, field: str | None, comparator: Comparator | None, largest: bool
+) -> StreamT:
     """Declare the ``comparison`` node (``largest``: max, else min) after ``stream``.
 
     Raises:

@@ -22,9 +22,9 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec
-from trident_assets.stream.kv_specs import KeyValueStateSpec
+from trident_assets.stream.kv_specs import refuse_key_value
 from trident_assets.stream.state_kinds import EVENT_WINDOW, STATE_KIND
-from trident_assets.stream.streams import TridentState
+from trident_assets.stream.states import TridentState
 
 if TYPE_CHECKING:
     from trident_assets.stream.streams import GroupedStream
@@ -117,12 +117,7 @@ def declare_window_aggregate(
     if not isinstance(spec, StateSpec):
         msg = f"window_aggregate needs spec=StateSpec(...), got {spec!r}"
         raise ConfigError(msg)
-    if isinstance(spec, KeyValueStateSpec):
-        msg = (
-            f"{spec.store} state {spec.name!r}: window_aggregate keeps its state in the topology's "
-            "store; give it a StateSpec (key-value stores hold persistent_aggregate states)"
-        )
-        raise ConfigError(msg)
+    refuse_key_value(spec, "window_aggregate")
     require_fields((window.time_field,), stream.fields, "window_aggregate time_field")
     if not isinstance(agg, CombinerAggregator):
         msg = (

@@ -7,8 +7,9 @@ guarantee. Nothing here runs anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, Self, TypeVar
 
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
@@ -17,7 +18,15 @@ from trident_assets.spouts.config import SpoutKind, validate_name
 BACKFILL_MODES = ("from_start", "from_retained")
 """How a state added to a running topology is built from the retained log."""
 
-__all__ = ["BACKFILL_MODES", "Node", "PersistedState", "StateSpec", "StateUpdater"]
+__all__ = [
+    "BACKFILL_MODES",
+    "Derivable",
+    "Node",
+    "PersistedState",
+    "StateSpec",
+    "StateUpdater",
+    "StreamT",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +104,26 @@ class Node:
     parents: tuple[Node, ...] = ()
     args: dict[str, Any] = field(default_factory=dict)
 
+    def spouts(self) -> list[Node]:
+        """Every spout node upstream of this node (through new-values streams too), once."""
+        found: list[Node] = []
+        seen: set[int] = set()
+        todo: list[Node] = [self]
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.kind == "spout":
+                found.append(node)
+            todo += node.parents
+            if node.kind == "new_values":
+                todo.append(node.args["state"].node)
+        return found
+
     def spout_kinds(self) -> set[SpoutKind]:
         """The kinds of every spout upstream of this node."""
-        if self.kind == "spout":
-            return {self.args["spout"].config.kind}
-        kinds: set[SpoutKind] = set()
-        for parent in self.parents:
-            kinds |= parent.spout_kinds()
-        if self.kind == "new_values":
-            kinds |= self.args["state"].node.spout_kinds()
-        return kinds
+        return {spout.args["spout"].config.kind for spout in self.spouts()}
 
     @property
     def label(self) -> str:
@@ -115,6 +134,25 @@ class Node:
         inputs = self.args.get("inputs")
         head = f"{self.kind}({', '.join(inputs)})" if inputs else self.kind
         return f"{head} -> {', '.join(self.fields)}"
+
+
+class Derivable(Protocol):
+    """A stream as the declarations of its next operations see it (a ``Stream`` is one)."""
+
+    node: Node
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The stream's fields."""
+        ...
+
+    def derive(self, kind: str, fields: Sequence[str], **args: Any) -> Self:
+        """A stream of a new ``kind`` node over this one."""
+        ...
+
+
+StreamT = TypeVar("StreamT", bound=Derivable)
+"""The stream type a declaration takes and returns (``Stream``)."""
 
 
 ROW_WISE = frozenset({"spout", "each", "filter", "project", "peek"})

@@ -19,7 +19,13 @@ from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.stream.graph import StateSpec
 
-__all__ = ["KeyValueStateSpec", "MemcachedState", "RedisClusterState", "parse_servers"]
+__all__ = [
+    "KeyValueStateSpec",
+    "MemcachedState",
+    "RedisClusterState",
+    "parse_servers",
+    "refuse_key_value",
+]
 
 
 def parse_servers(what: str, servers: Sequence[str]) -> tuple[tuple[str, int], ...]:
@@ -128,3 +134,17 @@ class MemcachedState(KeyValueStateSpec):
     """
 
     store: ClassVar[str] = "memcached"
+
+
+def refuse_key_value(spec: StateSpec, operation: str) -> None:
+    """Refuse a key-value ``spec`` for ``operation``, whose state stays in the topology's store.
+
+    Raises:
+        ConfigError: ``spec`` is a :class:`KeyValueStateSpec`.
+    """
+    if isinstance(spec, KeyValueStateSpec):
+        msg = (
+            f"{spec.store} state {spec.name!r}: {operation} keeps its state in the topology's "
+            "store; give it a StateSpec (key-value stores hold persistent_aggregate states)"
+        )
+        raise ConfigError(msg)

@@ -34,14 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields, require_fields
-
-if TYPE_CHECKING:
-    from trident_assets.stream.graph import Node
-    from trident_assets.stream.streams import Stream
+from trident_assets.stream.graph import Node, StreamT
 
 __all__ = ["REPARTITION", "Partitioning", "parallelism_hint", "repartition"]
 
@@ -71,7 +67,7 @@ class Partitioning(StrEnum):
         return self in (Partitioning.GLOBAL, Partitioning.BATCH_GLOBAL, Partitioning.BROADCAST)
 
 
-def repartition(stream: Stream, how: Partitioning, fields: str | Sequence[str] = ()) -> Stream:
+def repartition(stream: StreamT, how: Partitioning, fields: str | Sequence[str] = ()) -> StreamT:
     """Declare a ``repartition`` node after ``stream`` (fields unchanged).
 
     Raises:
@@ -88,7 +84,7 @@ def repartition(stream: Stream, how: Partitioning, fields: str | Sequence[str] =
     return stream.derive(REPARTITION, stream.fields, how=how, keys=keys, parallelism=None)
 
 
-def parallelism_hint(stream: Stream, n: int) -> Stream:
+def parallelism_hint(stream: StreamT, n: int) -> StreamT:
     """Give the bolt group ``stream`` ends (from its last repartitioning) ``n`` partitions.
 
     The hint is stored on that repartitioning node (the group's parallelism is the max of

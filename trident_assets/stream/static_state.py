@@ -25,7 +25,7 @@ from trident_assets.names import validate_identifier
 from trident_assets.stream.fields import as_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.state_kinds import STATE_KIND, STATIC_STATE
-from trident_assets.stream.streams import TridentState
+from trident_assets.stream.states import TridentState
 
 if TYPE_CHECKING:
     from trident_assets.stream.streams import Stream

@@ -1,22 +1,23 @@
-"""Streams and states as the user declares them: ``Stream``, ``GroupedStream``, ``TridentState``.
+"""Streams as the user declares them: ``Stream`` (``GroupedStream`` and ``TridentState`` too).
 
 Each operation validates its fields and returns a new :class:`Stream` over a new
-:class:`~trident_assets.stream.graph.Node`; persisting returns a :class:`TridentState`.
+:class:`~trident_assets.stream.graph.Node`; ``group_by`` returns a
+:class:`~trident_assets.stream.grouped.GroupedStream`; persisting returns a
+:class:`~trident_assets.stream.states.TridentState`.
 :class:`~trident_assets.stream.topology.TridentTopology` creates the first streams (spouts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trident_assets.core.aggregators import (
     CombinerAggregator,
     DistinctCount,
     ReducerAggregator,
-    is_sql_combiner,
+    check_aggregator,
 )
-from trident_assets.core.contracts import StateContract, describe_aggregator
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_output_columns, check_state_columns
 from trident_assets.spouts.config import validate_name
@@ -24,13 +25,14 @@ from trident_assets.stream.chained import ChainedAggregatorDeclarer
 from trident_assets.stream.comparison import Comparator, declare_comparison
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec, StateUpdater
-from trident_assets.stream.kv_specs import KeyValueStateSpec
-from trident_assets.stream.lakehouse_specs import LakehouseTable, publish_output, publish_state
+from trident_assets.stream.grouped import GroupedStream
+from trident_assets.stream.lakehouse_specs import LakehouseTable, publish_output
 from trident_assets.stream.operations import Filter, FlatMapFunction, Function, MapFunction
 from trident_assets.stream.partitioning import Partitioning, parallelism_hint, repartition
 from trident_assets.stream.queries import QueryFunction, TupleCollectionGet
-from trident_assets.stream.state_kinds import STATE_KIND, aggregate_kind, state_kind
-from trident_assets.stream.trident_windows import window_node
+from trident_assets.stream.state_kinds import STATE_KIND
+from trident_assets.stream.states import TridentState, require_spec
+from trident_assets.stream.trident_windows import window_config, window_node
 
 if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
@@ -47,24 +49,8 @@ class StreamAssembly(Protocol):
 
 
 def check_partition_aggregator(agg: Any, inputs: Sequence[str]) -> None:
-    """Declaration check: a combiner or reducer, typed unless it is a built-in.
-
-    Raises:
-        ConfigError: another kind of aggregator, a combiner over several fields, or a Python
-            aggregator without ``output_type``.
-    """
-    if not isinstance(agg, CombinerAggregator | ReducerAggregator):
-        msg = f"partition_aggregate needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
-        raise ConfigError(msg)
-    if isinstance(agg, CombinerAggregator) and len(inputs) != 1:
-        msg = f"combiner aggregators take a single input field, got {list(inputs)}"
-        raise ConfigError(msg)
-    if not is_sql_combiner(agg) and not getattr(agg, "output_type", None):
-        msg = (
-            f"{type(agg).__name__} is a Python aggregator: set its class attribute output_type "
-            "to the SQL type of its result (e.g. output_type = 'bigint')"
-        )
-        raise ConfigError(msg)
+    """:func:`~trident_assets.core.aggregators.check_aggregator` of ``partition_aggregate``."""
+    check_aggregator(agg, inputs, "partition_aggregate")
 
 
 class Stream:
@@ -235,7 +221,7 @@ class Stream:
                 ``curr``, ``prev``, ``_trident...``), or a state whose tables or assets
                 another declaration of the topology uses.
         """
-        _require_spec(spec, "partition_persist")
+        require_spec(spec, "partition_persist")
         ins = as_fields(inputs, "partition_persist inputs")
         require_fields(ins, self.fields, "partition_persist")
         outs = as_fields(outputs, "partition_persist outputs")
@@ -262,33 +248,19 @@ class Stream:
         """
         ins = as_fields(inputs, "state_query inputs")
         require_fields(ins, self.fields, "state_query")
+        if state.topology is not self.topology:
+            msg = f"state {state.spec.name!r} belongs to another topology"
+            raise ConfigError(msg)
         if isinstance(query, TupleCollectionGet):
-            return self._all_tuples_query(state, ins, query, output)
-        (out,) = as_fields(output, "state_query output")
-        check_distinct((out,), self.fields, "state_query")
-        if state.topology is not self.topology:
-            msg = f"state {state.spec.name!r} belongs to another topology"
-            raise ConfigError(msg)
+            outs = query.output_fields(state, output)
+            check_distinct(outs, self.fields, "state_query")
+            args: dict[str, Any] = {"outputs": outs}
+        else:
+            (out,) = outs = as_fields(output, "state_query output")
+            check_distinct(outs, self.fields, "state_query")
+            args = {"output": out}
         stream = self.derive(
-            "query", (*self.fields, out), inputs=ins, query=query, state=state, output=out
-        )
-        self.topology.queries.append(stream)
-        return stream
-
-    def _all_tuples_query(
-        self,
-        state: TridentState,
-        ins: tuple[str, ...],
-        query: TupleCollectionGet,
-        output: str | Sequence[str],
-    ) -> Stream:
-        if state.topology is not self.topology:
-            msg = f"state {state.spec.name!r} belongs to another topology"
-            raise ConfigError(msg)
-        outs = query.output_fields(state, output)
-        check_distinct(outs, self.fields, "state_query")
-        stream = self.derive(
-            "query", (*self.fields, *outs), inputs=ins, query=query, state=state, outputs=outs
+            "query", (*self.fields, *outs), inputs=ins, query=query, state=state, **args
         )
         self.topology.queries.append(stream)
         return stream
@@ -327,14 +299,7 @@ class Stream:
         spec: StateSpec | str,
     ) -> Stream:
         """Windows of ``count`` tuples or of ``duration`` (seconds or timedelta), back to back."""
-        from trident_assets.core.trident_windows import TumblingCountWindow, TumblingDurationWindow
-
-        if (count is None) == (duration is None):
-            msg = f"tumbling_window takes count or duration (one of them), got {count=} {duration=}"
-            raise ConfigError(msg)
-        config = (
-            TumblingCountWindow(count) if count is not None else TumblingDurationWindow(duration)
-        )
+        config = window_config(count, duration)
         return self.window(config, inputs, aggregator, output, spec=spec)
 
     def sliding_window(
@@ -349,16 +314,7 @@ class Stream:
         spec: StateSpec | str,
     ) -> Stream:
         """Every ``slide``, the window of the last ``count`` tuples or the last ``duration``."""
-        from trident_assets.core.trident_windows import SlidingCountWindow, SlidingDurationWindow
-
-        if (count is None) == (duration is None):
-            msg = f"sliding_window takes count or duration (one of them), got {count=} {duration=}"
-            raise ConfigError(msg)
-        config = (
-            SlidingCountWindow(count, slide)
-            if count is not None
-            else SlidingDurationWindow(duration, slide)
-        )
+        config = window_config(count, duration, slide=slide, sliding=True)
         return self.window(config, inputs, aggregator, output, spec=spec)
 
     # -- repartitioning (see trident_assets.stream.partitioning) ----------------------------
@@ -428,7 +384,7 @@ class Stream:
             raise ConfigError(msg)
         return self.derive("peek", self.fields, function=fn)
 
-    def chained_agg(self) -> ChainedAggregatorDeclarer:
+    def chained_agg(self) -> ChainedAggregatorDeclarer[Stream]:
         """Several aggregators in one pass: ``.aggregate(...)...chain_end()``."""
         return ChainedAggregatorDeclarer(self, ())
 
@@ -453,272 +409,3 @@ class Stream:
         stream = Stream(self.topology, self.node)
         stream._name = label
         return stream
-
-
-class GroupedStream:
-    """A stream grouped by key fields."""
-
-    def __init__(self, stream: Stream, group: tuple[str, ...]) -> None:
-        """Group ``stream`` by ``group``."""
-        self.stream = stream
-        self.group = group
-
-    def aggregate(
-        self,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
-        outputs: str | Sequence[str],
-    ) -> Stream:
-        """Aggregate each group of the batch: emits ``group + outputs`` per group.
-
-        Combiners combine per-partition partials; reducers fold every tuple of a group.
-        Python aggregators declare ``output_type`` (the SQL type of their result).
-        """
-        ins = as_fields(inputs, "aggregate inputs")
-        require_fields(ins, self.stream.fields, "aggregate")
-        outs = as_fields(outputs, "aggregate outputs")
-        if len(outs) != 1:
-            msg = f"aggregate emits one field per aggregator, got {list(outs)}"
-            raise ConfigError(msg)
-        check_distinct(outs, self.group, "aggregate")
-        check_partition_aggregator(agg, ins)
-        return self.stream.derive(
-            "aggregate", (*self.group, *outs), inputs=ins, agg=agg, group=self.group, output=outs[0]
-        )
-
-    def partition_aggregate(
-        self,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
-        outputs: str | Sequence[str],
-    ) -> Stream:
-        """Aggregate each group within each Spark partition: ``group + outputs`` per pair.
-
-        Partition boundaries are Spark's, so results differ from ``aggregate`` by design
-        (one tuple per non-empty partition and group; an empty batch emits nothing).
-        """
-        ins = as_fields(inputs, "partition_aggregate inputs")
-        require_fields(ins, self.stream.fields, "partition_aggregate")
-        outs = as_fields(outputs, "partition_aggregate outputs")
-        if len(outs) != 1:
-            msg = f"partition_aggregate emits one field per aggregator, got {list(outs)}"
-            raise ConfigError(msg)
-        check_distinct(outs, self.group, "partition_aggregate")
-        check_partition_aggregator(agg, ins)
-        return self.stream.derive(
-            "partition_aggregate",
-            (*self.group, *outs),
-            inputs=ins,
-            agg=agg,
-            group=self.group,
-            output=outs[0],
-        )
-
-    def apply_assembly(self, assembly: StreamAssembly) -> Stream:
-        """Apply an Assembly per group (e.g. ``FirstN`` of each group)."""
-        return assembly.apply(self.stream, self.group)
-
-    def persistent_aggregate(
-        self,
-        spec: StateSpec,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any] | DistinctCount,
-        output: str,
-    ) -> TridentState:
-        """Aggregate each batch per group into state ``spec`` under the batch txid.
-
-        Combiners combine partials in Spark before the state is touched; reducers see
-        every tuple of a group. The new values stream carries ``group + [output]``.
-
-        Raises:
-            ConfigError: a combiner with more than one input field, bad names, a key or
-                output field named like a store column (``txid``, ``curr``, ``prev``,
-                ``_trident...``; ``key`` for an ungrouped state's output), or a state whose
-                tables or assets another declaration of the topology uses.
-        """
-        _require_spec(spec, "persistent_aggregate")
-        ins = as_fields(inputs, "persistent_aggregate inputs")
-        require_fields(ins, self.stream.fields, "persistent_aggregate")
-        (out,) = as_fields(output, "persistent_aggregate output")
-        check_distinct((out,), self.group, "persistent_aggregate")
-        check_state_columns(spec.name, "key field", self.group)
-        # an ungrouped state's one key column is GLOBAL_COLUMN ("key")
-        extra = () if self.group else ("key",)
-        check_state_columns(spec.name, "output field", (out,), extra=extra)
-        if isinstance(agg, CombinerAggregator | DistinctCount) and len(ins) > 1:
-            what = (
-                "DistinctCount takes"
-                if isinstance(agg, DistinctCount)
-                else "combiner aggregators take"
-            )
-            msg = f"{what} a single input field, got {list(ins)}"
-            raise ConfigError(msg)
-        kind = aggregate_kind(agg, spec)
-        topo = self.stream.topology
-        topo.check_exactly_once(spec, self.stream.node)
-        node = Node(
-            "persist",
-            (*self.group, out),
-            (self.stream.node,),
-            {"inputs": ins, "agg": agg, "group": self.group, "output": out, "spec": spec}
-            | {STATE_KIND: kind},
-        )
-        state = TridentState(topo, spec, node, group=self.group, value_field=out)
-        topo.register_state(state)
-        return state
-
-    def window_aggregate(
-        self,
-        window: Any,
-        agg: CombinerAggregator[Any],
-        output: str,
-        *,
-        spec: StateSpec,
-        inputs: str | Sequence[str] | None = None,
-    ) -> Any:
-        """Aggregate per group and event-time ``window`` into state ``spec``, exactly once.
-
-        Returns a :class:`~trident_assets.stream.event_windows.WindowedState`; each window's
-        final value is emitted once. See :mod:`trident_assets.stream.event_windows`.
-        """
-        return self.stream.topology.window_aggregate(
-            self, window, agg, output, spec=spec, inputs=inputs
-        )
-
-    def state_query(
-        self,
-        state: TridentState,
-        inputs: str | Sequence[str],
-        query: QueryFunction,
-        output: str | Sequence[str],
-    ) -> Stream:
-        """Query ``state`` for each tuple (the grouping only routes tuples, as in Trident)."""
-        return self.stream.state_query(state, inputs, query, output)
-
-    def chained_agg(self) -> ChainedAggregatorDeclarer:
-        """Several aggregators per group in one pass; emits ``group + outputs``."""
-        return ChainedAggregatorDeclarer(self.stream, self.group)
-
-
-class TridentState:
-    """A persisted state declared by ``persistent_aggregate`` or ``partition_persist``."""
-
-    def __init__(
-        self,
-        topology: TridentTopology,
-        spec: StateSpec,
-        node: Node,
-        group: tuple[str, ...],
-        value_field: str | None,
-    ) -> None:
-        """Created by the stream API; not directly."""
-        self.topology = topology
-        self.spec = spec
-        self.node = node
-        self.group = group
-        self.value_field = value_field
-
-    @property
-    def table(self) -> str:
-        """The store table holding this state."""
-        return f"{self.topology.name}__{self.spec.name}"
-
-    @property
-    def new_values_table(self) -> str:
-        """The store table of the (key..., new value) rows of each recent txid."""
-        return f"{self.table}__new_values"
-
-    @property
-    def partials_table(self) -> str:
-        """The store table of a grouped combiner state's per-key partials per recent txid."""
-        return f"{self.table}__partials"
-
-    def publish(self, table: LakehouseTable) -> TridentState:
-        """Publish this state to ``table`` after every commit: one table commit per txid.
-
-        ``table``: a ``ta.DeltaTable(path)`` or ``ta.IcebergTable("namespace.table")``.
-        ``mode="table"`` (a map state's default): the state's current values, each txid's
-        changed keys merged in; ``mode="changelog"``: each txid's new values appended. Rows
-        carry ``txid``. See the guide's "Lakehouse tables out".
-
-        Raises:
-            ConfigError: ``mode="table"`` for a state that is not a map of keys to one value,
-                a state kept in a key-value cluster, or a table or asset name already taken.
-        """
-        in_store = not isinstance(self.spec, KeyValueStateSpec)
-        publish_state(self, table, state_kind(self.node).map_state, in_store)
-        return self
-
-    def new_values_stream(self) -> Stream:
-        """The (key..., new value) tuples each batch produced.
-
-        Raises:
-            ConfigError: a ``persistent_aggregate`` kept in a key-value store (its new values
-                stay there; a single join's joined tuples do come to the driver).
-        """
-        if state_kind(self.node).in_key_value_store:
-            store = cast("KeyValueStateSpec", self.spec).store
-            msg = (
-                f"{store} state {self.spec.name!r} has no new values stream: its "
-                "values are written by the executors and never come to the driver"
-            )
-            raise ConfigError(msg)
-        return Stream(self.topology, Node("new_values", self.node.fields, (), {"state": self}))
-
-    def contract(self) -> StateContract:
-        """The declared contract: what this state's values mean (see ``core.contracts``).
-
-        Key types are not known at declaration (None); the value type is the aggregator's
-        ``output_type`` when it sets one. ``first_txid`` is 1 (a declaration covers history).
-        """
-        declared = state_kind(self.node)
-        desc = describe_aggregator(*declared.contract_subject())
-        value_type = declared.value_type
-        return StateContract(
-            topology=self.topology.name,
-            state=self.spec.name,
-            table=self.table,
-            state_type=self.spec.state_type.value,
-            key_fields=tuple(self.group),
-            key_types=None,
-            aggregator=desc["aggregator"],
-            aggregator_params=desc["aggregator_params"],
-            version=desc["version"],
-            value_type=value_type,
-            spouts=tuple(sorted(_spout_ids(self.node))),
-            first_txid=1,
-            note=desc["note"],
-        )
-
-
-def _require_spec(spec: object, operation: str) -> None:
-    """Refuse a ``spec`` that is not a StateSpec (e.g. a bare state name)."""
-    if not isinstance(spec, StateSpec):
-        msg = (
-            f"{operation} needs a StateSpec as its state, got {spec!r}; "
-            "e.g. StateSpec.opaque('counts')"
-        )
-        raise ConfigError(msg)
-    if isinstance(spec, KeyValueStateSpec) and operation != "persistent_aggregate":
-        msg = (
-            f"{spec.store} state {spec.name!r}: {operation} cannot keep its state in a "
-            "key-value store; use it with persistent_aggregate, or give "
-            f"{operation} a StateSpec"
-        )
-        raise ConfigError(msg)
-
-
-def _spout_ids(node: Node, seen: set[int] | None = None) -> set[str]:
-    """The ids of every spout upstream of ``node`` (through new-values streams too)."""
-    seen = set() if seen is None else seen
-    if id(node) in seen:
-        return set()
-    seen.add(id(node))
-    if node.kind == "spout":
-        return {node.args["spout_id"]}
-    found: set[str] = set()
-    for parent in node.parents:
-        found |= _spout_ids(parent, seen)
-    if node.kind == "new_values":
-        found |= _spout_ids(node.args["state"].node, seen)
-    return found

@@ -79,6 +79,10 @@ class TridentTopology:
         self.spouts[spout_id] = node
         return Stream(self, node)
 
+    def stream_of(self, node: Node) -> Stream:
+        """The stream of ``node``, a node of this topology."""
+        return Stream(self, node)
+
     def single_join(
         self,
         name: str,

@@ -11,21 +11,25 @@ in the txid in which it fired, once. The firing rules are in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator, is_sql_combiner
-from trident_assets.core.trident_windows import TridentWindow, WindowConfig
+from trident_assets.core.aggregators import ReducerAggregator, check_aggregator
+from trident_assets.core.trident_windows import (
+    SlidingCountWindow,
+    SlidingDurationWindow,
+    TridentWindow,
+    TumblingCountWindow,
+    TumblingDurationWindow,
+    WindowConfig,
+)
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
 from trident_assets.stream.fields import as_fields, require_fields
-from trident_assets.stream.graph import Node, StateSpec
-from trident_assets.stream.kv_specs import KeyValueStateSpec
+from trident_assets.stream.graph import Derivable, Node, StateSpec
+from trident_assets.stream.kv_specs import refuse_key_value
 from trident_assets.stream.state_kinds import STATE_KIND, TRIDENT_WINDOW
 
-if TYPE_CHECKING:
-    from trident_assets.stream.streams import Stream
-
-__all__ = ["ORDERED_KINDS", "TRIDENT_WINDOW", "window_node"]
+__all__ = ["ORDERED_KINDS", "TRIDENT_WINDOW", "window_config", "window_node"]
 
 
 ORDERED_KINDS = frozenset({"spout", "each", "filter", "project", "peek"})
@@ -46,7 +50,7 @@ def _ordered_input(node: Node) -> str | None:
 
 
 def window_node(
-    stream: Stream,
+    stream: Derivable,
     config: WindowConfig,
     inputs: str | Sequence[str],
     aggregator: Any,
@@ -72,12 +76,7 @@ def window_node(
     if not isinstance(spec, StateSpec):
         msg = f"a window needs a StateSpec or a name for its store, got {spec!r}"
         raise ConfigError(msg)
-    if isinstance(spec, KeyValueStateSpec):
-        msg = (
-            f"{spec.store} state {spec.name!r}: a window keeps its state in the topology's "
-            "store; give it a StateSpec (key-value stores hold persistent_aggregate states)"
-        )
-        raise ConfigError(msg)
+    refuse_key_value(spec, "a window")
     name = spec.name
     if not isinstance(config, WindowConfig):
         msg = (
@@ -110,22 +109,32 @@ def window_node(
 
 
 def _check_aggregator(name: str, config: WindowConfig, ins: Sequence[str], agg: Any) -> None:
-    if not isinstance(agg, CombinerAggregator | ReducerAggregator):
-        msg = f"window {name!r} needs a CombinerAggregator or ReducerAggregator, got {agg!r}"
-        raise ConfigError(msg)
-    if isinstance(agg, CombinerAggregator) and len(ins) != 1:
-        msg = f"window {name!r}: combiner aggregators take a single input field, got {list(ins)}"
-        raise ConfigError(msg)
-    if not config.by_count and not isinstance(agg, CombinerAggregator):
+    if not config.by_count and isinstance(agg, ReducerAggregator):
         msg = (
             f"duration window {name!r} keeps one partial per txid (every tuple of a txid "
             f"shares its time), so it needs a CombinerAggregator, got {type(agg).__name__}; "
             "use a count window for a ReducerAggregator"
         )
         raise ConfigError(msg)
-    if not is_sql_combiner(agg) and not getattr(agg, "output_type", None):
-        msg = (
-            f"window {name!r}: {type(agg).__name__} is a Python aggregator: set its class "
-            "attribute output_type to the SQL type of its result (e.g. output_type = 'bigint')"
-        )
+    check_aggregator(agg, ins, f"window {name!r}")
+
+
+def window_config(
+    count: int | None, duration: Any, *, slide: Any = None, sliding: bool = False
+) -> WindowConfig:
+    """The config of a ``tumbling_window`` (or with ``sliding``, a ``sliding_window``).
+
+    Raises:
+        ConfigError: neither or both of ``count`` and ``duration``.
+    """
+    if (count is None) == (duration is None):
+        operation = "sliding_window" if sliding else "tumbling_window"
+        msg = f"{operation} takes count or duration (one of them), got {count=} {duration=}"
         raise ConfigError(msg)
+    if sliding:
+        return (
+            SlidingCountWindow(count, slide)
+            if count is not None
+            else SlidingDurationWindow(duration, slide)
+        )
+    return TumblingCountWindow(count) if count is not None else TumblingDurationWindow(duration)
