@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import TypeVar
 
 from trident_assets.errors import ConfigError
 
@@ -19,6 +20,8 @@ __all__ = [
     "SPARK_REMOTE_ENV",
     "check_output_columns",
     "check_state_columns",
+    "check_topology",
+    "find_named",
     "validate_identifier",
 ]
 
@@ -103,6 +106,40 @@ def validate_identifier(name: object, what: str) -> str:
         )
         raise ConfigError(msg)
     return name
+
+
+def check_topology(topology: str, known: Collection[str], where: str) -> None:
+    """Refuse a ``topology`` not in ``known`` (those of ``where``, e.g. ``state file PATH``).
+
+    Raises:
+        ConfigError: naming ``where`` and listing the topologies it has.
+    """
+    if topology not in known:
+        names = ", ".join(sorted(known)) or "none yet"
+        msg = f"no topology {topology!r} in {where}; topologies: {names}"
+        raise ConfigError(msg)
+
+
+Found = TypeVar("Found")
+
+
+def find_named(
+    known: Mapping[str, Mapping[str, Found]], topology: str, state: str, where: str
+) -> Found:
+    """``known[topology][state]`` (``known``: each topology of ``where``, its states by name).
+
+    Raises:
+        ConfigError: an invalid name, or no such topology or state (the message lists those
+            that exist).
+    """
+    validate_identifier(topology, "topology")
+    validate_identifier(state, "state")
+    check_topology(topology, known, where)
+    if state not in known[topology]:
+        names = ", ".join(sorted(known[topology])) or "none"
+        msg = f"topology {topology!r} has no state {state!r}; its states: {names}"
+        raise ConfigError(msg)
+    return known[topology][state]
 
 
 def check_state_columns(

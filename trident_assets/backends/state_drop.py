@@ -45,8 +45,7 @@ from trident_assets.backends.state_store import StateStore
 from trident_assets.backends.verified import META_TABLE as VERIFIED_TABLE
 from trident_assets.backends.verified import values_table
 from trident_assets.backends.window_tuples import META_TABLE as WINDOW_META_TABLE
-from trident_assets.errors import ConfigError
-from trident_assets.names import KV_JOIN_CLOCK_TABLE, validate_identifier
+from trident_assets.names import KV_JOIN_CLOCK_TABLE, find_named, validate_identifier
 
 __all__ = [
     "DERIVED_SUFFIXES",
@@ -164,18 +163,7 @@ def find_stored_state(store: StateStore, topology: str, state: str) -> StoredSta
         ConfigError: an invalid name, or no such topology or state in the store (the message
             lists those that exist).
     """
-    validate_identifier(topology, "topology")
-    validate_identifier(state, "state")
-    known = stored_states(store)
-    if topology not in known:
-        names = ", ".join(known) or "none yet"
-        msg = f"no topology {topology!r} in state store {store.path}; topologies: {names}"
-        raise ConfigError(msg)
-    if state not in known[topology]:
-        names = ", ".join(known[topology]) or "none"
-        msg = f"topology {topology!r} has no state {state!r}; its states: {names}"
-        raise ConfigError(msg)
-    return known[topology][state]
+    return find_named(stored_states(store), topology, state, f"state store {store.path}")
 
 
 def _drop_statements(

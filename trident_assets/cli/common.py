@@ -253,7 +253,7 @@ def cli_errors() -> Iterator[None]:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=1) from None
     except Exception as exc:
-        from trident_assets.backends.duckdb_store import corrupt_state_error, is_corrupt_state
+        from trident_assets.backends.duckdb_open import corrupt_state_error, is_corrupt_state
 
         if not is_corrupt_state(exc):
             raise

@@ -26,18 +26,16 @@ import json
 import os
 import random
 import shlex
-import signal
-import socket
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trident_assets.cli.console import engine_logs_to
 from trident_assets.cli.demo_home import DEMO_MARKER, check_home, prepare_home, record_home
+from trident_assets.cli.demo_interrupt import sigint_check, was_interrupted
 from trident_assets.errors import TridentError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
 from trident_assets.home_lock import home_lock
@@ -134,87 +132,6 @@ class _Progress:
     doing: str = "preparing its home"
 
 
-GRACE_S = 30.0
-"""How long the demo waits for an interrupted run to wind down before it exits anyway."""
-
-
-@contextlib.contextmanager
-def _sigint_check(on_force_exit: Callable[[], str]) -> Iterator[Callable[[], None]]:
-    """Yield a function that raises KeyboardInterrupt if a SIGINT arrived since the last call.
-
-    Dagster holds a SIGINT back while a run executes in this process and ends the run as
-    failed instead (``raise_on_error=False`` returns its result, it raises nothing): the
-    signal still reaches the wakeup file descriptor set here, which a watcher thread reads.
-    Ctrl-C always ends the demo: a second SIGINT, or :data:`GRACE_S` seconds after the
-    first while the demo has not ended, prints ``on_force_exit()`` to stderr and exits the
-    process with status 130 at once (a commit is one transaction: nothing committed is lost,
-    and the home's lock goes with the process). Off the main thread (no wakeup file
-    descriptor can be set there) the function never raises.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: None
-        return
-    reader, writer = socket.socketpair()
-    writer.setblocking(False)
-    seen = threading.Event()
-
-    sys.stderr.flush()
-    stderr = os.dup(2)  # the user's stderr: the story sends file descriptor 2 to its log
-
-    def force_exit() -> None:
-        for stream in (sys.stdout, sys.__stdout__):
-            with contextlib.suppress(Exception):
-                stream.flush()  # the story told so far
-        os.write(stderr, (on_force_exit() + "\n").encode())
-        os._exit(130)
-
-    def watch() -> None:
-        timer: threading.Timer | None = None
-        while chunk := reader.recv(512):
-            for _ in range(chunk.count(signal.SIGINT)):
-                if seen.is_set():
-                    force_exit()
-                seen.set()
-                timer = threading.Timer(GRACE_S, force_exit)
-                timer.daemon = True
-                timer.start()
-        if timer is not None:
-            timer.cancel()
-
-    watcher = threading.Thread(target=watch, name="trident-demo-sigint", daemon=True)
-    watcher.start()
-    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-
-    def check() -> None:
-        if seen.is_set():
-            raise KeyboardInterrupt
-
-    try:
-        yield check
-    finally:
-        if seen.is_set():  # the demo ends with its message: a second Ctrl-C changes nothing
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.set_wakeup_fd(previous)
-        writer.close()  # the watcher reads the end of the stream and stops
-        watcher.join()
-        reader.close()
-        os.close(stderr)
-
-
-def _was_interrupted(result: Any) -> bool:
-    """True when Dagster ended the run because a SIGINT interrupted it."""
-    if result.success:
-        return False
-    for event in result.all_events:
-        data = event.step_failure_data if event.is_step_failure else None
-        error = getattr(data, "error", None) if data is not None else None
-        if error is None and event.is_run_failure:
-            error = getattr(event.event_specific_data, "error", None)
-        if error is not None and error.cls_name == "DagsterExecutionInterruptedError":
-            return True
-    return False
-
-
 def _interrupted(home: Path, doing: str) -> str:
     """What to tell the user after a Ctrl-C while the demo was ``doing`` something."""
     return (
@@ -252,7 +169,7 @@ def run_demo(
     check_home(home, force, forced, read_data=False)  # touches nothing before the lock
     progress = _Progress()
     interrupted = lambda: _interrupted(home, progress.doing)  # noqa: E731
-    with home_lock(home, "trident demo"), _sigint_check(interrupted) as check_sigint:
+    with home_lock(home, "trident demo"), sigint_check(interrupted) as check_sigint:
         found = check_home(home, force, forced)  # its state read under the lock
         try:
             aside = prepare_home(home, found)
@@ -379,7 +296,7 @@ def _story(
             partition_key=key, instance=instance, tags=tags, raise_on_error=False
         )
         check_sigint()
-        if _was_interrupted(result):  # Ctrl-C, even where the signal's byte was not seen
+        if was_interrupted(result):  # Ctrl-C, even where the signal's byte was not seen
             raise KeyboardInterrupt
         if not result.success:
             console.print(

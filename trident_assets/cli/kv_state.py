@@ -87,6 +87,7 @@ def kv_get(state: TridentState, key: list[str], txid: int | None, fmt: Format) -
     """
     from trident_assets.backends.kv_backing import current_value, open_backing
     from trident_assets.backends.kv_target import target_of
+    from trident_assets.cli.replica import check_key
     from trident_assets.core.caching import GLOBAL_KEY
 
     _refuse_txid(state, txid)
@@ -95,12 +96,8 @@ def kv_get(state: TridentState, key: list[str], txid: int | None, fmt: Format) -
     if not group and key:
         msg = f"state {name!r} of {topology!r} is global (one value): give no key"
         raise ConfigError(msg)
-    if group and len(key) != len(group):
-        msg = (
-            f"state {name!r} of {topology!r} has {len(group)} key column(s) "
-            f"({', '.join(group)}); got {len(key)} value(s): {key}"
-        )
-        raise ConfigError(msg)
+    if group:
+        check_key(topology, name, group, key)
     keys = (
         [GLOBAL_KEY]
         if not group

@@ -41,7 +41,7 @@ from trident_assets.cli.common import (
 from trident_assets.errors import ConfigError, TridentError
 from trident_assets.log.store import PartitionedLog
 
-__all__ = ["DEFAULT_HOME", "HomeOption", "log_app", "log_root"]
+__all__ = ["log_app", "log_root"]
 
 log_app = typer.Typer(
     name="log",
@@ -59,9 +59,6 @@ def log_root(home: Path) -> Path:
     return Path(home) / "log"
 
 
-_errors = cli_errors
-
-
 def _open_log(home: Path, create: bool = False) -> PartitionedLog:
     """The log of ``home``; unless ``create``, the home and its log must already exist."""
     if not create:
@@ -76,7 +73,7 @@ def create_topic(
     home: HomeOption = DEFAULT_HOME,
 ) -> None:
     """Create a topic with a fixed number of partitions."""
-    with _errors():
+    with cli_errors():
         _open_log(home, create=True).create_topic(topic, partitions)
     typer.echo(f"created topic {topic} with {partitions} partition(s)")
 
@@ -88,7 +85,7 @@ def add_partitions(
     home: HomeOption = DEFAULT_HOME,
 ) -> None:
     """Grow a topic to a larger number of partitions."""
-    with _errors():
+    with cli_errors():
         _open_log(home).add_partitions(topic, total)
     typer.echo(f"topic {topic} now has {total} partition(s)")
 
@@ -96,7 +93,7 @@ def add_partitions(
 @log_app.command("topics")
 def topics(home: HomeOption = DEFAULT_HOME, fmt: FormatOption = Format.table) -> None:
     """List the topics and their partition counts."""
-    with _errors():
+    with cli_errors():
         log = _open_log(home)
         rows = [{"topic": name, "partitions": log.partitions(name)} for name in log.topics()]
     emit(rows, ["topic", "partitions"], fmt, f"{len(rows)} topics")
@@ -178,7 +175,7 @@ def produce(
     Records are flushed every 100,000 lines, each flush one atomic segment per partition; if a
     line is invalid, lines before the last flush stay published and the count is reported.
     """
-    with _errors():
+    with cli_errors():
         if key_sep is not None and key_field is not None:
             msg = "use either --key-sep or --key-field, not both"
             raise ConfigError(msg)
@@ -186,14 +183,14 @@ def produce(
             msg = f"unknown partitioner {partitioner!r}: use hash or round_robin"
             raise ConfigError(msg)
     sep = _SEPARATORS.get(key_sep, key_sep) if key_sep is not None else None
-    with _errors():
+    with cli_errors():
         if sep == "":
             msg = "--key-sep must not be empty"
             raise ConfigError(msg)
     sep_bytes = sep.encode("utf-8") if sep is not None else None
     ranges: dict[int, list[int]] = {}
     counts: dict[int, int] = {}
-    with _errors():
+    with cli_errors():
         log = _open_log(home)
         producer = log.producer(topic, partitioner)  # type: ignore[arg-type]
 
@@ -229,7 +226,7 @@ def offsets(
     fmt: FormatOption = Format.table,
 ) -> None:
     """Show the earliest and latest (next to write) offset of every partition."""
-    with _errors():
+    with cli_errors():
         infos = _open_log(home).partition_offsets(topic)
     columns = ["partition", "earliest", "latest", "records"]
     rows = [
@@ -278,7 +275,7 @@ def tail(
     ``null`` for a null key.
     """
     rows: list[dict[str, object]] = []
-    with _errors():
+    with cli_errors():
         log = _open_log(home)
         parts = range(log.partitions(topic)) if partition is None else [partition]
         for p in parts:
@@ -319,7 +316,7 @@ def verify(
     """
     from trident_assets.log.verify import verify_log
 
-    with _errors():
+    with cli_errors():
         reports = verify_log(_open_log(home), topic)
     rows = [
         {

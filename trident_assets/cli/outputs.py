@@ -22,17 +22,14 @@ from trident_assets.cli.common import (
     emit,
     open_state,
 )
-from trident_assets.cli.state import topologies
-from trident_assets.errors import ConfigError
-from trident_assets.names import DEAD_LETTERS_TABLE, validate_identifier
+from trident_assets.cli.stored import topologies
+from trident_assets.names import DEAD_LETTERS_TABLE, check_topology, validate_identifier
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
 
 __all__ = ["dead_letters", "outputs"]
 
-DEAD_LETTERS_TABLE = DEAD_LETTERS_TABLE
-"""Written by the batch executor (``spark/executor.py``) in each batch's commit."""
 _OUTPUT_INFIX = "__out_"
 
 
@@ -46,11 +43,7 @@ def _tables(store: StateStore) -> set[str]:
 
 def _check_topology(store: StateStore, topology: str) -> None:
     validate_identifier(topology, "topology")
-    known = topologies(store)
-    if topology not in known:
-        names = ", ".join(sorted(known)) or "none yet"
-        msg = f"no topology {topology!r} in state file {store.path}; topologies: {names}"
-        raise ConfigError(msg)
+    check_topology(topology, topologies(store), f"state file {store.path}")
 
 
 def _output_table(store: StateStore, topology: str, output: str) -> str:
@@ -60,12 +53,11 @@ def _output_table(store: StateStore, topology: str, output: str) -> str:
     tables = _tables(store)
     table = f"{prefix}{output}"
     if table not in tables:
-        names = ", ".join(sorted(t[len(prefix) :] for t in tables if t.startswith(prefix)))
-        msg = (
-            f"topology {topology!r} has no output {output!r} (or no batch produced it yet); "
-            f"its outputs: {names or 'none yet'}"
+        from trident_assets.cli.replica import no_output
+
+        raise no_output(
+            topology, output, sorted(t[len(prefix) :] for t in tables if t.startswith(prefix))
         )
-        raise ConfigError(msg)
     return table
 
 
@@ -84,37 +76,25 @@ def outputs(
 
     Reads the home's replica when it has one (lock-free), else the state file read-only.
     """
-    from trident_assets.cli.replica import home_replica, output_rows
+    from trident_assets.cli.replica import check_kept, home_replica, output_rows
 
     with cli_errors():
         replica = home_replica(home, database)
         if replica is not None:
             result, low, high = output_rows(replica, topology, output, txid)
-            at = f"txid {txid}" if txid is not None else f"txids {low}..{high}"
-            title = f"{topology}.{output}: {result.num_rows} rows, {at}"
-            emit(result.to_pylist(), result.column_names, fmt, title)
-            return
-        store = open_state(home, database, wait)
-        try:
-            table = _output_table(store, topology, output)
-            name = f'"{table}"'  # validated identifiers only
-            low, high = store.fetch_rows(f"SELECT min(txid), max(txid) FROM {name}")[0]
-            last = store.last_committed(topology)
-            if txid is not None and (last is None or txid > last):
-                msg = f"txid {txid} of topology {topology!r} is not committed: the last is {last}"
-                raise ConfigError(msg)
-            if txid is not None and low is not None and txid < low:
-                msg = (
-                    f"output {output!r} of {topology!r} keeps the rows of txids {low}..{high} "
-                    f"(older txids are dropped as batches commit); txid {txid} is gone"
-                )
-                raise ConfigError(msg)
-            where, params = ("WHERE txid = ?", [txid]) if txid is not None else ("", [])
-            width = store.fetch_arrow(f"SELECT * FROM {name} LIMIT 0").num_columns
-            order = ", ".join(str(i) for i in range(1, width + 1))
-            result = store.fetch_arrow(f"SELECT * FROM {name} {where} ORDER BY {order}", params)
-        finally:
-            store.close()
+        else:
+            store = open_state(home, database, wait)
+            try:
+                name = f'"{_output_table(store, topology, output)}"'  # validated identifiers
+                low, high = store.fetch_rows(f"SELECT min(txid), max(txid) FROM {name}")[0]
+                check_kept(topology, output, txid, store.last_committed(topology), low, high)
+                where, params = ("WHERE txid = ?", [txid]) if txid is not None else ("", [])
+                width = store.fetch_arrow(f"SELECT * FROM {name} LIMIT 0").num_columns
+                order = ", ".join(str(i) for i in range(1, width + 1))
+                sql = f"SELECT * FROM {name} {where} ORDER BY {order}"
+                result = store.fetch_arrow(sql, params)
+            finally:
+                store.close()
     at = f"txid {txid}" if txid is not None else f"txids {low}..{high}"
     title = f"{topology}.{output}: {result.num_rows} rows, {at}"
     emit(result.to_pylist(), result.column_names, fmt, title)
@@ -150,31 +130,42 @@ def dead_letters(
         replica = home_replica(home, database)
         if replica is not None:
             rows, total = dead_letter_rows(replica, topology, n)
-            _emit_dead_letters(rows, total, topology, fmt, records)
-            return
-        store = open_state(home, database, wait)
-        try:
-            if topology is not None:
-                validate_identifier(topology, "topology")
-            rows: list[dict[str, object]] = []
-            total = 0
-            if DEAD_LETTERS_TABLE in _tables(store):
-                where, params = ("WHERE topology = ?", [topology]) if topology else ("", [])
-                total = store.fetch_rows(
-                    f"SELECT count(*) FROM {DEAD_LETTERS_TABLE} {where}", params
-                )[0][0]
-                result = store.fetch_arrow(
-                    f'SELECT topology, txid, spout, topic, partition, "offset", reason, value '
-                    f"FROM {DEAD_LETTERS_TABLE} {where} "
-                    f'ORDER BY txid DESC, topic, partition, "offset" DESC LIMIT ?',
-                    [*params, n],
-                )
-                rows = result.to_pylist()
-            if topology is not None and total == 0:
-                _check_topology(store, topology)  # no dead letters: is it a topology at all?
-        finally:
-            store.close()
-    _emit_dead_letters(rows, total, topology, fmt, records)
+        else:
+            store = open_state(home, database, wait)
+            try:
+                rows, total = _stored_dead_letters(store, topology, n)
+            finally:
+                store.close()
+    columns = ["topology", "txid", "spout", "topic", "partition", "offset", "reason"]
+    if records:
+        columns.append("record")
+        rows = [{**r, "record": record_text(r["value"])} for r in rows]  # type: ignore[arg-type]
+    title = f"{total} dead letters" + (f" of {topology}" if topology else "")
+    if len(rows) < total:
+        title += f" (latest {len(rows)} shown)"
+    emit(rows, columns, fmt, title)
+
+
+def _stored_dead_letters(
+    store: StateStore, topology: str | None, n: int
+) -> tuple[list[dict[str, object]], int]:
+    """The latest ``n`` dead letters in ``store`` (of ``topology``, or all) and their count."""
+    if topology is not None:
+        validate_identifier(topology, "topology")
+    rows: list[dict[str, object]] = []
+    total = 0
+    if DEAD_LETTERS_TABLE in _tables(store):
+        where, params = ("WHERE topology = ?", [topology]) if topology else ("", [])
+        total = store.fetch_rows(f"SELECT count(*) FROM {DEAD_LETTERS_TABLE} {where}", params)[0][0]
+        rows = store.fetch_arrow(
+            f'SELECT topology, txid, spout, topic, partition, "offset", reason, value '
+            f"FROM {DEAD_LETTERS_TABLE} {where} "
+            f'ORDER BY txid DESC, topic, partition, "offset" DESC LIMIT ?',
+            [*params, n],
+        ).to_pylist()
+    if topology is not None and total == 0:
+        _check_topology(store, topology)  # no dead letters: is it a topology at all?
+    return rows, total
 
 
 def record_text(value: bytes | None) -> str | None:
@@ -185,16 +176,3 @@ def record_text(value: bytes | None) -> str | None:
         return bytes(value).decode("utf-8")
     except UnicodeDecodeError:
         return "0x" + bytes(value).hex()
-
-
-def _emit_dead_letters(
-    rows: list[dict[str, object]], total: int, topology: str | None, fmt: Format, records: bool
-) -> None:
-    columns = ["topology", "txid", "spout", "topic", "partition", "offset", "reason"]
-    if records:
-        columns.append("record")
-        rows = [{**r, "record": record_text(r["value"])} for r in rows]  # type: ignore[arg-type]
-    title = f"{total} dead letters" + (f" of {topology}" if topology else "")
-    if len(rows) < total:
-        title += f" (latest {len(rows)} shown)"
-    emit(rows, columns, fmt, title)

@@ -12,6 +12,7 @@ other ``--database`` is given; otherwise they open the state store read-only.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_assets.backends.duckdb_store import quiet_connect
+from trident_assets.backends.duckdb_open import quiet_connect
 from trident_assets.backends.replica import Replica
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.names import check_topology, find_named, validate_identifier
 
 __all__ = [
     "PublishedState",
@@ -109,18 +110,7 @@ def find_published(replica: Replica, topology: str, state: str) -> PublishedStat
         ConfigError: an invalid name, or no such topology or state (the message lists those
             that exist).
     """
-    validate_identifier(topology, "topology")
-    validate_identifier(state, "state")
-    known = published_states(replica)
-    if topology not in known:
-        names = ", ".join(sorted(known)) or "none yet"
-        msg = f"no topology {topology!r} in {replica.root}; topologies: {names}"
-        raise ConfigError(msg)
-    if state not in known[topology]:
-        names = ", ".join(sorted(known[topology])) or "none"
-        msg = f"topology {topology!r} has no state {state!r}; its states: {names}"
-        raise ConfigError(msg)
-    return known[topology][state]
+    return find_named(published_states(replica), topology, state, str(replica.root))
 
 
 def read_state(
@@ -137,33 +127,10 @@ def read_state(
         HistoryUnavailableError: compaction removed the versions ``as_of`` needs.
     """
     last = replica.latest(ref.topology)
-    if as_of is not None:
-        if last is None or as_of > last:
-            done = (
-                "nothing is committed yet" if last is None else f"the last committed txid is {last}"
-            )
-            msg = f"txid {as_of} of topology {ref.topology!r} is not committed: {done}"
-            raise ConfigError(msg)
-        if ref.kind == "plain":
-            msg = (
-                f"state {ref.state!r} of {ref.topology!r} is non-transactional: it stores no "
-                "txids, so it cannot be read as of a txid (drop --txid)"
-            )
-            raise StateLayoutError(msg)
-        oldest = replica.oldest_readable(ref.table)
-        if as_of < oldest:
-            msg = (
-                f"state {ref.state!r} of {ref.topology!r} cannot be read as of txid {as_of}: "
-                f"compaction removed the versions it needs; the oldest txid that can still be "
-                f"read is {oldest}"
-            )
-            raise HistoryUnavailableError(msg)
-    if key is not None and len(key) != ref.arity:
-        msg = (
-            f"state {ref.state!r} of {ref.topology!r} has {ref.arity} key column(s) "
-            f"({', '.join(ref.key_columns)}); got {len(key)} value(s): {key}"
-        )
-        raise ConfigError(msg)
+    oldest = lambda: replica.oldest_readable(ref.table)  # noqa: E731
+    check_as_of(ref.topology, ref.state, as_of, last, plain=ref.kind == "plain", oldest=oldest)
+    if key is not None:
+        check_key(ref.topology, ref.state, ref.key_columns, key)
     data = replica.read_map(ref.table, scope=ref.topology, as_of=as_of, value_name="value")
     if key is not None:
         for column, wanted in zip(ref.key_columns, key, strict=True):
@@ -175,6 +142,61 @@ def read_state(
         ]
         data = data.set_column(data.column_names.index("value"), "value", pa.array(decoded))
     return data, as_of if as_of is not None else last
+
+
+def check_as_of(
+    topology: str,
+    state: str,
+    txid: int | None,
+    last: int | None,
+    *,
+    plain: bool,
+    oldest: Callable[[], int | None],
+) -> None:
+    """Refuse to read ``state`` as of ``txid`` (None: now) where no exact answer exists.
+
+    ``last``: the topology's last committed txid; ``plain``: the state stores no txids;
+    ``oldest()``: the oldest txid compaction kept readable (None: every one).
+
+    Raises:
+        ConfigError: ``txid`` is not committed (published) yet.
+        StateLayoutError: ``txid`` of a non-transactional state.
+        HistoryUnavailableError: compaction removed the versions ``txid`` needs.
+    """
+    if txid is None:
+        return
+    if last is None or txid > last:
+        done = "nothing is committed yet" if last is None else f"the last committed txid is {last}"
+        msg = f"txid {txid} of topology {topology!r} is not committed: {done}"
+        raise ConfigError(msg)
+    if plain:
+        msg = (
+            f"state {state!r} of {topology!r} is non-transactional: it stores no "
+            "txids, so it cannot be read as of a txid (drop --txid)"
+        )
+        raise StateLayoutError(msg)
+    first = oldest()
+    if first is not None and txid < first:
+        msg = (
+            f"state {state!r} of {topology!r} cannot be read as of txid {txid}: "
+            f"compaction removed the versions it needs; the oldest txid that can still be "
+            f"read is {first}"
+        )
+        raise HistoryUnavailableError(msg)
+
+
+def check_key(topology: str, state: str, key_columns: Sequence[str], key: list[str]) -> None:
+    """Refuse a ``key`` without one value per key column of ``state``.
+
+    Raises:
+        ConfigError: naming the key columns and the values given.
+    """
+    if len(key) != len(key_columns):
+        msg = (
+            f"state {state!r} of {topology!r} has {len(key_columns)} key column(s) "
+            f"({', '.join(key_columns)}); got {len(key)} value(s): {key}"
+        )
+        raise ConfigError(msg)
 
 
 def hide_global_key(rows: list[dict[str, Any]], key_columns: list[str]) -> list[str]:
@@ -198,32 +220,18 @@ def output_rows(
     validate_identifier(topology, "topology")
     validate_identifier(output, "output")
     scopes = replica.scopes()
-    if topology not in scopes:
-        names = ", ".join(sorted(scopes)) or "none yet"
-        msg = f"no topology {topology!r} in {replica.root}; topologies: {names}"
-        raise ConfigError(msg)
+    check_topology(topology, scopes, str(replica.root))
     prefix = f"{topology}{_OUTPUT_INFIX}"
     table = f"{prefix}{output}"
     tables = replica.tables()
     last = scopes[topology]
     files = replica.row_files(table, last) if table in tables else {}
     if not files:
-        names = ", ".join(t[len(prefix) :] for t in tables if t.startswith(prefix))
-        msg = (
-            f"topology {topology!r} has no output {output!r} (or no batch produced it yet); "
-            f"its outputs: {names or 'none yet'}"
+        raise no_output(
+            topology, output, [t[len(prefix) :] for t in tables if t.startswith(prefix)]
         )
-        raise ConfigError(msg)
     low, high = min(files), max(files)
-    if txid is not None and txid > last:
-        msg = f"txid {txid} of topology {topology!r} is not committed: the last is {last}"
-        raise ConfigError(msg)
-    if txid is not None and txid < low:
-        msg = (
-            f"output {output!r} of {topology!r} keeps the rows of txids {low}..{high} "
-            f"(older txids are dropped as batches commit); txid {txid} is gone"
-        )
-        raise ConfigError(msg)
+    check_kept(topology, output, txid, last, low, high)
     chosen = [files[txid]] if txid is not None and txid in files else []
     if txid is None:
         chosen = list(files.values())
@@ -238,6 +246,34 @@ def output_rows(
         conn.register("data", data)
         data = conn.sql(f"SELECT * FROM data ORDER BY {order}").to_arrow_table()
     return data, low, high
+
+
+def no_output(topology: str, output: str, outputs: list[str]) -> ConfigError:
+    """The error for an ``output`` that ``topology`` does not have (yet), listing ``outputs``."""
+    msg = (
+        f"topology {topology!r} has no output {output!r} (or no batch produced it yet); "
+        f"its outputs: {', '.join(outputs) or 'none yet'}"
+    )
+    return ConfigError(msg)
+
+
+def check_kept(
+    topology: str, output: str, txid: int | None, last: int | None, low: Any, high: Any
+) -> None:
+    """Refuse ``txid`` (None: every kept one) of an output keeping txids ``low``..``high``.
+
+    Raises:
+        ConfigError: ``txid`` is not committed (the last is ``last``), or no longer kept.
+    """
+    if txid is not None and (last is None or txid > last):
+        msg = f"txid {txid} of topology {topology!r} is not committed: the last is {last}"
+        raise ConfigError(msg)
+    if txid is not None and low is not None and txid < low:
+        msg = (
+            f"output {output!r} of {topology!r} keeps the rows of txids {low}..{high} "
+            f"(older txids are dropped as batches commit); txid {txid} is gone"
+        )
+        raise ConfigError(msg)
 
 
 def _empty_like(path: Path) -> pa.Table:
@@ -259,10 +295,7 @@ def dead_letter_rows(
     scopes = replica.scopes()
     if topology is not None:
         validate_identifier(topology, "topology")
-        if topology not in scopes:
-            names = ", ".join(sorted(scopes)) or "none yet"
-            msg = f"no topology {topology!r} in {replica.root}; topologies: {names}"
-            raise ConfigError(msg)
+        check_topology(topology, scopes, str(replica.root))
     files = []
     for scope, last in scopes.items():
         if topology is not None and scope != topology:

@@ -9,7 +9,6 @@ name topologies and states, never the DuckDB tables behind them. ``backup``, ``r
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,15 +29,14 @@ from trident_assets.cli.common import (
 )
 from trident_assets.cli.kv_state import declared_kv_state, kv_get, kv_hinted, kv_scan
 from trident_assets.cli.state_admin import ADMIN_COMMANDS
+from trident_assets.cli.stored import StateRef, check_txid, find_state_or_none
 from trident_assets.cli.windows import event_windows_instead
-from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trident_assets.backends.map_layout import MapLayout
     from trident_assets.backends.state_store import StateStore
 
-__all__ = ["StateRef", "find_state", "state_app", "topologies"]
+__all__ = ["state_app"]
 
 state_app = typer.Typer(
     name="state",
@@ -52,89 +50,6 @@ TxidOption = Annotated[
         "--txid", min=1, help="Read the state as it was once this txid committed (default: now)."
     ),
 ]
-
-
-@dataclass(frozen=True)
-class StateRef:
-    """One state of a topology, as stored."""
-
-    topology: str
-    state: str
-    layout: MapLayout
-
-
-def topologies(store: StateStore) -> dict[str, dict[str, StateRef]]:
-    """Return the topologies of a store (commit scopes and map owners) and their states.
-
-    A map table is ``<topology>__<state>``; the longest committed topology name that prefixes
-    it owns it, else the part before the first ``__``. A state written through the IO manager
-    is its own commit scope: table ``<state>``, listed as topology ``<state>``, state ``<state>``.
-    """
-    scopes = sorted(store.scopes(), key=len, reverse=True)
-    found: dict[str, dict[str, StateRef]] = {name: {} for name in sorted(store.scopes())}
-    for table in store.tables():
-        owner = next((s for s in scopes if table.startswith(f"{s}__")), None)
-        if owner is None and table in scopes:  # a state asset (the IO manager's)
-            layout = store.layout(table)
-            if layout is not None:
-                found[table][table] = StateRef(table, table, layout)
-            continue
-        if owner is None:
-            owner, sep, _ = table.partition("__")
-            if not sep:
-                continue
-        state = table[len(owner) + 2 :]
-        layout = store.layout(table)
-        if layout is not None and state:
-            found.setdefault(owner, {})[state] = StateRef(owner, state, layout)
-    return found
-
-
-def find_state(store: StateStore, topology: str, state: str) -> StateRef:
-    """Return ``topology``'s ``state``.
-
-    Raises:
-        ConfigError: an invalid name, or no such topology or state (the message lists those
-            that exist).
-    """
-    validate_identifier(topology, "topology")
-    validate_identifier(state, "state")
-    known = topologies(store)
-    if topology not in known:
-        names = ", ".join(sorted(known)) or "none yet"
-        msg = f"no topology {topology!r} in state file {store.path}; topologies: {names}"
-        raise ConfigError(msg)
-    states = known[topology]
-    if state not in states:
-        names = ", ".join(sorted(states)) or "none"
-        msg = f"topology {topology!r} has no state {state!r}; its states: {names}"
-        raise ConfigError(msg)
-    return states[state]
-
-
-def _check_txid(store: StateStore, ref: StateRef, txid: int | None) -> None:
-    """Refuse an as-of read the store cannot answer exactly, in the user's names."""
-    if txid is None:
-        return
-    last = store.last_committed(ref.topology)
-    if last is None or txid > last:
-        done = "nothing is committed yet" if last is None else f"the last committed txid is {last}"
-        msg = f"txid {txid} of topology {ref.topology!r} is not committed: {done}"
-        raise ConfigError(msg)
-    if ref.layout.kind == "plain":
-        msg = (
-            f"state {ref.state!r} of {ref.topology!r} is non-transactional: it stores no "
-            "txids, so it cannot be read as of a txid (drop --txid)"
-        )
-        raise StateLayoutError(msg)
-    oldest = store.oldest_readable_txid(ref.layout.table)
-    if oldest is not None and txid < oldest:
-        msg = (
-            f"state {ref.state!r} of {ref.topology!r} cannot be read as of txid {txid}: "
-            f"compaction removed the versions it needs; the oldest txid that can still be "
-            f"read is {oldest}"
-        )
-        raise HistoryUnavailableError(msg)
 
 
 def _value(ref: Any, value: Any) -> Any:
@@ -328,9 +243,9 @@ def state_scan(
         else:
             store = open_state(home, database, wait)
             try:
-                ref = _find_state_or_none(store, topology, state)
+                ref = find_state_or_none(store, topology, state)
                 if ref is not None:
-                    _check_txid(store, ref, txid)
+                    check_txid(store, ref, txid)
                     data = store.scan(ref.layout.table, as_of=txid)
                     at = txid if txid is not None else store.last_committed(topology)
             finally:
@@ -348,18 +263,6 @@ def state_scan(
     if len(shown) < len(rows):
         title += f" (largest {len(shown)} shown)"
     _emit_state(shown, data.column_names, ref, _namer(home, database, replica), fmt, title)
-
-
-def _find_state_or_none(store: StateStore, topology: str, state: str) -> StateRef | None:
-    """:func:`find_state`, or None when the store holds an event-window ``state`` instead."""
-    from trident_assets.backends.window_store import stored_windows
-
-    try:
-        return find_state(store, topology, state)
-    except ConfigError:
-        if any((w.topology, w.state) == (topology, state) for w in stored_windows(store)):
-            return None
-        raise
 
 
 def _namer(home: Path, database: str | None, replica: Any) -> Any:
@@ -416,7 +319,7 @@ def state_get(
     in a Redis Cluster or memcached is read from its servers (latest value), found through
     --module.
     """
-    from trident_assets.cli.replica import find_published, home_replica, read_state
+    from trident_assets.cli.replica import check_key, find_published, home_replica, read_state
     from trident_assets.core.caching import GLOBAL_KEY
 
     omitted = not key
@@ -442,7 +345,7 @@ def state_get(
         else:
             store = open_state(home, database, wait)
             try:
-                ref = _find_state_or_none(store, topology, state)
+                ref = find_state_or_none(store, topology, state)
                 if ref is None:
                     store.close()
                     windows = event_windows_instead(home, database, wait, topology, state, txid)
@@ -451,13 +354,8 @@ def state_get(
                 if omitted and ref.layout.arity != 1:
                     raise _not_global(topology, state, ref.layout.key_columns)
                 key = key or list(GLOBAL_KEY)
-                _check_txid(store, ref, txid)
-                if len(key) != ref.layout.arity:
-                    msg = (
-                        f"state {state!r} of {topology!r} has {ref.layout.arity} key column(s) "
-                        f"({', '.join(ref.layout.key_columns)}); got {len(key)} value(s): {key}"
-                    )
-                    raise ConfigError(msg)
+                check_txid(store, ref, txid)
+                check_key(topology, state, ref.layout.key_columns, key)
                 data = store.scan(ref.layout.table, as_of=txid, key=key)
                 if omitted and data.num_rows == 0 and txid is None:
                     raise _not_global(topology, state, ref.layout.key_columns)
