@@ -10,11 +10,6 @@ of the batch worker and one Redis master killed and restarted.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,12 +27,12 @@ from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.kv_state import kv_target
 from trident_assets.spouts.config import SpoutKind
+from trident_assets_tests.soaks import run_soak, soak_env
 
 pytestmark = pytest.mark.skipif(
     not servers_installed(), reason="needs memcached and redis-server (scripts/setup.sh)"
 )
 
-REPO = Path(__file__).resolve().parents[1]
 SENTENCES = ("the cow jumped over the moon", "café naïve 日本 zoë the", "to be or not to be")
 
 
@@ -103,27 +98,11 @@ def test_kill_master_needs_the_redis_store(capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.timeout(1800)
 def test_redis_soak_with_kills_and_a_master_failover_is_exact(tmp_path: Path) -> None:
     """Worker SIGKILLs and one Redis master SIGKILLed mid-soak: 0 lost, 0 double-counted."""
-    out = tmp_path / "soak.json"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.chaos_soak", "--batches", "4", "--kills", "2",
-         "--kind", "both", "--seed", "11", "--root", str(tmp_path / "soak"), "--json", str(out),
-         "--store", "redis-cluster", "--kill-master", "--rate", "10", "--tick", "1.0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
-        start_new_session=True,
+    result = run_soak(
+        tmp_path, "--batches", "4", "--kills", "2", "--kind", "both", "--seed", "11",
+        "--store", "redis-cluster", "--kill-master", "--rate", "10", "--tick", "1.0",
+        env=soak_env(),
     )  # fmt: skip
-    try:
-        stdout, stderr = proc.communicate(timeout=1700)
-    finally:
-        if proc.poll() is None:  # the driver stops its producer, worker and cluster on SIGTERM
-            proc.terminate()
-            try:
-                proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-    assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
-    result = json.loads(out.read_text())
     assert (result["ok"], result["store"], result["kills"], result["problems"]) == (
         True, "redis-cluster", 2, [],
     )  # fmt: skip
@@ -136,4 +115,3 @@ def test_redis_soak_with_kills_and_a_master_failover_is_exact(tmp_path: Path) ->
         assert (cmp["lost"], cmp["double_counted"], cmp["keys_mismatched"]) == (0, 0, 0)
         assert cmp["keys_truth"] == cmp["keys_state"] > 0
         assert cmp["ranges_ok"] is True
-    assert "RESULT: PASS" in stdout

@@ -10,18 +10,12 @@ every malformed record a dead letter, the committed ranges tiling the log.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from trident_assets_tests.children import clean_env
-
-REPO = Path(__file__).resolve().parents[1]
+from trident_assets_tests.soaks import REPO, run_soak
 
 
 @pytest.mark.timeout(1800)  # a loaded machine; nothing here asserts a duration
@@ -32,25 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 def test_live_soak_every_kill_gets_a_new_live_run_and_nothing_is_lost(
     tmp_path: Path, kills: int
 ) -> None:
-    out = tmp_path / "soak.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.chaos_soak", "--live", "--kills", str(kills),
-         "--seed", "11", "--root", str(tmp_path / "soak"), "--json", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env=clean_env(tmp_path, PYTHONPATH=str(REPO)), start_new_session=True,
+    result = run_soak(
+        tmp_path, "--live", "--kills", str(kills), "--seed", "11",
+        env=clean_env(tmp_path, PYTHONPATH=str(REPO)),
     )  # fmt: skip
-    try:
-        stdout, stderr = proc.communicate(timeout=1700)
-    finally:
-        if proc.poll() is None:  # the soak stops what it started on SIGTERM
-            proc.terminate()
-            try:
-                proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-    assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
-    result = json.loads(out.read_text())
     assert result["ok"] is True
     assert result["problems"] == []
     assert result["kills"] == kills
@@ -70,4 +49,3 @@ def test_live_soak_every_kill_gets_a_new_live_run_and_nothing_is_lost(
     assert cmp["dead_letters"] == cmp["malformed_in_log"] == result["produced"]["bad"]
     assert cmp["ranges_ok"] is True
     assert cmp["replica_mismatched"] == 0
-    assert "RESULT: PASS" in stdout

@@ -7,7 +7,6 @@ Entry points also run as child processes with a clean environment (``.venv/bin/t
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -617,12 +616,6 @@ def test_the_cli_ends_with_its_status_after_atexit_and_without_interpreter_shutd
     assert "finalized" not in done.stdout + done.stderr
     if code == 2:
         assert "Missing argument 'topology'" in done.stderr
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- the demo --------------------------------------------------------------------------------------

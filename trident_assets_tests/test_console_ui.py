@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import signal
-import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +30,20 @@ from trident_assets.dagster.partitions import txid_key
 from trident_assets.examples.page_views import seed_rows
 from trident_assets.log.store import PartitionedLog
 from trident_assets.names import DEAD_LETTERS_TABLE
-from trident_assets_tests.children import TRIDENT, clean_env
-from trident_assets_tests.test_dagster_dev import (
-    _browser_page,
-    _free_port,
-    _need_chromium,
-    _screenshot,
-    _show_markdown,
-    _wait,
+from trident_assets_tests.dagster_dev_helpers import (
+    VIEWPORT,
+    chromium,
+    free_port,
     gql,
+    need_chromium,
+    screenshot,
+    server_up,
+    show_markdown,
+    start_ui,
+    stop_ui,
+    table_rows,
+    wait_for,
 )
-from trident_assets_tests.test_demo_ui import _rows, _stop
 
 SHOP_DEFS = """\
 import os
@@ -142,42 +142,19 @@ def _commit_shop(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_overview_and_finals_pages_show_the_topology_at_a_glance(
     tmp_path: Path, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _need_chromium()
+    need_chromium()
     home = tmp_path / "home"
     _commit_shop(tmp_path, home, monkeypatch)
     letters = _dead_letters(home)
     assert [t for t, _ in letters] == [1, 1, 2, 2]
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_file = tmp_path / "ui.log"
-    with log_file.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(TRIDENT),
-                "ui",
-                "--home",
-                "home",
-                "--port",
-                str(port),
-                "--local-spark",
-                "--module",
-                "shop_pkg.defs",
-            ],
-            cwd=tmp_path,
-            env=clean_env(tmp_path),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    ui_args = ["--home", "home", "--port", str(port), "--local-spark", "--module", "shop_pkg.defs"]
+    proc = start_ui(tmp_path, *ui_args, log=log_file)
     try:
-        _wait(
-            "the webserver",
-            lambda: urllib.request.urlopen(f"{url}/server_info", timeout=5),
-            240,
-            log_file,
-        )
-        _wait(
+        wait_for("the webserver", server_up(url), 240, log_file)
+        wait_for(
             "the code location",
             lambda: gql(url, PARTITION_KEYS, {"path": FINALS})["assetNodeOrError"],
             240,
@@ -186,62 +163,57 @@ def test_overview_and_finals_pages_show_the_topology_at_a_glance(
         keys = gql(url, PARTITION_KEYS, {"path": FINALS})["assetNodeOrError"]["partitionKeys"]
         assert keys == HOURS, "the partitions end at the watermark (03:04), not today"
 
-        from playwright.sync_api import sync_playwright
+        with chromium() as browser:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{url}/assets/shop/overview", wait_until="networkidle")
+            page.get_by_text("Start here").first.wait_for(timeout=60_000)
+            page.get_by_text("dead letter reasons").first.wait_for(timeout=60_000)
+            screenshot(page, tmp_path, "console_overview.png")
+            rows = table_rows(page)  # key: [timestamp, value]
+            assert rows["last committed txid"][-1] == "2"
+            assert rows["backlog (records waiting)"][-1] == "1"
+            assert rows["lag by partition"][-1] == "views@0=1"
+            assert rows["quarantined"][-1] == "none"
+            failure = rows["last failure"][-1]
+            assert failure.startswith("txid 3 at "), failure
+            assert failure.endswith(
+                " (not committed yet): UserCodeError: each(page) -> page, ts, checked "
+                "[PyFunction]: shop_pkg.defs._checked failed on input tuple ('boom',): "
+                "ValueError: page 'boom' is not a page of the shop"
+            ), failure
+            assert rows["dead letters"][-1] == "4"
+            # the bar chart of dead letters per txid, shown inline (a nested table)
+            bars = "txid\tdead letters\n1\t" + "█" * 16 + " 2\n2\t" + "█" * 16 + " 2"
+            assert rows["dead letters per txid"][-1] == bars
+            assert rows["txids committed per minute"][-1].startswith("minute (UTC)\t")
+            show_markdown(page)  # the reasons: longer, behind a button
+            body = page.inner_text("body")
+            for txid in (1, 2):
+                reasons = sorted({r for t, r in letters if t == txid})
+                row = next(
+                    line
+                    for line in body.splitlines()
+                    if line.startswith(f"{txid}\t") and "█" not in line
+                )
+                for reason in reasons:
+                    assert reason[:60] in row, (reason, row)
+            page.keyboard.press("Escape")
 
-        with sync_playwright() as pw:
-            browser, page = _browser_page(pw)
-            try:
-                page.goto(f"{url}/assets/shop/overview", wait_until="networkidle")
-                page.get_by_text("Start here").first.wait_for(timeout=60_000)
-                page.get_by_text("dead letter reasons").first.wait_for(timeout=60_000)
-                _screenshot(page, tmp_path, "console_overview.png")
-                rows = _rows(page)  # key: [timestamp, value]
-                assert rows["last committed txid"][-1] == "2"
-                assert rows["backlog (records waiting)"][-1] == "1"
-                assert rows["lag by partition"][-1] == "views@0=1"
-                assert rows["quarantined"][-1] == "none"
-                failure = rows["last failure"][-1]
-                assert failure.startswith("txid 3 at "), failure
-                assert failure.endswith(
-                    " (not committed yet): UserCodeError: each(page) -> page, ts, checked "
-                    "[PyFunction]: shop_pkg.defs._checked failed on input tuple ('boom',): "
-                    "ValueError: page 'boom' is not a page of the shop"
-                ), failure
-                assert rows["dead letters"][-1] == "4"
-                # the bar chart of dead letters per txid, shown inline (a nested table)
-                bars = "txid\tdead letters\n1\t" + "█" * 16 + " 2\n2\t" + "█" * 16 + " 2"
-                assert rows["dead letters per txid"][-1] == bars
-                assert rows["txids committed per minute"][-1].startswith("minute (UTC)\t")
-                _show_markdown(page)  # the reasons: longer, behind a button
-                body = page.inner_text("body")
-                for txid in (1, 2):
-                    reasons = sorted({r for t, r in letters if t == txid})
-                    row = next(
-                        line
-                        for line in body.splitlines()
-                        if line.startswith(f"{txid}\t") and "█" not in line
-                    )
-                    for reason in reasons:
-                        assert reason[:60] in row, (reason, row)
-                page.keyboard.press("Escape")
+            page.goto(f"{url}/assets/shop/views_10m_finals", wait_until="networkidle")
+            page.get_by_text("fingerprint").first.wait_for(timeout=60_000)
+            show_markdown(page)
+            page.get_by_text("2026-01-01-01:00").first.wait_for(timeout=60_000)
+            screenshot(page, tmp_path, "console_finals.png")
+            rows = table_rows(page)  # the latest materialization: 01:00, 18 windows
+            assert (rows["windows"][-1], rows["watermark"][-1]) == ("18", "2026-01-01 03:04:00")
+            assert "2026-01-01-01:00" in page.inner_text("body")
 
-                page.goto(f"{url}/assets/shop/views_10m_finals", wait_until="networkidle")
-                page.get_by_text("fingerprint").first.wait_for(timeout=60_000)
-                _show_markdown(page)
-                page.get_by_text("2026-01-01-01:00").first.wait_for(timeout=60_000)
-                _screenshot(page, tmp_path, "console_finals.png")
-                rows = _rows(page)  # the latest materialization: 01:00, 18 windows
-                assert (rows["windows"][-1], rows["watermark"][-1]) == ("18", "2026-01-01 03:04:00")
-                assert "2026-01-01-01:00" in page.inner_text("body")
-
-                page.goto(f"{url}/assets/shop/views_10m_finals?view=partitions")
-                page.get_by_text("2026-01-01-02:00").first.wait_for(timeout=60_000)
-                _screenshot(page, tmp_path, "console_finals_partitions.png")
-                body = page.inner_text("body")
-                assert "3 Partitions Selected" in body
-                assert "Materialized (3)" in body
-                assert "Missing (0)" in body
-            finally:
-                browser.close()
+            page.goto(f"{url}/assets/shop/views_10m_finals?view=partitions")
+            page.get_by_text("2026-01-01-02:00").first.wait_for(timeout=60_000)
+            screenshot(page, tmp_path, "console_finals_partitions.png")
+            body = page.inner_text("body")
+            assert "3 Partitions Selected" in body
+            assert "Materialized (3)" in body
+            assert "Missing (0)" in body
     finally:
-        _stop(proc)
+        stop_ui(proc)

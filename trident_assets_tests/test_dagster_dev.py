@@ -24,12 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,13 +41,22 @@ from trident_assets.examples.page_views import produce_seed
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
 from trident_assets_tests.conftest import JVM_ENV
+from trident_assets_tests.dagster_dev_helpers import (
+    VIEWPORT,
+    chromium,
+    free_port,
+    gql,
+    screenshot,
+    server_up,
+    show_markdown,
+    start_server,
+    stop_ui,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 STATE = ["word_count", "word_counts"]
 SPOUT = ["word_count", "sentences_batch"]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-SCREENS = Path("/tmp/trident_screens")
-"""Where copies of the screenshots go, to look at them after the run."""
 TOP_WORDS = ["word_count", "top_words"]
 PV_STATE = ["page_views", "views_10m"]
 PV_FINALS = ["page_views", "views_10m_finals"]
@@ -68,24 +72,6 @@ class Dev:
     dagster_home: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def gql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"{url}/graphql",
-        data=json.dumps({"query": query, "variables": variables or {}}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        body = json.loads(response.read())
-    assert "errors" not in body, body
-    return body["data"]
-
-
 def _materialized(url: str, path: list[str]) -> list[str]:
     query = (
         "{ assetNodeOrError(assetKey: {path: PATH}) { ... on AssetNode { assetPartitionStatuses "
@@ -95,19 +81,6 @@ def _materialized(url: str, path: list[str]) -> list[str]:
     statuses = data["assetNodeOrError"]["assetPartitionStatuses"]
     assert statuses["failedPartitions"] == [], statuses
     return sorted(statuses["materializedPartitions"])
-
-
-def _wait(what: str, condition: Any, timeout_s: float, log_file: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except (OSError, KeyError, TypeError):
-            pass
-        time.sleep(0.5)  # each probe is one local request
-    tail = log_file.read_text(errors="replace")[-4000:]
-    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}; dagster dev log:\n{tail}")
 
 
 def _produce(log: PartitionedLog, sentences: list[str]) -> None:
@@ -129,7 +102,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     first = list(SENTENCES) * 4
     _produce(log, first)
     produce_seed(log)
-    port = _free_port()
+    port = free_port()
     log_file = root / "dagster_dev.log"
     env = {  # what a shell gives `dagster dev`: no PYSPARK_PYTHON, no project variables
         "HOME": os.environ.get("HOME", str(root)),
@@ -140,47 +113,26 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         "TRIDENT_MAX_BATCH_SIZE": "8",
         **JVM_ENV,
     }
-    with log_file.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dagster",
-                "dev",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-w",
-                "workspace.yaml",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            # a background process inherits SIGINT ignored; dagster copies it onto SIGTERM
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    argv = [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port)]
+    proc = start_server([*argv, "-w", "workspace.yaml"], REPO, env, log_file)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait(
-            "the webserver",
-            lambda: urllib.request.urlopen(f"{url}/server_info", timeout=5),
-            180,
-            log_file,
-        )
+        wait_for("the webserver", server_up(url), 180, log_file)
         keys = [f"{t:010d}" for t in range(1, 4)]
-        _wait("txids 1..3", lambda: _materialized(url, STATE) == keys, 420, log_file)
+        wait_for("txids 1..3", lambda: _materialized(url, STATE) == keys, 420, log_file)
         more = list(SENTENCES[:4])
         _produce(log, more)
         keys4 = [*keys, "0000000004"]
-        _wait("txid 4", lambda: _materialized(url, STATE) == keys4, 300, log_file)
+        wait_for("txid 4", lambda: _materialized(url, STATE) == keys4, 300, log_file)
         txids = [f"{t:010d}" for t in range(1, 5)]
-        _wait("page-views txids 1..4", lambda: _partitions(url, PV_STATE) == txids, 420, log_file)
+        wait_for(
+            "page-views txids 1..4", lambda: _partitions(url, PV_STATE) == txids, 420, log_file
+        )
         hours = ["2026-01-01-00:00..2026-01-01-23:00:MATERIALIZED"]
-        _wait("the finals of Jan 1st", lambda: _partitions(url, PV_FINALS) == hours, 120, log_file)
-        _wait(
+        wait_for(
+            "the finals of Jan 1st", lambda: _partitions(url, PV_FINALS) == hours, 120, log_file
+        )
+        wait_for(
             "the runs to finish",
             lambda: all(r["status"] == "SUCCESS" for r in _runs(url)),
             120,
@@ -188,12 +140,24 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         )
         yield Dev(url, home, first + more, log_file, dagster_home)
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_ui(proc)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module's pages."""
+    with chromium() as opened:
+        yield opened
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A new tall page in the module's browser, closed after the test."""
+    opened = browser.new_page(viewport=VIEWPORT)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 def _runs(url: str, topology: str | None = None) -> list[dict[str, Any]]:
@@ -272,39 +236,23 @@ def test_asset_checks_pass_and_are_visible_through_graphql(dev: Dev) -> None:
     }
 
 
-def test_state_asset_page_shows_txids_and_plots_in_chromium(dev: Dev) -> None:
-    if CHROMIUM is None:
-        if os.environ.get("TRIDENT_WITH_BROWSER") == "1":
-            pytest.fail("TRIDENT_WITH_BROWSER=1 but no chromium on PATH")
-        pytest.skip("no chromium (install Debian's chromium or run with TRIDENT_WITH_BROWSER=1)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 2000})
-            page.goto(f"{dev.url}/assets/word_count/word_counts", wait_until="networkidle")
-            page.get_by_text("keys_updated").first.wait_for(timeout=60_000)
-            # the status section (latest materialization's txid) loads on its own
-            page.get_by_text("0000000004").first.wait_for(timeout=60_000)
-            overview = page.inner_text("body")
-            for label in ("txid", "keys_updated", "keys_skipped", "state_size", "Latest check"):
-                assert label in overview
-            page.get_by_text("Plots", exact=True).first.click()
-            page.locator("canvas").first.wait_for(timeout=60_000)
-            assert page.locator("canvas").count() >= 5, "one chart per numeric metadata key"
-            plots = page.inner_text("body")
-            assert "graphing values by partition" in plots
-            page.goto(
-                f"{dev.url}/assets/word_count/word_counts?view=partitions", wait_until="networkidle"
-            )
-            page.get_by_text("0000000004").first.wait_for(timeout=60_000)
-            partitions = page.inner_text("body")
-            assert all(f"{t:010d}" in partitions for t in range(1, 5))
-        finally:
-            browser.close()
+def test_state_asset_page_shows_txids_and_plots_in_chromium(dev: Dev, page: Any) -> None:
+    page.goto(f"{dev.url}/assets/word_count/word_counts", wait_until="networkidle")
+    page.get_by_text("keys_updated").first.wait_for(timeout=60_000)
+    # the status section (latest materialization's txid) loads on its own
+    page.get_by_text("0000000004").first.wait_for(timeout=60_000)
+    overview = page.inner_text("body")
+    for label in ("txid", "keys_updated", "keys_skipped", "state_size", "Latest check"):
+        assert label in overview
+    page.get_by_text("Plots", exact=True).first.click()
+    page.locator("canvas").first.wait_for(timeout=60_000)
+    assert page.locator("canvas").count() >= 5, "one chart per numeric metadata key"
+    plots = page.inner_text("body")
+    assert "graphing values by partition" in plots
+    page.goto(f"{dev.url}/assets/word_count/word_counts?view=partitions", wait_until="networkidle")
+    page.get_by_text("0000000004").first.wait_for(timeout=60_000)
+    partitions = page.inner_text("body")
+    assert all(f"{t:010d}" in partitions for t in range(1, 5))
 
 
 LAUNCH = """
@@ -347,7 +295,7 @@ def _run(url: str, run_id: str) -> dict[str, Any]:
 
 
 def _finished(url: str, run_ids: list[str], log_file: Path) -> list[dict[str, Any]]:
-    _wait(
+    wait_for(
         f"runs {run_ids} to finish",
         lambda: all(_run(url, r)["status"] in ("SUCCESS", "FAILURE") for r in run_ids),
         300,
@@ -356,29 +304,6 @@ def _finished(url: str, run_ids: list[str], log_file: Path) -> list[dict[str, An
     runs = [_run(url, r) for r in run_ids]
     assert [r["status"] for r in runs] == ["SUCCESS"] * len(run_ids), runs
     return runs
-
-
-def _browser_page(pw: Any) -> tuple[Any, Any]:
-    browser = pw.chromium.launch(
-        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
-    )
-    return browser, browser.new_page(viewport={"width": 1400, "height": 2000})
-
-
-def _screenshot(page: Any, directory: Path, name: str) -> Path:
-    """Save a full-page screenshot in ``directory`` and copy it to ``SCREENS``."""
-    path = directory / name
-    page.screenshot(path=str(path), full_page=True)
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(path, SCREENS / name)
-    return path
-
-
-def _need_chromium() -> None:
-    if CHROMIUM is None:
-        if os.environ.get("TRIDENT_WITH_BROWSER") == "1":
-            pytest.fail("TRIDENT_WITH_BROWSER=1 but no chromium on PATH")
-        pytest.skip("no chromium (install Debian's chromium or run with TRIDENT_WITH_BROWSER=1)")
 
 
 def test_ui_runs_without_sensor_tags_are_serialised_by_the_pool(dev: Dev) -> None:
@@ -398,56 +323,36 @@ def test_ui_runs_without_sensor_tags_are_serialised_by_the_pool(dev: Dev) -> Non
     assert _materialized(dev.url, STATE) == [f"{t:010d}" for t in range(1, 5)]
 
 
-def test_downstream_top_words_shows_its_preview_in_chromium(dev: Dev) -> None:
+def test_downstream_top_words_shows_its_preview_in_chromium(
+    dev: Dev, request: pytest.FixtureRequest
+) -> None:
     (run_id,) = [_launch(dev.url, [TOP_WORDS], "0000000004")]
     _finished(dev.url, [run_id], dev.log_file)
     assert _materialized(dev.url, TOP_WORDS) == ["0000000004"]
-    _need_chromium()
-    from playwright.sync_api import sync_playwright
-
     expected = Counter(w for s in dev.sentences for w in s.split())
     top_word, top_count = sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-    with sync_playwright() as pw:
-        browser, page = _browser_page(pw)
-        try:
-            page.goto(f"{dev.url}/assets/word_count/top_words", wait_until="networkidle")
-            page.get_by_text("total_words").first.wait_for(timeout=60_000)
-            _show_markdown(page)
-            cell = page.locator("td", has_text=top_word).first
-            cell.wait_for(timeout=60_000)
-            _screenshot(page, dev.home.parent, "top_words.png")
-            body = page.inner_text("body")
-            assert "preview" in body
-            assert f"{top_word}\t{top_count}" in body, "the Markdown preview's first row"
-        finally:
-            browser.close()
+    page = request.getfixturevalue("page")  # Chromium: after the run
+    page.goto(f"{dev.url}/assets/word_count/top_words", wait_until="networkidle")
+    page.get_by_text("total_words").first.wait_for(timeout=60_000)
+    show_markdown(page)
+    cell = page.locator("td", has_text=top_word).first
+    cell.wait_for(timeout=60_000)
+    screenshot(page, dev.home.parent, "top_words.png")
+    body = page.inner_text("body")
+    assert "preview" in body
+    assert f"{top_word}\t{top_count}" in body, "the Markdown preview's first row"
 
 
-def _show_markdown(page: Any) -> None:
-    """Open Markdown metadata values the UI shows behind a button (if it does)."""
-    buttons = page.get_by_text("Show Markdown")
-    for i in range(buttons.count()):
-        buttons.nth(i).click()
-
-
-def test_state_asset_page_shows_the_preview_schema_and_table(dev: Dev) -> None:
-    _need_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser, page = _browser_page(pw)
-        try:
-            page.goto(f"{dev.url}/assets/word_count/word_counts", wait_until="networkidle")
-            page.get_by_text("keys_updated").first.wait_for(timeout=60_000)
-            page.get_by_text("0000000004").first.wait_for(timeout=60_000)
-            _show_markdown(page)
-            page.get_by_text("word_count__word_counts").first.wait_for(timeout=60_000)
-            _screenshot(page, dev.home.parent, "word_counts.png")
-            body = page.inner_text("body")
-            for label in ("preview", "Columns", "word", "count", "int64", "state_size", "attempt"):
-                assert label in body, label
-        finally:
-            browser.close()
+def test_state_asset_page_shows_the_preview_schema_and_table(dev: Dev, page: Any) -> None:
+    page.goto(f"{dev.url}/assets/word_count/word_counts", wait_until="networkidle")
+    page.get_by_text("keys_updated").first.wait_for(timeout=60_000)
+    page.get_by_text("0000000004").first.wait_for(timeout=60_000)
+    show_markdown(page)
+    page.get_by_text("word_count__word_counts").first.wait_for(timeout=60_000)
+    screenshot(page, dev.home.parent, "word_counts.png")
+    body = page.inner_text("body")
+    for label in ("preview", "Columns", "word", "count", "int64", "state_size", "attempt"):
+        assert label in body, label
 
 
 def test_page_views_materializes_each_closed_hour_once(dev: Dev) -> None:
@@ -459,7 +364,7 @@ def test_page_views_materializes_each_closed_hour_once(dev: Dev) -> None:
     assert _partitions(url, PV_FINALS) == hours
     assert all(r["status"] == "SUCCESS" for r in _runs(url, "page_views"))
     replay = _launch(url, [PV_STATE], "0000000002")
-    _wait("the replay", lambda: _run(url, replay)["status"] == "SUCCESS", 300, dev.log_file)
+    wait_for("the replay", lambda: _run(url, replay)["status"] == "SUCCESS", 300, dev.log_file)
     with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dev.dagster_home))) as instance:
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey(PV_FINALS)), limit=100

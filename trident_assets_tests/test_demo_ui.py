@@ -12,30 +12,28 @@ and to ``/tmp/trident_screens/`` (``demo_state.png``, ``demo_txid3.png``).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets_tests.children import TRIDENT, clean_env
 from trident_assets_tests.conftest import DemoRun
-from trident_assets_tests.test_dagster_dev import (
-    STATE,
-    _browser_page,
-    _free_port,
-    _materialized,
-    _need_chromium,
-    _screenshot,
-    _show_markdown,
-    _wait,
+from trident_assets_tests.dagster_dev_helpers import (
+    VIEWPORT,
+    chromium,
+    free_port,
     gql,
+    need_chromium,
+    screenshot,
+    server_up,
+    show_markdown,
+    start_ui,
+    stop_ui,
+    table_rows,
+    wait_for,
 )
+from trident_assets_tests.test_dagster_dev import STATE, _materialized
 
 TXIDS = [f"{t:010d}" for t in range(1, 6)]
 PREVIEW_ROWS = 10
@@ -77,12 +75,6 @@ query ($path: [String!]!) {
   }
 }
 """
-OUTER_ROWS = """
-rows => rows
-  .filter(row => row.isConnected && row.parentElement && !row.parentElement.closest("td"))
-  .map(row => Array.from(row.cells).map(cell => cell.innerText.trim()))
-"""
-"""Cell texts of the page's table rows, without rows of tables nested in a cell (a preview)."""
 
 
 def _top(store: DuckDBStore, as_of: int | None) -> tuple[list[tuple[str, int]], int]:
@@ -113,45 +105,6 @@ def _metadata(materialization: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rows(page: Any) -> dict[str, list[str]]:
-    """The page's table rows by first cell (metadata keys), nested tables left out.
-
-    The UI re-renders as it polls: a row detached while the rows are read is skipped, and a
-    read that fails because the table was replaced is repeated (up to 3 times).
-    """
-    from playwright.sync_api import Error
-
-    for attempt in range(3):
-        try:
-            rows = page.eval_on_selector_all("tr", OUTER_ROWS)
-        except Error:
-            if attempt == 2:
-                raise
-            time.sleep(1)
-            continue
-        return {cells[0]: cells[1:] for cells in rows if cells}
-    raise AssertionError("unreachable")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop `dagster dev` (same PID as `trident ui`, its own process group) and all it started."""
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    pytest.fail(f"processes of `trident ui` (group {proc.pid}) still ran 30 s after it exited")
-
-
 @pytest.mark.timeout(1200)
 def test_demo_then_ui_shows_the_state_preview_and_the_replayed_txid(
     demo_run: DemoRun, tmp_path: Path
@@ -165,35 +118,20 @@ def test_demo_then_ui_shows_the_state_preview_and_the_replayed_txid(
     )
     assert story[7].startswith("   txid 3: 4,000 sentences replayed after the crash (attempt 1, ")
     assert story[-1] == "make ui"
-    _need_chromium()
+    need_chromium()
     with DuckDBStore(home / "state.duckdb") as store:
         assert store.last_committed("word_count") == 5
         latest, latest_keys = _top(store, None)
         at_3, keys_3 = _top(store, 3)
     assert (latest_keys, keys_3) == (28, 28), "all 28 words by txid 3: previews are the top rows"
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_file = tmp_path / "ui.log"
-    with log_file.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(TRIDENT), "ui", "--home", str(home), "--port", str(port)],
-            cwd=demo_run.cwd,
-            env=clean_env(demo_run.cwd),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            # a background process inherits SIGINT ignored; dagster copies it onto SIGTERM
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    proc = start_ui(demo_run.cwd, "--home", str(home), "--port", str(port), log=log_file)
     try:
-        _wait(
-            "the webserver",
-            lambda: urllib.request.urlopen(f"{url}/server_info", timeout=5),
-            180,
-            log_file,
-        )
-        _wait("the code location", lambda: _materialized(url, STATE) == TXIDS, 180, log_file)
+        wait_for("the webserver", server_up(url), 180, log_file)
+        wait_for("the code location", lambda: _materialized(url, STATE) == TXIDS, 180, log_file)
 
         # GraphQL: txid 3 has one materialization, the replay's (attempt 1) ...
         data = gql(url, MATERIALIZATIONS, {"path": STATE, "partition": "0000000003"})
@@ -232,38 +170,33 @@ def test_demo_then_ui_shows_the_state_preview_and_the_replayed_txid(
             ("sentences_batch", "lag_below_threshold"): "SUCCEEDED",
         }
 
-        from playwright.sync_api import sync_playwright
+        with chromium() as browser:
+            page = browser.new_page(viewport=VIEWPORT)
+            # the asset page: its latest materialization (txid 5) and the state's preview
+            page.goto(f"{url}/assets/word_count/word_counts", wait_until="networkidle")
+            page.get_by_text("0000000005").first.wait_for(timeout=60_000)
+            show_markdown(page)
+            page.get_by_text(f"10 of {latest_keys} rows").first.wait_for(timeout=60_000)
+            screenshot(page, tmp_path, "demo_state.png")
+            rows = table_rows(page)  # key: [timestamp, value]
+            assert rows["txid"][-1] == "5"
+            assert rows["preview"][-1] == _as_shown(latest, latest_keys)
 
-        with sync_playwright() as pw:
-            browser, page = _browser_page(pw)
-            try:
-                # the asset page: its latest materialization (txid 5) and the state's preview
-                page.goto(f"{url}/assets/word_count/word_counts", wait_until="networkidle")
-                page.get_by_text("0000000005").first.wait_for(timeout=60_000)
-                _show_markdown(page)
-                page.get_by_text(f"10 of {latest_keys} rows").first.wait_for(timeout=60_000)
-                _screenshot(page, tmp_path, "demo_state.png")
-                rows = _rows(page)  # key: [timestamp, value]
-                assert rows["txid"][-1] == "5"
-                assert rows["preview"][-1] == _as_shown(latest, latest_keys)
-
-                # partition 0000000003: the replayed txid, attempt 1, and its preview
-                page.goto(
-                    f"{url}/assets/word_count/word_counts?view=partitions&partition=0000000003",
-                    wait_until="networkidle",
-                )
-                _show_markdown(page)
-                page.get_by_text(f"10 of {keys_3} rows").first.wait_for(timeout=60_000)
-                page.locator("td", has_text="attempt").first.wait_for(timeout=60_000)
-                _screenshot(page, tmp_path, "demo_txid3.png")
-                rows = _rows(page)  # key: [value, ""]
-                assert (rows["txid"][0], rows["attempt"][0], rows["already_committed"][0]) == (
-                    "3",
-                    "1",
-                    "false",
-                )
-                assert rows["preview"][0] == _as_shown(at_3, keys_3)
-            finally:
-                browser.close()
+            # partition 0000000003: the replayed txid, attempt 1, and its preview
+            page.goto(
+                f"{url}/assets/word_count/word_counts?view=partitions&partition=0000000003",
+                wait_until="networkidle",
+            )
+            show_markdown(page)
+            page.get_by_text(f"10 of {keys_3} rows").first.wait_for(timeout=60_000)
+            page.locator("td", has_text="attempt").first.wait_for(timeout=60_000)
+            screenshot(page, tmp_path, "demo_txid3.png")
+            rows = table_rows(page)  # key: [value, ""]
+            assert (rows["txid"][0], rows["attempt"][0], rows["already_committed"][0]) == (
+                "3",
+                "1",
+                "false",
+            )
+            assert rows["preview"][0] == _as_shown(at_3, keys_3)
     finally:
-        _stop(proc)
+        stop_ui(proc)

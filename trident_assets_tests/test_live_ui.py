@@ -8,10 +8,7 @@ everything it started.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -23,10 +20,7 @@ from trident_assets.backends.replica import Replica
 from trident_assets.cli.ui import stop_process_group
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
-from trident_assets_tests.conftest import JVM_ENV
-from trident_assets_tests.test_ui_warm_spark import _free_port, _gone, _wait
-
-TRIDENT = Path(sys.executable).parent / "trident"
+from trident_assets_tests.dagster_dev_helpers import free_port, gone, server_up, start_ui, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -36,29 +30,18 @@ def test_ui_live_commits_each_record_in_one_live_run(tmp_path: Path) -> None:
     log = PartitionedLog(home / "log")
     log.create_topic("sentences", 2)
     log.create_topic("word_queries", 1)
-    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-    env.update(JVM_ENV)
-    port = _free_port()
+    port = free_port()
     out_path = tmp_path / "ui.log"
-    with out_path.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(TRIDENT), "ui", "--home", "home", "--port", str(port), "--live"],
-            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    proc = start_ui(tmp_path, "--home", "home", "--port", str(port), "--live", log=out_path)
     replica = Replica(home / "replica")
     producer = log.producer("sentences", partitioner="round_robin")
     sent = list(SENTENCES[:4])
     try:
-        _wait(
-            "the webserver",
-            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5),
-            240,
-            out_path,
-        )
+        wait_for("the webserver", server_up(f"http://127.0.0.1:{port}"), 240, out_path)
         for txid, sentence in enumerate(sent, start=1):
             producer.send(sentence.encode())
             producer.flush()
-            _wait(
+            wait_for(
                 f"txid {txid}",
                 lambda t=txid: (replica.latest("word_count") or 0) >= t,
                 300 if txid == 1 else 60,
@@ -75,7 +58,7 @@ def test_ui_live_commits_each_record_in_one_live_run(tmp_path: Path) -> None:
     finally:
         stop_process_group(proc, timeout_s=120)
     assert proc.returncode == 0, out_path.read_text()[-4000:]
-    assert _gone(dev_pid, group=True), "a process of dagster dev's group outlived `trident ui`"
+    assert gone(dev_pid, group=True), "a process of dagster dev's group outlived `trident ui`"
     assert replica.latest("word_count") == 4
     words = Counter(w for s in sent for w in s.split())
     with DuckDBStore(home / "state.duckdb") as store:

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import threading
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -26,8 +25,7 @@ from trident_assets.backends.replica import Replica
 from trident_assets.cli.ui import stop_process_group
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
-from trident_assets_tests.children import TRIDENT, clean_env
-from trident_assets_tests.test_ui_warm_spark import _free_port, _gone, _wait
+from trident_assets_tests.dagster_dev_helpers import free_port, gone, server_up, start_ui, wait_for
 
 
 class _Producer(threading.Thread):
@@ -68,17 +66,7 @@ def _descendants(pid: int) -> set[int]:
 
 
 def _start(tmp_path: Path, port: int, out_path: Path) -> subprocess.Popen[bytes]:
-    with out_path.open("wb") as out:
-        return subprocess.Popen(
-            [str(TRIDENT), "ui", "--home", "home", "--port", str(port), "--live"],
-            cwd=tmp_path,
-            env=clean_env(tmp_path),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            # a background process inherits SIGINT ignored: a terminal's Ctrl-C reaches it
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    return start_ui(tmp_path, "--home", "home", "--port", str(port), "--live", log=out_path)
 
 
 def _ctrl_c(proc: subprocess.Popen[bytes], out_path: Path) -> tuple[str, set[int]]:
@@ -100,18 +88,13 @@ def test_ctrl_c_stops_live_mode_cleanly_and_a_restart_counts_exactly(tmp_path: P
     log.create_topic("word_queries", 1)
     replica = Replica(home / "replica")
     producer = _Producer(log)
-    port = _free_port()
+    port = free_port()
     first_out = tmp_path / "ui-1.log"
     proc = _start(tmp_path, port, first_out)
     try:
-        _wait(
-            "the webserver",
-            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5),
-            240,
-            first_out,
-        )
+        wait_for("the webserver", server_up(f"http://127.0.0.1:{port}"), 240, first_out)
         producer.start()
-        _wait("3 txids", lambda: (replica.latest("word_count") or 0) >= 3, 300, first_out)
+        wait_for("3 txids", lambda: (replica.latest("word_count") or 0) >= 3, 300, first_out)
         output, started = _ctrl_c(proc, first_out)  # records keep arriving meanwhile
     finally:
         stop_process_group(proc, timeout_s=60)
@@ -123,7 +106,7 @@ def test_ctrl_c_stops_live_mode_cleanly_and_a_restart_counts_exactly(tmp_path: P
     assert tail[-1] == "trident ui stopped: nothing it started runs", tail[-5:]
     assert any(line.startswith("Stopping trident ui: each live run ends after") for line in tail)
     assert started
-    assert all(_gone(pid) for pid in started), sorted(started)
+    assert all(gone(pid) for pid in started), sorted(started)
     with dg.DagsterInstance.from_config(str(home.resolve() / "dagster")) as instance:
         runs = instance.get_runs(dg.RunsFilter(tags={"trident/live": "true"}))
         statuses = {run.status for run in runs}
@@ -141,7 +124,7 @@ def test_ctrl_c_stops_live_mode_cleanly_and_a_restart_counts_exactly(tmp_path: P
     second_out = tmp_path / "ui-2.log"
     proc = _start(tmp_path, port, second_out)
     try:
-        _wait("more txids", lambda: (replica.latest("word_count") or 0) >= 6, 400, second_out)
+        wait_for("more txids", lambda: (replica.latest("word_count") or 0) >= 6, 400, second_out)
         producer.stop.set()
         producer.join()
         expected = dict(producer.words)
@@ -150,13 +133,13 @@ def test_ctrl_c_stops_live_mode_cleanly_and_a_restart_counts_exactly(tmp_path: P
             table = replica.read_map("word_count__word_counts", scope="word_count")
             return dict(zip(*table.to_pydict().values(), strict=True)) == expected
 
-        _wait("every record counted", counted, 120, second_out)
+        wait_for("every record counted", counted, 120, second_out)
         output, started = _ctrl_c(proc, second_out)
     finally:
         stop_process_group(proc, timeout_s=60)
     assert proc.returncode == 0, output[-4000:]
     assert "Traceback" not in output, output[-6000:]
-    assert all(_gone(pid) for pid in started), sorted(started)
+    assert all(gone(pid) for pid in started), sorted(started)
     with DuckDBStore(home / "state.duckdb") as store:
         last = store.last_committed("word_count")
         rows = store.scan("word_count__word_counts").to_pylist()

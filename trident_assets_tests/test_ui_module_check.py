@@ -9,23 +9,17 @@ process of the home, its port free, no server log).
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 from trident_assets.cli.ui import check_port
 from trident_assets_tests.children import run_trident
+from trident_assets_tests.dagster_dev_helpers import free_port
 
 BAD_DEFS = """\
 import os
 
 raise RuntimeError("no STORE_URL configured")
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _processes_naming(text: str) -> list[int]:
@@ -49,7 +43,7 @@ def test_ui_refuses_a_module_failing_on_import_before_starting_anything(tmp_path
     (tmp_path / "badpkg" / "defs.py").write_text(BAD_DEFS)
     home = tmp_path / "home"
     (home / "log").mkdir(parents=True)
-    port = _free_port()
+    port = free_port()
 
     done = run_trident(
         tmp_path, "ui", "--home", "home", "--port", str(port), "--module", "badpkg.defs"

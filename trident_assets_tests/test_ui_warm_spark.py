@@ -13,15 +13,12 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -37,43 +34,9 @@ from trident_assets.cli.ui import (
 )
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
+from trident_assets_tests.children import TRIDENT, clean_env
 from trident_assets_tests.conftest import JVM_ENV
-
-TRIDENT = Path(sys.executable).parent / "trident"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait(what: str, probe: Callable[[], Any], timeout_s: float, log: Path) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            got = probe()
-        except OSError:
-            got = None
-        if got:
-            return got
-        time.sleep(0.5)  # each probe is one local request or a read of the instance
-    pytest.fail(f"{what} not ready within {timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
-
-
-def _gone(pid: int, *, group: bool = False) -> bool:
-    """True when no process ``pid`` (``group``: no process of group ``pid``) runs."""
-    try:
-        (os.killpg if group else os.kill)(pid, 0)
-    except ProcessLookupError:
-        return True
-    if group:
-        return False
-    try:  # exited, not reaped yet (its new parent reaps it when it gets to it)
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except OSError:
-        return True
-
+from trident_assets_tests.dagster_dev_helpers import free_port, gone, server_up, start_ui, wait_for
 
 USER_DEFS = """\
 import trident_assets as ta
@@ -114,8 +77,7 @@ def test_ui_module_runs_the_users_topology_on_its_warm_spark_then_stops_everythi
     for sentence in SENTENCES:
         producer.send(sentence.encode())
     producer.flush()
-    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-    env.update(JVM_ENV)
+    env = clean_env(tmp_path)
     refused = subprocess.run(
         [str(TRIDENT), "ui", "--home", "home", "--module", "nosuch_pkg.defs"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
@@ -125,24 +87,17 @@ def test_ui_module_runs_the_users_topology_on_its_warm_spark_then_stops_everythi
         f"error: --module 'nosuch_pkg.defs': no such module importable from {tmp_path} "
         "(run trident in the directory that holds it, or install it)\n"
     )
-    port = _free_port()
+    port = free_port()
     out_path = tmp_path / "ui.log"
-    with out_path.open("wb") as out:  # batches of 2 sentences: one catch-up run, one chunk
-        proc = subprocess.Popen(
-            [str(TRIDENT), "ui", "--home", "home", "--port", str(port), "--module", "my_pkg.defs"],
-            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    # batches of 2 sentences: one catch-up run, one chunk
+    ui_args = ["--home", "home", "--port", str(port), "--module", "my_pkg.defs"]
+    proc = start_ui(tmp_path, *ui_args, log=out_path)
     try:
-        _wait(
-            "the webserver",
-            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5),
-            240,
-            out_path,
-        )
+        wait_for("the webserver", server_up(f"http://127.0.0.1:{port}"), 240, out_path)
         keys = _asset_keys(port)
         assert "my_clicks/word_totals" in keys, keys
         assert not [k for k in keys if "word_count" in k], keys  # the built-ins are replaced
-        _wait("txid 1", lambda: Replica(home / "replica").latest("my_clicks"), 300, out_path)
+        wait_for("txid 1", lambda: Replica(home / "replica").latest("my_clicks"), 300, out_path)
         lines = out_path.read_text().splitlines()
         found = re.fullmatch(
             r"Spark Connect (sc://127\.0\.0\.1:\d+) \(pid (\d+), log (.+)\): every run launched "
@@ -167,20 +122,20 @@ def test_ui_module_runs_the_users_topology_on_its_warm_spark_then_stops_everythi
         workspace = (dagster_home / "workspace.yaml").read_text()
         assert "module_name: my_pkg.defs" in workspace
         assert f'working_directory: "{tmp_path.resolve()}"' in workspace
-        _wait("the run to finish", lambda: _finished_runs(dagster_home), 120, out_path)
+        wait_for("the run to finish", lambda: _finished_runs(dagster_home), 120, out_path)
         (messages,) = _finished_runs(dagster_home)  # one catch-up run, several txids
         assert f"Spark: Spark Connect {url}" in messages
         last = Replica(home / "replica").latest("my_clicks")
         assert last is not None
         assert last >= 2, "a chunk of several txids (the pipelined path) ran"
         idle = f"skipped: my_clicks: no new records after txid {last}"
-        _wait("the sensor's reason to skip", lambda: idle in out_path.read_text(), 60, out_path)
+        wait_for("the sensor's reason to skip", lambda: idle in out_path.read_text(), 60, out_path)
     finally:
         stop_process_group(proc, timeout_s=120)
     assert proc.returncode == 0, out_path.read_text()[-4000:]
-    assert _gone(server_pid), "the Spark Connect server outlived `trident ui`"
-    assert _gone(dev_pid), "dagster dev outlived `trident ui`"
-    assert _gone(dev_pid, group=True), "a process of dagster dev's group outlived `trident ui`"
+    assert gone(server_pid), "the Spark Connect server outlived `trident ui`"
+    assert gone(dev_pid), "dagster dev outlived `trident ui`"
+    assert gone(dev_pid, group=True), "a process of dagster dev's group outlived `trident ui`"
     logged = out_path.read_text()
     assert "telemetry" not in logged.lower().replace("telemetry:", "")
     assert "SupersessionWarning" not in logged
@@ -234,15 +189,15 @@ def test_connect_server_stops_when_its_supervisor_is_killed(tmp_path: Path) -> N
     try:
         assert supervisor.stdout is not None
         server_pid = int(supervisor.stdout.readline())
-        assert not _gone(server_pid)
+        assert not gone(server_pid)
         assert os.getpgid(server_pid) == server_pid, "the server has a process group of its own"
     finally:
         os.killpg(supervisor.pid, signal.SIGKILL)
         supervisor.wait(timeout=30)
     deadline = time.monotonic() + 60
-    while not _gone(server_pid) and time.monotonic() < deadline:
+    while not gone(server_pid) and time.monotonic() < deadline:
         time.sleep(0.5)
-    if not _gone(server_pid):
+    if not gone(server_pid):
         os.killpg(server_pid, signal.SIGKILL)
         pytest.fail("the Spark Connect server outlived its supervisor's SIGKILL")
 
@@ -367,12 +322,13 @@ def test_stopping_a_group_also_stops_a_process_started_during_the_shutdown(
     )
     (tmp_path / "no.log").touch()
     try:
-        _wait("the leader", lambda: (tmp_path / "leader_ready").exists(), 60, tmp_path / "no.log")
+        ready = tmp_path / "leader_ready"
+        wait_for("the leader", ready.exists, 60, tmp_path / "no.log")
         stop_process_group(leader, timeout_s=120)  # SIGKILL only after 120 s
     finally:
-        if not _gone(leader.pid, group=True):
+        if not gone(leader.pid, group=True):
             os.killpg(leader.pid, signal.SIGKILL)
     assert leader.returncode == 0
     assert (tmp_path / "late_ready").exists()
     assert (tmp_path / "late_terminated").exists(), "the late process got SIGTERM, not SIGKILL"
-    assert _gone(leader.pid, group=True)
+    assert gone(leader.pid, group=True)
