@@ -32,8 +32,8 @@ from trident_assets.spark.executor import DEAD_LETTERS, TopologyRunner
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.topology import TridentTopology
 from trident_assets_tests.faults import Crash, crash_at
+from trident_assets_tests.soaks import REPO, run_soak, soak_env
 
-REPO = Path(__file__).resolve().parents[1]
 MALFORMED = [b"\xff\xfe broken", b"truncated \xc3", b"\x80 lone continuation"]
 
 
@@ -97,7 +97,7 @@ class _Child:
     def __init__(self, root: Path) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.stderr = (root / "child.log").open("w")
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
+        env = soak_env()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trident_assets_tests.chaos_child", str(root)],
             stdin=subprocess.PIPE,
@@ -423,27 +423,10 @@ def test_short_chaos_soak_both_spout_kinds_exactly_once(
     tmp_path: Path, batches: int, kills: int, store: str, producer: tuple[str, ...]
 ) -> None:
     """The soak on DuckDB, and on PostgreSQL (a server the soak starts and stops)."""
-    out = tmp_path / "soak.json"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.chaos_soak", "--batches", str(batches), "--kills", str(kills),
-         "--kind", "both", "--seed", "11", "--root", str(tmp_path / "soak"), "--json", str(out),
-         "--store", store, *producer],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
-        start_new_session=True,
+    result = run_soak(
+        tmp_path, "--batches", str(batches), "--kills", str(kills), "--kind", "both",
+        "--seed", "11", "--store", store, *producer, env=soak_env(),
     )  # fmt: skip
-    try:
-        stdout, stderr = proc.communicate(timeout=1700)
-    finally:
-        if proc.poll() is None:  # the driver stops its producer and worker on SIGTERM
-            proc.terminate()
-            try:
-                proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-    assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
-    result = json.loads(out.read_text())
     assert result["ok"] is True
     assert result["store"] == store
     assert result["kills"] == kills  # every planned SIGKILL happened, each one a new worker
@@ -459,4 +442,3 @@ def test_short_chaos_soak_both_spout_kinds_exactly_once(
         assert cmp["replica_mismatched"] == 0, "the read replica equals the state"
         assert cmp["replica_txid"] == cmp["last_txid"]
     assert {f["topology"] for f in result["figures"]} == {"wc_opaque", "wc_transactional"}
-    assert "RESULT: PASS" in stdout
