@@ -25,9 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FilesWaiting", "last_failure", "record_failure", "status_rows"]
 
-RANGES = SPOUT_RANGES_TABLE
-"""The spout ranges table (:mod:`trident_assets.backends.duckdb_spout_meta`)."""
-
 
 def _path(home: str | Path, topology: str) -> Path:
     return Path(home) / "status" / f"{validate_identifier(topology, 'topology')}.json"
@@ -59,12 +56,12 @@ def last_failure(home: str | Path, topology: str) -> dict[str, Any] | None:
 
 def _positions(store: StateStore) -> dict[str, dict[str, int]]:
     """Per topology, per partition: the next offset after its last committed batch."""
-    if not store.has_table(RANGES):
+    if not store.has_table(SPOUT_RANGES_TABLE):
         return {}
     rows = store.fetch_rows(
         store.dialect.latest(
             "topology, partition, next_offset",
-            f"{RANGES} WHERE committed",
+            f"{SPOUT_RANGES_TABLE} WHERE committed",
             "topology, spout, partition",
             "txid",
         )

@@ -74,7 +74,6 @@ from trident_assets.backends.join_pending_table import (
     side_column,
 )
 from trident_assets.core.join import (
-    EXPIRED_FIELDS,
     DuplicateJoinSideError,
     JoinInputError,
     SingleJoin,
@@ -85,7 +84,6 @@ from trident_assets.errors import StaleTxidError
 from trident_assets.names import validate_identifier
 
 __all__ = [
-    "EXPIRED_FIELDS",
     "META_TABLE",
     "ORD_COLUMN",
     "SIDE_COLUMN",

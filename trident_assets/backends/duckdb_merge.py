@@ -68,7 +68,6 @@ __all__ = [
     "apply_partials_python",
     "arrow_to_sql_type",
     "check_schema",
-    "read_back",
     "refuse_null_keys",
     "refuse_null_sum",
     "resolve_layout",

@@ -33,7 +33,7 @@ rows it kept for keys that lost older versions. Plain maps store no txid: no as-
 
 Every bulk call is one set-based statement: keys and values travel as an Arrow table registered
 on the connection, never as a per-key loop. SQL values are always bound parameters; identifiers
-are validated by :data:`IDENTIFIER_RE` and double-quoted.
+are validated by :data:`~trident_assets.names.IDENTIFIER_RE` and double-quoted.
 
 A store holds one connection and is not thread-safe: use one store per thread (or process).
 
@@ -57,28 +57,18 @@ from trident_assets.backends.backing_map import SqlBackingMap
 from trident_assets.backends.duckdb_open import (
     CREATION_GRACE_S,
     HEADER_BYTES,
-    RESTORE_HINT,
     connect_file,
     corrupt_state_error,
     is_corrupt_state,
-    quiet_connect,
 )
 from trident_assets.backends.duckdb_statements import DuckDBStatements
 from trident_assets.backends.map_layout import (
     CATALOG_TABLE,
     COMMITS_TABLE,
-    COMPACTIONS_TABLE,
     SEQ_COLUMN,
     MapKind,
     MapLayout,
-    default_key_columns,
-    kind_for_state_type,
     log_table,
-    normalize_key_type,
-    normalize_value_type,
-    quote_ident,
-    seq_name,
-    sql_to_arrow,
 )
 from trident_assets.backends.marker_file import (
     CommitMarkerFile,
@@ -89,34 +79,16 @@ from trident_assets.backends.sql_dialect import DUCKDB, Dialect
 from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError, StateLayoutError, TridentError
-from trident_assets.names import IDENTIFIER_RE, validate_identifier
 
 __all__ = [
-    "CATALOG_TABLE",
-    "COMMITS_TABLE",
-    "COMPACTIONS_TABLE",
     "CREATION_GRACE_S",
     "HEADER_BYTES",
-    "IDENTIFIER_RE",
-    "RESTORE_HINT",
     "SEQ_COLUMN",
     "DuckDBBackingMap",
     "DuckDBStore",
     "DuckDBTransaction",
-    "MapKind",
     "MapLayout",
-    "corrupt_state_error",
-    "default_key_columns",
-    "is_corrupt_state",
-    "kind_for_state_type",
     "log_table",
-    "normalize_key_type",
-    "normalize_value_type",
-    "quiet_connect",
-    "quote_ident",
-    "seq_name",
-    "sql_to_arrow",
-    "validate_identifier",
 ]
 
 log = logging.getLogger(__name__)

@@ -64,16 +64,6 @@ MapKind = Literal["opaque", "transactional", "plain"]
 """How a map table's rows read back: OpaqueValue, TransactionalValue or the plain value."""
 
 
-COMMITS_TABLE = COMMITS_TABLE
-"""The table of commit markers (last committed txid per scope)."""
-
-CATALOG_TABLE = CATALOG_TABLE
-"""The catalog describing every map table."""
-
-COMPACTIONS_TABLE = COMPACTIONS_TABLE
-"""Per map, the oldest txid an as-of read can still reconstruct after compaction."""
-
-_RESERVED_PREFIX = RESERVED_PREFIX
 VALUE_COLUMNS = RESERVED_COLUMNS
 """The value columns of every map table, after the key columns."""
 _KINDS: tuple[MapKind, ...] = ("opaque", "transactional", "plain")
@@ -81,10 +71,6 @@ _KEY_TYPES = ("BIGINT", "VARCHAR", "DOUBLE", "BOOLEAN", "BLOB", "JSON")
 _SCALAR_VALUE_TYPES = ("BIGINT", "DOUBLE", "VARCHAR", "BOOLEAN", "JSON")
 _DECIMAL_RE = re.compile(r"^DECIMAL\(\s*38\s*,\s*(\d{1,2})\s*\)$")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-SEQ_COLUMN = SEQ_COLUMN
-"""The log-table column ordering the versions of a key (higher = newer)."""
 
 
 def log_table(table: str) -> str:
@@ -223,10 +209,10 @@ class MapLayout:
         for col in self.key_columns:
             validate_identifier(col, "key column")
             low = col.lower()
-            if low in VALUE_COLUMNS or low.startswith(_RESERVED_PREFIX) or low in seen:
+            if low in VALUE_COLUMNS or low.startswith(RESERVED_PREFIX) or low in seen:
                 msg = (
                     f"map {self.table!r}: key column {col!r} is a duplicate or reserved "
-                    f"(txid, curr, prev and names starting with {_RESERVED_PREFIX!r} are taken)"
+                    f"(txid, curr, prev and names starting with {RESERVED_PREFIX!r} are taken)"
                 )
                 raise ConfigError(msg)
             seen.add(low)
@@ -252,9 +238,9 @@ def validate_table_name(table: str) -> str:
         ConfigError: invalid or reserved (starts with ``_trident``).
     """
     validate_identifier(table, "table")
-    if table.lower().startswith(_RESERVED_PREFIX):
+    if table.lower().startswith(RESERVED_PREFIX):
         msg = (
-            f"table name {table!r} is reserved: names starting with {_RESERVED_PREFIX!r} "
+            f"table name {table!r} is reserved: names starting with {RESERVED_PREFIX!r} "
             "are internal"
         )
         raise ConfigError(msg)

@@ -58,7 +58,6 @@ PARTIALS_KEPT = 2
 """Txids of partials the store keeps: enough to publish a txid a crash left unpublished
 (the read replica keeps ``keep_txids`` of them for readers)."""
 
-_SEQ = SEQ_COLUMN
 DEAD_LETTERS_TABLE = DEAD_LETTERS_TABLE
 """The store's dead-letter table (``spark/batch_tables.py``), published per scope and txid."""
 
@@ -213,7 +212,7 @@ class Replica(ReplicaReader):
         if layout.kind == "plain":  # no txids: every row as of ``up_to``
             rows = store.fetch_arrow(f"SELECT * FROM {log}")
             pq.write_table(rows, fresh / f"{up_to:010d}.parquet")
-            top = pc.max(rows.column(_SEQ)).as_py() if rows.num_rows else 0
+            top = pc.max(rows.column(SEQ_COLUMN)).as_py() if rows.num_rows else 0
             (fresh / "_published_seq.json").write_text(json.dumps({"seq": int(top)}))
         else:
             rows = store.fetch_arrow(f"SELECT * FROM {log} WHERE txid <= ?", [up_to])
@@ -242,9 +241,9 @@ class Replica(ReplicaReader):
             return _rows(store, f"SELECT * FROM {log} WHERE txid = ?", [txid])
         mark = self.root / table / "_published_seq.json"
         after = int(json.loads(mark.read_text())["seq"]) if mark.exists() else 0
-        rows = store.fetch_arrow(f"SELECT * FROM {log} WHERE {_SEQ} > ?", [after])
+        rows = store.fetch_arrow(f"SELECT * FROM {log} WHERE {SEQ_COLUMN} > ?", [after])
         if rows.num_rows:
-            top = int(pc.max(rows.column(_SEQ)).as_py())
+            top = int(pc.max(rows.column(SEQ_COLUMN)).as_py())
             _write_atomically(mark, lambda p: p.write_text(json.dumps({"seq": top})))
         return rows
 
@@ -303,7 +302,7 @@ class Replica(ReplicaReader):
             with quiet_connect() as conn:
                 rows = conn.sql(
                     f"SELECT * FROM read_parquet(?, union_by_name = true) QUALIFY row_number() "
-                    f"OVER (PARTITION BY {keys} ORDER BY {_SEQ} DESC) = 1",
+                    f"OVER (PARTITION BY {keys} ORDER BY {SEQ_COLUMN} DESC) = 1",
                     params=[[str(f) for f in files]],
                 ).to_arrow_table()
         base = self.root / table / f"base-{base_txid:010d}.parquet"

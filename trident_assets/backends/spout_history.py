@@ -20,14 +20,12 @@ from trident_assets.backends.state_store import StateStore
 from trident_assets.names import SPOUT_HISTORY_TABLE
 from trident_assets.spouts.ranges import PartitionRange
 
-__all__ = ["HISTORY_TABLE", "SpoutJoins", "read_history", "record_history", "spout_joins"]
-
-HISTORY_TABLE = SPOUT_HISTORY_TABLE
+__all__ = ["SpoutJoins", "read_history", "record_history", "spout_joins"]
 
 
 def _ensure(store: StateStore) -> None:
     store.execute(
-        f"CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (topology VARCHAR NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {SPOUT_HISTORY_TABLE} (topology VARCHAR NOT NULL, "
         "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, partition VARCHAR NOT NULL, "
         "first_offset BIGINT NOT NULL, next_offset BIGINT NOT NULL, "
         "deployment_id VARCHAR NOT NULL, topic_id VARCHAR, "
@@ -55,7 +53,7 @@ def record_history(
     )
     with store.staged(batch) as name:
         store.execute(
-            f"INSERT INTO {HISTORY_TABLE} (topology, spout, txid, partition, first_offset, "
+            f"INSERT INTO {SPOUT_HISTORY_TABLE} (topology, spout, txid, partition, first_offset, "
             "next_offset, deployment_id, topic_id) SELECT ?, spout, ?, partition, "
             f'first_offset, next_offset, deployment_id, topic_id FROM "{name}" '
             "ON CONFLICT DO NOTHING",
@@ -71,12 +69,12 @@ def read_history(
     A (spout, txid) without a recorded range is absent (committed before the history was
     kept, or never committed).
     """
-    if not spouts or first > last or not store.has_table(HISTORY_TABLE):
+    if not spouts or first > last or not store.has_table(SPOUT_HISTORY_TABLE):
         return {}
     marks = ", ".join("?" for _ in spouts)
     rows = store.fetch_rows(
         "SELECT spout, txid, partition, first_offset, next_offset, deployment_id, topic_id "
-        f"FROM {HISTORY_TABLE} WHERE topology = ? AND txid BETWEEN ? AND ? "
+        f"FROM {SPOUT_HISTORY_TABLE} WHERE topology = ? AND txid BETWEEN ? AND ? "
         f"AND spout IN ({marks}) ORDER BY spout, txid, partition",
         [topology, first, last, *spouts],
     )
@@ -113,10 +111,10 @@ class SpoutJoins:
 
 def spout_joins(store: StateStore, topology: str) -> SpoutJoins:
     """The :class:`SpoutJoins` of ``topology`` (one grouped statement)."""
-    if not store.has_table(HISTORY_TABLE):
+    if not store.has_table(SPOUT_HISTORY_TABLE):
         return SpoutJoins(None, {})
     rows = store.fetch_rows(
-        f"SELECT spout, min(txid) FROM {HISTORY_TABLE} WHERE topology = ? GROUP BY spout",
+        f"SELECT spout, min(txid) FROM {SPOUT_HISTORY_TABLE} WHERE topology = ? GROUP BY spout",
         [topology],
     )
     joined = {str(sid): int(first) for sid, first in rows}

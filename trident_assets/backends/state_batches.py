@@ -39,9 +39,6 @@ __all__ = [
     "state_total",
 ]
 
-TOTALS_TABLE = TOTALS_TABLE
-"""Per Count/Sum state, the sum of all its values after its last committed txid."""
-
 COMBINERS: dict[str, type[CombinerAggregator[Any]]] = {
     "count": Count,
     "sum": Sum,

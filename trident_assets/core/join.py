@@ -61,8 +61,6 @@ from typing import Any, Protocol
 
 from trident_assets.core.join_expiry import (
     EXPIRED_FIELDS,
-    REASON_TIMEOUT_BATCHES,
-    REASON_TIMEOUT_S,
     ExpiredHalf,
     ExpiryCutoff,
     check_batch_ts,
@@ -75,7 +73,6 @@ from trident_assets.core.join_expiry import (
 from trident_assets.core.join_spec import (
     ARRIVED_TS,
     ARRIVED_TXID,
-    META_KEY_TAG,
     RESERVED_FIELDS,
     JoinInputError,
     SingleJoin,
@@ -89,9 +86,6 @@ __all__ = [
     "ARRIVED_TS",
     "ARRIVED_TXID",
     "EXPIRED_FIELDS",
-    "META_KEY_TAG",
-    "REASON_TIMEOUT_BATCHES",
-    "REASON_TIMEOUT_S",
     "DuplicateJoinSideError",
     "ExpiredHalf",
     "ExpiryCutoff",

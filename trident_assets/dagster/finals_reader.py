@@ -51,7 +51,7 @@ def read_published_finals(
         StateLayoutError: the finals are not published yet (no batch committed since the
             replica carries them).
     """
-    from trident_assets.backends.duckdb_store import quiet_connect
+    from trident_assets.backends.duckdb_open import quiet_connect
 
     table = str(meta["trident/table"])
     files = [str(f) for f in replica.appended_files(table, str(meta["trident/scope"]))]

@@ -22,17 +22,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pyarrow as pa
 from pydantic import ConfigDict, Field
 
-from trident_assets.backends.postgres_config import state_location
-from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS
 from trident_assets.core.values import StateType
 from trident_assets.dagster.partitions import parse_txid
+from trident_assets.dagster.store_config import StoreConfig
 from trident_assets.errors import ConfigError
 from trident_assets.names import (
     MAP_LOG_PREFIX,
@@ -171,7 +170,7 @@ def _convert(table: pa.Table, wanted: Any) -> Any:
     return table.to_pandas()
 
 
-class TridentIOManager(dg.ConfigurableIOManager):
+class TridentIOManager(dg.ConfigurableIOManager, StoreConfig):
     """Txid-aware state for Dagster assets: loads trident states as of a txid, persists yours.
 
     Point it at the same ``home`` as the topologies' ``TridentResource``
@@ -181,42 +180,11 @@ class TridentIOManager(dg.ConfigurableIOManager):
 
     model_config = ConfigDict(extra="forbid")  # a misspelt setting fails, naming it
 
-    home: str = Field(default=".trident", description="Directory holding the log and state.")
-    state_database: str | None = Field(
-        default=None, description="DuckDB state file; default <home>/state.duckdb."
-    )
-    state_dsn: str | None = Field(
-        default=None,
-        description="PostgreSQL state store, as postgresql://user[:password]@host:port/database; "
-        "when set, the state lives there instead of the DuckDB file (README, State in "
-        "PostgreSQL).",
-    )
     keep_txids: int = Field(
         default=DEFAULT_KEEP_TXIDS,
         ge=1,
         description="How many recent txids stay readable as of a txid after compaction.",
     )
-
-    @property
-    def replica(self) -> Replica:
-        """The lock-free read replica of the state store (``<home>/replica``)."""
-        return Replica(Path(self.home) / "replica")
-
-    @property
-    def database(self) -> Path:
-        """The DuckDB state file."""
-        return (
-            Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
-        )
-
-    @property
-    def state_location(self) -> str:
-        """Where the state store is: ``state_dsn`` when set, else the DuckDB file.
-
-        Raises:
-            ConfigError: ``state_dsn`` is set but is not a ``postgresql://`` URI.
-        """
-        return state_location(self.state_dsn, self.database)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -230,7 +198,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
             from trident_assets.dagster.finals_reader import read_published_finals
 
             window = context.asset_partitions_time_window
-            table = read_published_finals(self.replica, meta, window)
+            table = read_published_finals(self.replica(), meta, window)
             return _convert(table, context.dagster_type.typing_type)
         if kind == KIND_KV_STATE:  # a key-value state: the latest values, from its servers
             table = _read_kv_state(meta, self._input_txids(context))
@@ -262,7 +230,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
 
     def _read_state(self, meta: dict[str, Any], as_of: int | None) -> pa.Table:
         value = str(meta["trident/value_field"])
-        table = self.replica.read_map(
+        table = self.replica().read_map(
             str(meta["trident/table"]),
             scope=str(meta["trident/scope"]),
             as_of=as_of,
@@ -276,11 +244,11 @@ class TridentIOManager(dg.ConfigurableIOManager):
         table = str(meta["trident/table"])
         scope = str(meta["trident/scope"])
         if not txids:
-            latest = self.replica.latest(scope)
+            latest = self.replica().latest(scope)
             txids = [] if latest is None else [latest]
         parts = []
         for txid in txids:
-            rows = self.replica.read_rows(table, txid)
+            rows = self.replica().read_rows(table, txid)
             if rows is None:
                 msg = (
                     f"{table}: no rows of txid {txid} are published (not committed yet, or "
@@ -345,8 +313,9 @@ class TridentIOManager(dg.ConfigurableIOManager):
             result = commit_state_batch(store, scope, target, partials, txid)
             if result.applied:
                 named = {"value_field": target.value_column, "global": not target.key_columns}
-                self.replica.publish(store, scope, txid, [target.table], [], {target.table: named})
-                self.replica.compact(target.table, self.keep_txids)
+                replica = self.replica()
+                replica.publish(store, scope, txid, [target.table], [], {target.table: named})
+                replica.compact(target.table, self.keep_txids)
             size = store.size(target.table)
             total = state_total(store, target.table)
         merged = result.result

@@ -12,8 +12,8 @@ from typing import Any
 import dagster as dg
 from pydantic import ConfigDict, Field, field_validator
 
-from trident_assets.backends.postgres_config import state_location
-from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
+from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS
+from trident_assets.dagster.store_config import StoreConfig
 from trident_assets.errors import ConfigError
 from trident_assets.names import SPARK_REMOTE_ENV
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, build_spark_session
@@ -24,7 +24,7 @@ CRASH_POINTS = ("after_emit", "after_state_write", "before_commit", "after_commi
 """The points of a batch where ``crash_at`` may kill the run process (chaos testing)."""
 
 
-class TridentResource(dg.ConfigurableResource):
+class TridentResource(dg.ConfigurableResource, StoreConfig):
     """Paths and engines of trident_assets topologies.
 
     The embedded log lives in ``<home>/log`` and the DuckDB state in ``<home>/state.duckdb``
@@ -36,16 +36,6 @@ class TridentResource(dg.ConfigurableResource):
 
     model_config = ConfigDict(extra="forbid")  # a misspelt setting fails, naming it
 
-    home: str = Field(default=".trident", description="Directory holding the log and state.")
-    state_database: str | None = Field(
-        default=None, description="DuckDB state file; default <home>/state.duckdb."
-    )
-    state_dsn: str | None = Field(
-        default=None,
-        description="PostgreSQL state store, as postgresql://user[:password]@host:port/database; "
-        "when set, the state lives there instead of the DuckDB file (README, State in "
-        "PostgreSQL).",
-    )
     state_memory_limit: str | None = Field(
         default=None,
         description="DuckDB memory_limit of the state store (e.g. '1GB'): DuckDB spills what "
@@ -102,26 +92,6 @@ class TridentResource(dg.ConfigurableResource):
     def log_root(self) -> Path:
         """The embedded log's directory."""
         return Path(self.home) / "log"
-
-    @property
-    def database(self) -> Path:
-        """The DuckDB state file."""
-        return (
-            Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
-        )
-
-    @property
-    def state_location(self) -> str:
-        """Where the state store is: ``state_dsn`` when set, else the DuckDB file.
-
-        Raises:
-            ConfigError: ``state_dsn`` is set but is not a ``postgresql://`` URI.
-        """
-        return state_location(self.state_dsn, self.database)
-
-    def replica(self) -> Replica:
-        """The read replica every committed txid is published to (``<home>/replica``)."""
-        return Replica(Path(self.home) / "replica")
 
     def log(self) -> Any:
         """The embedded log."""

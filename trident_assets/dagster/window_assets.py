@@ -61,10 +61,8 @@ from trident_assets.backends.window_store import WATERMARKS
 from trident_assets.core.window_partitions import newly_complete
 from trident_assets.dagster.finals_asset import (
     DEFAULT_START,
-    KIND_FINALS,
     FinalsAsset,
     check_partition_names,
-    default_finals_partitions,
     finals_assets,
     finals_rows,
     fingerprint,
@@ -86,11 +84,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_START",
     "FINALS_CHECKS_SENSOR",
-    "KIND_FINALS",
     "FinalsAsset",
     "check_partition_names",
     "completed_partitions",
-    "default_finals_partitions",
     "finals_assets",
     "finals_check",
     "finals_checks_sensor",
@@ -100,7 +96,6 @@ __all__ = [
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_DEAD_LETTERS = DEAD_LETTERS_TABLE
 
 
 def _us(value: datetime) -> int:
@@ -142,11 +137,11 @@ def _late_records(store: Any, fa: FinalsAsset) -> tuple[int, int]:
     Late records, and records whose event time is null or unparseable (spout
     ``window:<state>``).
     """
-    if not store.has_table(_DEAD_LETTERS):
+    if not store.has_table(DEAD_LETTERS_TABLE):
         return 0, 0
     rows = store.fetch_rows(
         "SELECT coalesce(sum(CASE WHEN reason LIKE ? THEN 1 ELSE 0 END), 0), count(*) "
-        f"FROM {_DEAD_LETTERS} WHERE topology = ? AND spout = ?",
+        f"FROM {DEAD_LETTERS_TABLE} WHERE topology = ? AND spout = ?",
         ["late record%", fa.topology.name, f"window:{fa.state.spec.name}"],
     )
     late, total = int(rows[0][0]), int(rows[0][1])

@@ -13,7 +13,6 @@ from trident_assets.log.partitioner import kafka_partition, murmur2
 from trident_assets.log.store import (
     HEADERS_TYPE,
     LOG_SCHEMA,
-    LogCorruptedError,
     PartitionedLog,
     PartitionInfo,
     Producer,
@@ -26,7 +25,6 @@ from trident_assets.log.store import (
 __all__ = [
     "HEADERS_TYPE",
     "LOG_SCHEMA",
-    "LogCorruptedError",
     "PartitionInfo",
     "PartitionedLog",
     "Producer",

@@ -47,7 +47,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.errors import ConfigError, CorruptSegmentError
+from trident_assets.errors import ConfigError
 from trident_assets.log.files import DEFAULT_LOCK_TIMEOUT_S, UnknownTopicError
 from trident_assets.log.names import validate_partition
 from trident_assets.log.producer import Partitioner, Producer
@@ -64,7 +64,6 @@ from trident_assets.log.records import (
 )
 from trident_assets.log.segments import list_segments, next_offset, read_log_start
 from trident_assets.log.topics import (
-    FORMAT_VERSION,
     TopicExistsError,
     add_partitions,
     create_topic,
@@ -75,14 +74,11 @@ from trident_assets.log.topics import (
 from trident_assets.log.writes import append_segment, delete_before
 
 __all__ = [
-    "FORMAT_VERSION",
     "HEADERS_TYPE",
     "LOG_SCHEMA",
     "SEGMENT_PATTERN",
-    "LogCorruptedError",
     "PartitionInfo",
     "PartitionedLog",
-    "Partitioner",
     "Producer",
     "Record",
     "Segment",
@@ -95,13 +91,6 @@ _before_publish: Callable[[Path], None] | None = None
 
 Only crash tests set it (in a child process) to stop a writer between "temp file written"
 and "segment published"; it is ``None`` in normal use.
-"""
-
-
-LogCorruptedError = CorruptSegmentError
-"""Segment files of a partition are missing, overlapping, unreadable or disagree with their names.
-
-The same class as :class:`~trident_assets.errors.CorruptSegmentError` (kept under this name).
 """
 
 
