@@ -132,11 +132,15 @@ class StateInput:
     """Per spout: the dead letters the job itself collected (no job of their own)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
-    """One batch's Spark results, ready for its commit transaction."""
+    """What the engine prepared for one txid, ready for its commit transaction.
 
-    partials: dict[str, pa.Table]
+    A state or an output left out reads this batch's new values: the engine computes it
+    inside the transaction. A quarantined txid is an empty batch (:meth:`set_aside`).
+    """
+
+    partials: dict[str, Any]
     """Per state: the batch's input (per-key partials, grouped tuples or updater rows)."""
     outputs: dict[str, pa.Table]
     """Per output: its tuples (outputs that read this batch's new values are left out)."""
@@ -146,6 +150,18 @@ class Prepared:
     """Per spout: how many records the batch read."""
     nulls: dict[str, int] = field(default_factory=dict)
     """Per Sum/Min/Max state: the null input values its partials skipped."""
+    recorded: dict[str, BatchPlan] | None = None
+    """The ranges the commit makes final (None: those the txid read; a quarantine replay
+    records its spouts' positions instead of the quarantined ranges it reads)."""
+    quarantine: str | None = None
+    """Set aside: the txid's ranges go to the quarantine with this error, unprocessed."""
+    replays: int | None = None
+    """The quarantined txid whose records this txid processes (marked replayed with it)."""
+
+    @classmethod
+    def set_aside(cls, plans: dict[str, BatchPlan], error: str) -> Prepared:
+        """A quarantined txid: nothing read, ``plans`` made final, kept with ``error``."""
+        return cls({}, {}, {}, dict.fromkeys(plans, 0), recorded=plans, quarantine=error)
 
 
 def head_rows(table: pa.Table, k: int = PREVIEW_ROWS) -> pa.Table:

@@ -9,8 +9,8 @@ Order of work for txid ``N`` (Trident's batch phase, then its commit phase):
    tuples or rows); queries read the state as committed before this batch.
 4. ONE store transaction applies every state (one set-based statement each), records the
    new values, outputs and dead letters, makes the spout ranges final, and marks ``N``
-   committed (:meth:`Runner.commit`, the one way a txid commits). A crash anywhere leaves
-   the old state or the new, never a mix.
+   committed (:func:`~trident_assets.runtime.commit.commit`, the one way a txid commits;
+   the runner is its target). A crash anywhere leaves the old state or the new, never a mix.
 5. The committed txid is published to the read replica, then compacted if the policy says.
 
 Steps 2-3 run on the engine through the one txid loop (:mod:`.txid_loop`: consecutive txids
@@ -28,7 +28,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pyarrow as pa
 
@@ -46,8 +46,8 @@ from trident_assets.errors import ConfigError
 from trident_assets.planner import pipelinable
 from trident_assets.runtime.backfill_plans import BackfillOutcome
 from trident_assets.runtime.batch_tables import ensure_dead_letters_table
-from trident_assets.runtime.commit import commit_txid, drop_progress, progress
-from trident_assets.runtime.outcomes import BatchOutcome, Prepared
+from trident_assets.runtime.commit import drop_progress, progress
+from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.runtime.publishing import described as describe
 from trident_assets.runtime.publishing import (
     publish,
@@ -62,6 +62,7 @@ from trident_assets.spouts.ranges import BatchPlan, partition_sort_key
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
+    from trident_assets.core.commit import CommitMarker
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
@@ -71,7 +72,6 @@ __all__ = [
     "Fault",
     "Runner",
     "RunnerOptions",
-    "TxidRun",
 ]
 
 DEFAULT_COMPACTION = CompactionPolicy()
@@ -93,16 +93,6 @@ class RunnerOptions(TypedDict, total=False):
     replica: Replica | None
     keep_txids: int
     clock: Callable[[], float] | None
-
-
-class TxidRun(Protocol):
-    """One txid's run on the engine, ready to commit."""
-
-    txid: int
-    plans: dict[str, BatchPlan]
-
-    def commit(self, prepared: Prepared) -> BatchOutcome:
-        """Apply the txid inside the open store transaction."""
 
 
 class Runner(ABC):
@@ -173,10 +163,24 @@ class Runner(ABC):
         """The lakehouse tables of the topology, published after each commit."""
         publish_tables(self.tables, store, self.fault, self._building)
 
+    marker: CommitMarker | None = None
+    """The topology's commit marker is the store's (:func:`~.commit.commit`'s target)."""
+    what: str | None = None
+
     @property
     def scope(self) -> str:
         """The commit scope: the topology name."""
         return self.topology.name
+
+    @property
+    def states(self) -> dict[str, TridentState]:
+        """The topology's states, which each txid commits."""
+        return self.topology.states
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """The topology's outputs, which each txid writes."""
+        return self.topology.outputs
 
     def last_committed(self) -> int | None:
         """The last committed txid of the topology."""
@@ -324,14 +328,8 @@ class Runner(ABC):
         """The batch coordinator of each spout."""
         return {sid: self.coordinator(sid) for sid in self.topology.spouts}
 
-    def commit_run(
-        self, run: TxidRun, prepared: Prepared, timings: dict[str, float], share: int
-    ) -> BatchOutcome:
-        """Commit one txid in its own transaction, then compact what the policy says."""
-        return self.commit(run.txid, run.plans, lambda: run.commit(prepared), timings, share)
-
-    def _apply(self, apply: Callable[[], BatchOutcome], txid: int) -> BatchOutcome:
-        """In ``txid``'s commit transaction: the states' bookkeeping, then the batch.
+    def declared(self, txid: int, write: Callable[[], BatchOutcome]) -> BatchOutcome:
+        """In ``txid``'s commit transaction: the states' bookkeeping, then ``write``.
 
         Contracts of new states are written; states built from the log join (their progress
         and any record that they had left are removed); stored states this declaration
@@ -344,56 +342,29 @@ class Runner(ABC):
             drop_progress(self.store, self.scope, joining)
             forget_left(self.store, self.scope, joining)
             record_left(self.store, self.scope, self._absent, txid - 1)
-            return apply()
+            return write()
         except BaseException:
             self._pending_contracts = pending  # rolled back: write them with the next commit
             self._joining = joining
             raise
 
-    def commit(
-        self,
-        txid: int,
-        plans: dict[str, BatchPlan],
-        apply: Callable[[], BatchOutcome],
-        timings: dict[str, float],
-        share: int,
-    ) -> BatchOutcome:
-        """Commit ``txid`` of the topology: ``apply`` in its transaction, publish, compact.
-
-        The one way a txid of the topology commits, whatever asked for it (a live batch, a
-        chunk, a quarantine, a quarantine replay): strict order and committed-is-final come
-        from :func:`~trident_assets.runtime.commit.commit_txid`. Returns the txid's outcome
-        (``applied=False`` when it had committed before).
-        """
-        t_commit = time.perf_counter()
-        result = commit_txid(self.store, self.scope, txid, lambda: self._apply(apply, txid))
-        outcome = (
-            result.result
-            if result.applied and result.result
-            else BatchOutcome(self.scope, txid, False, plans)
-        )
-        timings["commit"] = time.perf_counter() - t_commit
-        if outcome.applied:
-            outcome.lag = self.lag(outcome.plans)
-        if outcome.applied and (self.replica is not None or self.tables):
+    def published(self, outcome: BatchOutcome, timings: dict[str, float]) -> None:
+        """Publish committed ``outcome`` to the replica and the tables; compact its states."""
+        if self.replica is not None or self.tables:
             self.fault("after_commit")  # committed, not yet published: readers lag one txid
-        if outcome.applied and self.replica is not None:
+        if self.replica is not None:
             t_publish = time.perf_counter()
-            publish(self.replica, self.store, self.topology, txid, self.keep_txids)
+            publish(self.replica, self.store, self.topology, outcome.txid, self.keep_txids)
             timings["publish"] = time.perf_counter() - t_publish
-        if outcome.applied and self.tables:
+        if self.tables:
             t_tables = time.perf_counter()
             outcome.published = publish_tables(self.tables, self.store, self.fault, self._building)
             timings["publish_tables"] = time.perf_counter() - t_tables
-        if outcome.applied and self.compaction is not None:
+        if self.compaction is not None:
             t_compact = time.perf_counter()
             live = {s.table: s.size for s in outcome.states.values() if s.size is not None}
             outcome.compacted = maybe_compact(self.store, live, self.compaction)
             timings["compact"] = time.perf_counter() - t_compact
-        timings["total"] = sum(timings.values())
-        outcome.timings_s = timings
-        outcome.pipelined = share
-        return outcome
 
     # -- the quarantine ------------------------------------------------------------------------
 

@@ -5,12 +5,13 @@ a txid committed before yields its recorded outcome; otherwise the spouts' coord
 its ranges, consecutive txids that can share one engine job form a chunk
 (:mod:`~trident_assets.runtime.chunks`, up to ``max_spout_pending``), the chunk's job runs in
 a one-worker pool while the next chunk is planned behind it, and the chunk's txids commit one
-by one, in order, through the runner's one commit function. A txid that must run alone (its
-topology reads state its batch leaves behind) is a chunk of its own.
+by one, in order, through the one commit function (:func:`~.commit.commit`). A txid that must
+run alone (its topology reads state its batch leaves behind) is a chunk of its own.
 
 The loop knows no engine: an :class:`Execution` (Spark's is
-:class:`~trident_assets.spark.execution.SparkExecution`) builds a chunk's work, runs a txid
-alone, commits one txid of a chunk and releases what a chunk left behind.
+:class:`~trident_assets.spark.execution.SparkExecution`) builds a chunk's work, gives the
+engine each txid commits through (:class:`~.commit.TxidEngine`) and releases what a chunk
+left behind.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trident_assets.core.commit import decide_commit
 from trident_assets.runtime.chunks import Chunk, chunk_limit, extend_chunk, settle
+from trident_assets.runtime.commit import CommitTarget, TxidEngine, commit
 from trident_assets.runtime.outcomes import BatchOutcome, Prepared
 
 if TYPE_CHECKING:
     from trident_assets.spouts.coordinator import BatchCoordinator
     from trident_assets.spouts.ranges import BatchPlan
-    from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["Batches", "Execution", "LoopRunner", "PlannedChunk", "TxidLoop"]
 
@@ -36,14 +38,9 @@ Batches = list[tuple[int, dict[str, "BatchPlan"]]]
 """A chunk's txids with their spouts' plans, ascending."""
 
 
-class LoopRunner(Protocol):
-    """What the loop needs of its runner (a ``TopologyRunner``)."""
+class LoopRunner(CommitTarget, Protocol):
+    """What the loop needs of its runner (a ``TopologyRunner``): its txids commit to it."""
 
-    @property
-    def scope(self) -> str:
-        """The commit scope (the topology's name)."""
-
-    topology: TridentTopology
     max_spout_pending: int
     pipelinable: bool
     """Whether the topology's txids may share a job at all (:func:`~.planner.pipelinable`)."""
@@ -59,9 +56,6 @@ class LoopRunner(Protocol):
 
     def coordinators(self) -> dict[str, BatchCoordinator]:
         """The spouts' batch coordinators."""
-
-    def fault(self, point: str) -> None:
-        """Called at the named points (the chaos tests kill the process there)."""
 
 
 @dataclass(frozen=True)
@@ -82,18 +76,8 @@ class Execution(Protocol):
     def plan_chunk(self, batches: Batches, event_tops: dict[str, int | None]) -> PlannedChunk:
         """Build ``batches``' work (DataFrames, jobs) here; do not run it."""
 
-    def run_alone(self, txid: int, plans: dict[str, BatchPlan], emit_s: float) -> BatchOutcome:
-        """Run one txid by itself and commit it."""
-
-    def commit(
-        self,
-        chunk: Chunk,
-        txid: int,
-        plans: dict[str, BatchPlan],
-        prepared: Prepared,
-        timings: dict[str, float],
-    ) -> BatchOutcome:
-        """Commit one txid of ``chunk`` from its prepared batch (``timings``: its share)."""
+    def engine(self, chunk: Chunk, txid: int) -> AbstractContextManager[TxidEngine]:
+        """The engine ``txid`` of ``chunk`` commits through (its states' applies)."""
 
     def release(self, chunk: Chunk) -> None:
         """Drop what ``chunk``'s job left behind (e.g. spilled partials)."""
@@ -137,7 +121,7 @@ class TxidLoop:
                         emit_s = time.perf_counter() - started
                         self.runner.fault("after_emit")
                         if not pipelined:
-                            yield self.execution.run_alone(*batches[0], emit_s)
+                            yield from self._alone(batches, emit_s)
                             i += 1
                             continue
                         chunk = self._start(pool, batches, emit_s)
@@ -153,7 +137,7 @@ class TxidLoop:
                     spark_s = (chunk.plan_s + time.perf_counter() - chunk.t_spark) / len(
                         chunk.batches
                     )
-                    for outcome in self._commit_chunk(chunk, prepared, spark_s):
+                    for outcome in self._in_order(chunk, prepared, spark_s):
                         yield outcome
                         i += 1
                         if not outcome.applied:  # another attempt committed it: re-plan
@@ -175,6 +159,18 @@ class TxidLoop:
             self.runner.topology, self.runner.pipelinable, coordinators, list(first), limit
         )
         return (first, False) if batches is None else (batches, True)
+
+    def _alone(self, batches: Batches, emit_s: float) -> Iterator[BatchOutcome]:
+        """A chunk of one, its job on this thread (it asks the states' engines), committed."""
+        t_spark = time.perf_counter()
+        planned = self.execution.plan_chunk(batches, {})
+        chunk = Chunk(batches, emit_s, planned.base, Future(), t_spark)
+        try:
+            prepared = planned.work()
+        except BaseException:
+            self.execution.release(chunk)
+            raise
+        yield from self._in_order(chunk, prepared, time.perf_counter() - t_spark)
 
     def _start(
         self,
@@ -234,7 +230,7 @@ class TxidLoop:
         self.runner.fault("after_emit")
         return self._start(pool, batches, emit_s, chunk.event_tops)
 
-    def _commit_chunk(
+    def _in_order(
         self, chunk: Chunk, prepared: dict[int, Prepared], spark_s: float
     ) -> Iterator[BatchOutcome]:
         """Commit the chunk's txids one by one, in order; stop at one that was not applied."""
@@ -242,7 +238,10 @@ class TxidLoop:
         try:
             for txid, plans in chunk.batches:
                 timings = {"emit": chunk.emit_s / share, "spark": spark_s}
-                outcome = self.execution.commit(chunk, txid, plans, prepared[txid], timings)
+                with self.execution.engine(chunk, txid) as engine:
+                    outcome = commit(
+                        self.runner, txid, plans, prepared[txid], engine, timings, share
+                    )
                 yield outcome
                 if not outcome.applied:
                     return

@@ -5,10 +5,11 @@
 that committed txids ``1..N`` applies txids ``first..N`` (planned by
 :mod:`trident_assets.runtime.backfill_plans`) through its own subgraph only, over what each
 txid read: the spouts it reads, the operations between them and the state. No other state,
-output, dead-letter table or spout position is touched. Each txid commits through
-:func:`~trident_assets.runtime.commit.commit_txid` with the state's progress as its marker
-(:class:`~trident_assets.runtime.commit.CatchUpMarker`), so a crash resumes at the next txid
-exactly; the state joins the topology's batches at ``N+1``.
+output, dead-letter table or spout position is touched. Each txid commits through the one
+commit function (:func:`~trident_assets.runtime.commit.commit`), the state alone as its
+target and its progress as its marker (:class:`~trident_assets.runtime.commit.CatchUpMarker`),
+so a crash resumes at the next txid exactly; the state joins the topology's batches at
+``N+1``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,10 @@ from typing import TYPE_CHECKING
 
 from trident_assets.backends.spout_history import read_history, spout_joins
 from trident_assets.errors import BatchUnavailableError
-from trident_assets.runtime.batch_tables import store_rows
-from trident_assets.runtime.commit import (
-    CatchUpMarker,
-    commit_txid,
-)
+from trident_assets.runtime.commit import CatchUpMarker, StateAlone, commit
+from trident_assets.runtime.outcomes import Prepared
 from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.state_engines import engine_for
+from trident_assets.spark.execution import SparkTxid
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 
 if TYPE_CHECKING:
@@ -80,21 +78,14 @@ def catch_up_one(runner: RunContext, state: TridentState, txid: int, first: int)
     its first txid, which also writes its contract). Returns False when ``txid`` was applied
     before (by another attempt).
     """
-    store = runner.store
-    topo = runner.topology
-    name = state.spec.name
+    store, topo, name = runner.store, runner.topology, state.spec.name
     run = BatchRun.alone(runner, txid, read_plans(runner, state, txid))
-    batch = run.state_input(state)
-
-    def apply() -> None:
-        new = engine_for(state).apply(run, state, batch).new_values
-        runner.fault("backfill_after_state_write")
-        if new is not None:
-            store_rows(store, state.new_values_table, txid, new)
-
+    prepared = Prepared({name: run.state_input(state)}, {}, {}, {})
     marker = CatchUpMarker(store, topo.name, state.contract(), first)
     what = f"state {name!r} of topology {topo.name!r} (built from the log)"
-    if not commit_txid(store, f"{topo.name}/{name}", txid, apply, marker, what).applied:
+    scope = f"{topo.name}/{name}"
+    alone = StateAlone(store, topo, scope, {name: state}, marker, what, runner.fault, "backfill_")
+    if not commit(alone, txid, {}, prepared, SparkTxid(run)).applied:
         return False
     runner.fault("backfill_after_commit")
     return True

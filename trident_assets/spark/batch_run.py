@@ -9,7 +9,7 @@ txid. A chunk of one needs no tag: every tuple is its txid's. Either way the wor
 by :meth:`BatchRun.plan` and returns each txid's
 :class:`~trident_assets.runtime.outcomes.Prepared` (Trident's batch phase): the states'
 inputs, the outputs, the dead letters. The runner then commits the txids one at a time, in
-order, each in its own store transaction (:mod:`~trident_assets.spark.batch_commit`). A
+order, each in its own store transaction (:func:`~trident_assets.runtime.commit.commit`). A
 crash between two commits leaves the earlier txids committed and the later ones to be
 replayed (opaque: re-planned from the last commit; transactional: the ranges recorded at
 their first emission).
@@ -45,10 +45,9 @@ from trident_assets.planner import (
     live_spouts,
     partition_free,
 )
-from trident_assets.runtime.outcomes import BatchOutcome, Prepared, StateInput
+from trident_assets.runtime.outcomes import Prepared, StateInput
 from trident_assets.spark.aggregation import combine_partials, reduce_groups
 from trident_assets.spark.arrow_transfer import to_spark
-from trident_assets.spark.batch_commit import commit_txid_run
 from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.dead_letter_jobs import SpoutDeadLetters
 from trident_assets.spark.node_frames import NodeFrames
@@ -110,11 +109,6 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         """The chunk's first txid and its ranges (a chunk of one: its only)."""
         self.mode: _Alone | _Tagged = _Tagged() if len(self.batches) > 1 else _Alone()
         """How the chunk's frames are read: tagged with each tuple's batch, or its txid's alone."""
-        self.recorded = self.plans
-        """The ranges the commit makes final (a quarantine replay records its position instead
-        of the old ranges it reads)."""
-        self.on_commit: list[Callable[[], None]] = []
-        """Writes that belong in this txid's commit transaction (e.g. marking a quarantine)."""
         self.live = set().union(*(live_spouts(plans) for _, plans in self.batches))
         """The spouts that read at least one record in the chunk."""
         self.frames: dict[int, Any] = {}
@@ -128,8 +122,8 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         """Spouts whose dead letters a Spark job already counted (an Arrow kernel, or a
         window's decode): how many."""
         self.new_values: dict[str, pa.Table] = {}
-        """Each state's new values this batch, as its apply returned them (new-values
-        streams read them during the commit)."""
+        """Each state's new values this batch, as its commit applied them (new-values
+        streams read them during the commit: :meth:`read_applied`)."""
         self.expired: dict[str, pa.Table] = {}
         """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
         self.value_types: dict[str, pa.DataType] = dict(value_types or {})
@@ -356,9 +350,9 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
         """A chunk of one's batch phase, run here: :meth:`plan`'s work for its txid."""
         return self.plan()()[self.txid]
 
-    def commit(self, prepared: Prepared) -> BatchOutcome:
-        """Apply a chunk of one's txid inside the open store transaction."""
-        return commit_txid_run(self, prepared)
+    def read_applied(self, new_values: dict[str, pa.Table], expired: dict[str, pa.Table]) -> None:
+        """What this txid's commit applied so far, for the streams that read it."""
+        self.new_values, self.expired = dict(new_values), dict(expired)
 
 
 class _Alone:

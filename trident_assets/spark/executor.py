@@ -11,7 +11,6 @@ a state built from the log (:mod:`~trident_assets.spark.backfill`) and runs the 
 The rest of the Spark layer, one concept per module:
 
 * :mod:`~trident_assets.spark.batch_run`: the one frame builder, a chunk of N >= 1 txids;
-* :mod:`~trident_assets.spark.batch_commit`: a txid's commit phase;
 * :mod:`~trident_assets.spark.partials`: a combiner state's per-key partials;
 * :mod:`~trident_assets.spark.state_engines`: each state kind's batch input and apply;
 * :mod:`~trident_assets.spark.state_query`: ``state_query`` lookups;

@@ -9,7 +9,7 @@ stored at this txid is recomputed from ``prev``; a transactional one is skipped)
 them back (``multi_put``; Redis waits for a replica), returning only its counts and a
 preview of at most :data:`~trident_assets.runtime.outcomes.PREVIEW_ROWS` of its keys. The commit
 marker moves after the job succeeded in every partition, in the same
-:func:`~trident_assets.runtime.commit.commit_txid` as any other state: a txid that failed
+:func:`~trident_assets.runtime.commit.commit` as any other state: a txid that failed
 after some partitions wrote runs again and recomputes exactly (Trident's coordinator commits
 after the state updates the same way). The outcome's ``size`` is the number of keys the state
 holds after the batch, read from a Redis Cluster's key counters; memcached cannot count them

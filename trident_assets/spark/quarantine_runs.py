@@ -1,34 +1,45 @@
 """The quarantine: a poison batch set aside so the topology moves on, and replayed later.
 
-:func:`quarantine` commits a txid with no state change and keeps its offset ranges (and the
-error) in the store's quarantine table; :func:`replay_quarantined` processes those records
-later as a new txid. Both commit through the runner's one commit function
-(:meth:`~trident_assets.spark.executor.TopologyRunner.commit`). Allowed only where the order
-of records does not matter (:func:`~trident_assets.planner.quarantine_refusal`).
+:func:`quarantine` commits a txid as an empty batch whose offset ranges (and the error) go to
+the store's quarantine table; :func:`replay_quarantined` processes those records later as a
+new txid. Both commit through the one commit function
+(:func:`~trident_assets.runtime.commit.commit`), which writes the quarantine's rows. Allowed
+only where the order of records does not matter
+(:func:`~trident_assets.planner.quarantine_refusal`).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-from trident_assets.backends.quarantine import add_entries, mark_replayed, waiting
-from trident_assets.backends.spout_history import record_history
+from trident_assets.backends.quarantine import waiting
 from trident_assets.errors import BatchUnavailableError
 from trident_assets.planner import check_quarantine
-from trident_assets.runtime.outcomes import BatchOutcome
+from trident_assets.runtime.commit import commit
+from trident_assets.runtime.outcomes import Prepared
+from trident_assets.runtime.txid_loop import LoopRunner
 from trident_assets.spark.batch_run import BatchRun
+from trident_assets.spark.execution import SparkRunner, SparkTxid
 from trident_assets.spark.user_errors import user_code_errors
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 
-__all__ = ["quarantine", "replay_quarantined"]
+if TYPE_CHECKING:
+    from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
+    from trident_assets.runtime.outcomes import BatchOutcome
+
+__all__ = ["QuarantineRunner", "quarantine", "replay_quarantined"]
 
 
-def quarantine(runner: Any, txid: int, error: str) -> BatchOutcome:
+class QuarantineRunner(SparkRunner, LoopRunner, Protocol):
+    """What the quarantine needs of a runner (a ``TopologyRunner``)."""
+
+    meta: DuckDBSpoutMetaStore
+
+
+def quarantine(runner: QuarantineRunner, txid: int, error: str) -> BatchOutcome:
     """Set poison batch ``txid`` aside: commit it with no state change, keep its ranges.
-
-    ``runner``: the topology's :class:`~trident_assets.spark.executor.TopologyRunner`.
 
     The txid's offset ranges (as its spouts plan them now; a transactional spout's recorded
     ranges) go to the quarantine with ``error`` in the txid's commit transaction, so the
@@ -42,26 +53,15 @@ def quarantine(runner: Any, txid: int, error: str) -> BatchOutcome:
     runner.ensure_built()
     check_quarantine(runner.topology, runner.last_committed(), txid)
     plans = {sid: c.emit(txid) for sid, c in runner.coordinators().items()}
-    held = sum(p.record_count for p in plans.values())
-
-    def apply() -> BatchOutcome:
-        ranges = {sid: p.ranges for sid, p in plans.items() if p.record_count}
-        add_entries(runner.store, runner.scope, txid, ranges, error)
-        for sid, plan in plans.items():
-            runner.coordinator(sid).commit(plan)
-        # it changed no state: a state built later from the history reads nothing here
-        unread = {
-            sid: [replace(r, next_offset=r.first_offset) for r in p.ranges]
-            for sid, p in plans.items()
-        }
-        record_history(runner.store, runner.scope, txid, unread)
-        tuples = dict.fromkeys(plans, 0)
-        return BatchOutcome(runner.scope, txid, True, plans, tuples, quarantined=held)
-
-    return runner.commit(txid, plans, apply, {}, 1)
+    # it changed no state: a state built later from the history reads nothing here
+    unread = {
+        sid: replace(p, ranges=tuple(replace(r, next_offset=r.first_offset) for r in p.ranges))
+        for sid, p in plans.items()
+    }
+    return commit(runner, txid, unread, Prepared.set_aside(plans, error))
 
 
-def replay_quarantined(runner: Any, txid: int | None = None) -> BatchOutcome:
+def replay_quarantined(runner: QuarantineRunner, txid: int | None = None) -> BatchOutcome:
     """Process the records of quarantined ``txid`` (default: the oldest) as the next txid.
 
     The new txid reads the quarantined ranges and records its spouts' positions unchanged,
@@ -99,13 +99,8 @@ def replay_quarantined(runner: Any, txid: int | None = None) -> BatchOutcome:
     with user_code_errors():
         t_spark = time.perf_counter()
         run = BatchRun.alone(runner, new, read)
-        run.recorded = recorded
-        run.on_commit.append(lambda: mark_replayed(runner.store, runner.scope, source, new))
-        prepared = run.prepare()
+        prepared = replace(run.prepare(), recorded=recorded, replays=source)
         timings = {"spark": time.perf_counter() - t_spark}
-        outcome = runner.commit_run(run, prepared, timings, 1)
-    # the txid's ranges as recorded: its spouts' positions, unchanged (offsets metadata and
-    # the ranges check follow them); what it read was the quarantined ranges
-    outcome.plans = recorded
-    outcome.reprocessed_txid = source
-    return outcome
+        # the txid's ranges as recorded: its spouts' positions, unchanged (offsets metadata
+        # and the ranges check follow them); what it read was the quarantined ranges
+        return commit(runner, new, read, prepared, SparkTxid(run), timings)

@@ -1,8 +1,9 @@
 """Rebuilding a state: recomputed from the log of its committed txids, swapped in atomically.
 
 :func:`rebuild_state` (``trident state rebuild``): a persistent aggregate of a DuckDB store is
-recomputed into a shadow map, txid by txid through
-:func:`~trident_assets.runtime.commit.commit_txid` (the shadow's marker in memory), then
+recomputed into a shadow map, txid by txid through the one commit function
+(:func:`~trident_assets.runtime.commit.commit`, the shadow alone as its target, its marker
+in memory), then
 swapped in by one transaction at the last committed txid: readers see the old values or the
 new ones, never a mix.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.backends.map_layout import (
@@ -36,14 +36,11 @@ from trident_assets.core.contracts import StateContract
 from trident_assets.errors import BatchUnavailableError, ConfigError, StateContractError
 from trident_assets.planner import readers_of
 from trident_assets.runtime.backfill_plans import replay_refusal, txid_text, unreadable_txids
-from trident_assets.runtime.commit import (
-    ShadowMarker,
-    commit_txid,
-    progress,
-)
+from trident_assets.runtime.commit import ShadowMarker, StateAlone, commit, progress
+from trident_assets.runtime.outcomes import Prepared
 from trident_assets.spark.backfill import read_plans
 from trident_assets.spark.batch_run import BatchRun
-from trident_assets.spark.state_engines import engine_for
+from trident_assets.spark.execution import SparkTxid
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
@@ -234,13 +231,16 @@ def rebuild_state(
         _drop_map(store, shadow_name)
     store.forget_layouts()
     built = ShadowMarker(have.first_txid - 1)
+    what = f"the rebuild of state {state!r}"
+    alone = StateAlone(
+        store, topology, shadow_name, {state: shadow}, built, what, replay.fault, "rebuild_"
+    )
     while True:
         target = store.last_committed(topology.name) or 0
         for txid in range(built.done + 1, target + 1):
             run = BatchRun.alone(replay, txid, read_plans(replay, ts, txid))
-            batch = run.state_input(ts)
-            apply = partial(engine_for(ts).apply, run, shadow, batch)
-            commit_txid(store, shadow_name, txid, apply, built, f"the rebuild of state {state!r}")
+            prepared = Prepared({state: run.state_input(ts)}, {}, {}, {})
+            commit(alone, txid, {}, prepared, SparkTxid(run))
         replay.fault("rebuild_before_swap")
         with store.transaction():
             if (store.last_committed(topology.name) or 0) != built.done:
