@@ -194,6 +194,48 @@ def test_readers_see_the_last_commit_while_a_batch_commits(pg_dsn: str) -> None:
         writer.close()
 
 
+def test_a_second_thread_waits_for_the_open_transaction_instead_of_joining_it(
+    pg_dsn: str,
+) -> None:
+    """The thread planning the next chunk (its spill tables) never uses the session mid-commit.
+
+    Its table is created after the open transaction ends, so a rollback of that transaction
+    does not take it along, and it never sees the transaction as its own.
+    """
+    import threading
+
+    store = PostgresStore(pg_dsn)
+    seen: dict[str, Any] = {}
+
+    def plan_next_chunk() -> None:
+        seen["in_transaction"] = store.in_transaction
+        store.create_unlogged("spill_next", pa.schema([("word", pa.string())]))
+        seen["created"] = True
+
+    planner = threading.Thread(target=plan_next_chunk)
+
+    def commit_that_crashes() -> None:
+        with store.transaction():
+            store.execute("CREATE TABLE in_the_commit (x INTEGER)")
+            assert store.in_transaction
+            planner.start()
+            planner.join(timeout=2.0)
+            assert planner.is_alive(), "the other thread waits while the transaction is open"
+            raise RuntimeError("crash inside the commit")
+
+    try:
+        with pytest.raises(RuntimeError, match="crash inside the commit"):
+            commit_that_crashes()
+        planner.join()
+        assert seen == {"in_transaction": False, "created": True}
+        assert store.has_table("spill_next"), "created after the rollback, not inside it"
+        assert not store.has_table("in_the_commit")
+    finally:
+        if planner.is_alive():
+            planner.join()
+        store.close()
+
+
 def test_two_topologies_share_one_database(pg_dsn: str) -> None:
     one, two = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
     other = StateTarget("other__counts", ("word",), "n", OPAQUE, Count())

@@ -16,12 +16,18 @@ store takes a session advisory lock on that scope; a second store writing the sa
 (another process running the same topology) is refused with
 :class:`~trident_assets.errors.StoreLockedError` until the first closes. Readers never lock
 (MVCC): they see the last committed batch while the next one commits.
+
+Threads: the connection is one libpq session, which must never carry two statements at once.
+A re-entrant lock serializes every use of it, and an open transaction holds that lock until it
+ends, so the thread that plans the next chunk of txids (creating its spill tables) waits for
+the commit in flight instead of joining its transaction or interleaving with a ``COPY``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -137,6 +143,10 @@ class PostgresStore(SqlStateStore):
             raise ConfigError(msg) from None
         self._cur: Any = self._conn.cursor()
         self._tx: PostgresTransaction | None = None
+        self._lock = threading.RLock()
+        """Held by each statement, and by an open transaction until it ends."""
+        self._tx_thread: int | None = None
+        """The thread whose transaction is open."""
         self._claimed: set[str] = set()
         for name, value in SESSION_SETTINGS.items():
             self.execute("SELECT set_config(?, ?, false)", [name, value])
@@ -160,21 +170,22 @@ class PostgresStore(SqlStateStore):
 
     @property
     def in_transaction(self) -> bool:
-        """True while a :meth:`transaction` block is open."""
-        return self._tx is not None
+        """True while the calling thread has a :meth:`transaction` block open."""
+        return self._tx is not None and self._tx_thread == threading.get_ident()
 
     def close(self) -> None:
         """Close the connection (idempotent); an open transaction is rolled back."""
-        if self._conn is None:
-            return
-        if self._tx is not None:
-            self._rollback()
-        with contextlib.suppress(_adbc_errors.Error):
-            if self._claimed:  # release now: the server ends a closed session asynchronously
-                self._cur.execute("SELECT pg_advisory_unlock_all()")
-            self._cur.close()
-        self._conn.close()
-        self._conn = None
+        with self._lock:
+            if self._conn is None:
+                return
+            if self._tx is not None:
+                self._rollback()
+            with contextlib.suppress(_adbc_errors.Error):
+                if self._claimed:  # release now: the server ends a closed session asynchronously
+                    self._cur.execute("SELECT pg_advisory_unlock_all()")
+                self._cur.close()
+            self._conn.close()
+            self._conn = None
 
     def _cursor(self) -> Any:
         if self._conn is None:
@@ -192,12 +203,14 @@ class PostgresStore(SqlStateStore):
         (the driver's update path, which does; counting through ``WITH ... RETURNING 1``
         cost about 15% of a 100k-row merge).
         """
-        cur = self._cursor()
-        if params and _DML_RE.match(sql) and " RETURNING " not in sql.upper():
-            cur.executemany(self.dialect.placeholders(sql), [list(params)])
+        with self._lock:
+            cur = self._cursor()
+            if params and _DML_RE.match(sql) and " RETURNING " not in sql.upper():
+                cur.executemany(self.dialect.placeholders(sql), [list(params)])
+                return int(cur.rowcount)
+            query = self.dialect.placeholders(sql)
+            cur.execute(query, parameters=list(params) if params else None)
             return int(cur.rowcount)
-        cur.execute(self.dialect.placeholders(sql), parameters=list(params) if params else None)
-        return int(cur.rowcount)
 
     def fetch_rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one query with ``?`` parameters; return its rows (NUMERIC as Decimal)."""
@@ -206,9 +219,11 @@ class PostgresStore(SqlStateStore):
 
     def fetch_arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
         """Run one query with ``?`` parameters; return it as Arrow (NUMERIC as decimal128)."""
-        cur = self._cursor()
-        cur.execute(self.dialect.placeholders(sql), parameters=list(params) if params else None)
-        return _numeric_to_decimal(cur.fetch_arrow_table())
+        with self._lock:
+            cur = self._cursor()
+            query = self.dialect.placeholders(sql)
+            cur.execute(query, parameters=list(params) if params else None)
+            return _numeric_to_decimal(cur.fetch_arrow_table())
 
     @contextmanager
     def staged(self, table: pa.Table, *, analyze: bool = True) -> Iterator[str]:
@@ -217,13 +232,14 @@ class PostgresStore(SqlStateStore):
         ``analyze``: ``ANALYZE`` it, so the planner knows its size and keys (about 30 ms for
         100k rows; the merge of a batch of distinct keys has one plan and skips it).
         """
-        cur = self._cursor()
-        name = f"_trident_stage_{uuid.uuid4().hex}"
-        cur.adbc_ingest(name, _ingestable(table), mode="create", temporary=True)
-        if analyze:
-            cur.execute(f'ANALYZE "{name}"')
-        with self._dropped("TABLE", name):
-            yield name
+        with self._lock:
+            cur = self._cursor()
+            name = f"_trident_stage_{uuid.uuid4().hex}"
+            cur.adbc_ingest(name, _ingestable(table), mode="create", temporary=True)
+            if analyze:
+                cur.execute(f'ANALYZE "{name}"')
+            with self._dropped("TABLE", name):
+                yield name
 
     def create_unlogged(self, name: str, schema: pa.Schema) -> None:
         """Create empty unlogged table ``name`` with the columns of Arrow ``schema``.
@@ -231,16 +247,18 @@ class PostgresStore(SqlStateStore):
         Typed as a ``COPY`` of that schema creates them, so writers in other sessions can
         append Arrow batches of the schema to it (committed apart from any transaction).
         """
-        self._cursor().adbc_ingest(name, _ingestable(schema.empty_table()), mode="create")
-        self.execute(f'ALTER TABLE "{validate_identifier(name, "table")}" SET UNLOGGED')
+        with self._lock:
+            self._cursor().adbc_ingest(name, _ingestable(schema.empty_table()), mode="create")
+            self.execute(f'ALTER TABLE "{validate_identifier(name, "table")}" SET UNLOGGED')
 
     @contextmanager
     def staged_query(self, sql: str) -> Iterator[str]:
         """A temporary view of query ``sql`` (no parameters) for the ``with`` block."""
         name = f"_trident_view_{uuid.uuid4().hex}"
-        self._cursor().execute(f'CREATE TEMP VIEW "{name}" AS {sql}')
-        with self._dropped("VIEW", name):
-            yield name
+        with self._lock:
+            self._cursor().execute(f'CREATE TEMP VIEW "{name}" AS {sql}')
+            with self._dropped("VIEW", name):
+                yield name
 
     @contextmanager
     def _dropped(self, kind: str, name: str) -> Iterator[None]:
@@ -248,9 +266,10 @@ class PostgresStore(SqlStateStore):
         try:
             yield
         finally:
-            if self._conn is not None:
-                with contextlib.suppress(_adbc_errors.Error):  # an aborted transaction drops it
-                    self._cur.execute(f'DROP {kind} IF EXISTS "{name}"')
+            with self._lock:
+                if self._conn is not None:
+                    with contextlib.suppress(_adbc_errors.Error):  # an aborted tx drops it
+                        self._cur.execute(f'DROP {kind} IF EXISTS "{name}"')
 
     def has_table(self, name: str) -> bool:
         """True if a table or view ``name`` exists in the current schema."""
@@ -282,39 +301,40 @@ class PostgresStore(SqlStateStore):
             TridentError: the store is closed, or a nested block failed and the transaction
                 was rolled back.
         """
-        cur = self._cursor()
-        if self._tx is not None:
-            outer = self._tx
+        with self._lock:
+            cur = self._cursor()
+            if self._tx is not None:  # the lock is ours: a nested block of our transaction
+                outer = self._tx
+                try:
+                    yield outer
+                except BaseException:
+                    outer.rollback_only = True
+                    raise
+                return
+            cur.execute("BEGIN")
+            tx = PostgresTransaction(self)
+            self._tx, self._tx_thread = tx, threading.get_ident()
             try:
-                yield outer
+                yield tx
             except BaseException:
-                outer.rollback_only = True
+                self._rollback()
                 raise
-            return
-        cur.execute("BEGIN")
-        tx = PostgresTransaction(self)
-        self._tx = tx
-        try:
-            yield tx
-        except BaseException:
-            self._rollback()
-            raise
-        if tx.rollback_only:
-            self._rollback()
-            msg = (
-                f"transaction on {self.path} rolled back: a nested transaction block failed "
-                "and its error was caught; nothing was committed"
-            )
-            raise TridentError(msg)
-        try:
-            cur.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
-        self._tx = None
+            if tx.rollback_only:
+                self._rollback()
+                msg = (
+                    f"transaction on {self.path} rolled back: a nested transaction block "
+                    "failed and its error was caught; nothing was committed"
+                )
+                raise TridentError(msg)
+            try:
+                cur.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+            self._tx = self._tx_thread = None
 
     def _rollback(self) -> None:
-        self._tx = None
+        self._tx = self._tx_thread = None
         self.forget_layouts()
         with contextlib.suppress(_adbc_errors.Error):
             self._cur.execute("ROLLBACK")
