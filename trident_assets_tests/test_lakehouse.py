@@ -238,3 +238,64 @@ def test_declarations_are_checked(tmp_path: Path) -> None:
         ta.IcebergTable("nonamespace")
     with pytest.raises(ConfigError, match=r"needs a ta\.DeltaTable or ta\.IcebergTable"):
         counts.publish("/tmp/table")  # type: ignore[arg-type]
+
+
+def test_an_iceberg_merge_rewrites_the_table_only_when_many_keys_change(tmp_path: Path) -> None:
+    """A merge of few keys is an overwrite-by-filter; of many, the table's content rewritten.
+
+    Both give the same table: every key's latest value and the txid that last changed it.
+    """
+    import pyarrow as pa
+
+    topo = published_topology("lh_rewrite", "iceberg", tmp_path)
+    with ta.DuckDBStore(tmp_path / "state.duckdb") as store:
+        writer = open_publisher(topo.publications[0], store, kept=50).writer
+
+        def rows(txid: int, counts: dict[str, int]) -> pa.Table:
+            return pa.table(
+                {
+                    "word": list(counts),
+                    "count": pa.array(list(counts.values()), pa.int64()),
+                    "txid": pa.array([txid] * len(counts), pa.int64()),
+                }
+            )
+
+        writer.replace(1, rows(1, {f"w{i}": 1 for i in range(8)}))
+        asked: list[int] = []
+
+        def current_values(txid: int, table: pa.Table) -> Any:
+            return lambda: asked.append(txid) or table
+
+        # one key of eight changes: a filter on that key; the current values are not read
+        writer.merge(2, rows(2, {"w3": 5}), ("word",), current_values(2, rows(2, {})))
+        assert asked == []
+        # three of eight (at least a quarter): the current values given replace the table
+        after_3 = pa.concat_tables(
+            [
+                rows(1, {f"w{i}": 1 for i in (1, 2, 4, 6, 7)}),
+                rows(2, {"w3": 5}),
+                rows(3, {"w0": 2, "w5": 9, "new": 1}),
+            ]
+        )
+        changed = rows(3, {"w0": 2, "w5": 9, "new": 1})
+        writer.merge(3, changed, ("word",), current_values(3, after_3))
+        assert asked == [3]
+        versions = writer.versions()
+        assert sorted(versions) == [1, 2, 3]
+        catalog = iceberg_catalog(tmp_path, str(tmp_path / "state.duckdb"))
+        latest = {
+            r["word"]: (r["count"], r["txid"])
+            for r in iceberg_rows(catalog, "lake.counts").to_pylist()
+        }
+        assert latest == {
+            **{f"w{i}": (1, 1) for i in (1, 2, 4, 6, 7)},
+            "w3": (5, 2),
+            "w0": (2, 3),
+            "w5": (9, 3),
+            "new": (1, 3),
+        }
+        as_of_2 = iceberg_rows(catalog, "lake.counts", versions[2]).to_pylist()
+        assert {r["word"]: (r["count"], r["txid"]) for r in as_of_2} == {
+            **{f"w{i}": (1, 1) for i in range(8) if i != 3},
+            "w3": (5, 2),
+        }

@@ -10,6 +10,7 @@ writes read too. A table version for txid N: the commit whose ``trident.txid`` i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -76,8 +77,17 @@ class DeltaWriter(TableWriter):
             self.path, self._typed(rows), mode="append", commit_properties=self._props(txid)
         )
 
-    def merge(self, txid: int, rows: pa.Table, keys: tuple[str, ...]) -> None:
-        """One MERGE by ``keys`` (null-safe); an empty batch commits the txid alone."""
+    def merge(
+        self,
+        txid: int,
+        rows: pa.Table,
+        keys: tuple[str, ...],
+        whole: Callable[[], pa.Table | None] | None = None,
+    ) -> None:
+        """One MERGE by ``keys`` (null-safe); an empty batch commits the txid alone.
+
+        ``whole`` is not used: Delta's MERGE rewrites only the files holding changed keys.
+        """
         table = self._table()
         if table is None or rows.num_rows == 0:
             self.append(txid, rows)

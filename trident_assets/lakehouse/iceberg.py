@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,8 @@ __all__ = ["CATALOG_NAME", "IcebergWriter", "catalog_for", "match_filter"]
 
 CATALOG_NAME = "trident"
 """The name of the SQL catalog tables are registered in (readers open it by this name)."""
+REWRITE_SHARE = 0.25
+"""A merge changing at least this share of the table's rows rewrites the whole table."""
 TXID_KEY = "trident.txid"
 APP_KEY = "trident.app"
 
@@ -121,12 +124,29 @@ class IcebergWriter(TableWriter):
         table = self._table() or self._create(rows)
         table.append(self._typed(table, rows), snapshot_properties=self._props(txid))
 
-    def merge(self, txid: int, rows: pa.Table, keys: tuple[str, ...]) -> None:
-        """Overwrite the rows of ``rows``'s keys by ``rows``: one transaction stamped ``txid``."""
+    def merge(
+        self,
+        txid: int,
+        rows: pa.Table,
+        keys: tuple[str, ...],
+        whole: Callable[[], pa.Table | None] | None = None,
+    ) -> None:
+        """Overwrite the rows of ``rows``'s keys by ``rows``: one transaction stamped ``txid``.
+
+        An overwrite-by-filter evaluates the keys' filter against every data file and
+        rewrites them; when ``rows`` changes at least :data:`REWRITE_SHARE` of the table's
+        rows and ``whole`` gives the table after ``txid``, that content replaces the table
+        instead (one overwrite, the same rows, far cheaper for many keys).
+        """
         table = self._table()
         if table is None or rows.num_rows == 0:
             self.append(txid, rows)
             return
+        if whole is not None and rows.num_rows >= REWRITE_SHARE * _total_rows(table):
+            content = whole()
+            if content is not None:
+                table.overwrite(self._typed(table, content), snapshot_properties=self._props(txid))
+                return
         table.overwrite(
             self._typed(table, rows),
             overwrite_filter=match_filter(rows, keys),
@@ -147,6 +167,13 @@ class IcebergWriter(TableWriter):
         """No rows, typed like the table."""
         table = self._table()
         return None if table is None else table.schema().as_arrow().empty_table()
+
+
+def _total_rows(table: Table) -> int:
+    """The rows of the table's current snapshot (its summary's ``total-records``)."""
+    snapshot = table.current_snapshot()
+    total = snapshot.summary.get("total-records") if snapshot and snapshot.summary else None
+    return int(total) if total is not None else table.scan().count()
 
 
 def _ours(table: Table, app: str) -> dict[int, int]:

@@ -83,7 +83,7 @@ class TablePublisher:
                 + (" from the state's current values" if pub.mode == "table" else "")
             )
             raise PublishError(msg)
-        return self._publish(store, range(last + 1, marker + 1), fault)
+        return self._publish(store, range(last + 1, marker + 1), fault, marker)
 
     def _start(self, store: Any, marker: int, fault: Callable[[str], None]) -> list[int]:
         """A table without txids of ours: the state's values, or the changelog's start."""
@@ -105,8 +105,16 @@ class TablePublisher:
         return [marker]
 
     def _publish(
-        self, store: Any, txids: Collection[int], fault: Callable[[str], None]
+        self,
+        store: Any,
+        txids: Collection[int],
+        fault: Callable[[str], None],
+        marker: int | None = None,
     ) -> list[int]:
+        """Publish ``txids`` in order, one table commit each.
+
+        At ``marker`` (the store's last txid) a merge is offered the state's current values.
+        """
         pub = self.publication
         done = []
         for txid in txids:
@@ -118,7 +126,8 @@ class TablePublisher:
             if pub.mode != "table":
                 self.writer.append(txid, rows)
             elif pub.keys:
-                self.writer.merge(txid, rows, pub.keys)
+                current = None if txid != marker else lambda: _whole_state(store, pub)
+                self.writer.merge(txid, rows, pub.keys, current)
             elif rows.num_rows:
                 self.writer.replace(txid, rows)
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,8 +32,19 @@ class TableWriter(ABC):
         """Append ``rows`` as one commit stamped ``txid`` (creating the table if missing)."""
 
     @abstractmethod
-    def merge(self, txid: int, rows: pa.Table, keys: tuple[str, ...]) -> None:
-        """Replace the rows of ``rows``'s ``keys`` and insert new keys: one commit, ``txid``."""
+    def merge(
+        self,
+        txid: int,
+        rows: pa.Table,
+        keys: tuple[str, ...],
+        whole: Callable[[], pa.Table | None] | None = None,
+    ) -> None:
+        """Replace the rows of ``rows``'s ``keys`` and insert new keys: one commit, ``txid``.
+
+        ``whole``, when given, returns the table's entire content after ``txid`` (the state's
+        current values): a format whose keyed merge costs more than a rewrite may write that
+        instead, with the same result.
+        """
 
     @abstractmethod
     def replace(self, txid: int, rows: pa.Table) -> None:
