@@ -26,14 +26,19 @@ from dagster.components.core.component_tree import ComponentTree
 
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.cli.launch import next_partition
-from trident_assets.cli.ui import stop_process_group
 from trident_assets.dagster.component import TopologyComponent
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
 from trident_assets.examples.topologies import word_count
 from trident_assets_tests.children import clean_env
-from trident_assets_tests.test_ui_warm_spark import _free_port, _gone, _wait
+from trident_assets_tests.dagster_dev_helpers import (
+    free_port,
+    server_up,
+    start_server,
+    stop_ui,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "dagster.md"
@@ -259,12 +264,9 @@ class Shell:
         )
 
     def popen(self, command: str, out: Path) -> subprocess.Popen[bytes]:
-        with out.open("wb") as sink:
-            return subprocess.Popen(
-                ["/bin/bash", "-c", self.script(f"exec {command}")],
-                cwd=self.env["HOME"], env=self.env, stdout=sink, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+        """``command`` left running (its own session, Ctrl-C reaches it), output in ``out``."""
+        argv = ["/bin/bash", "-c", self.script(f"exec {command}")]
+        return start_server(argv, Path(self.env["HOME"]), self.env, out)
 
 
 def _ok(done: subprocess.CompletedProcess[str], *expected: str) -> str:
@@ -380,25 +382,19 @@ def test_the_dg_way_as_documented(tmp_path: Path) -> None:
     defs_yaml.write_text(good)
 
     # `dg dev` serves the component's assets and the user's (on a free port), stopped by PID
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "dg_dev.log"
     proc = shell.popen(dev_command.replace("--port 3000", f"--port {port}"), log)
     try:
-        _wait(
-            "dg dev",
-            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5),
-            240,
-            log,
-        )
-        nodes = _wait(
+        wait_for("dg dev", server_up(f"http://127.0.0.1:{port}"), 240, log)
+        nodes = wait_for(
             "the code location",
             lambda: _graphql(port, "{ assetNodes { assetKey { path } } }")["data"]["assetNodes"],
             240,
             log,
         )
     finally:
-        stop_process_group(proc, timeout_s=120)
-    assert _gone(proc.pid, group=True)
+        stop_ui(proc)  # Ctrl-C, as the user stops it; everything it started stops
     shop = runpy.run_path(str(project / "src" / "my_project" / "topologies.py"))["shop"]
     expected = trident_definitions([shop], TridentResource(home=str(tmp_path)))
     served = {"/".join(n["assetKey"]["path"]) for n in nodes}
