@@ -36,7 +36,7 @@ from trident_assets.core.commit import CommitMarker, CommitResult, StoreTransact
 from trident_assets.core.txids import validate_txid
 from trident_assets.errors import ConfigError, DiskFullError, TridentError, is_disk_full
 from trident_assets.names import BACKFILLS_TABLE
-from trident_assets.runtime.batch_tables import store_dead_letters, store_rows
+from trident_assets.runtime.batch_tables import PARTIALS_KEPT, store_dead_letters, store_rows
 from trident_assets.runtime.outcomes import (
     Applied,
     BatchOutcome,
@@ -234,6 +234,8 @@ def _write(
             if batch is None:  # reads this batch's new values: computed now
                 batch, nulls = engine.late_input(state, new_values, expired)
             applied = engine.apply(state, batch, nulls)
+            if applied.partials is not None:
+                store_rows(store, state.partials_table, txid, applied.partials, PARTIALS_KEPT)
             if applied.new_values is not None:
                 new_values[name] = applied.new_values
             if applied.expired is not None:

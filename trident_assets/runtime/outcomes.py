@@ -71,6 +71,8 @@ class Applied:
     """A single join's halves expired this batch (its ``<join>_expired`` output)."""
     dead: dict[str, pa.Table] = field(default_factory=dict)
     """Dead letters the apply decided (an event window's late records), by key."""
+    partials: pa.Table | None = None
+    """A grouped state's per-key partials this batch (its partials asset, kept per txid)."""
     window: Any = None
     """An event window's ``WindowOutcome`` (watermark, windows made final, late records)."""
     previews: dict[str, pa.Table] = field(default_factory=dict)

@@ -18,7 +18,6 @@ from trident_assets.backends.distinct_values import add_values
 from trident_assets.backends.state_batches import StateTarget, apply_state_batch
 from trident_assets.core.aggregators import Count
 from trident_assets.core.caching import GLOBAL_KEY
-from trident_assets.runtime.batch_tables import PARTIALS_KEPT, store_rows
 from trident_assets.runtime.outcomes import GLOBAL_COLUMN, Applied, StateInput, top_rows
 from trident_assets.spark.node_frames import empty_arrow
 from trident_assets.spark.state_apply import map_applied
@@ -55,8 +54,6 @@ def apply_distinct_count(run: BatchContext, state: TridentState, pairs: pa.Table
     parts = add_values(store, state.table, pairs, keys, value, out, txid)
     target = StateTarget(state.table, tuple(keys), out, state.spec.state_type, Count())
     result = apply_state_batch(store, target, parts, txid)
-    previews = {}
-    if state.group:  # the partials asset: this txid's new values per key
-        store_rows(store, state.partials_table, txid, parts, PARTIALS_KEPT)
-        previews[f"partials:{state.spec.name}"] = top_rows(parts, out, keys)
-    return map_applied(store, state, result, previews)
+    if not state.group:
+        return map_applied(store, state, result)
+    return map_applied(store, state, result, parts, top_rows(parts, out, keys))  # partials asset

@@ -40,7 +40,6 @@ from trident_assets.runtime.batch_tables import (
     PARTIALS_KEPT,
     prepare_rows_table,
     store_relation,
-    store_rows,
 )
 from trident_assets.runtime.outcomes import (
     GLOBAL_COLUMN,
@@ -134,12 +133,10 @@ def apply_map_state(
         state.table, tuple(keys), out, spec.state_type, guard(agg, state.node.label)
     )
     result = apply_state_batch(store, target, batch, txid)
-    previews = {}
-    if state.group:  # the grouped-aggregation asset: this txid's partials per key
-        parts = batch.select([*keys, out])
-        store_rows(store, state.partials_table, txid, parts, PARTIALS_KEPT)
-        previews[f"partials:{state.spec.name}"] = top_rows(parts, out, keys)
-    return map_applied(store, state, result, previews)
+    if not state.group:
+        return map_applied(store, state, result)
+    parts = batch.select([*keys, out])  # the grouped-aggregation asset: partials per key
+    return map_applied(store, state, result, parts, top_rows(parts, out, keys))
 
 
 def apply_reducer_map(run: BatchContext, state: TridentState, batch: pa.Table) -> Applied:
@@ -153,14 +150,20 @@ def map_applied(
     store: StateStore,
     state: TridentState,
     result: MergeResult,
-    previews: dict[str, pa.Table] | None = None,
+    partials: pa.Table | None = None,
+    top: pa.Table | None = None,
 ) -> Applied:
-    """What merging a batch into map state ``state`` did, its new values as declared."""
+    """What merging a batch into map state ``state`` did, its new values as declared.
+
+    ``partials``: a grouped state's partials this batch, ``top`` their preview.
+    """
     new_values = None
     if result.new_values is not None:
         # the declared fields: group + [output] (a global state's key column is internal)
         new_values = result.new_values.select(list(state.node.fields))
-    return Applied(_outcome(store, state, result), new_values=new_values, previews=previews or {})
+    previews = {} if top is None else {f"partials:{state.spec.name}": top}
+    outcome = _outcome(store, state, result)
+    return Applied(outcome, new_values=new_values, partials=partials, previews=previews)
 
 
 def apply_spilled_state(run: BatchContext, state: TridentState, parts: SpilledPartials) -> Applied:
