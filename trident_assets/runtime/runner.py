@@ -79,9 +79,11 @@ DEFAULT_MAX_SPOUT_PENDING = 10
 """How many consecutive txids may share one engine job (Trident's ``max.spout.pending``)."""
 
 Fault = Callable[[str], None]
-"""Called at named points of a batch (``after_emit``, ``after_state_write``,
-``before_commit``, and ``after_commit`` before the replica is published); the chaos tests
-kill the process there."""
+"""Called at named points of a batch; the crash tests kill the process there: ``after_emit``,
+``after_state_write``, ``before_commit`` (inside the store transaction), ``after_commit``
+(committed, the replica and tables not yet published) and ``after_table_commit`` (after each
+lakehouse table commit, before the next); a state caught up from the log or rebuilt prefixes
+them (``backfill_before_commit``, ``rebuild_after_state_write``, ...)."""
 
 
 class RunnerOptions(TypedDict, total=False):
