@@ -1,8 +1,7 @@
-"""What a state kind's engine reads of a chunk's run: :class:`BatchContext`.
+"""What a state kind's engine reads of a chunk's run (:class:`~.batch_run.BatchRun`).
 
-:class:`~trident_assets.spark.batch_run.BatchRun` provides it; the engines
-(:mod:`~trident_assets.spark.state_engines`) read through it, never write into it: what
-their jobs find they return (:class:`~trident_assets.runtime.outcomes.StateInput`,
+The engines (:mod:`~trident_assets.spark.state_engines`) never write into it: what their
+jobs find they return (:class:`~trident_assets.runtime.outcomes.StateInput`,
 :class:`~trident_assets.spark.partials.PartialsJob`).
 """
 
@@ -14,7 +13,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from trident_assets.runtime.context import RunContext
-    from trident_assets.spouts.ranges import BatchPlan
+    from trident_assets.runtime.txid_loop import Batches
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
@@ -22,7 +21,7 @@ __all__ = ["BatchContext"]
 
 
 class BatchContext(Protocol):
-    """A chunk of txids' DataFrames: of one txid (a kind's batch input and apply) or several.
+    """A chunk's DataFrames: of one txid (a kind's batch input and apply), or of several.
 
     A chunk of several is read by the jobs a kind shares across its txids (combiner
     partials, event-time windows), its frames tagged with each tuple's batch.
@@ -33,9 +32,7 @@ class BatchContext(Protocol):
     txid: int
     """The chunk's first txid (a chunk of one: its only)."""
     txids: list[int]
-    """The chunk's txids, ascending: tag ``i`` is ``txids[i]``'s."""
-    batches: list[tuple[int, dict[str, BatchPlan]]]
-    """The chunk's txids with their spouts' plans."""
+    batches: Batches
     live: set[str]
     """Spouts that read records in the chunk."""
     spill: bool
@@ -43,8 +40,7 @@ class BatchContext(Protocol):
     value_types: dict[str, pa.DataType]
     """Arrow type of each combiner state's batch partials (typing empty query results)."""
     inflight_tops: dict[str, int | None]
-    """Per event-time window: an upper bound of its largest event time after the chunk in
-    flight before this one."""
+    """Per event-time window: a bound of its largest event time after the chunk in flight."""
 
     def frame(self, node: Node) -> Any:
         """The node's DataFrame, built once."""

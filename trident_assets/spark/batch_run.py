@@ -1,4 +1,4 @@
-"""The one frame builder: a chunk of N >= 1 consecutive txids on Spark, and a txid's commit.
+"""The one frame builder: a chunk of N >= 1 consecutive txids on Spark.
 
 Trident keeps up to ``max.spout.pending`` batches in flight; only their state commits are
 strictly ordered by txid. :class:`BatchRun` builds the Spark work of a chunk of consecutive
@@ -30,7 +30,7 @@ collected them; a job of their own fetches them only when there are any.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -50,7 +50,6 @@ from trident_assets.spark.aggregation import combine_partials, reduce_groups
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.dead_letter_jobs import SpoutDeadLetters
-from trident_assets.spark.node_frames import NodeFrames
 from trident_assets.spark.partials import ChunkPartials
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import Cleanup
@@ -63,18 +62,16 @@ from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
 
 if TYPE_CHECKING:
     from trident_assets.runtime.context import RunContext
+    from trident_assets.runtime.txid_loop import Batches
     from trident_assets.spark.partials import PartialsJob
     from trident_assets.spouts.ranges import BatchPlan
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["BatchRun", "Batches"]
-
-Batches = Sequence[tuple[int, dict[str, "BatchPlan"]]]
-"""A chunk: ``(txid, {spout id: plan})`` for consecutive txids, ascending."""
+__all__ = ["BatchRun"]
 
 
-class BatchRun(SpoutDeadLetters, NodeFrames):
+class BatchRun(SpoutDeadLetters):
     """The Spark side of a chunk of txids: lazily built DataFrames, memoised per node.
 
     How its frames are read (:attr:`mode`) is chosen once: tagged with each tuple's batch, or
@@ -358,11 +355,8 @@ class BatchRun(SpoutDeadLetters, NodeFrames):
 class _Alone:
     """How a chunk of one reads its frames: untagged, every tuple is its txid's.
 
-    Its decodes carry no ``Observation`` (its states' jobs may run later, in the commit: an
-    observation read before its action ran would wait for it), a state's own job may collect
-    its spout's dead letters along (:meth:`~.dead_letter_jobs.SpoutDeadLetters.fold_dead`),
-    its states' engines are asked and its outputs built in the call, on the planning thread
-    (the states' value types type the outputs' queries).
+    No ``Observation`` on a decode (its states' jobs may run in the commit, later); a state's
+    job may collect its spout's dead letters; its states and outputs are built in the call.
     """
 
     keep: tuple[str, ...] = ()
@@ -387,11 +381,9 @@ class _Alone:
     def txid_run(self, run: BatchRun, txid: int) -> BatchRun:
         return run
 
-    def check_builds(self, node: Node) -> None:
-        pass
+    def check_builds(self, node: Node) -> None: ...
 
-    def plan_frame(self, run: BatchRun, node: Node) -> None:
-        pass
+    def plan_frame(self, run: BatchRun, node: Node) -> None: ...
 
     def state_job(self, run: BatchRun, state: TridentState) -> Callable[[], ChunkPartials]:
         def alone() -> ChunkPartials:
@@ -405,10 +397,8 @@ class _Alone:
 class _Tagged:
     """How a chunk of several reads its frames: every tuple tagged with its batch.
 
-    One scan of each spout's records where it can; an ``Observation`` on each decode counts
-    its dead letters; the states share one job per kind and the frames are built now (this
-    thread reads the store; the call touches only Spark). A node without tuples in the chunk
-    is the chunk's first txid's (:attr:`BatchRun.first`); only row-wise nodes receive tuples.
+    An ``Observation`` on each decode counts its dead letters; the frames are built now (the
+    call touches only Spark); a node without tuples is the first txid's (:attr:`~BatchRun.first`).
     """
 
     keep = (TXID_COLUMN,)

@@ -15,36 +15,27 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.spark.node_frames import empty_table
+from trident_assets.spark.node_frames import NodeFrames, empty_table
 from trident_assets.spark.observation import observed_metrics
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import RunContext
     from trident_assets.stream.graph import Node
 
 __all__ = ["SpoutDeadLetters"]
 
 
-class SpoutDeadLetters:
-    """Each spout's dead letters for a chunk of txids (a mixin of the frame builder)."""
+class SpoutDeadLetters(NodeFrames):
+    """Each spout's dead letters for a chunk of txids (a base of the frame builder)."""
 
-    runner: RunContext
     txid: int
     txids: list[int]
-    mode: Any
-    """How the chunk's frames are read (``mode.folds_dead``, ``mode.plan_frame``)."""
     live: set[str]
     dead: dict[str, tuple[Any, Any]]
     counted_dead: dict[str, int]
     folded_dead: dict[str, pa.Table]
     dead_collected: bool
-
-    # and of the builder: ``first`` (the chunk's first txid as a chunk of one), ``frame(node)``,
-    # ``to_arrow(key, df)``, ``per_txid(table)``
-    first: Any
-    frame: Callable[[Node], Any]
-    to_arrow: Callable[[str, Any], pa.Table]
+    first: Any  # the chunk's first txid as a chunk of one
     per_txid: Callable[[pa.Table], dict[int, pa.Table]]
 
     def empty_dead_letters(self, sid: str) -> pa.Table:

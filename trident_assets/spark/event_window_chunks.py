@@ -70,7 +70,6 @@ __all__ = [
     "UNBOUNDED",
     "WindowSlice",
     "chunk_bounds",
-    "chunk_window_job",
     "late_reason",
     "window_chunk_job",
 ]
@@ -229,8 +228,13 @@ def window_chunk_job(
     """An event-time window's job over the chunk, its lateness bounded by the log's timestamps.
 
     ``inflight``: an upper bound of the window's largest event time after the chunk in
-    flight before this one (None: none). Returns the job and the same bound after this chunk.
+    flight before this one (None: none). Builds the DataFrame now and returns its one Spark
+    job (none when the state receives no tuple: its rows typed from the schema) and the same
+    bound after this chunk.
     """
+    from trident_assets.planner import is_live
+    from trident_assets.spark.node_frames import empty_arrow
+
     spout = record_time_spout(state.node.args[EVENT_WINDOW], state.node.parents[0])
     assert spout is not None  # the planner admits no other window into a chunk
     sid, reader = spout.args["spout_id"], spout.args["spout"]
@@ -243,27 +247,11 @@ def window_chunk_job(
         top = reader.max_timestamp_ms(runner.log, plan) if plan.record_count else None
         tops.append(UNBOUNDED if top is UNKNOWN else None if top is None else top * 1000)
     bounds, after = chunk_bounds(before, tops, state.windowed.window.lateness_us)
-    return chunk_window_job(frames, state, bounds), after
-
-
-def chunk_window_job(
-    frames: BatchContext, state: WindowedState, bounds: Sequence[int | None]
-) -> Callable[[], dict[int, WindowSlice]]:
-    """Build the chunk's window DataFrame now; the returned call runs its one Spark job.
-
-    ``bounds[i]``: the upper bound of the watermark before the chunk's ``i``-th txid. A
-    chunk in which the state receives no tuple costs no Spark job (its rows are typed from
-    the DataFrame's schema).
-    """
-    from trident_assets.planner import is_live
-    from trident_assets.spark.node_frames import empty_arrow
-
-    parent = state.node.parents[0]
-    txids = frames.txids
+    parent, txids = state.node.parents[0], frames.txids
     if not is_live(parent, frames.live):
         tagged = frames.tagged(parent)
         none = empty_arrow(_chunk_frame(tagged, state, bounds)).drop_columns([TXID_COLUMN])
-        return lambda: {txid: WindowSlice(state, none) for txid in txids}
+        return lambda: {txid: WindowSlice(state, none) for txid in txids}, after
     traced = traced_frame(frames.tagged_raw, parent, (TXID_COLUMN,))  # dead letters' records
     df = _chunk_frame(frames.tagged(parent) if traced is None else traced, state, bounds)
 
@@ -271,7 +259,7 @@ def chunk_window_job(
         split = split_by_txid(df.toArrow(), txids)
         return {txid: WindowSlice(state, rows) for txid, rows in split.items()}
 
-    return run
+    return run, after
 
 
 def _chunk_frame(parent: Any, state: WindowedState, bounds: Sequence[int | None]) -> Any:

@@ -21,7 +21,7 @@ from trident_assets.runtime.outcomes import GLOBAL_COLUMN
 from trident_assets.spark.partitioning import peek_frame
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from collections.abc import Callable, Hashable
 
     from trident_assets.runtime.context import RunContext
     from trident_assets.stream.graph import Node
@@ -79,6 +79,7 @@ class NodeFrames(ABC):
     runner: RunContext
     mode: Any
     """How the frames are read (``mode.keep``: the columns that tag a tuple with its batch)."""
+    is_empty: Callable[[Node], bool]
 
     def frame(self, node: Node) -> Any:
         """The node's DataFrame, built once."""
@@ -90,10 +91,6 @@ class NodeFrames(ABC):
     @abstractmethod
     def _build(self, node: Node) -> Any:
         """Build the node's DataFrame (each subclass knows the node kinds it runs)."""
-
-    @abstractmethod
-    def is_empty(self, node: Node) -> bool:
-        """True when ``node`` certainly has no tuples."""
 
     def empty_table(self, key: str, df: Any) -> pa.Table:
         """An empty Arrow table with ``df``'s schema, found once per runner.

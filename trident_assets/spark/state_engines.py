@@ -77,11 +77,7 @@ def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> A
 
 
 def _combiner_chunk(run: BatchContext, state: TridentState) -> PartialsJob:
-    """A combiner's partials for every txid of the chunk, grouped by (key, txid).
-
-    With the files its executors will write when the run may spill (a rebuild's runner has
-    no spill target).
-    """
+    """A combiner's partials per (key, txid); the cleanups of the files a spilling run writes."""
     spill = run.runner.spill if run.spill else None
     cleanups: list[Cleanup] = []
     job = combiner_partials(run, state, run.runner.topology, spill, cleanups)

@@ -33,10 +33,7 @@ def tag_first(frame: Any) -> Any:
 def tagged_read(
     spout: Any, spark: Any, log: Any, plans: Sequence[BatchPlan]
 ) -> tuple[Any, dict[str, str]]:
-    """The records of a spout's ``plans`` (one per txid), each tagged with its position.
-
-    One scan where the spout's reader can; also the Spark settings of how that scan splits.
-    """
+    """The spout's records of ``plans`` tagged by position, and the Spark settings of the scan."""
     from pyspark.sql import functions as F
 
     nonempty = [(tag, plan) for tag, plan in enumerate(plans) if plan.record_count > 0]
