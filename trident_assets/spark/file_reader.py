@@ -264,11 +264,13 @@ def read_files(
     ddl = ", ".join(f"`{n}` {t}" for n, t in scheme.types.items()) if fmt == "parquet" else ""
     if fmt == "parquet":
         base = log_spark_schema()
-        declared: Any = StructType.fromDDL(ddl)
         spark_schema = StructType(
             [
                 *[base[c] for c in ("topic", "partition", "offset", "timestamp", "value")],
-                *[StructField(FILE_COLUMN_PREFIX + f.name, f.dataType) for f in declared],
+                *[
+                    StructField(FILE_COLUMN_PREFIX + f.name, f.dataType)
+                    for f in StructType.fromDDL(ddl)
+                ],
             ]
         )
     else:
