@@ -144,7 +144,8 @@ def refuse_key_value(spec: StateSpec, operation: str) -> None:
     """
     if isinstance(spec, KeyValueStateSpec):
         msg = (
-            f"{spec.store} state {spec.name!r}: {operation} keeps its state in the topology's "
-            "store; give it a StateSpec (key-value stores hold persistent_aggregate states)"
+            f"{spec.store} state {spec.name!r}: {operation} cannot keep its state in a "
+            "key-value store (those hold persistent_aggregate states); give it a StateSpec, "
+            "which keeps it in the topology's store"
         )
         raise ConfigError(msg)
