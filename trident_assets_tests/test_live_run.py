@@ -53,9 +53,19 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
-    """A Dagster instance on disk (SQLite) under ``tmp_path``."""
+    """A Dagster instance on disk (SQLite) under ``tmp_path``, without compute-log capture.
+
+    Capture starts ``tail`` processes on the process-wide stdout and stderr; with two runs in
+    one process at once (a live run in a thread and a second run) one run's clean-up left the
+    other's ``tail`` processes running after the test.
+    """
     path = tmp_path / "dagster"
     path.mkdir()
+    (path / "dagster.yaml").write_text(
+        "compute_logs:\n"
+        "  module: dagster._core.storage.noop_compute_log_manager\n"
+        "  class: NoOpComputeLogManager\n"
+    )
     with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(path))) as inst:
         yield inst
 
