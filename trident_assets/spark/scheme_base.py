@@ -28,7 +28,10 @@ class _Decoding:
     """The Columns of :meth:`Scheme.decode` for one ``keep``: built once per Spark session."""
 
     stages: list[list[Any]]
-    staged: list[Any]
+    staged_once: Any
+    """The decoded fields, error and record columns, as a one-row generator per record: the
+    filters that split good records from dead letters cannot be pushed below it, so each
+    stage (a JSON parse) is computed once per record, not again in every filter."""
     dead_count: Any
     is_good: Any
     good: list[Any]
@@ -99,13 +102,14 @@ class Scheme(ABC):
         meta = META_FIELDS if self.with_metadata else ()
         record = ("topic", "partition", "offset", "timestamp", "value", *keep)
         failed = F.col("__error")
+        staged = [
+            *[col.alias(f"__f_{name}") for name, col in values.items()],
+            error.alias("__error"),
+            *[F.col(c) for c in record],
+        ]
         return _Decoding(
             stages=stages,
-            staged=[
-                *[col.alias(f"__f_{name}") for name, col in values.items()],
-                error.alias("__error"),
-                *[F.col(c) for c in record],
-            ],
+            staged_once=F.inline(F.array(F.struct(*staged))),
             dead_count=F.count(failed).alias("dead"),
             is_good=failed.isNull(),
             good=[
@@ -135,7 +139,7 @@ class Scheme(ABC):
         columns = self._decoding(raw.sparkSession, tuple(keep))
         for stage in columns.stages:
             raw = raw.select(*stage)
-        staged = raw.select(*columns.staged)
+        staged = raw.select(columns.staged_once)
         if observation is not None:
             staged = staged.observe(observation, columns.dead_count)
         good = staged.where(columns.is_good).select(*columns.good)
