@@ -44,7 +44,6 @@ in :mod:`~trident_assets.backends.join_fold_sql`; this module re-exports their n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -90,7 +89,6 @@ __all__ = [
     "TS_COLUMN",
     "BulkJoinResult",
     "apply_join_batch_sql",
-    "apply_join_sides",
     "batch_event_time",
     "combine_sides",
     "create_pending_table",
@@ -135,21 +133,6 @@ def batch_event_time(store: DuckDBStore, table: str, batch: pa.Table) -> float |
     if latest is None:
         return watermark
     return latest if watermark is None else max(watermark, latest)
-
-
-def apply_join_sides(
-    store: DuckDBStore,
-    spec: SingleJoin,
-    table: str,
-    txid: int,
-    rows_by_side: Mapping[str, pa.Table],
-    *,
-    batch_ts: float | None = None,
-) -> BulkJoinResult:
-    """Apply batch ``txid`` given one Arrow table per side (see :func:`combine_sides`)."""
-    return apply_join_batch_sql(
-        store, spec, table, txid, combine_sides(spec, rows_by_side), batch_ts=batch_ts
-    )
 
 
 def apply_join_batch_sql(

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["Chunk", "chunk_limit", "extend_chunk", "settle"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Chunk:
     """Consecutive txids whose Spark work runs as one job (maybe while earlier ones commit)."""
 
@@ -35,9 +35,8 @@ class Chunk:
     emit_s: float
     base: Any
     """What the engine keeps of the chunk until its txids committed (its cleanups too)."""
-    future: Future[dict[int, Prepared]]
-    t_spark: float
-    """When the chunk's job started in the worker (set by the worker)."""
+    future: Future[tuple[float, dict[int, Prepared]]]
+    """When the job started in the worker (it may queue behind another), and its result."""
     plan_s: float = 0.0
     """Seconds spent building the chunk's DataFrames on the driver."""
     event_tops: dict[str, int | None] = field(default_factory=dict)

@@ -26,11 +26,9 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Hashable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypedDict
-
-import pyarrow as pa
 
 from trident_assets.backends.compaction import CompactionPolicy, maybe_compact
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
@@ -151,10 +149,6 @@ class Runner(ABC):
         self.meta = DuckDBSpoutMetaStore(store)  # creates its table: after the checks
         self._joins_after = joining_spouts(topology, store, self.meta, startup.last)
         """Spouts added to the topology after txid N: name -> N (they start at N + 1)."""
-        self.empty_tables: dict[Hashable, pa.Table] = {}
-        """Empty Arrow tables of the topology's frames (their schemas: a spout's dead letters,
-        a state's partials, an output), found once per runner. Each costs the engine a plan
-        analysis, and a frame's schema does not change from one txid to the next."""
         self.start_engine()  # the engine's checks: before any job or write
         ensure_dead_letters_table(store)
         self.replica = replica

@@ -130,13 +130,11 @@ class TxidLoop:
                     # idles while the driver plans or this chunk commits
                     ahead = self._start_next(pool, chunk, ordered, i + len(chunk.batches))
                     try:
-                        prepared = chunk.future.result()
+                        t_spark, prepared = chunk.future.result()
                     except BaseException:
                         release(chunk)
                         raise
-                    spark_s = (chunk.plan_s + time.perf_counter() - chunk.t_spark) / len(
-                        chunk.batches
-                    )
+                    spark_s = (chunk.plan_s + time.perf_counter() - t_spark) / len(chunk.batches)
                     for outcome in self._in_order(chunk, prepared, spark_s):
                         yield outcome
                         i += 1
@@ -164,7 +162,7 @@ class TxidLoop:
         """A chunk of one, its job on this thread (it asks the states' engines), committed."""
         t_spark = time.perf_counter()
         planned = self.execution.plan_chunk(batches, {})
-        chunk = Chunk(batches, emit_s, planned.base, Future(), t_spark)
+        chunk = Chunk(batches, emit_s, planned.base, Future())
         try:
             prepared = planned.work()
         except BaseException:
@@ -183,22 +181,18 @@ class TxidLoop:
 
         ``event_tops``: the chunk in flight before it's (:attr:`Chunk.event_tops`).
 
-        The chunk's ``t_spark`` is when its job starts in the pool (it may queue behind the
-        previous chunk's), ``plan_s`` what building its work took here.
+        The chunk's job returns when it started in the pool (it may queue behind the
+        previous chunk's); ``plan_s`` is what building its work took here.
         """
         t_plan = time.perf_counter()
         planned = self.execution.plan_chunk(batches, dict(event_tops or {}))
-        now = time.perf_counter()
-        chunk = Chunk(
-            batches, emit_s, planned.base, Future(), now, now - t_plan, planned.event_tops
-        )
 
-        def run() -> dict[int, Prepared]:
-            chunk.t_spark = time.perf_counter()
-            return planned.work()
+        def run() -> tuple[float, dict[int, Prepared]]:
+            return time.perf_counter(), planned.work()
 
-        chunk.future = pool.submit(run)
-        return chunk
+        plan_s = time.perf_counter() - t_plan
+        future = pool.submit(run)
+        return Chunk(batches, emit_s, planned.base, future, plan_s, planned.event_tops)
 
     def _start_next(
         self, pool: ThreadPoolExecutor, chunk: Chunk, ordered: list[int], j: int

@@ -25,7 +25,7 @@ from trident_assets.spark.execution import SparkTxid
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import RunContext
+    from trident_assets.spark.batch_context import RunContext
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 

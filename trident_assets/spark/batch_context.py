@@ -1,7 +1,12 @@
-"""What a state kind's engine reads of a chunk's run (:class:`~.batch_run.BatchRun`).
+"""What an engine's batch reads of its runner and of its chunk: two protocols.
 
-The engines (:mod:`~trident_assets.spark.state_engines`) never write into it: what their
-jobs find they return (:class:`~trident_assets.runtime.outcomes.StateInput`,
+:class:`RunContext` is what a chunk's run reads of its runner: a
+:class:`~trident_assets.spark.executor.TopologyRunner` provides it, and so does a rebuild's
+replay (:mod:`trident_assets.spark.rebuild`), which runs batches of one state without a
+runner of its own. :class:`BatchContext` is what a state kind's engine reads of a chunk's
+run (:class:`~.batch_run.BatchRun`). The engines (:mod:`~trident_assets.spark.state_engines`)
+never write into it: what their jobs find they return
+(:class:`~trident_assets.runtime.outcomes.StateInput`,
 :class:`~trident_assets.spark.partials.PartialsJob`).
 """
 
@@ -12,12 +17,37 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from trident_assets.runtime.context import RunContext
+    from trident_assets.backends.state_store import StateStore
     from trident_assets.runtime.txid_loop import Batches
+    from trident_assets.spark.frame_schemas import EmptyTables
+    from trident_assets.spark.spilled import Spill
+    from trident_assets.spouts.coordinator import BatchCoordinator
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
+    from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["BatchContext"]
+__all__ = ["BatchContext", "RunContext"]
+
+
+class RunContext(Protocol):
+    """The topology, its Spark session, log and store, and the points a batch reports."""
+
+    topology: TridentTopology
+    spark: Any
+    """The Spark session (classic or Spark Connect)."""
+    store: StateStore
+    log: Any
+    """The embedded log or a Kafka cluster the spouts read."""
+    spill: Spill | None
+    """How executors write partials for the store (None: collected to the driver)."""
+    empty_tables: EmptyTables
+    """Empty Arrow tables of the topology's frames, found once per runner."""
+
+    def fault(self, point: str) -> None:
+        """Called at the named points of a batch (the chaos tests kill the process there)."""
+
+    def coordinator(self, spout_id: str) -> BatchCoordinator:
+        """The batch coordinator of one spout."""
 
 
 class BatchContext(Protocol):
@@ -67,7 +97,7 @@ class BatchContext(Protocol):
         """How many records ``spout`` reads in the chunk."""
 
     def empty_table(self, key: str, df: Any) -> pa.Table:
-        """:func:`~.node_frames.empty_arrow` of ``df``, a frame that ``key`` names."""
+        """:func:`~.frame_schemas.empty_arrow` of ``df``, a frame that ``key`` names."""
 
     def to_arrow(self, key: str, df: Any) -> pa.Table:
         """``df.toArrow()``, ``df`` a frame that ``key`` names."""

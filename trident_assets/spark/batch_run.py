@@ -61,8 +61,8 @@ from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import RunContext
     from trident_assets.runtime.txid_loop import Batches
+    from trident_assets.spark.batch_context import RunContext
     from trident_assets.spark.partials import PartialsJob
     from trident_assets.spouts.ranges import BatchPlan
     from trident_assets.stream.graph import Node
@@ -91,7 +91,8 @@ class BatchRun(SpoutDeadLetters):
         """The chunk ``batches`` of ``runner``'s topology.
 
         ``spill``: states may have their partials written to files when the runner spills
-        (``trident.partials.spill``); the caller removes :attr:`spilled` after the commits.
+        (``trident.partials.spill``); the caller has them removed after the commits
+        (:meth:`drop_spilled`).
         Off for the batches that check, build or rebuild a state. ``event_tops``: per
         event-time window, an upper bound of the largest event time of the chunk in flight
         before this one (see :mod:`.event_window_chunks`). ``value_types``: the partials' value
@@ -131,7 +132,7 @@ class BatchRun(SpoutDeadLetters):
         """Spouts whose dead letters a state's own Spark job collected (see :meth:`fold_dead`)."""
         self.dead_collected = False
         """True once the batch phase has collected the spouts' dead letters."""
-        self.spilled: list[Cleanup] = []
+        self._spilled: list[Cleanup] = []
         """Remove the partials the executors wrote (once the chunk's txids have committed)."""
         self.inflight_tops: dict[str, int | None] = dict(event_tops or {})
         self.event_tops = dict(self.inflight_tops)
@@ -284,7 +285,7 @@ class BatchRun(SpoutDeadLetters):
             self.value_types[state.spec.name] = job.value_type
         if job.event_top is not None:
             self.event_tops[state.spec.name] = job.event_top
-        self.spilled.extend(job.cleanups)
+        self._spilled.extend(job.cleanups)
         return job.run
 
     def _output_job(self, node: Node) -> Callable[[], dict[int, pa.Table]]:
@@ -346,6 +347,11 @@ class BatchRun(SpoutDeadLetters):
     def prepare(self) -> Prepared:
         """A chunk of one's batch phase, run here: :meth:`plan`'s work for its txid."""
         return self.plan()()[self.txid]
+
+    def drop_spilled(self) -> None:
+        """Remove the partials the executors wrote (the txids committed or were abandoned)."""
+        while self._spilled:
+            self._spilled.pop()()
 
     def read_applied(self, new_values: dict[str, pa.Table], expired: dict[str, pa.Table]) -> None:
         """What this txid's commit applied so far, for the streams that read it."""

@@ -13,10 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.core.aggregators import CombinerAggregator
+from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
 from trident_assets.core.user_code import call
 from trident_assets.spark.aggregation import first_or_zero, sql_expr
-from trident_assets.stream.chained import ChainedStep, is_builtin
+from trident_assets.stream.chained import ChainedStep
 
 __all__ = ["chained_frame"]
 
@@ -33,7 +33,7 @@ def chained_frame(
     from pyspark.sql import functions as F
 
     outs = [s.output for s in steps]
-    if all(is_builtin(s.agg) for s in steps):
+    if all(is_sql_combiner(s.agg) for s in steps):
         exprs = [sql_expr(s.agg, s.inputs[0]) for s in steps]
         if full and group:
             return df.groupBy(*group).agg(*[e.alias(o) for e, o in zip(exprs, outs, strict=True)])
@@ -71,7 +71,7 @@ def _fold(
 
     types = [f"`{g}` {df.schema[g].dataType.simpleString()}" for g in group]
     for s in steps:
-        if is_builtin(s.agg):  # the SQL aggregate's type, from the plan (no Spark job)
+        if is_sql_combiner(s.agg):  # the SQL aggregate's type, from the plan (no Spark job)
             kind = df.select(sql_expr(s.agg, s.inputs[0])).schema[0].dataType.simpleString()
         else:
             kind = s.agg.output_type

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.spark.node_frames import NodeFrames, empty_table
+from trident_assets.spark.node_frames import NodeFrames
 from trident_assets.spark.observation import observed_metrics
 from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
 
@@ -44,12 +44,13 @@ class SpoutDeadLetters(NodeFrames):
         Found once per runner: planning a decode costs JVM analysis (a strict JSON
         scheme's about 0.1 s a batch).
         """
-        known, key = self.runner.empty_tables, ("dead letters", sid)
-        if key not in known:
+
+        def dead() -> Any:
             first = self.first  # untagged
             first.frame(first.runner.topology.spouts[sid])
-            empty_table(known, key, first.dead[sid][0])
-        return known[key]
+            return first.dead[sid][0]
+
+        return self.runner.empty_tables.get(("dead letters", sid), dead)
 
     def fold_dead(self, node: Node) -> tuple[str, Any] | None:
         """``(spout id, dead letters frame)`` a state's job over ``node`` may collect, or None.

@@ -19,7 +19,7 @@ from trident_assets.spouts.ranges import BatchPlan
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
-    from trident_assets.runtime.context import RunContext
+    from trident_assets.spark.batch_context import RunContext
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["check_value_types"]

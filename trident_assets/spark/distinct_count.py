@@ -19,7 +19,7 @@ from trident_assets.backends.state_batches import StateTarget, apply_state_batch
 from trident_assets.core.aggregators import Count
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.runtime.outcomes import GLOBAL_COLUMN, Applied, StateInput, top_rows
-from trident_assets.spark.node_frames import empty_arrow
+from trident_assets.spark.frame_schemas import empty_arrow
 from trident_assets.spark.state_apply import map_applied
 
 if TYPE_CHECKING:

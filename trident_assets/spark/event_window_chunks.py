@@ -233,7 +233,7 @@ def window_chunk_job(
     bound after this chunk.
     """
     from trident_assets.planner import is_live
-    from trident_assets.spark.node_frames import empty_arrow
+    from trident_assets.spark.frame_schemas import empty_arrow
 
     spout = record_time_spout(state.node.args[EVENT_WINDOW], state.node.parents[0])
     assert spout is not None  # the planner admits no other window into a chunk

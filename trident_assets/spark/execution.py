@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trident_assets.backends.spilled_partials import SpilledPartials
 from trident_assets.runtime.commit import CommitTarget
-from trident_assets.runtime.context import RunContext
 from trident_assets.runtime.txid_loop import Batches, PlannedChunk
+from trident_assets.spark.batch_context import RunContext
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.scoped_conf import scoped_conf
-from trident_assets.spark.spilled import drop_spilled
 from trident_assets.spark.state_apply import spilled_previews, state_previews
 from trident_assets.spark.state_engines import engine_for
 
@@ -39,8 +38,6 @@ __all__ = ["SparkExecution", "SparkRunner", "SparkTxid"]
 
 class SparkRunner(RunContext, CommitTarget, Protocol):
     """A runner on Spark: what its batches read and what its txids commit to."""
-
-    spark: Any
 
 
 class SparkExecution:
@@ -64,11 +61,11 @@ class SparkExecution:
                 yield SparkTxid(run)
         finally:
             if run is not chunk.base:  # (its own spills, if any; the chunk's at release)
-                drop_spilled(run.spilled)
+                run.drop_spilled()
 
     def release(self, chunk: Chunk) -> None:
         """Remove the partials ``chunk``'s job spilled."""
-        drop_spilled(chunk.base.spilled)
+        chunk.base.drop_spilled()
 
 
 class SparkTxid:

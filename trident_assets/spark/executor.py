@@ -33,8 +33,9 @@ from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
 from trident_assets.spark.declared_types import check_value_types
 from trident_assets.spark.execution import SparkExecution
+from trident_assets.spark.frame_schemas import EmptyTables
 from trident_assets.spark.quarantine_runs import quarantine, replay_quarantined
-from trident_assets.spark.spilled import open_spill
+from trident_assets.spark.spilled import Spill, open_spill
 from trident_assets.spark.user_errors import user_code_errors
 
 if TYPE_CHECKING:
@@ -70,9 +71,10 @@ class TopologyRunner(Runner):
         Spark job), ``replica``, ``keep_txids``, ``clock``).
         """
         self.spark = spark
-        self.spill: Any = None
+        self.spill: Spill | None = None
         """How executors write partials for the store (``trident.partials.spill``; None:
         collected to the driver)."""
+        self.empty_tables = EmptyTables()
         super().__init__(topology, store, log, **options)
 
     def start_engine(self) -> None:

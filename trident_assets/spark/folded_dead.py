@@ -18,11 +18,7 @@ import pyarrow.compute as pc
 from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.window_columns import KIND, REASON, SPOUT_DEAD, SPOUT_DEAD_COLUMNS, VALUE
 
-__all__ = ["FOLD_COLUMNS", "take_spout_dead", "with_spout_dead"]
-
-FOLD_COLUMNS = (KIND, *SPOUT_DEAD_COLUMNS.values(), REASON, VALUE)
-"""The columns a fold adds to a job's rows (null in the job's own rows, unless it has them)."""
-
+__all__ = ["take_spout_dead", "with_spout_dead"]
 
 def with_spout_dead(df: Any, dead: Any, owner: Any) -> Any:
     """``df``'s rows, then the spout's ``dead`` letters as rows of the same job.

@@ -1,9 +1,9 @@
 """Memoised per-node DataFrames, their Arrow results and the row-wise operations.
 
 :class:`NodeFrames` builds each topology node's DataFrame once per chunk of txids, collects
-it as Arrow (its schema found once per runner), and runs the row-wise operations (``each``,
-``filter``, ``project``, ``peek``), which a state's own observed frames
-(:mod:`~trident_assets.spark.observed`) run too; the frame builder
+it as Arrow (its schema found once per runner: :mod:`~.frame_schemas`), and runs the
+row-wise operations (``each``, ``filter``, ``project``, ``peek``), which a state's own
+observed frames (:mod:`~trident_assets.spark.observed`) run too; the frame builder
 (:class:`~trident_assets.spark.batch_run.BatchRun`) builds the other kinds.
 """
 
@@ -18,53 +18,16 @@ from trident_assets.core.aggregators import is_sql_combiner
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.user_code import with_step
 from trident_assets.runtime.outcomes import GLOBAL_COLUMN
+from trident_assets.spark.frame_schemas import to_arrow
 from trident_assets.spark.partitioning import peek_frame
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable
+    from collections.abc import Callable
 
-    from trident_assets.runtime.context import RunContext
+    from trident_assets.spark.batch_context import RunContext
     from trident_assets.stream.graph import Node
 
-__all__ = ["NodeFrames", "empty_arrow", "empty_table", "global_partials", "to_arrow"]
-
-
-def empty_arrow(df: Any) -> pa.Table:
-    """An empty Arrow table with the schema ``df.toArrow()`` would have (no Spark job)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(
-        df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
-    )
-    return schema.empty_table()
-
-
-def empty_table(known: dict[Hashable, pa.Table], key: Hashable, df: Any) -> pa.Table:
-    """:func:`empty_arrow` of ``df``, found once per ``key`` in ``known`` (a runner's).
-
-    ``key`` names a frame of the topology whose schema is the same in every txid (a spout's
-    dead letters, a state's partials, an output; tagged or not): analysing a plan costs a
-    round trip to the engine on every call, about 40 ms on Spark Connect.
-    """
-    found = known.get(key)
-    if found is None:
-        found = known[key] = empty_arrow(df)
-    return found
-
-
-def to_arrow(df: Any, schema: pa.Schema) -> pa.Table:
-    """``df.toArrow()``, typed by ``schema``: the Arrow schema ``df.toArrow()`` gives.
-
-    On Spark Connect, ``toArrow`` first asks the server for the schema (a round trip and a
-    plan analysis, about 50 ms); with the schema known (:func:`empty_table`) only the plan
-    runs. A schema that does not fit the result raises (Arrow's cast), never converts
-    silently. A classic session reads the schema in its own JVM: ``toArrow`` as is.
-    """
-    to_table = getattr(df, "_to_table", None)
-    if to_table is None or not type(df).__module__.startswith("pyspark.sql.connect"):
-        return df.toArrow()
-    table, _ = to_table()
-    return table.cast(schema)
+__all__ = ["NodeFrames", "global_partials"]
 
 
 def global_partials(values: pa.Array) -> dict[str, pa.Array]:
@@ -98,7 +61,7 @@ class NodeFrames(ABC):
         ``key`` names the frame (its schema is the same in every txid); a tagged chunk's
         frames are kept apart from a chunk of one's.
         """
-        return empty_table(self.runner.empty_tables, (key, self.mode.keep), df)
+        return self.runner.empty_tables.get((key, self.mode.keep), lambda: df)
 
     def to_arrow(self, key: str, df: Any) -> pa.Table:
         """``df.toArrow()`` (:func:`to_arrow`), its schema found once per runner.

@@ -85,21 +85,17 @@ class PartialsJob:
 
 
 def combiner_partials(
-    frames: BatchContext,
-    state: TridentState,
-    topology: TridentTopology,
-    spill: Spill | None,
-    cleanups: list[Cleanup],
+    frames: BatchContext, state: TridentState, topology: TridentTopology, spill: Spill | None
 ) -> PartialsJob:
     """Plan ``state``'s partials over ``frames`` (a combiner state of ``topology``).
 
-    ``spill``: the runner's spill target when the batch may spill (None: never); the files
-    it writes are registered in ``cleanups``.
+    ``spill``: the runner's spill target when the batch may spill (None: never); the job's
+    cleanups remove what it writes.
     """
     if state_kind(state.node).sql_combiner and frames.is_empty(state.node.parents[0]):
         return _empty_job(frames, state)
     if spill is not None and spillable(state, topology):
-        job = _spill_job(frames, state, spill, cleanups)
+        job = _spill_job(frames, state, spill)
         if job is not None:
             return job
     kernel = arrow_kernel(state, TXID_COLUMN)
@@ -160,18 +156,19 @@ def _operators_job(frames: BatchContext, state: TridentState) -> PartialsJob:
     return PartialsJob(out_type, run)
 
 
-def _spill_job(
-    frames: BatchContext, state: TridentState, spill: Spill, cleanups: list[Cleanup]
-) -> PartialsJob | None:
+def _spill_job(frames: BatchContext, state: TridentState, spill: Spill) -> PartialsJob | None:
     """The state's partials by Spark's operators, written by the executors per txid."""
     a = state.node.args
     df = _tagged_partials(frames, state)
-    job = spill.plan(df, a["agg"], len(frames.txids), cleanups)
-    if job is None:
+    planned = spill.plan(df, a["agg"], len(frames.txids))
+    if planned is None:
         return None
+    job, cleanups = planned
     txids = frames.txids
     out_type = frames.empty_table(f"partials:{state.spec.name}", df).schema.field(a["output"]).type
-    return PartialsJob(out_type, lambda: ChunkPartials(dict(zip(txids, job(), strict=True))))
+    return PartialsJob(
+        out_type, lambda: ChunkPartials(dict(zip(txids, job(), strict=True))), cleanups=cleanups
+    )
 
 
 def _kernel_job(frames: BatchContext, state: TridentState, spec: Any, spout: Node) -> PartialsJob:

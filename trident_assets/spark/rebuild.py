@@ -41,13 +41,10 @@ from trident_assets.runtime.outcomes import Prepared
 from trident_assets.spark.backfill import read_plans
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.execution import SparkTxid
+from trident_assets.spark.frame_schemas import EmptyTables
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
-
-    import pyarrow as pa
-
     from trident_assets.backends.replica import Replica
     from trident_assets.backends.state_store import StateStore
     from trident_assets.stream.streams import TridentState
@@ -89,8 +86,8 @@ class _Replay:
     store: StateStore
     log: Any
     fault: Callable[[str], None] = lambda _point: None
-    spill: Any = None
-    empty_tables: dict[Hashable, pa.Table] = field(default_factory=dict)
+    spill: None = None
+    empty_tables: EmptyTables = field(default_factory=EmptyTables)
 
     def coordinator(self, spout_id: str) -> Any:
         from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore

@@ -38,7 +38,7 @@ from trident_assets.backends.spilled_partials import SpilledPartials
 from trident_assets.errors import ConfigError
 from trident_assets.planner import all_nodes
 from trident_assets.spark.aggregation import NULLS_COLUMN, VALUES_COLUMN, skips_nulls
-from trident_assets.spark.node_frames import empty_arrow
+from trident_assets.spark.frame_schemas import empty_arrow
 from trident_assets.spark.observation import observed_metrics
 from trident_assets.spark.scoped_conf import read_conf
 from trident_assets.spark.txid_tags import TXID_COLUMN
@@ -52,8 +52,8 @@ __all__ = [
     "PART_COLUMN",
     "SPILL_CONF",
     "SPILL_DIR_CONF",
+    "Cleanup",
     "Spill",
-    "drop_spilled",
     "open_spill",
     "spillable",
 ]
@@ -118,12 +118,6 @@ def _spill_dir(spark: Any, store: Any) -> Path:
     return Path(where).expanduser().resolve()
 
 
-def drop_spilled(cleanups: list[Cleanup]) -> None:
-    """Run and forget ``cleanups`` (their batches committed or were abandoned)."""
-    while cleanups:
-        cleanups.pop()()
-
-
 def spillable(state: TridentState, topology: TridentTopology) -> bool:
     """True for a grouped built-in combiner state whose new values nothing reads."""
     if not state.group or not state_kind(state.node).sql_combiner:
@@ -161,12 +155,12 @@ class Spill:
             self.store.execute(f'DROP TABLE IF EXISTS "{name}"')
 
     def plan(
-        self, df: Any, agg: Any, tags: int | None, cleanups: list[Cleanup]
-    ) -> Callable[[], list[SpilledPartials]] | None:
-        """Prepare to write ``df`` (a state's partials); return the Spark job, or None.
+        self, df: Any, agg: Any, tags: int | None
+    ) -> tuple[Callable[[], list[SpilledPartials]], tuple[Cleanup, ...]] | None:
+        """Prepare to write ``df`` (a state's partials); return the Spark job and its cleanups.
 
-        Here (the thread that owns the store): the directory, or the staging tables, each
-        registered in ``cleanups``. The returned call runs the one Spark job (any thread).
+        Here (the thread that owns the store): the directory, or the staging tables, which
+        the returned cleanups remove. The returned call runs the one Spark job (any thread).
         ``tags``: ``df`` holds a pipelined chunk of that many txids (:data:`TXID_COLUMN`),
         written per txid. None: not now (a PostgreSQL store inside a transaction, whose
         staging tables the executors could not see): collect the partials.
@@ -183,17 +177,22 @@ class Spill:
         if self.root is not None:
             path = self.root / uuid.uuid4().hex
             path.mkdir(parents=True)
-            cleanups.append(lambda: shutil.rmtree(path, ignore_errors=True))
-            return lambda: _write_files(df, path, tags, shape)
+            remove = (lambda: shutil.rmtree(path, ignore_errors=True),)
+            return lambda: _write_files(df, path, tags, shape), remove
         if self.store.in_transaction:
             return None
         token = uuid.uuid4().hex[:16]
         names = [f"{self.prefix}{token}_{i}" for i in range(tags or 1)]
         staged = schema.append(pa.field(PART_COLUMN, pa.int32()))
-        for name in names:
-            cleanups.append(lambda name=name: self._drop_table(name))
-            self.store.create_unlogged(name, staged)
-        return lambda: _write_tables(df, self.dsn, names, tags, shape)
+        drops = tuple(lambda name=name: self._drop_table(name) for name in names)
+        try:
+            for name in names:
+                self.store.create_unlogged(name, staged)
+        except BaseException:
+            for drop in drops:
+                drop()
+            raise
+        return lambda: _write_tables(df, self.dsn, names, tags, shape), drops
 
 
 def _observed(df: Any, tags: int | None) -> tuple[Any, Any]:

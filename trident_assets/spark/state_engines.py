@@ -12,7 +12,7 @@ commit transaction (or during it, for a state fed by this batch's new values); i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.backends.window_store import last_watermark_us
@@ -48,7 +48,6 @@ from trident_assets.stream.state_kinds import (
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext
-    from trident_assets.spark.spilled import Cleanup
     from trident_assets.stream.streams import TridentState
 
 __all__ = ["ENGINES", "StateEngine", "engine_for"]
@@ -77,11 +76,9 @@ def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> A
 
 
 def _combiner_chunk(run: BatchContext, state: TridentState) -> PartialsJob:
-    """A combiner's partials per (key, txid); the cleanups of the files a spilling run writes."""
+    """A combiner's partials per (key, txid), written by the executors in a spilling run."""
     spill = run.runner.spill if run.spill else None
-    cleanups: list[Cleanup] = []
-    job = combiner_partials(run, state, run.runner.topology, spill, cleanups)
-    return replace(job, cleanups=tuple(cleanups))
+    return combiner_partials(run, state, run.runner.topology, spill)
 
 
 def _window_chunk(run: BatchContext, state: TridentState) -> PartialsJob:

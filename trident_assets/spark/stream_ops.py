@@ -32,12 +32,10 @@ from trident_assets.stream.comparison import COMPARISON
 from trident_assets.stream.graph import Node, PersistedState
 from trident_assets.stream.partitioning import REPARTITION
 from trident_assets.stream.queries import MapGet, SnapshotGet
-from trident_assets.stream.streams import check_partition_aggregator
 
 __all__ = [
     "NODE_KINDS",
     "build",
-    "check_partition_aggregator",
     "join_frames",
     "merge_frames",
     "partition_aggregate_frame",

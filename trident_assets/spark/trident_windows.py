@@ -37,7 +37,7 @@ from trident_assets.core.trident_windows import TridentWindow
 from trident_assets.core.user_code import guard
 from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
 from trident_assets.spark.aggregation import combine_partials, sql_expr
-from trident_assets.spark.node_frames import empty_arrow
+from trident_assets.spark.frame_schemas import empty_arrow
 from trident_assets.spark.observed import Observed, count_dead, observed_frame
 from trident_assets.stream.trident_windows import TRIDENT_WINDOW
 

@@ -20,7 +20,6 @@ from trident_assets.core.aggregators import (
     ReducerAggregator,
     check_aggregator,
 )
-from trident_assets.core.aggregators import is_sql_combiner as is_builtin
 from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import StreamT
@@ -30,7 +29,6 @@ __all__ = [
     "ChainedAggregatorDeclarer",
     "ChainedStep",
     "aggregator_step",
-    "is_builtin",
 ]
 
 CHAINED_AGG = "chained_agg"

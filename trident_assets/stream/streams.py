@@ -16,7 +16,6 @@ from trident_assets.core.aggregators import (
     CombinerAggregator,
     DistinctCount,
     ReducerAggregator,
-    check_aggregator,
 )
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_output_columns, check_state_columns
@@ -37,7 +36,7 @@ from trident_assets.stream.trident_windows import window_config, window_node
 if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["GroupedStream", "Stream", "TridentState", "check_partition_aggregator"]
+__all__ = ["GroupedStream", "Stream", "TridentState"]
 
 
 class StreamAssembly(Protocol):
@@ -46,11 +45,6 @@ class StreamAssembly(Protocol):
     def apply(self, stream: Stream, group: tuple[str, ...] = ()) -> Stream:
         """The stream the assembly makes of ``stream`` (per group of ``group``)."""
         ...
-
-
-def check_partition_aggregator(agg: Any, inputs: Sequence[str]) -> None:
-    """:func:`~trident_assets.core.aggregators.check_aggregator` of ``partition_aggregate``."""
-    check_aggregator(agg, inputs, "partition_aggregate")
 
 
 class Stream:
