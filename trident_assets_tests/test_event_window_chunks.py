@@ -139,19 +139,33 @@ def run(
         return [o.windows for o in outcomes], outcome_rows(store, topo.states["page_views"]), rows
 
 
+@pytest.fixture(scope="module")
+def one_batch_runs(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``run(..., "one-batch path")`` of a window (and ``"sum"`` or no aggregator), run once
+    for the module: the reference the chunked runs of several tests are compared with."""
+    done: dict[tuple[str, str | None], Any] = {}
+
+    def reference(window: EventWindow, agg: str | None = None) -> Any:
+        key = (repr(window), agg)
+        if key not in done:
+            tmp = tmp_path_factory.mktemp("one-batch")
+            done[key] = run(spark, tmp, window, "one-batch path", ta.Sum() if agg else None)
+        return done[key]
+
+    return reference
+
+
 @pytest.mark.parametrize(
     ("window", "agg"),
     [(TUMBLING, None), (SLIDING, None), (SLIDING, "sum")],
     ids=["tumbling-count", "sliding-count", "sliding-sum"],
 )
 def test_chunks_give_exactly_the_one_batch_results(
-    spark: Any, tmp_path: Path, window: EventWindow, agg: str | None
+    spark: Any, tmp_path: Path, window: EventWindow, agg: str | None, one_batch_runs: Any
 ) -> None:
     make = (lambda: ta.Sum()) if agg == "sum" else (lambda: None)
     txids = TXIDS
-    ref_outcomes, ref_rows, rows = run(
-        spark, tmp_path / "ref", window, "one-batch path", make(), txids
-    )
+    ref_outcomes, ref_rows, rows = one_batch_runs(window, agg)
     # the corpus exercises what it should: late, partly late (sliding), duplicates
     late = sum(w["page_views"].late_records for w in ref_outcomes)
     assert late >= 10
@@ -319,11 +333,11 @@ with ta.DuckDBStore(root / "state.duckdb") as store:
 
 
 def test_sigkill_inside_a_chunk_then_replay_gives_the_same_windows(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, one_batch_runs: Any
 ) -> None:
     """Killed between txid 6's window write and its commit (txids 5-8 share a job): txids
     1-5 stay committed, 6 left nothing, and the replay of 6-12 ends where a clean run does."""
-    ref_outcomes, ref_rows, _ = run(spark, tmp_path / "ref", TUMBLING, "one-batch path")
+    ref_outcomes, ref_rows, _ = one_batch_runs(TUMBLING)
     work = tmp_path / "crash"
     new_log(work / "log", records(7))
     script = work / "child.py"

@@ -142,14 +142,39 @@ TUMBLING_BATCHES: list[list[Record]] = [
 
 
 def test_tumbling_windows_late_and_unreadable_records(
-    spark: Any, tmp_path: Path, open_store: OpenStore
+    spark: Any, tmp_path: Path, pg_dsn: str
 ) -> None:
+    """The same batches on DuckDB, then on PostgreSQL: the same exact rows in both stores."""
+    from trident_assets.backends.state_store import open_state_store
+
+    results = []
+    for name, location in (("duckdb", str(tmp_path / "state.duckdb")), ("postgres", pg_dsn)):
+        with open_state_store(location) as store:
+            results.append(_tumbling_exactly(spark, tmp_path / name, store))
+    duck, pg = results
+    assert (duck[0], pg[0]) == ("DuckDBStore", "PostgresStore")
+    assert pg[1:] == duck[1:]
+    assert [r["window_start"] for r in pg[2]] == [at(0), at(10), at(20), at(10)]
+    assert pg[5][-1] == ("clicks", "page_views", 4, at(40), at(35))
+
+
+def _tumbling_exactly(spark: Any, tmp_path: Path, store: Any) -> tuple[Any, ...]:
+    """Run TUMBLING_BATCHES into ``store`` and check every row exactly; return what it left
+    (compared across the stores by the test)."""
     log = new_log(tmp_path)
-    store = open_store()
     topo = topology(TUMBLING)
     runner = ta.TopologyRunner(topo, spark, store, log)
     outcomes = run_all(runner, log, TUMBLING_BATCHES)
     state = state_of(topo)
+    left = (
+        type(store).__name__,
+        [o.windows["page_views"] for o in outcomes],
+        read_finals(store, state),
+        read_open(store, state),
+        dead_letters(store),
+        store.fetch_rows(f"SELECT * FROM {WATERMARKS} ORDER BY txid"),
+        store.fetch_rows('SELECT * FROM "clicks__page_views__new_values" ORDER BY txid, page'),
+    )
     ref = reference(TUMBLING, TUMBLING_BATCHES)
     assert (
         finals(state, store)
@@ -201,7 +226,7 @@ def test_tumbling_windows_late_and_unreadable_records(
     before = (finals(state, store), opened(state, store), dead_letters(store))
     assert [runner.run_batch(t).applied for t in (2, 4)] == [False, False]
     assert (finals(state, store), opened(state, store), dead_letters(store)) == before
-    store.close()
+    return left
 
 
 @pytest.mark.parametrize("window", [TUMBLING, EventWindow.sliding("10 s", "5 s", time_field="ts")])
@@ -610,40 +635,6 @@ def test_sigkill_between_window_write_and_commit_emits_each_window_once(
     assert opened(state, store) == ref.open
     assert len(dead_letters(store)) == 1
     store.close()
-
-
-def test_the_same_topology_runs_on_postgres_with_the_duckdb_results(
-    spark: Any, tmp_path: Path, pg_dsn: str
-) -> None:
-    """Once refused on PostgreSQL: the same batches give the same rows in both stores."""
-    from trident_assets.backends.state_store import open_state_store
-
-    results = []
-    for location in (str(tmp_path / "state.duckdb"), pg_dsn):
-        log = new_log(tmp_path / f"run{len(results)}")
-        topo = topology(TUMBLING)
-        with open_state_store(location) as store:
-            runner = ta.TopologyRunner(topo, spark, store, log)
-            outcomes = run_all(runner, log, TUMBLING_BATCHES)
-            state = state_of(topo)
-            results.append(
-                (
-                    type(store).__name__,
-                    [o.windows["page_views"] for o in outcomes],
-                    read_finals(store, state),
-                    read_open(store, state),
-                    dead_letters(store),
-                    store.fetch_rows(f"SELECT * FROM {WATERMARKS} ORDER BY txid"),
-                    store.fetch_rows(
-                        'SELECT * FROM "clicks__page_views__new_values" ORDER BY txid, page'
-                    ),
-                )
-            )
-    duck, pg = results
-    assert (duck[0], pg[0]) == ("DuckDBStore", "PostgresStore")
-    assert pg[1:] == duck[1:]
-    assert [r["window_start"] for r in pg[2]] == [at(0), at(10), at(20), at(10)]
-    assert pg[5][-1] == ("clicks", "page_views", 4, at(40), at(35))
 
 
 def test_quarantine_and_backfill_of_a_window_state_are_refused() -> None:

@@ -70,7 +70,17 @@ def setup(tmp_path: Path, open_store: Any) -> tuple[PartitionedLog, Any, Replica
     return log, open_store(), Replica(tmp_path / "replica")
 
 
-@pytest.mark.parametrize("kind", [SpoutKind.TRANSACTIONAL, SpoutKind.OPAQUE])
+# each spout kind once and each store once in `make test`: the other two pairs in `make soak`
+@pytest.mark.parametrize(
+    ("open_store", "kind"),
+    [
+        ("duckdb", SpoutKind.TRANSACTIONAL),
+        pytest.param("duckdb", SpoutKind.OPAQUE, marks=pytest.mark.slow),
+        pytest.param("postgres", SpoutKind.TRANSACTIONAL, marks=pytest.mark.slow),
+        ("postgres", SpoutKind.OPAQUE),
+    ],
+    indirect=["open_store"],
+)
 def test_poison_txid_is_set_aside_then_replayed_exactly_once(
     spark: Any, setup: Any, kind: SpoutKind
 ) -> None:
