@@ -399,15 +399,30 @@ def _random_rows(rng: random.Random, spec: SingleJoin, nkeys: int) -> dict[str, 
     return rows
 
 
+RANDOM_CASES = [
+    (2, "error", {"timeout_batches": 3}),
+    (2, "keep_latest", {"timeout_s": 2.5}),
+    (3, "keep_latest", {"timeout_batches": 3}),
+    (3, "error", {"timeout_s": 2.5}),
+]
+"""On DuckDB all four in `make test`; on PostgreSQL the two with ``timeout_s`` (each
+``on_duplicate`` and each number of sides once; the tests above run every expiry and duplicate
+rule on both stores), the other two in `make soak`."""
+
+
 @pytest.mark.parametrize(
-    ("nsides", "on_duplicate", "timeouts"),
+    ("open_store", "nsides", "on_duplicate", "timeouts"),
     [
-        (2, "error", {"timeout_batches": 3}),
-        (2, "keep_latest", {"timeout_s": 2.5}),
-        (3, "keep_latest", {"timeout_batches": 3}),
-        (3, "error", {"timeout_s": 2.5}),
+        pytest.param(
+            store, *case,
+            id=f"{store}-{case[0]}-{case[1]}-{next(iter(case[2]))}",
+            marks=pytest.mark.slow if store == "postgres" and "timeout_s" not in case[2] else (),
+        )
+        for store in ("duckdb", "postgres")
+        for case in RANDOM_CASES
     ],
-)
+    indirect=["open_store"],
+)  # fmt: skip
 def test_bulk_join_matches_the_core_on_random_batches(
     nsides: int, on_duplicate: str, timeouts: dict[str, Any], open_store: Any
 ) -> None:
