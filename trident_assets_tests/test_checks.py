@@ -10,7 +10,7 @@ from dagster._core.instance.ref import InstanceRef
 from trident_assets.dagster import checks
 from trident_assets.dagster.partitions import txid_key
 from trident_assets.dagster.spout_checks import ranges_check
-from trident_assets.spark.executor import BatchOutcome
+from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.spouts.config import SpoutKind
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 

@@ -165,7 +165,7 @@ def test_source_reports_partitions_and_exact_offsets(broker: MockKafkaBroker) ->
 def test_parallel_read_returns_exactly_the_ranges_in_the_log_schema(
     spark: Any, broker: MockKafkaBroker
 ) -> None:
-    from trident_assets.spark.log_reader import log_spark_schema
+    from trident_assets.log.records import log_spark_schema
 
     topic = _topic(broker)
     produce(

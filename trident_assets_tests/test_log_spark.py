@@ -11,10 +11,10 @@ import pytest
 
 from trident_assets.errors import BatchUnavailableError, ConfigError, CorruptSegmentError
 from trident_assets.log import PartitionedLog, Record
+from trident_assets.log.records import log_spark_schema
 from trident_assets.spark import log_reader
 from trident_assets.spark.log_reader import (
     INLINE_MAX_RECORDS_CONF,
-    log_spark_schema,
     read_ranges,
     read_ranges_tagged,
     split_conf,

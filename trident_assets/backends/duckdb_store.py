@@ -46,8 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -137,6 +136,7 @@ class DuckDBStore(DuckDBStatements, SqlStateStore):
     """
 
     dialect: ClassVar[Dialect] = DUCKDB
+    transaction_type = DuckDBTransaction
     conversion_errors: ClassVar[tuple[type[BaseException], ...]] = (duckdb.ConversionException,)
     value_errors: ClassVar[tuple[type[BaseException], ...]] = (
         duckdb.OutOfRangeException,
@@ -285,55 +285,13 @@ class DuckDBStore(DuckDBStatements, SqlStateStore):
 
     # -- transactions and commit markers ---------------------------------------------------
 
-    @contextmanager
-    def transaction(self) -> Iterator[DuckDBTransaction]:
-        """Open a transaction: BEGIN, then COMMIT on normal exit or ROLLBACK on an exception.
-
-        Re-entrant: inside an open transaction, a nested ``transaction()`` joins it (no nested
-        BEGIN) and only the outermost block commits. If a nested block exits with an exception
-        that the caller then swallows, the outermost block still rolls back and raises.
-
-        Raises:
-            TridentError: the store is closed, or a nested block failed and the transaction
-                was rolled back.
-        """
-        conn = self.conn
-        if self._tx is not None:
-            outer = self._tx
-            try:
-                yield outer
-            except BaseException:
-                outer.rollback_only = True
-                raise
-            return
-        conn.execute("BEGIN TRANSACTION")
-        tx = DuckDBTransaction(self)
-        self._tx = tx
-        try:
-            yield tx
-        except duckdb.IOException as exc:
-            self._rollback()
-            if is_corrupt_state(exc):
-                raise corrupt_state_error(self.path, exc) from exc
-            raise
-        except BaseException:
-            self._rollback()
-            raise
-        if tx.rollback_only:
-            self._rollback()
-            msg = (
-                f"transaction on {self.path!r} rolled back: a nested transaction block failed "
-                "and its error was caught; nothing was committed"
-            )
-            raise TridentError(msg)
-        try:
-            conn.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
-        self._tx = None
-        if tx.marked and self.marker_file is not None:
+    def _committed(self, tx: SqlTransaction) -> None:
+        if isinstance(tx, DuckDBTransaction) and tx.marked and self.marker_file is not None:
             self._record_commits(tx.marked)
+
+    def _failed(self, exc: BaseException) -> None:
+        if isinstance(exc, duckdb.IOException) and is_corrupt_state(exc):
+            raise corrupt_state_error(self.path, exc) from exc
 
     def _rollback(self) -> None:
         self._tx = None

@@ -86,6 +86,11 @@ class PostgresTransaction(SqlTransaction):
 
     store: PostgresStore
 
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(store)
+        self.thread = threading.get_ident()
+        """The thread whose transaction this is."""
+
     def last_committed(self, scope: str) -> int | None:
         """Return ``scope``'s last committed txid, first claiming the scope for this writer.
 
@@ -105,6 +110,7 @@ class PostgresStore(SqlStateStore):
     """
 
     dialect: ClassVar[Dialect] = POSTGRES
+    transaction_type = PostgresTransaction
     conversion_errors: ClassVar[tuple[type[BaseException], ...]] = (_adbc_errors.DataError,)
     value_errors: ClassVar[tuple[type[BaseException], ...]] = (_adbc_errors.DataError,)
     catalog_errors: ClassVar[tuple[type[BaseException], ...]] = (_adbc_errors.ProgrammingError,)
@@ -145,8 +151,6 @@ class PostgresStore(SqlStateStore):
         self._tx: PostgresTransaction | None = None
         self._lock = threading.RLock()
         """Held by each statement, and by an open transaction until it ends."""
-        self._tx_thread: int | None = None
-        """The thread whose transaction is open."""
         self._claimed: set[str] = set()
         for name, value in SESSION_SETTINGS.items():
             self.execute("SELECT set_config(?, ?, false)", [name, value])
@@ -171,7 +175,7 @@ class PostgresStore(SqlStateStore):
     @property
     def in_transaction(self) -> bool:
         """True while the calling thread has a :meth:`transaction` block open."""
-        return self._tx is not None and self._tx_thread == threading.get_ident()
+        return self._tx is not None and self._tx.thread == threading.get_ident()
 
     def close(self) -> None:
         """Close the connection (idempotent); an open transaction is rolled back."""
@@ -292,49 +296,15 @@ class PostgresStore(SqlStateStore):
 
     @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:
-        """Open a transaction: BEGIN, then COMMIT on normal exit or ROLLBACK on an exception.
+        """:meth:`~.sql_catalog.SqlCatalogStore.transaction`, holding the session's lock.
 
-        Re-entrant: a nested ``transaction()`` joins the open one; only the outermost block
-        commits, and it rolls back if a nested block failed (even if its error was caught).
-
-        Raises:
-            TridentError: the store is closed, or a nested block failed and the transaction
-                was rolled back.
+        One thread at a time: another thread's statements wait until the transaction ends.
         """
-        with self._lock:
-            cur = self._cursor()
-            if self._tx is not None:  # the lock is ours: a nested block of our transaction
-                outer = self._tx
-                try:
-                    yield outer
-                except BaseException:
-                    outer.rollback_only = True
-                    raise
-                return
-            cur.execute("BEGIN")
-            tx = PostgresTransaction(self)
-            self._tx, self._tx_thread = tx, threading.get_ident()
-            try:
-                yield tx
-            except BaseException:
-                self._rollback()
-                raise
-            if tx.rollback_only:
-                self._rollback()
-                msg = (
-                    f"transaction on {self.path} rolled back: a nested transaction block "
-                    "failed and its error was caught; nothing was committed"
-                )
-                raise TridentError(msg)
-            try:
-                cur.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
-            self._tx = self._tx_thread = None
+        with self._lock, super().transaction() as tx:
+            yield tx
 
     def _rollback(self) -> None:
-        self._tx = self._tx_thread = None
+        self._tx = None
         self.forget_layouts()
         with contextlib.suppress(_adbc_errors.Error):
             self._cur.execute("ROLLBACK")

@@ -1,11 +1,12 @@
 """The half of a SQL state store below its reads: primitives, commit markers, the map catalog.
 
-:class:`SqlCatalogStore` declares the five primitives a concrete store provides
+:class:`SqlCatalogStore` declares the primitives a concrete store provides
 (:meth:`~SqlCatalogStore.execute`, :meth:`~SqlCatalogStore.fetch_rows`,
-:meth:`~SqlCatalogStore.fetch_arrow`, :meth:`~SqlCatalogStore.staged` and
-:meth:`~SqlCatalogStore.transaction`) and holds what DuckDB and PostgreSQL do the same way on
-top of them: the commit markers, the catalog of map tables (creating a map's log, sequence
-and latest-version view), and the query for the current rows of a set of keys. Its subclass
+:meth:`~SqlCatalogStore.fetch_arrow`, :meth:`~SqlCatalogStore.staged` and a transaction's
+rollback) and holds what DuckDB and PostgreSQL do the same way on top of
+them: the re-entrant :meth:`~SqlCatalogStore.transaction`, the commit markers, the catalog
+of map tables (creating a map's log, sequence and latest-version view), and the query for
+the current rows of a set of keys. Its subclass
 :class:`~trident_assets.backends.sql_store.SqlStateStore` adds reads and compaction.
 """
 
@@ -13,8 +14,8 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -33,7 +34,7 @@ from trident_assets.backends.map_layout import (
     validate_table_name,
 )
 from trident_assets.backends.sql_dialect import Dialect
-from trident_assets.errors import ConfigError, StateLayoutError
+from trident_assets.errors import ConfigError, StateLayoutError, TridentError
 
 __all__ = ["SqlCatalogStore", "SqlTransaction"]
 
@@ -115,9 +116,61 @@ class SqlCatalogStore(ClosesOnExit):
         does not depend on them skips that cost).
         """
 
+    transaction_type: ClassVar[type[SqlTransaction]] = SqlTransaction
+    _tx: SqlTransaction | None = None
+
     @abc.abstractmethod
-    def transaction(self) -> AbstractContextManager[SqlTransaction]:
-        """Open a transaction (re-entrant: a nested block joins the open one)."""
+    def _rollback(self) -> None:
+        """ROLLBACK the open transaction (if the database has not ended it already)."""
+
+    def _failed(self, exc: BaseException) -> None:
+        """Raise the store's own error for ``exc``, which rolled the transaction back."""
+
+    def _committed(self, tx: SqlTransaction) -> None:
+        """What the store does once ``tx`` has committed."""
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """Open a transaction: BEGIN, then COMMIT on normal exit or ROLLBACK on an exception.
+
+        Re-entrant: inside an open transaction, a nested ``transaction()`` joins it (no nested
+        BEGIN) and only the outermost block commits. If a nested block exits with an exception
+        that the caller then swallows, the outermost block still rolls back and raises.
+
+        Raises:
+            TridentError: the store is closed, or a nested block failed and the transaction
+                was rolled back.
+        """
+        if self._tx is not None:
+            outer = self._tx
+            try:
+                yield outer
+            except BaseException:
+                outer.rollback_only = True
+                raise
+            return
+        self.execute("BEGIN")
+        tx = self._tx = self.transaction_type(self)
+        try:
+            yield tx
+        except BaseException as exc:
+            self._rollback()
+            self._failed(exc)
+            raise
+        if tx.rollback_only:
+            self._rollback()
+            msg = (
+                f"transaction on {self.path!r} rolled back: a nested transaction block failed "
+                "and its error was caught; nothing was committed"
+            )
+            raise TridentError(msg)
+        try:
+            self.execute("COMMIT")
+            self._tx = None
+        except BaseException:
+            self._rollback()
+            raise
+        self._committed(tx)
 
     @abc.abstractmethod
     def has_table(self, name: str) -> bool:

@@ -38,7 +38,8 @@ from trident_assets.errors import ConfigError, StoreLockedError
 from trident_assets.planner import check_quarantine
 
 if TYPE_CHECKING:
-    from trident_assets.spark.executor import BatchOutcome, TopologyRunner
+    from trident_assets.runtime.outcomes import BatchOutcome
+    from trident_assets.spark.executor import TopologyRunner
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["DEFAULT_MODULE", "module_topologies", "quarantine_app"]

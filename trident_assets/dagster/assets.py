@@ -48,7 +48,7 @@ from trident_assets.errors import (
     ConfigError,
     OutOfOrderCommitError,
 )
-from trident_assets.spark.executor import BatchOutcome
+from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["TOPOLOGY_TAG", "asset_keys", "topology_assets"]

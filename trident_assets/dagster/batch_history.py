@@ -12,7 +12,7 @@ from typing import Any
 import dagster as dg
 
 from trident_assets.dagster.partitions import txid_key
-from trident_assets.spark.executor import BatchOutcome
+from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.spouts.ranges import PartitionRange, partition_sort_key
 
 __all__ = ["applied_offsets", "committed_ranges", "latest_applied"]

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from trident_assets.errors import ConfigError
-from trident_assets.spark.verify import recomputable
+from trident_assets.planner import recomputable
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = [

@@ -68,7 +68,8 @@ from trident_assets.dagster.spout_checks import (
     txids_check,
 )
 from trident_assets.errors import BatchUnavailableError
-from trident_assets.spark.executor import BatchOutcome, TopologyRunner
+from trident_assets.runtime.outcomes import BatchOutcome
+from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.verify import StateComparison, verify_increment, verify_state
 from trident_assets.stream.topology import TridentTopology
 

@@ -16,8 +16,9 @@ from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.backends.verified import VerifiedCheckpoint, read_checkpoint
 from trident_assets.dagster.batch_history import committed_ranges, latest_applied
 from trident_assets.dagster.check_specs import EXACTLY_ONCE, CheckSettings
-from trident_assets.spark.executor import BatchOutcome, TopologyRunner
-from trident_assets.spark.verify import recomputable
+from trident_assets.planner import recomputable
+from trident_assets.runtime.outcomes import BatchOutcome
+from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spouts.ranges import PartitionRange
 from trident_assets.stream.topology import TridentTopology
 

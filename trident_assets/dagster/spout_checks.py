@@ -11,7 +11,8 @@ import dagster as dg
 
 from trident_assets.dagster.check_specs import DEAD, LAG, RANGES, TXIDS
 from trident_assets.dagster.partitions import txid_key
-from trident_assets.spark.executor import BatchOutcome, TopologyRunner
+from trident_assets.runtime.outcomes import BatchOutcome
+from trident_assets.spark.executor import TopologyRunner
 
 __all__ = ["dead_letters_check", "lag_check", "ranges_check", "txids_check"]
 

@@ -23,7 +23,6 @@ __all__ = [
     "VALUES_COLUMN",
     "combine_partials",
     "first_or_zero",
-    "is_sql_combiner",
     "reduce_groups",
     "skips_nulls",
     "split_nulls",

@@ -40,12 +40,15 @@ from trident_assets.backends.window_store import last_max_event_us
 from trident_assets.errors import TridentError
 from trident_assets.log.timestamps import UNKNOWN
 from trident_assets.spark.column_cache import reuse
-from trident_assets.spark.event_windows import (
+from trident_assets.spark.traced import traced_frame
+from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
+from trident_assets.spark.window_columns import (
     DEAD,
     DUP,
     KIND,
     PARTIAL,
     REASON,
+    SOURCE,
     VALUE,
     WE,
     WS,
@@ -53,11 +56,8 @@ from trident_assets.spark.event_windows import (
     T,
     window_columns,
 )
-from trident_assets.spark.traced import traced_frame
-from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
-from trident_assets.spark.window_columns import SOURCE
-from trident_assets.stream.event_windows import EVENT_WINDOW
 from trident_assets.stream.graph import record_time_spout
+from trident_assets.stream.state_kinds import EVENT_WINDOW
 
 UNBOUNDED = 1 << 62
 """A batch's largest event time when the log cannot bound it: every record a candidate."""

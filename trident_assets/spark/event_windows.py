@@ -27,7 +27,7 @@ Two halves around the commit, like a single join:
   letters, the windows the new watermark made final to the state's new values.
 
 The job's columns and their watermark-free expressions are in
-:mod:`trident_assets.spark.window_columns` (re-exported here).
+:mod:`trident_assets.spark.window_columns`.
 """
 
 from __future__ import annotations
@@ -64,29 +64,14 @@ from trident_assets.spark.window_columns import (
     utc_text,
     window_columns,
 )
-from trident_assets.stream.event_windows import EVENT_WINDOW, WindowedAggregation
+from trident_assets.stream.event_windows import WindowedAggregation
+from trident_assets.stream.state_kinds import EVENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.event_windows import WindowedState
 
-__all__ = [
-    "DEAD",
-    "DUP",
-    "KIND",
-    "PARTIAL",
-    "REASON",
-    "VALUE",
-    "WE",
-    "WS",
-    "N",
-    "T",
-    "WindowColumns",
-    "apply_window_state",
-    "window_columns",
-    "window_dead_letters_key",
-    "window_input",
-]
+__all__ = ["apply_window_state", "window_dead_letters_key", "window_input"]
 
 
 def window_dead_letters_key(state: str) -> str:

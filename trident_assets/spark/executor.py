@@ -25,9 +25,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Unpack
 
 from trident_assets.planner import all_nodes
-from trident_assets.runtime.backfill_plans import BackfillOutcome
-from trident_assets.runtime.batch_tables import DEAD_LETTERS
-from trident_assets.runtime.outcomes import GLOBAL_COLUMN, BatchOutcome, StateOutcome
+from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.runtime.runner import Runner, RunnerOptions
 from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
@@ -43,14 +41,7 @@ if TYPE_CHECKING:
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = [
-    "DEAD_LETTERS",
-    "GLOBAL_COLUMN",
-    "BackfillOutcome",
-    "BatchOutcome",
-    "StateOutcome",
-    "TopologyRunner",
-]
+__all__ = ["TopologyRunner"]
 
 
 class TopologyRunner(Runner):

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError
 from trident_assets.kafka.reader import default_parallelism
+from trident_assets.log.records import log_spark_schema
 from trident_assets.spark.file_schemes import FILE_COLUMN_PREFIX
-from trident_assets.spark.log_reader import log_spark_schema
 from trident_assets.spouts.file_listing import fingerprint_bytes
 
 if TYPE_CHECKING:

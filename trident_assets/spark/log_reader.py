@@ -42,7 +42,6 @@ __all__ = [
     "INLINE_MAX_BYTES",
     "INLINE_MAX_RECORDS_CONF",
     "inline_max_records",
-    "log_spark_schema",
     "read_ranges",
     "read_ranges_tagged",
     "split_conf",

@@ -22,7 +22,7 @@ from trident_assets.backends.duckdb_join import (
 from trident_assets.backends.join_state import apply_join_batch
 from trident_assets.core.join import SingleJoin
 from trident_assets.runtime.outcomes import Applied, StateOutcome
-from trident_assets.stream.single_join import SINGLE_JOIN
+from trident_assets.stream.state_kinds import SINGLE_JOIN
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext

@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.core.aggregators import CombinerAggregator
+from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
 from trident_assets.core.user_code import guard, retrieve_batch, with_step
 from trident_assets.errors import ConfigError, StateLayoutError
-from trident_assets.spark.aggregation import is_sql_combiner, sql_expr
+from trident_assets.spark.aggregation import sql_expr
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.chained import chained_frame
 from trident_assets.spark.comparison import comparison_frame

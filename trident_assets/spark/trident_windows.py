@@ -39,7 +39,7 @@ from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
 from trident_assets.spark.aggregation import combine_partials, sql_expr
 from trident_assets.spark.frame_schemas import empty_arrow
 from trident_assets.spark.observed import Observed, count_dead, observed_frame
-from trident_assets.stream.trident_windows import TRIDENT_WINDOW
+from trident_assets.stream.state_kinds import TRIDENT_WINDOW
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext

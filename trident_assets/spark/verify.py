@@ -5,7 +5,7 @@ committed batches read, computed from scratch as ONE batch? It reruns the state'
 (spout -> functions -> filters) on Spark over the union of the committed offset ranges,
 combines per key, and compares the result with the stored values in one DuckDB join.
 It does not share the txid logic it verifies (no maps, no merge statement). Which states
-qualify is :func:`~trident_assets.planner.recomputable` (re-exported here).
+qualify is :func:`~trident_assets.planner.recomputable`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 from trident_assets.backends.map_layout import log_table, quote_ident
 from trident_assets.backends.verified import values_table
 from trident_assets.errors import StateLayoutError
-from trident_assets.planner import recomputable
 from trident_assets.runtime.outcomes import GLOBAL_COLUMN
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
@@ -28,7 +27,7 @@ from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 if TYPE_CHECKING:
     from trident_assets.spark.executor import TopologyRunner
 
-__all__ = ["StateComparison", "recomputable", "verify_increment", "verify_state"]
+__all__ = ["StateComparison", "verify_increment", "verify_state"]
 
 
 @dataclass(frozen=True, slots=True)

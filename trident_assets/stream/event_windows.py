@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from trident_assets.stream.streams import GroupedStream
 
 __all__ = [
-    "EVENT_WINDOW",
     "WINDOW_END",
     "WINDOW_START",
     "WindowedAggregation",

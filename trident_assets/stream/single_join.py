@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
-    "SINGLE_JOIN",
     "SINGLE_JOIN_EXPIRED",
     "check_join_state",
     "declare_single_join",

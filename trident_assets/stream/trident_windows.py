@@ -29,7 +29,7 @@ from trident_assets.stream.graph import Derivable, Node, StateSpec
 from trident_assets.stream.kv_specs import refuse_key_value
 from trident_assets.stream.state_kinds import STATE_KIND, TRIDENT_WINDOW
 
-__all__ = ["ORDERED_KINDS", "TRIDENT_WINDOW", "window_config", "window_node"]
+__all__ = ["ORDERED_KINDS", "window_config", "window_node"]
 
 
 ORDERED_KINDS = frozenset({"spout", "each", "filter", "project", "peek"})
