@@ -3,7 +3,7 @@
 Workload (the soak of trident_assets_tests/test_single_join.py): ids 0..N-1; each id's first
 half (gender or age, at random) arrives in a random batch t1, its partner in t1..t1+T
 (capped at the last batch); 1% of ids never get a partner and expire. The bulk DuckDB join
-(:func:`trident_assets.backends.duckdb_join.apply_join_sides`) runs every batch in its own
+(:func:`trident_assets.backends.join_state.apply_join_sides`) runs every batch in its own
 transaction on a DuckDB file, as the executor's commit would (Spark not included).
 
     python bench/join_bench.py [--ids 1000000] [--batches 50] [--timeout 5]
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_join import apply_join_sides, pending_count
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.join_state import apply_join_sides, pending_count
 from trident_assets.core.join import SingleJoin
 
 

@@ -41,9 +41,11 @@ import duckdb
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_merge import apply_partials, apply_partials_python
-from trident_assets.backends.duckdb_store import SEQ_COLUMN, DuckDBStore, MapLayout, log_table
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.map_layout import MapLayout, log_table
 from trident_assets.core.aggregators import CombinerAggregator
 from trident_assets.core.values import StateType
+from trident_assets.names import SEQ_COLUMN
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -63,7 +63,7 @@ def make_home(root: Path) -> Path:
 
 
 def _layout(table: str, kind: str, value_type: str):  # type: ignore[no-untyped-def]
-    from trident_assets.backends.duckdb_store import MapLayout
+    from trident_assets.backends.map_layout import MapLayout
 
     return MapLayout(table, kind, ("word",), ("VARCHAR",), value_type)  # type: ignore[arg-type]
 
@@ -447,7 +447,7 @@ def _global_home(root: Path, with_replica: bool) -> Path:
 
     Committed: txid 1 (3), txid 2 (7); published to the home's replica if ``with_replica``.
     """
-    from trident_assets.backends.duckdb_store import MapLayout
+    from trident_assets.backends.map_layout import MapLayout
     from trident_assets.backends.replica import Replica
     from trident_assets.core.caching import GLOBAL_KEY
 

@@ -17,13 +17,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from trident_assets.backends.duckdb_store import (
-    CREATION_GRACE_S,
-    HEADER_BYTES,
-    DuckDBBackingMap,
-    DuckDBStore,
-    MapLayout,
-)
+from trident_assets.backends.duckdb_open import CREATION_GRACE_S, HEADER_BYTES
+from trident_assets.backends.duckdb_store import DuckDBBackingMap, DuckDBStore
+from trident_assets.backends.map_layout import MapLayout
 from trident_assets.core.commit import commit_batch
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
 from trident_assets.errors import (

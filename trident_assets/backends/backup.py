@@ -47,18 +47,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trident_assets.backends.duckdb_store import SEQ_COLUMN, DuckDBStore, log_table
+from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.map_layout import log_table
 from trident_assets.backends.marker_file import CommitMarkerFile, lost_commits
-from trident_assets.backends.replica import (
-    DEAD_LETTERS_TABLE,
-    NEW_VALUES_KEPT,
-    PARTIALS_KEPT,
-    Replica,
-)
+from trident_assets.backends.replica import NEW_VALUES_KEPT, PARTIALS_KEPT, Replica
 from trident_assets.backends.state_drop import DERIVED_SUFFIXES
 from trident_assets.backends.window_store import stored_windows
 from trident_assets.errors import ConfigError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.names import DEAD_LETTERS_TABLE, SEQ_COLUMN, validate_identifier
 
 __all__ = ["BackupInfo", "accept_lost_commits", "backup_state", "rebuild_replica", "restore_state"]
 

@@ -54,8 +54,6 @@ import duckdb
 
 from trident_assets.backends.backing_map import SqlBackingMap
 from trident_assets.backends.duckdb_open import (
-    CREATION_GRACE_S,
-    HEADER_BYTES,
     connect_file,
     corrupt_state_error,
     is_corrupt_state,
@@ -64,10 +62,7 @@ from trident_assets.backends.duckdb_statements import DuckDBStatements
 from trident_assets.backends.map_layout import (
     CATALOG_TABLE,
     COMMITS_TABLE,
-    SEQ_COLUMN,
     MapKind,
-    MapLayout,
-    log_table,
 )
 from trident_assets.backends.marker_file import (
     CommitMarkerFile,
@@ -79,16 +74,7 @@ from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError, StateLayoutError, TridentError
 
-__all__ = [
-    "CREATION_GRACE_S",
-    "HEADER_BYTES",
-    "SEQ_COLUMN",
-    "DuckDBBackingMap",
-    "DuckDBStore",
-    "DuckDBTransaction",
-    "MapLayout",
-    "log_table",
-]
+__all__ = ["DuckDBBackingMap", "DuckDBStore", "DuckDBTransaction"]
 
 log = logging.getLogger(__name__)
 

@@ -58,9 +58,6 @@ PARTIALS_KEPT = 2
 """Txids of partials the store keeps: enough to publish a txid a crash left unpublished
 (the read replica keeps ``keep_txids`` of them for readers)."""
 
-DEAD_LETTERS_TABLE = DEAD_LETTERS_TABLE
-"""The store's dead-letter table (``spark/batch_tables.py``), published per scope and txid."""
-
 
 def _rows(store: Any, sql: str, params: Sequence[Any]) -> pa.Table | pa.RecordBatchReader:
     """The rows of one query, streamed in batches where the store can (DuckDB).
