@@ -331,6 +331,11 @@ print("NOT KILLED", flush=True)
 """
 
 
+# a child process and its Spark JVM per store: PostgreSQL in `make soak`; `make test` SIGKILLs
+# a PostgreSQL-backed runner after its state write in test_lakehouse_crash
+@pytest.mark.parametrize(
+    "open_store", ["duckdb", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True
+)
 def test_sigkill_between_state_write_and_commit_leaves_old_state(
     spark: Any, tmp_path: Path, open_store: OpenStore
 ) -> None:

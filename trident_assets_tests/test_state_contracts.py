@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from trident_assets.backends.state_contracts import TABLE, stored_contracts, write_contracts
+from trident_assets.backends.state_store import open_state_store
 from trident_assets.core.aggregators import Count, Max, Sum
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import StateContractError
@@ -20,7 +22,7 @@ from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.operations import PyFunction, Split
 from trident_assets.stream.topology import StateSpec, TridentState, TridentTopology
-from trident_assets_tests.conftest import OpenStore
+from trident_assets_tests.conftest import OpenStore, new_database
 
 SENTENCES = ["a b a", "b c", "a c c", "d", "a b", "c d"]
 
@@ -100,6 +102,23 @@ def test_identical_declaration_runs_on(spark: Any, tmp_path: Path, open_store: O
     assert stored_contracts(store) == [counts.contract()]
 
 
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def two_committed(
+    request: pytest.FixtureRequest, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Any, PartitionedLog]]:
+    """A store of each kind where ``wc`` committed txids 1 and 2 (:func:`_run_two`), and its
+    log: made once for the module, read by the tests whose changed declaration is refused
+    (each checks that nothing was written)."""
+    tmp = tmp_path_factory.mktemp(f"two-{request.param}")
+    if request.param == "duckdb":
+        location = str(tmp / "state.duckdb")
+    else:
+        location = new_database(request.getfixturevalue("postgres_server"))
+    with open_state_store(location) as store:
+        log, _ = _run_two(spark, tmp, store)
+        yield store, log
+
+
 REFUSED_TAIL = (
     "Nothing was run or written: the stored values would be mixed with values of another "
     "meaning. Ways out: restore the stored declaration; rename the state (a new state is built "
@@ -129,13 +148,11 @@ REFUSED_TAIL = (
 )
 def test_incompatible_change_is_refused_before_anything_runs(
     spark: Any,
-    tmp_path: Path,
-    open_store: OpenStore,
+    two_committed: tuple[Any, PartitionedLog],
     change: dict[str, Any],
     difference: str,
 ) -> None:
-    store = open_store()
-    log, _ = _run_two(spark, tmp_path, store)
+    store, log = two_committed
     before = _snapshot(store)
     topo, _ = _topology(**change)
     with pytest.raises(StateContractError) as err:
