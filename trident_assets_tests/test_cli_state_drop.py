@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from trident_assets.backends.duckdb_join import META_TABLE as JOIN_META
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.join_pending_table import META_TABLE as JOIN_META
 from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_contracts import (
     check_contracts,

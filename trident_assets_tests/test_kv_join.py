@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 import trident_assets as ta
-from trident_assets.backends.duckdb_join import ORD_COLUMN, SIDE_COLUMN, value_column
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.join_batch_columns import ORD_COLUMN, SIDE_COLUMN, value_column
 from trident_assets.backends.kv_backing import open_backing
 from trident_assets.backends.kv_join_clock import advance_clock, due_txids, read_meta
 from trident_assets.backends.kv_join_records import SHARD_COLUMN, JoinPartition, join_targets

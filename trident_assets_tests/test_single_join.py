@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from trident_assets.backends import join_state
-from trident_assets.backends.duckdb_join import META_TABLE
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.join_pending_table import META_TABLE
 from trident_assets.backends.join_state import apply_join_sides, pending_count, read_pending
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.join import (
@@ -621,7 +621,7 @@ def test_soak_one_million_ids_fifty_batches_one_percent_never_matched(tmp_path: 
 
 def test_bulk_entry_point_takes_a_prebuilt_batch(store: DuckDBStore) -> None:
     spec = seed_spec()
-    from trident_assets.backends.duckdb_join import combine_sides
+    from trident_assets.backends.join_batch_columns import combine_sides
 
     batch = combine_sides(spec, arrow_sides(spec, {"gender": [(1, "m")], "age": [(1, 3)]}, TYPES))
     assert batch.column_names == ["__side", "__v0", "__ts", "__v1"]

@@ -14,7 +14,6 @@ import pyarrow as pa
 
 from trident_assets.backends.closing import ClosesOnExit
 from trident_assets.backends.map_layout import (
-    SEQ_COLUMN,
     VALUE_COLUMNS,
     MapKind,
     MapLayout,
@@ -34,7 +33,7 @@ from trident_assets.backends.map_layout import (
 from trident_assets.core.protocols import Key
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
 from trident_assets.errors import ConfigError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.names import SEQ_COLUMN, validate_identifier
 
 if TYPE_CHECKING:
     from trident_assets.backends.sql_dialect import Dialect

@@ -51,25 +51,17 @@ import pyarrow.compute as pc
 
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.join_batch_columns import (
-    ORD_COLUMN,
-    SIDE_COLUMN,
     TS_COLUMN,
-    combine_sides,
-    key_expressions,
     quoted,
-    value_column,
     with_ord,
 )
 from trident_assets.backends.join_fold_sql import expired_sql, fold_sql, joined_sql
 from trident_assets.backends.join_pending_table import (
     META_TABLE,
-    create_pending_table,
     ensure_meta_table,
     ensure_pending_table,
     join_meta,
     key_column,
-    pending_count,
-    read_pending,
     side_column,
 )
 from trident_assets.core.join import (
@@ -82,21 +74,7 @@ from trident_assets.core.join import (
 from trident_assets.errors import StaleTxidError
 from trident_assets.names import validate_identifier
 
-__all__ = [
-    "META_TABLE",
-    "ORD_COLUMN",
-    "SIDE_COLUMN",
-    "TS_COLUMN",
-    "BulkJoinResult",
-    "apply_join_batch_sql",
-    "batch_event_time",
-    "combine_sides",
-    "create_pending_table",
-    "key_expressions",
-    "pending_count",
-    "read_pending",
-    "value_column",
-]
+__all__ = ["BulkJoinResult", "apply_join_batch_sql", "batch_event_time"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,12 +45,9 @@ from trident_assets.backends.merge_checks import (
     Combine,
     arrow_to_sql_type,
     check_batch,
-    check_schema,
     check_txid,
-    refuse_null_keys,
     refuse_null_sum,
     resolve_layout,
-    value_fits,
     value_sql_type,
 )
 from trident_assets.backends.merge_sql import read_back, run_merge, sorted_by_keys
@@ -61,20 +58,7 @@ from trident_assets.core.protocols import Key
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 
-__all__ = [
-    "Combine",
-    "MergeResult",
-    "apply_partials",
-    "apply_partials_python",
-    "arrow_to_sql_type",
-    "check_schema",
-    "refuse_null_keys",
-    "refuse_null_sum",
-    "resolve_layout",
-    "run_merge",
-    "value_fits",
-    "value_sql_type",
-]
+__all__ = ["MergeResult", "apply_partials", "apply_partials_python"]
 
 
 @dataclass(frozen=True, slots=True)

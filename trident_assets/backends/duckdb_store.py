@@ -59,20 +59,18 @@ from trident_assets.backends.duckdb_open import (
     is_corrupt_state,
 )
 from trident_assets.backends.duckdb_statements import DuckDBStatements
-from trident_assets.backends.map_layout import (
-    CATALOG_TABLE,
-    COMMITS_TABLE,
-    MapKind,
-)
+from trident_assets.backends.map_layout import MapKind
 from trident_assets.backends.marker_file import (
     CommitMarkerFile,
     lost_commits,
     lost_commits_error,
 )
+from trident_assets.backends.sql_catalog import SqlTransaction
 from trident_assets.backends.sql_dialect import DUCKDB, Dialect
-from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
+from trident_assets.backends.sql_store import SqlStateStore
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError, StateLayoutError, TridentError
+from trident_assets.names import CATALOG_TABLE, COMMITS_TABLE
 
 __all__ = ["DuckDBBackingMap", "DuckDBStore", "DuckDBTransaction"]
 

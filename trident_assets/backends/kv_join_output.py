@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_join import value_column
+from trident_assets.backends.join_batch_columns import value_column
 from trident_assets.core.join import DuplicateJoinSideError, SingleJoin, expired_fields
 from trident_assets.names import validate_identifier
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_join import ORD_COLUMN, SIDE_COLUMN, value_column
+from trident_assets.backends.join_batch_columns import ORD_COLUMN, SIDE_COLUMN, value_column
 from trident_assets.backends.kv_backing import open_backing
 from trident_assets.backends.kv_target import KeyValueTarget, target_of
 from trident_assets.backends.redis_cluster_map import RedisClusterBackingMap

@@ -23,22 +23,14 @@ import pyarrow as pa
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.names import (
-    CATALOG_TABLE,
-    COMMITS_TABLE,
-    COMPACTIONS_TABLE,
     MAP_LOG_PREFIX,
     MAP_SEQ_PREFIX,
     RESERVED_COLUMNS,
     RESERVED_PREFIX,
-    SEQ_COLUMN,
     validate_identifier,
 )
 
 __all__ = [
-    "CATALOG_TABLE",
-    "COMMITS_TABLE",
-    "COMPACTIONS_TABLE",
-    "SEQ_COLUMN",
     "VALUE_COLUMNS",
     "MapKind",
     "MapLayout",

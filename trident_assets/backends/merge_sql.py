@@ -18,17 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_assets.backends.map_layout import (
-    SEQ_COLUMN,
-    MapLayout,
-    log_table,
-    quote_ident,
-    seq_name,
-)
+from trident_assets.backends.map_layout import MapLayout, log_table, quote_ident, seq_name
 from trident_assets.backends.merge_checks import Combine
 from trident_assets.backends.sql_store import SqlStateStore
 from trident_assets.errors import StaleTxidError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.names import SEQ_COLUMN, validate_identifier
 
 __all__ = ["merge_sql", "read_back", "run_merge", "sorted_by_keys"]
 

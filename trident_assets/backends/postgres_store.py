@@ -39,12 +39,13 @@ import pyarrow.compute as pc
 
 from trident_assets.backends.map_layout import check_scope
 from trident_assets.backends.postgres_config import is_postgres_dsn
+from trident_assets.backends.sql_catalog import SqlTransaction
 from trident_assets.backends.sql_dialect import PG_ERROR_FUNCTION, POSTGRES, Dialect
-from trident_assets.backends.sql_store import SqlStateStore, SqlTransaction
+from trident_assets.backends.sql_store import SqlStateStore
 from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedError, TridentError
 from trident_assets.names import CATALOG_TABLE, COMMITS_TABLE, validate_identifier
 
-__all__ = ["PostgresStore", "PostgresTransaction", "is_postgres_dsn", "redact_dsn"]
+__all__ = ["PostgresStore", "PostgresTransaction", "redact_dsn"]
 
 WORK_MEM = "64MB"
 """The session's ``work_mem``: a batch's grouping and joins stay in memory (default 4MB spills)."""

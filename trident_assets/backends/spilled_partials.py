@@ -24,17 +24,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_merge import (
+from trident_assets.backends.duckdb_merge import MergeResult
+from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.merge_checks import (
     Combine,
-    MergeResult,
     check_schema,
     refuse_null_keys,
     refuse_null_sum,
     resolve_layout,
-    run_merge,
     value_sql_type,
 )
-from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.merge_sql import run_merge
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier

@@ -23,9 +23,6 @@ import pyarrow as pa
 
 from trident_assets.backends.closing import ClosesOnExit
 from trident_assets.backends.map_layout import (
-    CATALOG_TABLE,
-    COMMITS_TABLE,
-    SEQ_COLUMN,
     MapLayout,
     check_scope,
     log_table,
@@ -35,6 +32,7 @@ from trident_assets.backends.map_layout import (
 )
 from trident_assets.backends.sql_dialect import Dialect
 from trident_assets.errors import ConfigError, StateLayoutError, TridentError
+from trident_assets.names import CATALOG_TABLE, COMMITS_TABLE, SEQ_COLUMN
 
 __all__ = ["SqlCatalogStore", "SqlTransaction"]
 

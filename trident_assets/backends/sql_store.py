@@ -25,20 +25,18 @@ import pyarrow as pa
 
 from trident_assets.backends.backing_map import SqlBackingMap
 from trident_assets.backends.map_layout import (
-    COMPACTIONS_TABLE,
-    SEQ_COLUMN,
     MapKind,
     MapLayout,
     log_table,
     quote_ident,
     validate_table_name,
 )
-from trident_assets.backends.sql_catalog import SqlCatalogStore, SqlTransaction
+from trident_assets.backends.sql_catalog import SqlCatalogStore
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.names import COMPACTIONS_TABLE, SEQ_COLUMN, validate_identifier
 
-__all__ = ["SqlStateStore", "SqlTransaction"]
+__all__ = ["SqlStateStore"]
 
 
 class SqlStateStore(SqlCatalogStore):

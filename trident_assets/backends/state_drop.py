@@ -29,14 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trident_assets.backends.duckdb_join import META_TABLE as JOIN_META_TABLE
-from trident_assets.backends.map_layout import (
-    CATALOG_TABLE,
-    COMPACTIONS_TABLE,
-    log_table,
-    quote_ident,
-    seq_name,
-)
+from trident_assets.backends.join_pending_table import META_TABLE as JOIN_META_TABLE
+from trident_assets.backends.map_layout import log_table, quote_ident, seq_name
 from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_batches import TOTALS_TABLE
 from trident_assets.backends.state_contracts import LEFT_TABLE, stored_contracts
@@ -45,7 +39,13 @@ from trident_assets.backends.state_store import StateStore
 from trident_assets.backends.verified import META_TABLE as VERIFIED_TABLE
 from trident_assets.backends.verified import values_table
 from trident_assets.backends.window_tuples import META_TABLE as WINDOW_META_TABLE
-from trident_assets.names import KV_JOIN_CLOCK_TABLE, find_named, validate_identifier
+from trident_assets.names import (
+    CATALOG_TABLE,
+    COMPACTIONS_TABLE,
+    KV_JOIN_CLOCK_TABLE,
+    find_named,
+    validate_identifier,
+)
 
 __all__ = [
     "DERIVED_SUFFIXES",

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from trident_assets.spark.node_frames import NodeFrames
 from trident_assets.spark.observation import observed_metrics
-from trident_assets.spark.schemes import DEAD_LETTER_COLUMNS
+from trident_assets.spark.scheme_base import DEAD_LETTER_COLUMNS
 
 if TYPE_CHECKING:
     from trident_assets.stream.graph import Node

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trident_assets.backends.duckdb_merge import arrow_to_sql_type, value_fits
+from trident_assets.backends.merge_checks import arrow_to_sql_type, value_fits
 from trident_assets.backends.state_contracts import refuse_value_type
 from trident_assets.planner import depends_on_new_values
 from trident_assets.spouts.ranges import BatchPlan

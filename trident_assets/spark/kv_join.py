@@ -27,7 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trident_assets.backends.duckdb_join import ORD_COLUMN, SIDE_COLUMN, TS_COLUMN, value_column
+from trident_assets.backends.join_batch_columns import (
+    ORD_COLUMN,
+    SIDE_COLUMN,
+    TS_COLUMN,
+    value_column,
+)
 from trident_assets.backends.kv_join_clock import advance_clock, due_txids, read_meta
 from trident_assets.backends.kv_join_output import read_job_rows
 from trident_assets.backends.kv_join_records import (

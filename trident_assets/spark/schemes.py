@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from trident_assets.spark.json_scheme import MAX_JSON_DEPTH, JsonScheme
+from trident_assets.spark.json_scheme import JsonScheme
 from trident_assets.spark.scheme_base import (
-    DEAD_LETTER_COLUMNS,
-    META_FIELDS,
     Scheme,
     utf8,
 )
 from trident_assets.stream.sql_types import SPARK_TYPES
 
 __all__ = [
-    "DEAD_LETTER_COLUMNS",
     "SPARK_TYPES",
-    "MAX_JSON_DEPTH",
-    "META_FIELDS",
     "JsonScheme",
     "KeyValueScheme",
     "RawScheme",

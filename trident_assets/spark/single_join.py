@@ -13,12 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_join import (
-    SIDE_COLUMN,
-    TS_COLUMN,
-    batch_event_time,
-    value_column,
-)
+from trident_assets.backends.duckdb_join import batch_event_time
+from trident_assets.backends.join_batch_columns import SIDE_COLUMN, TS_COLUMN, value_column
 from trident_assets.backends.join_state import apply_join_batch
 from trident_assets.core.join import SingleJoin
 from trident_assets.runtime.outcomes import Applied, StateOutcome
