@@ -57,7 +57,18 @@ def _global(store: Any, state: TridentState) -> Any:
     return row["value"]
 
 
-@pytest.mark.parametrize("pending", [1, 3])
+# each store once and each way (one txid per job, a pipelined chunk) once in `make test`: the
+# other two pairs in `make soak`
+@pytest.mark.parametrize(
+    ("open_store", "pending"),
+    [
+        ("duckdb", 1),
+        pytest.param("duckdb", 3, marks=pytest.mark.slow),
+        pytest.param("postgres", 1, marks=pytest.mark.slow),
+        ("postgres", 3),
+    ],
+    indirect=["open_store"],
+)
 def test_nulls_are_skipped_and_counted_the_same_alone_or_mixed(
     spark: Any, tmp_path: Path, open_store: OpenStore, pending: int
 ) -> None:

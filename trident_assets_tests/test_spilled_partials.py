@@ -94,12 +94,14 @@ def _staging_tables(store: Any) -> list[str]:
     return [r[0] for r in rows]
 
 
+# in `make test` each store with each spout kind once and each ``pending`` once; the other two
+# DuckDB pairs in `make soak`
 @pytest.mark.parametrize(
     ("backend", "kind", "pending"),
     [
         ("duckdb", SpoutKind.OPAQUE, 1),
-        ("duckdb", SpoutKind.OPAQUE, 3),
-        ("duckdb", SpoutKind.TRANSACTIONAL, 1),
+        pytest.param("duckdb", SpoutKind.OPAQUE, 3, marks=pytest.mark.slow),
+        pytest.param("duckdb", SpoutKind.TRANSACTIONAL, 1, marks=pytest.mark.slow),
         ("duckdb", SpoutKind.TRANSACTIONAL, 3),
         ("postgres", SpoutKind.OPAQUE, 3),
         ("postgres", SpoutKind.TRANSACTIONAL, 1),
