@@ -217,6 +217,33 @@ def test_a_chunk_without_records_runs_no_spark_job_and_changes_nothing(
     assert got[1] == got[0]
 
 
+@pytest.mark.parametrize("pending", [1, TXIDS - 1], ids=["every-txid-alone", "last-alone"])
+def test_a_chunk_of_one_started_ahead_gives_exactly_the_one_batch_results(
+    spark: Any, tmp_path: Path, pending: int, one_batch_runs: Any
+) -> None:
+    """A chunk of one txid that the loop starts while the chunk before it commits (every
+    txid with ``max_spout_pending=1``; txid 12 after a chunk of 11) decides its late records
+    at its commit and passes its bound on, as a chunk of several does: the one-batch path's
+    rows exactly. The only Spark jobs are the window's: its decode counted no dead letter."""
+    ref_outcomes, ref_rows, _ = one_batch_runs(TUMBLING)
+    log = new_log(tmp_path / "log", records(7))
+    topo = topology(TUMBLING)
+    with ta.DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = ta.TopologyRunner(topo, spark, store, log, max_spout_pending=pending)
+        before = _last_job(spark)
+        outcomes = list(runner.run_batches(list(range(1, TXIDS + 1))))
+        jobs = range(before + 1, _last_job(spark) + 1)
+        got = outcome_rows(store, topo.states["page_views"])
+    assert [o.txid for o in outcomes if o.applied] == list(range(1, TXIDS + 1))
+    assert [o.pipelined for o in outcomes][-1] == 1
+    assert [o.windows for o in outcomes] == ref_outcomes
+    assert got == ref_rows
+    tracker = spark.sparkContext.statusTracker()
+    stages = [tracker.getStageInfo(s) for j in jobs for s in tracker.getJobInfo(j).stageIds]
+    names = {Path(s.name.split(" at ")[-1].split(":")[0]).name for s in stages if s is not None}
+    assert names == {"event_window_chunks.py"}
+
+
 def _last_job(spark: Any) -> int:
     """The id of the session's latest Spark job (ids only grow; -1 before any)."""
     return max(spark.sparkContext.statusTracker().getJobIdsForGroup(), default=-1)

@@ -42,6 +42,8 @@ class RunContext(Protocol):
     """How executors write partials for the store (None: collected to the driver)."""
     empty_tables: EmptyTables
     """Empty Arrow tables of the topology's frames, found once per runner."""
+    pipelinable: bool
+    """Whether its txids may share a Spark job (:func:`~trident_assets.planner.pipelinable`)."""
 
     def fault(self, point: str) -> None:
         """Called at the named points of a batch (the chaos tests kill the process there)."""

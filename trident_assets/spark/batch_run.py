@@ -39,6 +39,7 @@ from trident_assets.core.aggregators import ReducerAggregator
 from trident_assets.core.user_code import guard
 from trident_assets.planner import (
     ROW_WISE,
+    chunk_pipelinable,
     depends_on_new_values,
     is_empty,
     is_live,
@@ -392,6 +393,20 @@ class _Alone:
     def plan_frame(self, run: BatchRun, node: Node) -> None: ...
 
     def state_job(self, run: BatchRun, state: TridentState) -> Callable[[], ChunkPartials]:
+        chunk = engine_for(state).chunk
+        shares = run.runner.pipelinable and chunk_pipelinable(run.runner.topology, run.live)
+        if chunk is not None and shares:
+            # a chunk of one the loop may start ahead: planned now, as a chunk of several's
+            # (its job runs while earlier txids commit; its event-time bounds pass on)
+            job = run._planned(state, chunk(run, state))
+
+            def planned() -> ChunkPartials:
+                found = job()
+                run.folded_dead.update(found.folded_dead)
+                return found
+
+            return planned
+
         def alone() -> ChunkPartials:
             batch = run.state_input(state)
             nulls = run.nulls.get(state.spec.name)

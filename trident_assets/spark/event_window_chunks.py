@@ -40,6 +40,8 @@ from trident_assets.backends.window_store import last_max_event_us
 from trident_assets.errors import TridentError
 from trident_assets.log.timestamps import UNKNOWN
 from trident_assets.spark.column_cache import reuse
+from trident_assets.spark.observed import count_dead
+from trident_assets.spark.partials import ChunkPartials
 from trident_assets.spark.traced import traced_frame
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spark.window_columns import (
@@ -184,10 +186,8 @@ def _window_table(
     reasons = dead.column(REASON).to_pylist()
     if wm is not None:
         lasts = dead.column(LAST).to_pylist()
-        reasons = [
-            r if r is not None else late_reason(s, size, wm)
-            for r, s in zip(reasons, lasts, strict=True)
-        ]
+        texts = {s: late_reason(s, size, wm) for s in set(lasts) if s is not None}
+        reasons = [r if r is not None else texts[s] for r, s in zip(reasons, lasts, strict=True)]
     p, d = partials.num_rows, dead.num_rows
 
     def typed(table: pa.Table, name: str) -> pa.DataType:
@@ -224,14 +224,18 @@ def _window_table(
 
 def window_chunk_job(
     frames: BatchContext, state: WindowedState, inflight: int | None
-) -> tuple[Callable[[], dict[int, WindowSlice]], int | None]:
+) -> tuple[Callable[[], ChunkPartials], int | None]:
     """An event-time window's job over the chunk, its lateness bounded by the log's timestamps.
 
     ``inflight``: an upper bound of the window's largest event time after the chunk in
     flight before this one (None: none). Builds the DataFrame now and returns its one Spark
     job (none when the state receives no tuple: its rows typed from the schema) and the same
-    bound after this chunk.
+    bound after this chunk. The job's ``Observation`` on the spout's decode counts the
+    spout's dead letters too (``counted_dead``), so they cost a job of their own only when
+    there are any.
     """
+    from pyspark.sql import Observation
+
     from trident_assets.planner import is_live
     from trident_assets.spark.frame_schemas import empty_arrow
 
@@ -251,13 +255,17 @@ def window_chunk_job(
     if not is_live(parent, frames.live):
         tagged = frames.tagged(parent)
         none = empty_arrow(_chunk_frame(tagged, state, bounds)).drop_columns([TXID_COLUMN])
-        return lambda: {txid: WindowSlice(state, none) for txid in txids}, after
-    traced = traced_frame(frames.tagged_raw, parent, (TXID_COLUMN,))  # dead letters' records
+        return lambda: ChunkPartials({txid: WindowSlice(state, none) for txid in txids}), after
+    observation = Observation()
+    # each tuple with its record (a dead letter's provenance); its decode counts dead letters
+    traced = traced_frame(frames.tagged_raw, parent, (TXID_COLUMN,), observation)
     df = _chunk_frame(frames.tagged(parent) if traced is None else traced, state, bounds)
 
-    def run() -> dict[int, WindowSlice]:
+    def run() -> ChunkPartials:
         split = split_by_txid(df.toArrow(), txids)
-        return {txid: WindowSlice(state, rows) for txid, rows in split.items()}
+        counted = {} if traced is None else count_dead((sid, observation))
+        slices = {txid: WindowSlice(state, rows) for txid, rows in split.items()}
+        return ChunkPartials(dict(slices), counted_dead=counted)
 
     return run, after
 

@@ -23,7 +23,7 @@ from trident_assets.spark.event_windows import apply_window_state as apply_event
 from trident_assets.spark.event_windows import window_input
 from trident_assets.spark.kv_join import apply_kv_join, kv_join_input
 from trident_assets.spark.kv_state import apply_kv_state, kv_input
-from trident_assets.spark.partials import ChunkPartials, PartialsJob, combiner_partials
+from trident_assets.spark.partials import PartialsJob, combiner_partials
 from trident_assets.spark.single_join import apply_join_state, join_batch_table
 from trident_assets.spark.state_apply import (
     apply_map_state,
@@ -85,7 +85,7 @@ def _window_chunk(run: BatchContext, state: TridentState) -> PartialsJob:
     """An event-time window's rows for every txid of the chunk, bounded by record times."""
     inflight = run.inflight_tops.get(state.spec.name)
     window, after = window_chunk_job(run, state, inflight)  # type: ignore[arg-type]
-    return PartialsJob(None, lambda: ChunkPartials(dict(window())), event_top=after)
+    return PartialsJob(None, window, event_top=after)
 
 
 def _input(

@@ -22,12 +22,16 @@ if TYPE_CHECKING:
 __all__ = ["traced_frame"]
 
 
-def traced_frame(raw: Callable[[Node], Any], node: Node, tag: tuple[str, ...] = ()) -> Any | None:
+def traced_frame(
+    raw: Callable[[Node], Any], node: Node, tag: tuple[str, ...] = (), observation: Any = None
+) -> Any | None:
     """``node``'s DataFrame with each tuple's :data:`SOURCE` columns; None if untraceable.
 
     ``raw``: a spout node's raw records (carrying the ``tag`` columns, e.g. a chunk's txid
-    tag, which are carried along too). None when ``node`` is not reached from one spout
-    through row-wise nodes only (a join, a merge, a state query): no single record.
+    tag, which are carried along too). ``observation``: an ``Observation`` on the spout's
+    decode (the first action over the frame counts the spout's dead letters), or None.
+    None when ``node`` is not reached from one spout through row-wise nodes only (a join, a
+    merge, a state query): no single record.
     """
     if node.kind not in ORDERED_KINDS:
         return None
@@ -36,9 +40,9 @@ def traced_frame(raw: Callable[[Node], Any], node: Node, tag: tuple[str, ...] = 
         frame = raw(node).selectExpr(  # SQL text: one JVM round trip for the three columns
             "*", *[f"`{c}` AS `{k}`" for c, k in zip(RECORD_COLUMNS, SOURCE, strict=True)]
         )
-        good, _dead = node.args["spout"].scheme.decode(frame, keep=keep)
+        good, _dead = node.args["spout"].scheme.decode(frame, keep=keep, observation=observation)
         return good
     if len(node.parents) != 1:
         return None
-    parent = traced_frame(raw, node.parents[0], tag)
+    parent = traced_frame(raw, node.parents[0], tag, observation)
     return None if parent is None else NodeFrames.row_wise(node, parent, keep=keep)
