@@ -244,6 +244,37 @@ def test_a_chunk_of_one_started_ahead_gives_exactly_the_one_batch_results(
     assert names == {"event_window_chunks.py"}
 
 
+def test_a_commit_that_fails_reads_the_open_windows_again_from_the_store(
+    spark: Any, tmp_path: Path, one_batch_runs: Any
+) -> None:
+    """The runner holds the open windows in memory between commits. Txid 6's commit fails
+    after its window write (its transaction rolls back, the held copy had moved on): run
+    again, txid 6 merges into the store's open windows, and every txid ends as the one-batch
+    path's."""
+    ref_outcomes, ref_rows, _ = one_batch_runs(TUMBLING)
+    log = new_log(tmp_path / "log", records(7))
+    topo = topology(TUMBLING)
+    commits: list[str] = []
+
+    def fault(point: str) -> None:
+        if point == "before_commit":
+            commits.append(point)
+            if len(commits) == 6:
+                raise RuntimeError("injected: txid 6 does not commit")
+
+    with ta.DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = ta.TopologyRunner(topo, spark, store, log, max_spout_pending=4, fault=fault)
+        done = []
+        with pytest.raises(RuntimeError, match="txid 6 does not commit"):
+            done.extend(o.windows for o in runner.run_batches(list(range(1, TXIDS + 1))))
+        assert store.last_committed("clicks") == 5
+        done.extend(o.windows for o in runner.run_batches(list(range(6, TXIDS + 1))))
+        got = outcome_rows(store, topo.states["page_views"])
+    assert len(commits) == TXIDS + 1
+    assert done == ref_outcomes
+    assert got == ref_rows
+
+
 def _last_job(spark: Any) -> int:
     """The id of the session's latest Spark job (ids only grow; -1 before any)."""
     return max(spark.sparkContext.statusTracker().getJobIdsForGroup(), default=-1)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.open_windows import held_windows
 from trident_assets.errors import ConfigError, TridentError
 from trident_assets.names import WATERMARKS_TABLE
 
@@ -61,20 +62,20 @@ def _as_time(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + timedelta(microseconds=micros)
 
 
-def _last(store: StateStore, state: WindowedState) -> tuple[int | None, int | None]:
-    """``(max event time, watermark)`` in epoch microseconds after the last committed txid."""
+def _last(store: StateStore, state: WindowedState) -> tuple[int | None, int | None, int | None]:
+    """``(max event time, watermark, txid)`` of the last committed txid (times in epoch us)."""
     if not store.has_table(WATERMARKS):
-        return None, None
+        return None, None, None
     micros = store.dialect.micros_of
     rows = store.fetch_rows(
-        f"SELECT {micros('max_event_time')}, {micros('watermark')} FROM {WATERMARKS} "
+        f"SELECT {micros('max_event_time')}, {micros('watermark')}, txid FROM {WATERMARKS} "
         "WHERE topology = ? AND state = ? ORDER BY txid DESC LIMIT 1",
         [state.topology.name, state.spec.name],
     )
     if not rows:
-        return None, None
-    top, wm = rows[0]
-    return (None if top is None else int(top)), (None if wm is None else int(wm))
+        return None, None, None
+    top, wm, txid = rows[0]
+    return (None if top is None else int(top)), (None if wm is None else int(wm)), int(txid)
 
 
 def last_max_event_us(store: StateStore, state: WindowedState) -> int | None:
@@ -241,23 +242,31 @@ def apply_window_batch(
     spec = state.windowed
     keys, out, open_t, finals_t = _names(state)
     k = "".join(f"{c}, " for c in keys)
-    top, wm_before = _last(store, state)
+    top, wm_before, last = _last(store, state)
     if wm_before != batch.decided_watermark_us:
         msg = (
             f"windowed state {state.spec.name!r}: the watermark changed while txid {txid} was "
             "computed (another process committed); nothing was written, run the txid again"
         )
         raise TridentError(msg)
+    ts = store.dialect.timestamp_of_micros
     with store.staged(batch.partials) as staged:
         _ensure_tables(store, state, staged)
+        held = held_windows(store, state, last)
         if batch.partials.num_rows:
             select, delete = _merge_sql(store, state, staged)
-            merged = store.fetch_arrow(select)
+            found = None if held is None else held.merge(batch.partials)
+            if found is None:  # the store merges: its open windows read back
+                held, merged = None, store.fetch_arrow(select)
+                start, end = "window_start", "window_end"
+            else:  # merged in memory: only the windows the batch changed are written
+                merged, held = found
+                start, end = ts("__ws"), ts("__we")
             store.execute(delete)
             with store.staged(merged) as name:
                 store.execute(
                     f"INSERT INTO {open_t} ({k}window_start, window_end, {out}, txid) "
-                    f'SELECT {k}window_start, window_end, {out}, ? FROM "{name}"',
+                    f'SELECT {k}{start}, {end}, {out}, ? FROM "{name}"',
                     [txid],
                 )
     if batch.max_event_us is not None:
@@ -292,7 +301,12 @@ def apply_window_batch(
             [txid, wm_after],
         )
         store.execute(f"DELETE FROM {open_t} WHERE {final_where}", [wm_after])
-    size = int(store.fetch_rows(f"SELECT count(*) FROM {open_t}")[0][0])
+    if held is None:
+        size = int(store.fetch_rows(f"SELECT count(*) FROM {open_t}")[0][0])
+    else:
+        held = held.close(wm_after)
+        held.keep(txid)
+        size = held.rows.num_rows
     return _Applied(finals, size, top, wm_after, state.spec.name)
 
 
