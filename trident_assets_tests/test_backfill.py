@@ -15,10 +15,11 @@ import pytest
 
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
-from trident_assets.backends.state_contracts import TABLE, stored_contracts
+from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.core.aggregators import Count
 from trident_assets.errors import CorruptStateError, StateContractError
 from trident_assets.log.store import PartitionedLog
+from trident_assets.names import CONTRACTS_TABLE
 from trident_assets.runtime.backfill_plans import BackfillOutcome
 from trident_assets.runtime.commit import PROGRESS_TABLE, progress
 from trident_assets.spark.executor import TopologyRunner
@@ -131,7 +132,7 @@ def test_retention_truncated_history_is_refused_or_built_from_retained(
 ) -> None:
     log, store = committed_three(spark, tmp_path)
     log.delete_records_before("sentences", 0, 2)  # the records txid 1 read
-    contracts = store.fetch_rows(f"SELECT * FROM {TABLE} ORDER BY ALL")
+    contracts = store.fetch_rows(f"SELECT * FROM {CONTRACTS_TABLE} ORDER BY ALL")
     with pytest.raises(StateContractError) as err:
         TopologyRunner(wc(StateSpec.opaque("seen")), spark, store, log)
     assert str(err.value) == (
@@ -144,7 +145,7 @@ def test_retention_truncated_history_is_refused_or_built_from_retained(
         "(a new topology name reads its spouts from their earliest retained offsets, into "
         "tables of its own)"
     )
-    assert store.fetch_rows(f"SELECT * FROM {TABLE} ORDER BY ALL") == contracts
+    assert store.fetch_rows(f"SELECT * FROM {CONTRACTS_TABLE} ORDER BY ALL") == contracts
     assert store.layout("wc__seen") is None
     assert not store.has_table(PROGRESS_TABLE)
 

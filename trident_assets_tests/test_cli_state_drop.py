@@ -19,7 +19,6 @@ import pytest
 
 from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.join_pending_table import META_TABLE as JOIN_META
 from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_contracts import (
     check_contracts,
@@ -29,6 +28,7 @@ from trident_assets.backends.state_contracts import (
 from trident_assets.backends.state_drop import drop_state, plan_drop
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import ConfigError, StateContractError
+from trident_assets.names import JOIN_META_TABLE
 from trident_assets.spouts.ranges import PartitionRange
 from trident_assets_tests.children import clean_env, run_trident
 from trident_assets_tests.conftest import OpenStore
@@ -368,10 +368,10 @@ def test_a_join_state_and_a_contract_only_state(home: Path, tmp_path: Path) -> N
         )
         store.execute("INSERT INTO \"word_count__pairs\" VALUES ('the', 2, NULL)")
         store.execute(
-            f"CREATE TABLE {JOIN_META} (table_name VARCHAR PRIMARY KEY, last_txid BIGINT NOT "
+            f"CREATE TABLE {JOIN_META_TABLE} (table_name VARCHAR PRIMARY KEY, last_txid BIGINT NOT "
             "NULL, watermark DOUBLE, pending BIGINT NOT NULL)"
         )
-        store.execute(f"INSERT INTO {JOIN_META} VALUES ('word_count__pairs', 3, NULL, 1)")
+        store.execute(f"INSERT INTO {JOIN_META_TABLE} VALUES ('word_count__pairs', 3, NULL, 1)")
         write_contracts(store, [_contract("pairs"), _contract("gone")])
     done = trident(tmp_path, "state", "list", "--format", "csv", "--home", str(home))
     assert (done.returncode, done.stdout) == (
@@ -386,13 +386,13 @@ def test_a_join_state_and_a_contract_only_state(home: Path, tmp_path: Path) -> N
         plan = plan_drop(store, "word_count", "pairs")
         assert (plan.tables, plan.rows, plan.replica_dirs) == (
             ("word_count__pairs",),
-            (JOIN_META, "_trident_state_contracts"),
+            (JOIN_META_TABLE, "_trident_state_contracts"),
             (),
         )
         assert drop_state(store, "word_count", "pairs") == plan
         assert drop_state(store, "word_count", "gone").tables == ()
         assert not store.has_table("word_count__pairs")
-        assert store.fetch_rows(f"SELECT count(*) FROM {JOIN_META}") == [(0,)]
+        assert store.fetch_rows(f"SELECT count(*) FROM {JOIN_META_TABLE}") == [(0,)]
         assert stored_contracts(store) == CONTRACTS
         with pytest.raises(ConfigError) as refused:
             drop_state(store, "word_count", "pairs")

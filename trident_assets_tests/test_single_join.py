@@ -15,7 +15,6 @@ import pytest
 
 from trident_assets.backends import join_state
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.join_pending_table import META_TABLE
 from trident_assets.backends.join_state import apply_join_sides, pending_count, read_pending
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.join import (
@@ -29,6 +28,7 @@ from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError, FieldNotFoundError, StaleTxidError, StateLayoutError
 from trident_assets.examples.gender_age import build_gender_age, produce_seed, seed_rows
 from trident_assets.log.store import PartitionedLog
+from trident_assets.names import JOIN_META_TABLE
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import JsonScheme
 from trident_assets.spouts.log_spout import LogSpout
@@ -206,7 +206,7 @@ def test_across_batches_halves_wait_in_state(store: DuckDBStore) -> None:
     assert r3.joined.to_pylist()[-1] == {"id": 0, "gender": "male", "age": 20}
     assert (r2.pending_after, r3.pending_after) == (5, 0)
     assert store.fetch_rows(
-        f"SELECT last_txid, pending FROM {META_TABLE} WHERE table_name = 'pending'"
+        f"SELECT last_txid, pending FROM {JOIN_META_TABLE} WHERE table_name = 'pending'"
     ) == [(3, 0)]
 
 
@@ -263,13 +263,13 @@ def test_expiry_at_the_exact_event_time_boundary(store: DuckDBStore) -> None:
 def test_duplicate_side_raises_by_default_and_writes_nothing(store: DuckDBStore) -> None:
     bulk = Bulk(store, seed_spec(timeout_batches=10))
     bulk.run(1, {"gender": [(5, "male")]})
-    before = (bulk.pending(), store.fetch_rows(f"SELECT * FROM {META_TABLE}"))
+    before = (bulk.pending(), store.fetch_rows(f"SELECT * FROM {JOIN_META_TABLE}"))
     with pytest.raises(DuplicateJoinSideError) as err:
         bulk.run(2, {"age": [(1, 10)], "gender": [(5, "female")]})
     assert (err.value.key, err.value.side) == ((5,), "gender")
     assert "join key (5,) received side 'gender' twice" in str(err.value)
     assert "pending since txid 1" in str(err.value)
-    assert (bulk.pending(), store.fetch_rows(f"SELECT * FROM {META_TABLE}")) == before
+    assert (bulk.pending(), store.fetch_rows(f"SELECT * FROM {JOIN_META_TABLE}")) == before
     with pytest.raises(DuplicateJoinSideError, match=r"join key \(6,\) received side 'age'"):
         bulk.run(2, {"age": [(6, 1), (6, 2)]})  # twice within one batch
     # once a join completes, the same side may come again: age row 1 completes id 5 and
@@ -516,7 +516,7 @@ def test_gender_age_end_to_end_with_crash_and_replay(
             return (
                 _table_rows(store, "gender_age__join"),
                 _table_rows(store, "gender_age__out_people"),
-                _table_rows(store, META_TABLE),
+                _table_rows(store, JOIN_META_TABLE),
                 runner.last_committed(),
             )
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from trident_assets.backends.state_contracts import TABLE, stored_contracts, write_contracts
+from trident_assets.backends.state_contracts import stored_contracts, write_contracts
 from trident_assets.backends.state_store import open_state_store
 from trident_assets.core.aggregators import Count, Max, Sum
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import StateContractError
 from trident_assets.log.store import PartitionedLog
+from trident_assets.names import CONTRACTS_TABLE
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import StringScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
@@ -69,7 +70,7 @@ def _snapshot(store: Any) -> tuple[Any, ...]:
             "SELECT spout, txid, partition, first_offset, next_offset, committed "
             "FROM _trident_spout_ranges ORDER BY spout, txid, partition"
         ),
-        store.fetch_rows(f"SELECT topology, state, table_name, contract FROM {TABLE}"),
+        store.fetch_rows(f"SELECT topology, state, table_name, contract FROM {CONTRACTS_TABLE}"),
     )
 
 
@@ -77,7 +78,7 @@ def _run_two(spark: Any, tmp_path: Path, store: Any) -> tuple[PartitionedLog, Tr
     log = _log(tmp_path)
     topo, counts = _topology()
     runner = TopologyRunner(topo, spark, store, log)
-    assert not store.has_table(TABLE)  # nothing written before the first commit
+    assert not store.has_table(CONTRACTS_TABLE)  # nothing written before the first commit
     assert runner.run_batch(1).applied
     assert stored_contracts(store) == [counts.contract()]
     assert runner.run_batch(2).applied
@@ -189,7 +190,7 @@ def test_store_without_contracts_adopts_the_declaration(
 ) -> None:
     store = open_store()
     log, _ = _run_two(spark, tmp_path, store)
-    store.execute(f"DROP TABLE {TABLE}")  # as a store created before contracts existed
+    store.execute(f"DROP TABLE {CONTRACTS_TABLE}")  # as a store created before contracts existed
     topo, counts = _topology()
     with caplog.at_level(logging.WARNING, "trident_assets.backends.state_contracts"):
         runner = TopologyRunner(topo, spark, store, log)
@@ -198,7 +199,7 @@ def test_store_without_contracts_adopts_the_declaration(
         "contracts existed): adopting the current declaration of state(s) 'counts' as their "
         "contract without checking it against how the stored values were made"
     ]
-    assert not store.has_table(TABLE)
+    assert not store.has_table(CONTRACTS_TABLE)
     assert runner.run_batch(3).applied
     assert stored_contracts(store) == [counts.contract()]
     assert _counts(store) == _words(SENTENCES)

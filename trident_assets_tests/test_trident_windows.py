@@ -16,10 +16,11 @@ import pytest
 import trident_assets as ta
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.replica import Replica
-from trident_assets.backends.window_tuples import META_TABLE, read_meta
+from trident_assets.backends.window_tuples import read_meta
 from trident_assets.core.aggregators import Count, ReducerAggregator, Sum
 from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
 from trident_assets.log.store import PartitionedLog
+from trident_assets.names import WINDOWS_TABLE
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import JsonScheme
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
@@ -194,11 +195,11 @@ def test_a_replayed_txid_fires_nothing_again(spark: Any, tmp_path: Path) -> None
     topo = window_topology(ta.TumblingCountWindow(3))
     store, run, fired = run_sizes(spark, tmp_path, topo, [2, 4])
     assert fired == [[], [6, 15]]
-    before = store.fetch_rows(f"SELECT * FROM {META_TABLE}")
+    before = store.fetch_rows(f"SELECT * FROM {WINDOWS_TABLE}")
     again = run.run_batch(2)
     assert not again.applied
     assert fired_in(store, 2) == [6, 15]
-    assert store.fetch_rows(f"SELECT * FROM {META_TABLE}") == before
+    assert store.fetch_rows(f"SELECT * FROM {WINDOWS_TABLE}") == before
     assert global_value(store, "fired") == 2
     assert run.run_batch(3).applied  # an empty txid: nothing added, nothing fires
     assert fired_in(store, 3) == []
@@ -470,7 +471,7 @@ def test_dropping_a_window_removes_its_store_and_progress(spark: Any, tmp_path: 
     assert stored_states(store)["w"]["win"].kind == "window"
     dropped = drop_state(store, "w", "win")
     assert dropped.tables == ("w__win", "w__win__new_values")
-    assert META_TABLE in dropped.rows
+    assert WINDOWS_TABLE in dropped.rows
     assert read_meta(store, "w__win") is None
     store.close()
 

@@ -14,7 +14,7 @@ per pending join key::
     arrived_txid BIGINT  the txid of the batch that created the entry
     arrived_ts DOUBLE    that batch's event time (NULL without one)
 
-and :data:`META_TABLE` holds, per pending table, the last applied txid, the event-time
+and :data:`JOIN_META_TABLE` holds, per pending table, the last applied txid, the event-time
 watermark and the number of pending entries.
 
 **One batch** (:func:`apply_join_batch_sql`), inside one store transaction (joining the
@@ -57,7 +57,6 @@ from trident_assets.backends.join_batch_columns import (
 )
 from trident_assets.backends.join_fold_sql import expired_sql, fold_sql, joined_sql
 from trident_assets.backends.join_pending_table import (
-    META_TABLE,
     ensure_meta_table,
     ensure_pending_table,
     join_meta,
@@ -72,7 +71,7 @@ from trident_assets.core.join import (
     expiry_cutoff,
 )
 from trident_assets.errors import StaleTxidError
-from trident_assets.names import validate_identifier
+from trident_assets.names import JOIN_META_TABLE, validate_identifier
 
 __all__ = ["BulkJoinResult", "apply_join_batch_sql", "batch_event_time"]
 
@@ -200,7 +199,7 @@ def apply_join_batch_sql(
         keys_in = conn.execute("SELECT count(*) FROM _trident_join_res").fetchall()[0][0]
         pending_after = conn.execute(f"SELECT count(*) FROM {pending}").fetchall()[0][0]
         conn.execute(
-            f"INSERT INTO {META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
+            f"INSERT INTO {JOIN_META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
             "SET last_txid = excluded.last_txid, watermark = excluded.watermark, "
             "pending = excluded.pending",
             [table, txid, ts, pending_after],

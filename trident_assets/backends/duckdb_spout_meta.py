@@ -17,8 +17,6 @@ from trident_assets.spouts.ranges import PartitionRange
 
 __all__ = ["DuckDBSpoutMetaStore"]
 
-TABLE = SPOUT_RANGES_TABLE
-
 
 class DuckDBSpoutMetaStore:
     """A SpoutMetaStore on a state store's connection (writes join its open transaction)."""
@@ -27,14 +25,14 @@ class DuckDBSpoutMetaStore:
         """Create the table if needed."""
         self.store = store
         store.execute(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (topology VARCHAR NOT NULL, "
+            f"CREATE TABLE IF NOT EXISTS {SPOUT_RANGES_TABLE} (topology VARCHAR NOT NULL, "
             "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, partition VARCHAR NOT NULL, "
             "first_offset BIGINT NOT NULL, next_offset BIGINT NOT NULL, "
             "deployment_id VARCHAR NOT NULL, committed BOOLEAN NOT NULL, "
             "PRIMARY KEY (topology, spout, txid, partition))"
         )
         # the topic incarnation (log topic ID) each range was read from; NULL for older rows
-        store.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS topic_id VARCHAR")
+        store.execute(f"ALTER TABLE {SPOUT_RANGES_TABLE} ADD COLUMN IF NOT EXISTS topic_id VARCHAR")
 
     def ranges(
         self, topology: str, spout: str, txid: int
@@ -42,7 +40,8 @@ class DuckDBSpoutMetaStore:
         """Return the recorded ranges of ``txid`` and whether they are committed."""
         rows = self.store.fetch_rows(
             "SELECT partition, first_offset, next_offset, deployment_id, topic_id, committed "
-            f"FROM {TABLE} WHERE topology = ? AND spout = ? AND txid = ? ORDER BY partition",
+            f"FROM {SPOUT_RANGES_TABLE} WHERE topology = ? AND spout = ? AND txid = ? ORDER BY "
+            "partition",
             [topology, spout, txid],
         )
         if not rows:
@@ -70,13 +69,14 @@ class DuckDBSpoutMetaStore:
         )
         with store.transaction():
             store.execute(
-                f"DELETE FROM {TABLE} WHERE topology = ? AND spout = ? AND txid = ?",
+                f"DELETE FROM {SPOUT_RANGES_TABLE} WHERE topology = ? AND spout = ? AND txid = ?",
                 [topology, spout, txid],
             )
             if ranges:
                 with store.staged(batch) as name:
                     store.execute(
-                        f"INSERT INTO {TABLE} (topology, spout, txid, partition, first_offset, "
+                        f"INSERT INTO {SPOUT_RANGES_TABLE} (topology, spout, txid, partition, "
+                        "first_offset, "
                         "next_offset, deployment_id, committed, topic_id) SELECT ?, ?, ?, "
                         "partition, first_offset, next_offset, deployment_id, ?, topic_id "
                         f'FROM "{name}"',
@@ -90,7 +90,7 @@ class DuckDBSpoutMetaStore:
         rows = self.store.fetch_rows(
             self.store.dialect.latest(
                 "partition, first_offset, next_offset, deployment_id, topic_id",
-                f"{TABLE} WHERE topology = ? AND spout = ? AND txid < ? "
+                f"{SPOUT_RANGES_TABLE} WHERE topology = ? AND spout = ? AND txid < ? "
                 "AND (committed OR NOT CAST(? AS BOOLEAN))",
                 "partition",
                 "txid",
@@ -102,7 +102,8 @@ class DuckDBSpoutMetaStore:
     def last_committed_txid(self, topology: str, spout: str) -> int | None:
         """Return the greatest committed txid."""
         row = self.store.fetch_rows(
-            f"SELECT max(txid) FROM {TABLE} WHERE topology = ? AND spout = ? AND committed",
+            f"SELECT max(txid) FROM {SPOUT_RANGES_TABLE} WHERE topology = ? AND spout = ? AND "
+            "committed",
             [topology, spout],
         )
         return None if not row or row[0][0] is None else int(row[0][0])
@@ -110,9 +111,10 @@ class DuckDBSpoutMetaStore:
     def cleanup_before(self, topology: str, spout: str, txid: int) -> int:
         """Delete committed rows below ``txid`` that a newer committed row supersedes."""
         return self.store.execute(
-            f"DELETE FROM {TABLE} AS t WHERE t.topology = ? AND t.spout = ? AND t.txid < ? "
+            f"DELETE FROM {SPOUT_RANGES_TABLE} AS t WHERE t.topology = ? AND t.spout = ? AND "
+            "t.txid < ? "
             "AND t.committed AND EXISTS (SELECT 1 FROM "
-            f"{TABLE} AS n WHERE n.topology = t.topology AND n.spout = t.spout "
+            f"{SPOUT_RANGES_TABLE} AS n WHERE n.topology = t.topology AND n.spout = t.spout "
             "AND n.partition = t.partition AND n.txid > t.txid AND n.committed)",
             [topology, spout, txid],
         )

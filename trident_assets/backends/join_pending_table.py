@@ -2,7 +2,7 @@
 
 One row per pending join key: ``"key_<f>"`` per join field (:func:`key_column`),
 ``"side_<s>"`` per side (:func:`side_column`: that side's row as a struct, NULL while it has not
-arrived), ``arrived_txid`` and ``arrived_ts``. :data:`META_TABLE` holds, per pending table, the
+arrived), ``arrived_txid`` and ``arrived_ts``. :data:`JOIN_META_TABLE` holds, per pending table, the
 last applied txid, the event-time watermark and the number of pending entries.
 """
 
@@ -20,7 +20,6 @@ from trident_assets.errors import StateLayoutError
 from trident_assets.names import JOIN_META_TABLE
 
 __all__ = [
-    "META_TABLE",
     "create_pending_table",
     "ensure_meta_table",
     "ensure_pending_table",
@@ -30,9 +29,6 @@ __all__ = [
     "read_pending",
     "side_column",
 ]
-
-META_TABLE = JOIN_META_TABLE
-"""Per pending table: ``last_txid``, event-time ``watermark`` and ``pending`` count."""
 
 
 def key_column(field: str) -> str:
@@ -46,19 +42,19 @@ def side_column(side: str) -> str:
 
 
 def ensure_meta_table(store: DuckDBStore) -> None:
-    """Create :data:`META_TABLE` if it is missing."""
+    """Create :data:`JOIN_META_TABLE` if it is missing."""
     store.conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {META_TABLE} (table_name VARCHAR PRIMARY KEY, "
+        f"CREATE TABLE IF NOT EXISTS {JOIN_META_TABLE} (table_name VARCHAR PRIMARY KEY, "
         "last_txid BIGINT NOT NULL, watermark DOUBLE, pending BIGINT NOT NULL)"
     )
 
 
 def join_meta(store: Any, table: str) -> tuple[int | None, float | None]:
     """The last txid applied to join table ``table`` and its watermark (any store)."""
-    if not store.has_table(META_TABLE):
+    if not store.has_table(JOIN_META_TABLE):
         return None, None
     rows = store.fetch_rows(
-        f"SELECT last_txid, watermark FROM {META_TABLE} WHERE table_name = ?", [table]
+        f"SELECT last_txid, watermark FROM {JOIN_META_TABLE} WHERE table_name = ?", [table]
     )
     return (None, None) if not rows else (rows[0][0], rows[0][1])
 

@@ -25,11 +25,11 @@ import pyarrow as pa
 from trident_assets.backends.duckdb_join import BulkJoinResult, apply_join_batch_sql, join_meta
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.join_batch_columns import key_expressions
-from trident_assets.backends.join_pending_table import META_TABLE, create_pending_table
+from trident_assets.backends.join_pending_table import create_pending_table
 from trident_assets.core.join import ARRIVED_TS, ARRIVED_TXID, SingleJoin, expiry_cutoff
 from trident_assets.core.protocols import Key
 from trident_assets.errors import StaleTxidError, StateLayoutError
-from trident_assets.names import validate_identifier
+from trident_assets.names import JOIN_META_TABLE, validate_identifier
 
 __all__ = ["apply_join_batch_pg", "pending_count_pg", "read_pending_pg"]
 
@@ -99,11 +99,11 @@ def apply_join_batch_pg(
             )
         if last_txid is not None:
             local.execute(
-                f"CREATE TABLE {META_TABLE} (table_name VARCHAR PRIMARY KEY, "
+                f"CREATE TABLE {JOIN_META_TABLE} (table_name VARCHAR PRIMARY KEY, "
                 "last_txid BIGINT NOT NULL, watermark DOUBLE, pending BIGINT NOT NULL)"
             )
             local.execute(
-                f"INSERT INTO {META_TABLE} VALUES (?, ?, ?, 0)", [table, last_txid, watermark]
+                f"INSERT INTO {JOIN_META_TABLE} VALUES (?, ?, ?, 0)", [table, last_txid, watermark]
             )
         ts_for_cutoff = batch_ts if batch_ts is not None else 0.0
         valid = isinstance(txid, int) and not isinstance(txid, bool) and txid >= 1
@@ -144,11 +144,11 @@ def apply_join_batch_pg(
             store.execute(f'INSERT INTO {pending} SELECT * FROM "{staged}"')
         after = int(store.fetch_rows(f"SELECT count(*) FROM {pending}")[0][0])
         store.execute(
-            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (table_name VARCHAR PRIMARY KEY, "
+            f"CREATE TABLE IF NOT EXISTS {JOIN_META_TABLE} (table_name VARCHAR PRIMARY KEY, "
             "last_txid BIGINT NOT NULL, watermark DOUBLE PRECISION, pending BIGINT NOT NULL)"
         )
         store.execute(
-            f"INSERT INTO {META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
+            f"INSERT INTO {JOIN_META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
             "SET last_txid = excluded.last_txid, watermark = excluded.watermark, "
             "pending = excluded.pending",
             [table, txid, result.batch_ts, after],

@@ -21,10 +21,7 @@ from trident_assets.spouts.ranges import PartitionRange
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
 
-__all__ = ["QUARANTINE", "QuarantineEntry", "add_entries", "entries", "mark_replayed", "waiting"]
-
-QUARANTINE = QUARANTINE_TABLE
-"""The store table of quarantined batches (all topologies)."""
+__all__ = ["QuarantineEntry", "add_entries", "entries", "mark_replayed", "waiting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +59,7 @@ class QuarantineEntry:
 
 def _ensure(store: StateStore) -> None:
     store.execute(
-        f"CREATE TABLE IF NOT EXISTS {QUARANTINE} (topology VARCHAR NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {QUARANTINE_TABLE} (topology VARCHAR NOT NULL, "
         "txid BIGINT NOT NULL, spout VARCHAR NOT NULL, ranges VARCHAR NOT NULL, "
         "error VARCHAR NOT NULL, quarantined_at TIMESTAMP NOT NULL, replayed_txid BIGINT, "
         "PRIMARY KEY (topology, txid, spout))"
@@ -98,12 +95,13 @@ def add_entries(
     now = datetime.now(UTC).replace(tzinfo=None)
     with store.transaction(), store.staged(rows) as name:
         store.execute(
-            f"DELETE FROM {QUARANTINE} WHERE topology = ? AND txid = ? "
+            f"DELETE FROM {QUARANTINE_TABLE} WHERE topology = ? AND txid = ? "
             f'AND spout IN (SELECT spout FROM "{name}")',
             [topology, txid],
         )
         store.execute(
-            f"INSERT INTO {QUARANTINE} (topology, txid, spout, ranges, error, quarantined_at, "
+            f"INSERT INTO {QUARANTINE_TABLE} (topology, txid, spout, ranges, error, "
+            "quarantined_at, "
             f'replayed_txid) SELECT ?, ?, spout, ranges, ?, ?, NULL FROM "{name}"',
             [topology, txid, error, now],
         )
@@ -116,11 +114,12 @@ def entries(
 
     ``pending_only``: only those not replayed yet. A store without the table has none.
     """
-    if not store.has_table(QUARANTINE):
+    if not store.has_table(QUARANTINE_TABLE):
         return []
     rows = store.fetch_rows(
         f"SELECT topology, txid, spout, ranges, error, quarantined_at, replayed_txid "
-        f"FROM {QUARANTINE} WHERE (topology = CAST(? AS VARCHAR) OR CAST(? AS VARCHAR) IS NULL) "
+        f"FROM {QUARANTINE_TABLE} WHERE (topology = CAST(? AS VARCHAR) OR CAST(? AS VARCHAR) IS "
+        "NULL) "
         "AND (replayed_txid IS NULL OR NOT CAST(? AS BOOLEAN)) ORDER BY topology, txid, spout",
         [topology, topology, pending_only],
     )
@@ -155,6 +154,6 @@ def waiting(store: StateStore, topology: str, txid: int | None = None) -> list[Q
 def mark_replayed(store: StateStore, topology: str, txid: int, replayed_txid: int) -> None:
     """Mark quarantined ``txid`` reprocessed by ``replayed_txid`` (inside its transaction)."""
     store.execute(
-        f"UPDATE {QUARANTINE} SET replayed_txid = ? WHERE topology = ? AND txid = ?",
+        f"UPDATE {QUARANTINE_TABLE} SET replayed_txid = ? WHERE topology = ? AND txid = ?",
         [replayed_txid, topology, txid],
     )

@@ -28,8 +28,6 @@ from trident_assets.errors import StateContractError
 from trident_assets.names import CONTRACTS_TABLE, STATES_LEFT_TABLE
 
 __all__ = [
-    "LEFT_TABLE",
-    "TABLE",
     "check_contracts",
     "check_state_asset_scope",
     "check_topology_scope",
@@ -42,17 +40,14 @@ __all__ = [
     "write_contracts",
 ]
 
-TABLE = CONTRACTS_TABLE
-LEFT_TABLE = STATES_LEFT_TABLE
-"""States a topology committed txids without: (topology, state, left_after)."""
 log = logging.getLogger(__name__)
 
 
 def stored_contracts(store: StateStore) -> list[StateContract]:
     """Every stored contract (none when the table does not exist yet); nothing is written."""
-    if not store.has_table(TABLE):
+    if not store.has_table(CONTRACTS_TABLE):
         return []
-    rows = store.fetch_rows(f"SELECT contract FROM {TABLE} ORDER BY topology, state")
+    rows = store.fetch_rows(f"SELECT contract FROM {CONTRACTS_TABLE} ORDER BY topology, state")
     return [StateContract.from_json(str(r[0])) for r in rows]
 
 
@@ -61,7 +56,8 @@ def write_contracts(store: StateStore, contracts: Sequence[StateContract]) -> No
     if not contracts:
         return
     store.execute(
-        f"CREATE TABLE IF NOT EXISTS {TABLE} (topology VARCHAR NOT NULL, state VARCHAR NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {CONTRACTS_TABLE} (topology VARCHAR NOT NULL, state VARCHAR "
+        "NOT NULL, "
         "table_name VARCHAR NOT NULL, contract VARCHAR NOT NULL, PRIMARY KEY (topology, state))"
     )
     rows = pa.table(
@@ -74,7 +70,7 @@ def write_contracts(store: StateStore, contracts: Sequence[StateContract]) -> No
     )
     with store.staged(rows) as name:
         store.execute(
-            f"INSERT INTO {TABLE} SELECT topology, state, table_name, contract "
+            f"INSERT INTO {CONTRACTS_TABLE} SELECT topology, state, table_name, contract "
             f'FROM "{name}" ON CONFLICT (topology, state) DO NOTHING'
         )
 
@@ -88,13 +84,13 @@ def record_left(store: StateStore, topology: str, states: Sequence[str], after: 
     if not states:
         return
     store.execute(
-        f"CREATE TABLE IF NOT EXISTS {LEFT_TABLE} (topology VARCHAR NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {STATES_LEFT_TABLE} (topology VARCHAR NOT NULL, "
         "state VARCHAR NOT NULL, left_after BIGINT NOT NULL, PRIMARY KEY (topology, state))"
     )
     names = sorted(states)
     values = ", ".join("(?, ?, ?)" for _ in names)
     store.execute(
-        f"INSERT INTO {LEFT_TABLE} (topology, state, left_after) VALUES {values} "
+        f"INSERT INTO {STATES_LEFT_TABLE} (topology, state, left_after) VALUES {values} "
         "ON CONFLICT (topology, state) DO NOTHING",
         [v for name in names for v in (topology, name, after)],
     )
@@ -102,10 +98,10 @@ def record_left(store: StateStore, topology: str, states: Sequence[str], after: 
 
 def states_left(store: StateStore, topology: str) -> dict[str, int]:
     """Per state of ``topology`` that txids were committed without: the last txid it has."""
-    if not store.has_table(LEFT_TABLE):
+    if not store.has_table(STATES_LEFT_TABLE):
         return {}
     rows = store.fetch_rows(
-        f"SELECT state, left_after FROM {LEFT_TABLE} WHERE topology = ?", [topology]
+        f"SELECT state, left_after FROM {STATES_LEFT_TABLE} WHERE topology = ?", [topology]
     )
     return {str(state): int(after) for state, after in rows}
 
@@ -126,7 +122,7 @@ def delete_state_rows(store: StateStore, table: str, topology: str, states: Iter
 
 def forget_left(store: StateStore, topology: str, states: Iterable[str]) -> None:
     """Forget that ``states`` left (in the commit where they rejoin)."""
-    delete_state_rows(store, LEFT_TABLE, topology, states)
+    delete_state_rows(store, STATES_LEFT_TABLE, topology, states)
 
 
 def _show(value: Any) -> str:

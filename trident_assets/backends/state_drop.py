@@ -29,20 +29,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trident_assets.backends.join_pending_table import META_TABLE as JOIN_META_TABLE
 from trident_assets.backends.map_layout import log_table, quote_ident, seq_name
 from trident_assets.backends.replica import Replica
 from trident_assets.backends.state_batches import TOTALS_TABLE
-from trident_assets.backends.state_contracts import LEFT_TABLE, stored_contracts
-from trident_assets.backends.state_contracts import TABLE as CONTRACTS_TABLE
+from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.backends.state_store import StateStore
-from trident_assets.backends.verified import META_TABLE as VERIFIED_TABLE
 from trident_assets.backends.verified import values_table
-from trident_assets.backends.window_tuples import META_TABLE as WINDOW_META_TABLE
 from trident_assets.names import (
     CATALOG_TABLE,
     COMPACTIONS_TABLE,
+    CONTRACTS_TABLE,
+    JOIN_META_TABLE,
     KV_JOIN_CLOCK_TABLE,
+    STATES_LEFT_TABLE,
+    VERIFIED_TABLE,
+    WINDOWS_TABLE,
     find_named,
     validate_identifier,
 )
@@ -135,8 +136,8 @@ def stored_states(store: StateStore) -> dict[str, dict[str, StoredState]]:
     kinds = {t: store.layout(t).kind for t in store.tables()}  # type: ignore[union-attr]
     kinds |= {t: "single_join" for t in joins if t not in kinds and store.has_table(t)}
     windows = (
-        [str(r[0]) for r in store.fetch_rows(f"SELECT table_name FROM {WINDOW_META_TABLE}")]
-        if store.has_table(WINDOW_META_TABLE)
+        [str(r[0]) for r in store.fetch_rows(f"SELECT table_name FROM {WINDOWS_TABLE}")]
+        if store.has_table(WINDOWS_TABLE)
         else []
     )
     kinds |= {t: "window" for t in windows if t not in kinds and store.has_table(t)}
@@ -195,7 +196,7 @@ def _drop_statements(
             statements.append((f"DROP TABLE {quote_ident(derived)}", []))
             dropped.append(derived)
     sides = (COMPACTIONS_TABLE, TOTALS_TABLE, JOIN_META_TABLE, KV_JOIN_CLOCK_TABLE)
-    for side in (*sides, WINDOW_META_TABLE):
+    for side in (*sides, WINDOWS_TABLE):
         if (
             store.has_table(side)
             and store.fetch_rows(f'SELECT count(*) FROM "{side}" WHERE table_name = ?', [table])[0][
@@ -216,7 +217,7 @@ def _drop_statements(
     if store.has_table(verified):
         statements.append((f"DROP TABLE {quote_ident(verified)}", []))
         dropped.append(verified)
-    for meta in (LEFT_TABLE, VERIFIED_TABLE):  # the state's rows in per-topology tables
+    for meta in (STATES_LEFT_TABLE, VERIFIED_TABLE):  # the state's rows in per-topology tables
         where = f"FROM {meta} WHERE topology = ? AND state = ?"
         params = [found.topology, found.state]
         if store.has_table(meta) and store.fetch_rows(f"SELECT count(*) {where}", params)[0][0]:

@@ -25,7 +25,6 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import VERIFIED_TABLE, validate_identifier
 
 __all__ = [
-    "META_TABLE",
     "VerifiedCheckpoint",
     "forget_checkpoint",
     "read_checkpoint",
@@ -33,7 +32,6 @@ __all__ = [
     "write_checkpoint",
 ]
 
-META_TABLE = VERIFIED_TABLE
 _VALUES_PREFIX = "_trident_verified_"
 
 
@@ -61,10 +59,10 @@ def values_table(table: str) -> str:
 
 def read_checkpoint(store: StateStore, topology: str, state: str) -> VerifiedCheckpoint | None:
     """The checkpoint of ``state`` (None: there is none); nothing is written."""
-    if not store.has_table(META_TABLE):
+    if not store.has_table(VERIFIED_TABLE):
         return None
     rows = store.fetch_rows(
-        f"SELECT table_name, through_txid, contract, held, incremental_runs FROM {META_TABLE} "
+        f"SELECT table_name, through_txid, contract, held, incremental_runs FROM {VERIFIED_TABLE} "
         "WHERE topology = ? AND state = ?",
         [topology, state],
     )
@@ -78,9 +76,9 @@ def read_checkpoint(store: StateStore, topology: str, state: str) -> VerifiedChe
 
 def forget_checkpoint(store: StateStore, topology: str, state: str) -> None:
     """Delete the checkpoint of ``state`` (the next check recomputes it from scratch)."""
-    if store.has_table(META_TABLE):
+    if store.has_table(VERIFIED_TABLE):
         store.execute(
-            f"DELETE FROM {META_TABLE} WHERE topology = ? AND state = ?", [topology, state]
+            f"DELETE FROM {VERIFIED_TABLE} WHERE topology = ? AND state = ?", [topology, state]
         )
 
 
@@ -118,7 +116,7 @@ def write_checkpoint(
     key_list = ", ".join(quote_ident(c) for c in keys)
     with store.transaction():
         store.execute(
-            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (topology VARCHAR NOT NULL, "
+            f"CREATE TABLE IF NOT EXISTS {VERIFIED_TABLE} (topology VARCHAR NOT NULL, "
             "state VARCHAR NOT NULL, table_name VARCHAR NOT NULL, through_txid BIGINT NOT NULL, "
             "contract VARCHAR NOT NULL, held VARCHAR NOT NULL, incremental_runs BIGINT NOT NULL, "
             "PRIMARY KEY (topology, state))"
@@ -135,7 +133,8 @@ def write_checkpoint(
             )
             store.execute(f'INSERT INTO {name} SELECT {key_list}, value FROM "{staged}"{conflict}')
         store.execute(
-            f"INSERT INTO {META_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (topology, state) "
+            f"INSERT INTO {VERIFIED_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (topology, "
+            "state) "
             "DO UPDATE SET table_name = excluded.table_name, through_txid = excluded.through_txid, "
             "contract = excluded.contract, held = excluded.held, "
             "incremental_runs = excluded.incremental_runs",

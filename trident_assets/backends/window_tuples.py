@@ -13,7 +13,7 @@ window needs and the window's meta row commit with the txid, or not at all.
   ``_trident_p`` (the txid's partial); one row per non-empty txid a window still to fire
   holds (all tuples of a txid share its time, so they always share their windows).
 
-:data:`META_TABLE` holds, per window table, the last applied txid, the tuples seen, the last
+:data:`WINDOWS_TABLE` holds, per window table, the last applied txid, the tuples seen, the last
 txid's time and the windows fired so far.
 """
 
@@ -41,7 +41,6 @@ from trident_assets.names import SEQ_COLUMN, WINDOWS_TABLE
 
 __all__ = [
     "COUNT_COLUMN",
-    "META_TABLE",
     "ORDER_COLUMNS",
     "PARTIAL_COLUMN",
     "WindowMeta",
@@ -51,7 +50,6 @@ __all__ = [
     "read_meta",
 ]
 
-META_TABLE = WINDOWS_TABLE
 ORDER_COLUMNS = ("_trident_topic", "_trident_part", "_trident_off", "_trident_pos")
 """The columns of a count window's batch that order its tuples (source topic, partition,
 offset, position of the tuple among those of its record)."""
@@ -86,17 +84,17 @@ class WindowResult:
 
 def _ensure_meta(store: StateStore) -> None:
     store.execute(
-        f"CREATE TABLE IF NOT EXISTS {META_TABLE} (table_name VARCHAR PRIMARY KEY, "
+        f"CREATE TABLE IF NOT EXISTS {WINDOWS_TABLE} (table_name VARCHAR PRIMARY KEY, "
         "last_txid BIGINT NOT NULL, seen BIGINT NOT NULL, time_ms BIGINT, fired BIGINT NOT NULL)"
     )
 
 
 def read_meta(store: StateStore, table: str) -> WindowMeta | None:
     """The progress of window table ``table`` (None before its first txid)."""
-    if not store.has_table(META_TABLE):
+    if not store.has_table(WINDOWS_TABLE):
         return None
     rows = store.fetch_rows(
-        f"SELECT last_txid, seen, time_ms, fired FROM {META_TABLE} WHERE table_name = ?", [table]
+        f"SELECT last_txid, seen, time_ms, fired FROM {WINDOWS_TABLE} WHERE table_name = ?", [table]
     )
     if not rows:
         return None
@@ -118,7 +116,7 @@ def _begin(store: StateStore, table: str, txid: int) -> WindowMeta | None:
 
 def _write_meta(store: StateStore, table: str, meta: WindowMeta) -> None:
     store.execute(
-        f"INSERT INTO {META_TABLE} (table_name, last_txid, seen, time_ms, fired) "
+        f"INSERT INTO {WINDOWS_TABLE} (table_name, last_txid, seen, time_ms, fired) "
         "VALUES (?, ?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE SET "
         "last_txid = excluded.last_txid, seen = excluded.seen, time_ms = excluded.time_ms, "
         "fired = excluded.fired",

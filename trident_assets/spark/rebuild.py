@@ -18,16 +18,13 @@ from trident_assets.backends.map_layout import log_table, quote_ident, seq_name
 from trident_assets.backends.spout_history import spout_joins
 from trident_assets.backends.state_batches import TOTALS_TABLE
 from trident_assets.backends.state_contracts import (
-    TABLE as CONTRACTS_TABLE,
-)
-from trident_assets.backends.state_contracts import (
     stored_contracts,
     write_contracts,
 )
 from trident_assets.backends.verified import forget_checkpoint
 from trident_assets.core.contracts import StateContract
 from trident_assets.errors import BatchUnavailableError, ConfigError, StateContractError
-from trident_assets.names import CATALOG_TABLE, COMPACTIONS_TABLE, SEQ_COLUMN
+from trident_assets.names import CATALOG_TABLE, COMPACTIONS_TABLE, CONTRACTS_TABLE, SEQ_COLUMN
 from trident_assets.planner import readers_of
 from trident_assets.runtime.backfill_plans import replay_refusal, txid_text, unreadable_txids
 from trident_assets.runtime.commit import ShadowMarker, StateAlone, commit, progress
