@@ -25,7 +25,6 @@ __all__ = ["APPEND_MARK", "ReplicaReader", "quote_column"]
 
 _DELTA = re.compile(r"^(\d{10})\.parquet$")
 _BASE = re.compile(r"^base-(\d{10})\.parquet$")
-_SEQ = SEQ_COLUMN
 APPEND_MARK = "_append.json"
 """The file that marks a table of the replica as an append table, published whole."""
 
@@ -129,8 +128,8 @@ class ReplicaReader:
         with quiet_connect() as conn:
             return conn.sql(
                 f"SELECT {key_list}, curr AS {quote_column(value_name)} FROM read_parquet(?, "
-                f"union_by_name = true) QUALIFY row_number() "
-                f"OVER (PARTITION BY {key_list} ORDER BY {_SEQ} DESC) = 1 ORDER BY {key_list}",
+                f"union_by_name = true) QUALIFY row_number() OVER (PARTITION BY {key_list} "
+                f"ORDER BY {SEQ_COLUMN} DESC) = 1 ORDER BY {key_list}",
                 params=[[str(f) for f in files]],
             ).to_arrow_table()
 
