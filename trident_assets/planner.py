@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EMPTY_KEEPING",
     "PURE_KINDS",
-    "ROW_WISE",
     "all_nodes",
     "check_quarantine",
     "chunk_pipelinable",

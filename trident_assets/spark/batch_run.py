@@ -38,7 +38,6 @@ import pyarrow as pa
 from trident_assets.core.aggregators import ReducerAggregator
 from trident_assets.core.user_code import guard
 from trident_assets.planner import (
-    ROW_WISE,
     chunk_pipelinable,
     depends_on_new_values,
     is_empty,
@@ -59,6 +58,7 @@ from trident_assets.spark.state_engines import engine_for
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first, tagged_read
+from trident_assets.stream.graph import ROW_WISE
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
 
 if TYPE_CHECKING:
