@@ -53,7 +53,7 @@ from trident_assets.spark.dead_letter_jobs import SpoutDeadLetters
 from trident_assets.spark.partials import ChunkPartials
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import Cleanup
-from trident_assets.spark.spout_reads import reads_for
+from trident_assets.spark.spout_reads import reads_for, records_of
 from trident_assets.spark.state_engines import engine_for
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
@@ -306,7 +306,12 @@ class BatchRun(SpoutDeadLetters):
         txids; a chunk of one's also asks the states' engines: run it on this thread.
         """
         topo = self.runner.topology
-        records = sum(p.record_count for _, plans in self.batches for p in plans.values())
+        spouts, log = topo.spouts, self.runner.log
+        records = sum(
+            records_of(spouts[sid].args["spout"], log, plan)
+            for _, plans in self.batches
+            for sid, plan in plans.items()
+        )
         self.conf.update(codegen_conf(self.spark, records))
         states = {
             name: self.mode.state_job(self, state)

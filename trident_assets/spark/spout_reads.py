@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from trident_assets.log.store import PartitionedLog
     from trident_assets.spouts.ranges import BatchPlan
 
-__all__ = ["READS", "FileReads", "LogReads", "reads_for"]
+__all__ = ["FILE_BYTES_PER_RECORD", "READS", "FileReads", "LogReads", "reads_for", "records_of"]
+
+FILE_BYTES_PER_RECORD = 32
+"""The bytes of a file per record a file batch is estimated to hold (a short JSON line or
+CSV row; a Parquet row of a few compressed columns)."""
 
 
 class LogReads:
@@ -75,6 +79,14 @@ class FileReads:
         """Read ``spout``'s batches."""
         self.spout = spout
 
+    def records(self, log: Any, plan: BatchPlan) -> int:
+        """An estimate of the records ``plan``'s files hold, from their bytes.
+
+        A file batch's offsets number files, not records: Spark's code generation is
+        chosen by records (:func:`~trident_assets.spark.codegen_conf.codegen_conf`).
+        """
+        return sum(e.size for e in self.spout.files(log, plan)) // FILE_BYTES_PER_RECORD
+
     def read(self, spark: Any, log: Any, plan: BatchPlan, *, inline: bool = True) -> Any:
         """The records of ``plan``'s files as a DataFrame (``inline``: the log's option).
 
@@ -90,6 +102,12 @@ class FileReads:
 
 READS: dict[type, Callable[[Any], Any]] = {LogSpout: LogReads, FileSpout: FileReads}
 """The reader of each spout class the engine reads itself, made for one spout."""
+
+
+def records_of(spout: Any, log: Any, plan: BatchPlan) -> int:
+    """The records ``spout``'s ``plan`` reads: its reader's estimate, else the plan's count."""
+    estimate = getattr(reads_for(spout), "records", None)
+    return plan.record_count if estimate is None else int(estimate(log, plan))
 
 
 def reads_for(spout: Any) -> Any:
