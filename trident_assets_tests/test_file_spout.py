@@ -316,3 +316,28 @@ def test_a_txids_materialization_lists_its_files_and_their_bytes(
     partition = spout.source(log).partition
     assert meta["offsets"] == dg.MetadataValue.json({partition: [0, 0]})
     assert meta[f"lag {partition}"] == dg.MetadataValue.int(1)  # b.jsonl waits
+
+
+def test_a_file_batch_generates_code_by_the_records_its_bytes_hold(
+    spark: Any, tmp_path: Path
+) -> None:
+    from trident_assets.spark.codegen_conf import INTERPRETED, codegen_conf
+    from trident_assets.spark.spout_reads import FILE_BYTES_PER_RECORD, records_of
+
+    land = tmp_path / "in"
+    line = b'{"word": "cow"}\n'
+    _file(land, "small.jsonl", line * 10, T0)
+    _file(land, "big.jsonl", line * 40_000, T0 + 1)
+    spout = FileSpout(str(land), JsonScheme({"word": "string"}), max_files=1, stable_after=0)
+    topo, table = _word_count(spout)
+    log, store = _home(tmp_path)
+    runner = TopologyRunner(topo, spark, store, log)
+    plans = []
+    assert _run_all(runner, plans) == [["small.jsonl"], ["big.jsonl"]]
+    assert [p.record_count for p in plans] == [1, 1]  # offsets number files, not records
+    estimates = [records_of(spout, log, p) for p in plans]
+    assert estimates == [160 // FILE_BYTES_PER_RECORD, 640_000 // FILE_BYTES_PER_RECORD]
+    assert codegen_conf(spark, estimates[0]) == INTERPRETED
+    assert codegen_conf(spark, estimates[1]) == {}
+    assert _counts(store, table) == {"cow": 40_010}
+    store.close()
