@@ -17,26 +17,29 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from trident_assets.backends.backup import backup_state, restore_state
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.marker_file import CommitMarkerFile
+from trident_assets.backends.state_batches import StateTarget
+from trident_assets.core.aggregators import Max
+from trident_assets.core.values import StateType
 from trident_assets.errors import LostCommitsError
-from trident_assets.runtime.commit import commit_txid
 from trident_assets_tests.children import clean_env, run_trident
+from trident_assets_tests.state_assets import commit_partials
 
 REPO = Path(__file__).resolve().parents[1]
 TRIDENT = Path(sys.executable).parent / "trident"
 CRASHING_WRITER = """
 import os, sys
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.runtime.commit import commit_txid
+from trident_assets_tests.test_commit_marker_file import _commit
 db, checkpoint_after = sys.argv[1], int(sys.argv[2])
 store = DuckDBStore(db)
-counts = store.map("wc__counts")
 for txid in (1, 2):
-    commit_txid(store, "wc", txid, lambda: counts.multi_put([("a",)], [txid]))
+    _commit(store, "wc", txid)
     if txid == checkpoint_after:
         store.checkpoint()
 os._exit(0)  # a crash: no checkpoint on close, the last commits live in the .wal only
@@ -57,8 +60,9 @@ def _crash_after_two_commits(tmp_path: Path, db: Path, checkpoint_after: int) ->
 
 
 def _commit(store: DuckDBStore, scope: str, txid: int) -> None:
-    counts = store.map(f"{scope}__counts")
-    commit_txid(store, scope, txid, lambda: counts.multi_put([("a",)], [txid]))
+    """Commit ``txid`` to ``scope``: key ``a`` of its map ``<scope>__counts`` holds ``txid``."""
+    target = StateTarget(f"{scope}__counts", ("k0",), "value", StateType.OPAQUE, Max())
+    commit_partials(store, scope, target, pa.table({"k0": ["a"], "value": [txid]}), txid)
 
 
 def _md5(path: Path) -> str:

@@ -26,13 +26,13 @@ from trident_assets.core.values import StateType
 from trident_assets.dagster.io_manager import TridentIOManager, state_asset_metadata
 from trident_assets.dagster.partitions import parse_txid
 from trident_assets.errors import ConfigError, StateContractError
-from trident_assets.runtime.commit import commit_state_batch
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.schemes import SPARK_TYPES, JsonScheme, StringScheme
 from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.fields import as_fields
 from trident_assets.stream.operations import PyFlatMap, PyFunction, PyMap, Split
 from trident_assets.stream.topology import StateSpec, StateUpdater, Stream, TridentTopology
+from trident_assets_tests.state_assets import commit_partials
 
 NAME_RULE = "use 1-63 letters, digits or underscores, starting with a letter or underscore"
 RESERVED = (
@@ -250,7 +250,7 @@ def _store_snapshot(store: DuckDBStore) -> tuple[Any, ...]:
 def _commit(store: DuckDBStore, scope: str, table: str) -> None:
     target = StateTarget(table, ("word",), "n", StateType.OPAQUE, Count())
     partials = pa.table({"word": ["a"], "n": pa.array([2], pa.int64())})
-    assert commit_state_batch(store, scope, target, partials, 1).applied
+    assert commit_partials(store, scope, target, partials, 1).applied
 
 
 def test_a_topology_named_like_a_state_asset_of_the_store_is_refused(tmp_path: Path) -> None:
@@ -597,16 +597,18 @@ def test_python_function_output_names_and_mapping_are_checked() -> None:
 
 
 @pytest.mark.parametrize("bad", [None, True, 0, "3"])
-def test_commit_state_batch_refuses_bad_txids(bad: object, tmp_path: Path) -> None:
+def test_a_state_asset_batch_refuses_bad_txids(bad: object, tmp_path: Path) -> None:
     """A state asset's batch without a txid would be applied with no commit marker."""
-    with DuckDBStore(tmp_path / "state.duckdb") as store:
-        target = StateTarget("clicks", ("word",), "n", StateType.OPAQUE, Count())
-        partials = pa.table({"word": ["a"], "n": pa.array([2], pa.int64())})
-        with pytest.raises(ConfigError) as info:
-            commit_state_batch(store, "clicks", target, partials, bad)  # type: ignore[arg-type]
-        assert str(info.value) == (
-            f"txid must be an integer >= 1 (not a bool, float or string), got {bad!r}"
-        )
+    db = tmp_path / "state.duckdb"
+    manager = TridentIOManager(home=str(tmp_path), state_database=str(db))
+    meta = state_asset_metadata("clicks", key_fields=["word"], value_field="n")
+    partials = pa.table({"word": ["a"], "n": pa.array([2], pa.int64())})
+    with pytest.raises(ConfigError) as info:
+        manager.persist(meta, partials, bad)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        f"txid must be an integer >= 1 (not a bool, float or string), got {bad!r}"
+    )
+    with DuckDBStore(db) as store:
         assert store.tables() == []
         assert store.scopes() == {}
 

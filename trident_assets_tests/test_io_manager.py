@@ -128,6 +128,34 @@ def test_user_state_asset_is_exactly_once_in_order(tmp_path: Path) -> None:
         assert _state(tmp_path) == expected(2), "an out-of-order txid changes nothing"
 
 
+def test_a_state_asset_commits_through_the_one_commit_then_publishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the asset's op to the store: one function named commit in the runtime (and the
+    core's commit protocol); the state applied in the open transaction, published after it."""
+    import traceback
+
+    from trident_assets.runtime import state_asset
+
+    seen: list[tuple[list[tuple[str, str]], bool, int | None]] = []
+    applied, replica = state_asset.apply_state_batch, TridentIOManager(home=str(tmp_path)).replica()
+
+    def apply_state_batch(store: Any, *args: Any) -> Any:
+        frames = [
+            (Path(f.filename).parent.name, f.name)
+            for f in traceback.extract_stack()
+            if "/trident_assets/" in f.filename and "commit" in f.name.lower()
+        ]
+        seen.append((frames, store.in_transaction, replica.latest("clicks")))
+        return applied(store, *args)
+
+    monkeypatch.setattr(state_asset, "apply_state_batch", apply_state_batch)
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert _run(tmp_path, instance, 1).success
+        assert seen == [([("runtime", "commit"), ("core", "commit_batch")], True, None)]
+        assert replica.latest("clicks") == 1, "published once committed"
+
+
 def test_user_state_asset_in_postgresql_by_configuration(tmp_path: Path, pg_dsn: str) -> None:
     with dg.DagsterInstance.ephemeral() as instance:
         for txid, replayed in ((1, False), (2, False), (1, True)):

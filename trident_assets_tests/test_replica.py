@@ -13,7 +13,7 @@ from trident_assets.backends.state_batches import StateTarget
 from trident_assets.core.aggregators import Count, Sum
 from trident_assets.core.values import StateType
 from trident_assets.errors import HistoryUnavailableError, OutOfOrderCommitError, StateLayoutError
-from trident_assets.runtime.commit import commit_state_batch
+from trident_assets_tests.state_assets import commit_partials
 
 BATCHES = {
     1: {"the": 2, "cow": 1},
@@ -44,7 +44,7 @@ def _expected(upto: int) -> dict[str, int]:
 
 
 def _commit(store: DuckDBStore, replica: Replica, txid: int, target: StateTarget) -> None:
-    result = commit_state_batch(store, "counts", target, _partials(BATCHES[txid]), txid)
+    result = commit_partials(store, "counts", target, _partials(BATCHES[txid]), txid)
     assert result.applied
     replica.publish(store, "counts", txid, [target.table], [])
 
@@ -69,7 +69,7 @@ def test_a_txid_is_visible_only_once_its_marker_is_written(tmp_path: Path) -> No
     target = _target()
     with DuckDBStore(tmp_path / "state.duckdb") as store:
         _commit(store, replica, 1, target)
-        commit_state_batch(store, "counts", target, _partials(BATCHES[2]), 2)
+        commit_partials(store, "counts", target, _partials(BATCHES[2]), 2)
         replica._write_delta("counts", 2, replica._map_rows(store, "counts", "opaque", 2))
         assert _as_dict(replica.read_map("counts", scope="counts", value_name="n")) == _expected(1)
         with pytest.raises(HistoryUnavailableError, match="txid 2 is not committed yet"):
@@ -106,7 +106,7 @@ def test_rows_tables_and_plain_maps(tmp_path: Path) -> None:
     with DuckDBStore(tmp_path / "state.duckdb") as store:
         store.conn.execute('CREATE TABLE "t__out_words" (txid BIGINT, word VARCHAR)')
         for txid in (1, 2):
-            commit_state_batch(store, "plain", plain, _partials(BATCHES[txid]), txid)
+            commit_partials(store, "plain", plain, _partials(BATCHES[txid]), txid)
             store.conn.execute(
                 'INSERT INTO "t__out_words" VALUES (?, ?), (?, ?)',
                 [txid, f"a{txid}", txid, f"b{txid}"],
@@ -142,18 +142,18 @@ def test_append_tables_publish_whole_keep_every_row_and_compact_by_concatenation
     with DuckDBStore(tmp_path / "state.duckdb") as store:
         store.conn.execute('CREATE TABLE "t__s__finals" (w VARCHAR, final_txid BIGINT)')
         for txid in (1, 2, 3):  # committed and published while the replica ignored finals
-            commit_state_batch(store, "counts", plain, _partials(BATCHES[txid]), txid)
+            commit_partials(store, "counts", plain, _partials(BATCHES[txid]), txid)
             store.conn.execute('INSERT INTO "t__s__finals" VALUES (?, ?)', [f"w{txid}", txid])
             replica.publish(store, "counts", txid, ["counts"], [])
         with pytest.raises(StateLayoutError, match=r"^t__s__finals is not published in the"):
             replica.appended_files("t__s__finals", "counts")
         assert replica.publish_missing(store, "counts", ["counts"], [], None, appends) == []
         assert _appended(replica, "counts") == [("w1", 1), ("w2", 2), ("w3", 3)]
-        commit_state_batch(store, "counts", plain, _partials(BATCHES[4]), 4)
+        commit_partials(store, "counts", plain, _partials(BATCHES[4]), 4)
         store.conn.execute("""INSERT INTO "t__s__finals" VALUES ('x4', 4), ('y4', 4)""")
         replica.publish(store, "counts", 4, ["counts"], [], None, appends)
         for txid in (5, 6):  # txid 5 made nothing final: no file
-            commit_state_batch(store, "counts", plain, _partials(BATCHES[4]), txid)
+            commit_partials(store, "counts", plain, _partials(BATCHES[4]), txid)
             if txid == 6:
                 store.conn.execute("""INSERT INTO "t__s__finals" VALUES ('z6', 6)""")
             replica.publish(store, "counts", txid, ["counts"], [], None, appends)
@@ -174,5 +174,5 @@ def test_errors(tmp_path: Path) -> None:
     with DuckDBStore(tmp_path / "state.duckdb") as store:
         _commit(store, replica, 1, _target())
         with pytest.raises(OutOfOrderCommitError):
-            commit_state_batch(store, "counts", _target(), _partials(BATCHES[3]), 3)
+            commit_partials(store, "counts", _target(), _partials(BATCHES[3]), 3)
     assert _as_dict(replica.read_map("counts", scope="counts", value_name="n")) == _expected(1)

@@ -23,6 +23,7 @@ from trident_assets.backends.state_batches import (
     state_total,
 )
 from trident_assets.backends.state_store import StateStore, open_state_store
+from trident_assets.backends.txid_rows import ensure_dead_letters_table, store_dead_letters
 from trident_assets.core.aggregators import Count
 from trident_assets.core.commit import commit_batch
 from trident_assets.core.values import StateType
@@ -32,13 +33,9 @@ from trident_assets.errors import (
     OutOfOrderCommitError,
     StoreLockedError,
 )
-from trident_assets.runtime.batch_tables import (
-    DEAD_LETTERS,
-    ensure_dead_letters_table,
-    store_dead_letters,
-)
-from trident_assets.runtime.commit import commit_state_batch
+from trident_assets.names import DEAD_LETTERS_TABLE
 from trident_assets.spouts.ranges import PartitionRange
+from trident_assets_tests.state_assets import commit_partials
 
 OPAQUE = StateType.OPAQUE
 TARGET = StateTarget("wc__counts", ("word",), "n", OPAQUE, Count())
@@ -64,13 +61,13 @@ def test_both_stores_satisfy_the_interface(open_store: Any) -> None:
 
 def test_strict_order_committed_is_final_and_as_of_reads(open_store: Any) -> None:
     store = open_store()
-    first = commit_state_batch(store, "wc", TARGET, words(("a", 1), ("b", 2), ("a", 1)), 1)
+    first = commit_partials(store, "wc", TARGET, words(("a", 1), ("b", 2), ("a", 1)), 1)
     assert first.applied
     with pytest.raises(OutOfOrderCommitError, match=r"refusing to commit txid 3 to 'wc'"):
-        commit_state_batch(store, "wc", TARGET, words(("a", 100)), 3)
-    assert commit_state_batch(store, "wc", TARGET, words(("a", 5), ("c", 1)), 2).applied
-    replay = commit_state_batch(store, "wc", TARGET, words(("a", 1000)), 1)
-    assert replay.already_committed, "a committed txid is final"
+        commit_partials(store, "wc", TARGET, words(("a", 100)), 3)
+    assert commit_partials(store, "wc", TARGET, words(("a", 5), ("c", 1)), 2).applied
+    replay = commit_partials(store, "wc", TARGET, words(("a", 1000)), 1)
+    assert not replay.applied, "a committed txid is final"
     assert store.last_committed("wc") == 2
     assert counts(store) == {"a": 7, "b": 2, "c": 1}, "replayed txid 1 must not double-count"
     assert counts(store, as_of=1) == {"a": 2, "b": 2}
@@ -84,7 +81,7 @@ def test_strict_order_committed_is_final_and_as_of_reads(open_store: Any) -> Non
 def test_a_failed_batch_leaves_state_marker_and_metadata_unchanged(open_store: Any) -> None:
     store = open_store()
     meta = DuckDBSpoutMetaStore(store)
-    commit_state_batch(store, "wc", TARGET, words(("a", 1)), 1)
+    commit_partials(store, "wc", TARGET, words(("a", 1)), 1)
 
     def apply(_tx: Any) -> None:
         apply_partials(
@@ -154,7 +151,7 @@ def test_dead_letters_are_replaced_per_txid(open_store: Any) -> None:
         assert store_dead_letters(store, "wc", 3, {"s": bad.slice(1)}) == 1, "a replay rewrites"
     rows = store.fetch_rows(
         f'SELECT topology, spout, txid, topic, partition, "offset", reason, value '
-        f"FROM {DEAD_LETTERS} ORDER BY 6"
+        f"FROM {DEAD_LETTERS_TABLE} ORDER BY 6"
     )
     assert rows == [("wc", "s", 3, "t", 1, 9, "missing field 'id'", b"{}")]
 
@@ -180,9 +177,9 @@ def test_readers_see_the_last_commit_while_a_batch_commits(pg_dsn: str) -> None:
     writer = PostgresStore(pg_dsn)
     reader = PostgresStore(pg_dsn, read_only=True)
     try:
-        commit_state_batch(writer, "wc", TARGET, words(("a", 1)), 1)
+        commit_partials(writer, "wc", TARGET, words(("a", 1)), 1)
         with writer.transaction():
-            commit_state_batch(writer, "wc", TARGET, words(("a", 5), ("b", 1)), 2)
+            commit_partials(writer, "wc", TARGET, words(("a", 5), ("b", 1)), 2)
             assert counts(reader) == {"a": 1}, "an uncommitted batch is invisible"
             assert reader.last_committed("wc") == 1
             assert counts(writer) == {"a": 6, "b": 1}, "the writer sees its own batch"
@@ -240,10 +237,10 @@ def test_two_topologies_share_one_database(pg_dsn: str) -> None:
     one, two = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
     other = StateTarget("other__counts", ("word",), "n", OPAQUE, Count())
     try:
-        commit_state_batch(one, "wc", TARGET, words(("a", 1)), 1)
-        commit_state_batch(two, "other", other, words(("a", 7)), 1)
-        commit_state_batch(one, "wc", TARGET, words(("a", 1)), 2)
-        commit_state_batch(two, "other", other, words(("b", 1)), 2)
+        commit_partials(one, "wc", TARGET, words(("a", 1)), 1)
+        commit_partials(two, "other", other, words(("a", 7)), 1)
+        commit_partials(one, "wc", TARGET, words(("a", 1)), 2)
+        commit_partials(two, "other", other, words(("b", 1)), 2)
         assert one.scopes() == {"other": 2, "wc": 2}
         assert counts(two) == {"a": 2}
         assert counts(one, "other__counts") == {"a": 7, "b": 1}
@@ -255,13 +252,13 @@ def test_two_topologies_share_one_database(pg_dsn: str) -> None:
 def test_a_second_writer_of_the_same_topology_is_refused(pg_dsn: str) -> None:
     first, second = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
     try:
-        commit_state_batch(first, "wc", TARGET, words(("a", 1)), 1)
+        commit_partials(first, "wc", TARGET, words(("a", 1)), 1)
         with pytest.raises(StoreLockedError, match=r"topology 'wc' is being written by another"):
-            commit_state_batch(second, "wc", TARGET, words(("a", 100)), 2)
+            commit_partials(second, "wc", TARGET, words(("a", 100)), 2)
         assert second.last_committed("wc") == 1
         assert counts(second) == {"a": 1}, "the refused writer changed nothing"
         first.close()
-        assert commit_state_batch(second, "wc", TARGET, words(("a", 2)), 2).applied
+        assert commit_partials(second, "wc", TARGET, words(("a", 2)), 2).applied
         assert counts(second) == {"a": 3}
     finally:
         first.close()
@@ -363,7 +360,7 @@ def test_the_cli_reads_postgres_state_as_a_child_process(
 def test_per_txid_rows_keep_a_field_named_txid_and_type_a_null_column(open_store: Any) -> None:
     """``store_rows`` on both stores: a user field ``txid`` is kept as ``txid_1``; a column
     NULL in every row of the first batch takes the type of a later batch; old txids go."""
-    from trident_assets.runtime.batch_tables import store_rows
+    from trident_assets.backends.txid_rows import store_rows
 
     store = open_store()
     first = pa.table({"word": ["a"], "txid": [7], "n": pa.array([None], pa.null())})

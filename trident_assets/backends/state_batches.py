@@ -1,10 +1,11 @@
 """Applying one batch of per-key partials to a named state: the one code path for every state.
 
-A topology's ``persistent_aggregate`` states (inside the batch's commit transaction) and a
-user's own Dagster state assets (through :class:`~trident_assets.dagster.io_manager.
-TridentIOManager`, in a transaction of their own) both land here: SQL combiners (Count, Sum,
-Min, Max) as ONE set-based statement, Python combiners as one bulk read and one bulk write.
-The txid rules (opaque, transactional, non-transactional) are those of
+A topology's ``persistent_aggregate`` states and a user's own Dagster state assets
+(through :class:`~trident_assets.dagster.io_manager.TridentIOManager`) both land here,
+inside their txid's commit transaction: SQL combiners (Count, Sum, Min, Max) as ONE
+set-based statement, Python combiners as one bulk read and one bulk write; partials Spark's
+executors wrote where the store reads them (:func:`apply_state_files`) never come into this
+process. The txid rules (opaque, transactional, non-transactional) are those of
 :mod:`trident_assets.backends.duckdb_merge`.
 """
 
@@ -18,12 +19,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trident_assets.backends.duckdb_merge import MergeResult, apply_partials, apply_partials_python
+from trident_assets.backends.map_layout import quote_ident
+from trident_assets.backends.merge_checks import value_sql_type
+from trident_assets.backends.replica import PARTIALS_KEPT
 from trident_assets.backends.spilled_partials import (
-    PartialsStats,
     SpilledPartials,
     apply_spilled_partials,
+    staged_partials,
 )
 from trident_assets.backends.state_store import StateStore
+from trident_assets.backends.txid_rows import prepare_rows_table, store_relation
 from trident_assets.core.aggregators import CombinerAggregator, Count, Max, Min, Sum
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
@@ -98,6 +103,16 @@ class StateTarget:
         for name in (*self.key_columns, self.value_column):
             validate_identifier(name, f"column of state {self.table!r}")
 
+    @property
+    def partials_table(self) -> str:
+        """The table of its per-key partials of each recent txid."""
+        return f"{self.table}__partials"
+
+    @property
+    def new_values_table(self) -> str:
+        """The table of its new values of each recent txid."""
+        return f"{self.table}__new_values"
+
 
 def apply_state_batch(
     store: StateStore, target: StateTarget, partials: pa.Table, txid: int | None
@@ -168,36 +183,63 @@ def apply_state_files(
     store: StateStore,
     target: StateTarget,
     parts: SpilledPartials,
-    view: str,
-    stats: PartialsStats,
-    txid: int | None,
-    new_values: tuple[str, list[str]] | None = None,
-) -> MergeResult:
-    """Apply partials the executors wrote (see :mod:`.spilled_partials`) to ``target``.
+    txid: int,
+) -> tuple[MergeResult, int]:
+    """Apply the partials the executors wrote (see :mod:`.spilled_partials`) to ``target``.
 
-    ``view`` and ``stats`` come from :func:`~.spilled_partials.staged_partials`. For the
-    built-in SQL combiners only (Count, Sum, Min, Max); the result has no new values
-    (PostgreSQL: ``new_values=(table, columns)`` appends them to that prepared table).
+    Inside ``txid``'s open transaction, all in SQL: one scan checks and counts the partials,
+    one statement merges them, and they and the keys' new values replace ``txid``'s rows of
+    the state's partials and new values tables; the rows never come into this process. For
+    the built-in SQL combiners only (Count, Sum, Min, Max). Returns the merge's counts (no
+    new values) and the null input values skipped.
+
+    Raises:
+        ConfigError: another combiner, or the partials are not all where this process reads.
+        StateLayoutError: a key column holds nulls.
     """
     agg = target.agg
     if not isinstance(agg, Count | Sum | Min | Max) or agg.sql_combine is None:
         msg = f"state {target.table!r}: only Count, Sum, Min and Max merge partials from files"
         raise ConfigError(msg)
-    if isinstance(agg, Count | Sum):
-        _update_total(store, target, stats.total, txid)
-    return apply_spilled_partials(
-        store,
-        target.table,
-        view,
-        stats,
-        parts,
-        key_columns=list(target.key_columns),
-        value_column=target.value_column,
-        combine=agg.sql_combine,
-        state_type=target.state_type,
-        txid=txid,
-        new_values=new_values,
-    )
+    keys, out = list(target.key_columns), target.value_column
+    columns, new_values_table = [*keys, out], target.new_values_table
+    key_q, out_q = ", ".join(quote_ident(k) for k in keys), quote_ident(out)
+    with staged_partials(store, target.table, parts, keys, out) as (view, stats):
+        into = None
+        if store.dialect.is_postgres:  # the merge appends the new values as it writes them
+            layout = store.layout(target.table)  # typed like the state's values
+            value_type = store.dialect.column_type(
+                layout.value_type
+                if layout is not None
+                else value_sql_type(target.table, parts.schema, out, agg.sql_combine)
+            )
+            cast = f"CAST({out_q} AS {value_type}) AS {out_q}"
+            typed = f"SELECT {key_q}, {cast} FROM {quote_ident(view)} LIMIT 0"
+            with store.staged_query(typed) as empty:
+                prepare_rows_table(store, new_values_table, txid, empty, columns)
+            into = (new_values_table, columns)
+        if isinstance(agg, Count | Sum):
+            _update_total(store, target, stats.total, txid)
+        result = apply_spilled_partials(
+            store,
+            target.table,
+            view,
+            stats,
+            parts,
+            key_columns=keys,
+            value_column=out,
+            combine=agg.sql_combine,
+            state_type=target.state_type,
+            txid=txid,
+            new_values=into,
+        )
+        store_relation(store, target.partials_table, txid, view, columns, PARTIALS_KEPT)
+        if into is None or result.keys_skipped:  # (a transactional replay skipped keys)
+            latest = store.latest_sql(store.layout(target.table), quote_ident(view))
+            select = f"SELECT {key_q}, curr AS {out_q} FROM ({latest}) AS l"
+            with store.staged_query(select) as rows:
+                store_relation(store, new_values_table, txid, rows, columns)
+    return result, stats.nulls
 
 
 def state_total(store: StateStore, table: str) -> float | None:

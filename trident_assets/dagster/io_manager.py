@@ -13,10 +13,8 @@
   aggregates (key fields + value, as pandas, Arrow, PySpark or polars) and the IO manager
   applies them to its named state under the partition's txid, with the declared state type
   and combiner (:func:`state_asset_metadata`): strict txid order, committed txids final
-  (reported as ``already_committed``), one transaction, then published to the replica. The
-  topology's own states are applied by the same function
-  (:func:`~trident_assets.backends.state_batches.apply_state_batch`) inside their batch's
-  transaction.
+  (reported as ``already_committed``), one transaction of the runtime's one commit, then
+  published to the replica (:class:`~trident_assets.runtime.state_asset.StateAsset`).
 """
 
 from __future__ import annotations
@@ -293,10 +291,17 @@ class TridentIOManager(dg.ConfigurableIOManager, StoreConfig):
         """Commit ``partials`` to the state ``meta`` declares under ``txid``; publish it.
 
         Returns the materialization metadata (txid, already_committed, keys, state size).
+
+        Raises:
+            ConfigError: ``txid`` is not an integer >= 1, or the batch lacks a column.
+            StateContractError: a topology of the store has the state's name.
         """
         from trident_assets.backends.state_batches import StateTarget, combiner, state_total
         from trident_assets.backends.state_contracts import check_state_asset_scope
-        from trident_assets.runtime.commit import commit_state_batch
+        from trident_assets.backends.state_store import open_state_store
+        from trident_assets.runtime.commit import commit
+        from trident_assets.runtime.outcomes import Prepared, StateOutcome
+        from trident_assets.runtime.state_asset import AssetBatch, StateAsset
 
         target = StateTarget(
             table=str(meta["trident/table"]),
@@ -305,27 +310,31 @@ class TridentIOManager(dg.ConfigurableIOManager, StoreConfig):
             state_type=StateType(meta.get("trident/state_type", StateType.OPAQUE.value)),
             agg=combiner(str(meta["trident/combiner"])),
         )
-        scope = str(meta["trident/scope"])
-        from trident_assets.backends.state_store import open_state_store
-
+        names = partials.schema.names
+        missing = [c for c in (*target.key_columns, target.value_column) if c not in names]
+        if missing:
+            msg = (
+                f"state {target.table!r}: the batch lacks columns {missing}; it has "
+                f"{names} (expected key columns {list(target.key_columns)} and "
+                f"value column {target.value_column!r})"
+            )
+            raise ConfigError(msg)
+        scope, prepared = str(meta["trident/scope"]), Prepared({target.table: partials}, {}, {}, {})
         with open_state_store(self.state_location) as store:
             check_state_asset_scope(store, scope)
-            result = commit_state_batch(store, scope, target, partials, txid)
-            if result.applied:
-                named = {"value_field": target.value_column, "global": not target.key_columns}
-                replica = self.replica()
-                replica.publish(store, scope, txid, [target.table], [], {target.table: named})
-                replica.compact(target.table, self.keep_txids)
-            size = store.size(target.table)
-            total = state_total(store, target.table)
-        merged = result.result
+            asset = StateAsset.of(store, scope, target, self.replica(), self.keep_txids)
+            outcome = commit(asset, txid, {}, prepared, AssetBatch(store, txid))
+            table = target.table  # committed before: no key counted, the state as it is
+            done = outcome.states.get(table) or StateOutcome(
+                table, table, 0, 0, 0, store.size(table), state_total(store, table)
+            )
         meta: dict[str, Any] = {
             "txid": txid,
-            "already_committed": not result.applied,
-            "keys_in": merged.keys_in if merged else 0,
-            "keys_updated": merged.keys_updated if merged else 0,
-            "state_size": size,
+            "already_committed": not outcome.applied,
+            "keys_in": done.keys_in,
+            "keys_updated": done.keys_updated,
+            "state_size": done.size,
         }
-        if total is not None:
-            meta["total"] = total
+        if done.total is not None:
+            meta["total"] = done.total
         return meta

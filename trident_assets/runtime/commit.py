@@ -2,9 +2,10 @@
 
 :func:`commit` commits a txid from what the engine prepared for it
 (:class:`~trident_assets.runtime.outcomes.Prepared`), whoever asked for it: the txid loop, a
-quarantine, a quarantine replay, a state caught up from the log, a rebuild's shadow map. One
+quarantine, a quarantine replay, a state caught up from the log, a rebuild's shadow map, a
+state asset of one's own (:mod:`~trident_assets.runtime.state_asset`). One
 store transaction asks each state's engine only to apply its state (:class:`TxidEngine`),
-writes the outputs, new values and dead letters (:mod:`~trident_assets.runtime.batch_tables`),
+writes the outputs, new values and dead letters (:mod:`~trident_assets.backends.txid_rows`),
 makes the spout ranges final, records what the txid read, and moves a commit marker; a txid
 that committed before applies nothing. Then the target publishes and compacts it. What
 differs between the paths is the :class:`CommitTarget`: where the marker is kept, which
@@ -26,17 +27,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from trident_assets.backends.quarantine import add_entries, mark_replayed
+from trident_assets.backends.replica import PARTIALS_KEPT
 from trident_assets.backends.spout_history import record_history
-from trident_assets.backends.state_batches import StateTarget, apply_state_batch
 from trident_assets.backends.state_contracts import delete_state_rows, write_contracts
-from trident_assets.core.commit import CommitMarker, CommitResult, StoreTransaction, commit_batch
+from trident_assets.backends.txid_rows import store_dead_letters, store_rows
+from trident_assets.core.commit import CommitMarker, StoreTransaction, commit_batch
 from trident_assets.core.txids import validate_txid
-from trident_assets.errors import ConfigError, DiskFullError, TridentError, is_disk_full
+from trident_assets.errors import DiskFullError, TridentError, is_disk_full
 from trident_assets.names import BACKFILLS_TABLE
-from trident_assets.runtime.batch_tables import PARTIALS_KEPT, store_dead_letters, store_rows
 from trident_assets.runtime.outcomes import (
     Applied,
     BatchOutcome,
@@ -48,12 +49,10 @@ from trident_assets.runtime.outcomes import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from trident_assets.backends.duckdb_merge import MergeResult
     from trident_assets.backends.state_store import StateStore
     from trident_assets.core.contracts import StateContract
     from trident_assets.spouts.coordinator import BatchCoordinator
     from trident_assets.spouts.ranges import BatchPlan
-    from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
@@ -64,26 +63,41 @@ __all__ = [
     "StateAlone",
     "TxidEngine",
     "commit",
-    "commit_state_batch",
-    "commit_txid",
     "drop_progress",
     "progress",
 ]
-
-R = TypeVar("R")
 
 PROGRESS_TABLE = BACKFILLS_TABLE
 """Per (topology, state) being built from the log: its first txid and the last it applied."""
 
 
-class TxidEngine(Protocol):
-    """What a txid's commit asks of the engine inside its transaction."""
+class StateTables(Protocol):
+    """What a commit asks of a state itself: the tables of its rows per txid."""
 
-    def apply(self, state: TridentState, batch: Any, nulls: int) -> Applied:
+    @property
+    def partials_table(self) -> str:
+        """Its per-key partials of each recent txid."""
+
+    @property
+    def new_values_table(self) -> str:
+        """Its new values of each recent txid."""
+
+
+S = TypeVar("S", bound=StateTables)
+"""The states a target holds and its engine applies (a topology's ``TridentState``, a state
+asset's ``StateTarget``)."""
+S_co = TypeVar("S_co", bound=StateTables, covariant=True)
+S_contra = TypeVar("S_contra", bound=StateTables, contravariant=True)
+
+
+class TxidEngine(Protocol[S_contra]):
+    """What a txid's commit asks of the engine inside its transaction (Spark's: ``SparkTxid``)."""
+
+    def apply(self, state: S_contra, batch: Any, nulls: int) -> Applied:
         """Apply ``batch`` to ``state`` (its kind's engine), with previews of what it did."""
 
     def late_input(
-        self, state: TridentState, new_values: dict[str, pa.Table], expired: dict[str, pa.Table]
+        self, state: S_contra, new_values: dict[str, pa.Table], expired: dict[str, pa.Table]
     ) -> tuple[Any, int]:
         """``state``'s batch input and nulls skipped, read from this batch's new values."""
 
@@ -93,7 +107,7 @@ class TxidEngine(Protocol):
         """Output ``name``'s tuples, read from this batch's new values."""
 
 
-class CommitTarget(Protocol):
+class CommitTarget(Protocol[S_co]):
     """What a txid commits to (a topology's runner, :class:`StateAlone`), and what follows."""
 
     topology: TridentTopology
@@ -106,7 +120,7 @@ class CommitTarget(Protocol):
         """The commit scope."""
 
     @property
-    def states(self) -> Mapping[str, TridentState]:
+    def states(self) -> Mapping[str, S_co]:
         """The states each txid applies, by name."""
 
     @property
@@ -130,19 +144,19 @@ class CommitTarget(Protocol):
 
 
 @dataclass
-class StateAlone:
+class StateAlone(Generic[S]):
     """One state committed alone, under a scope of its own, published by no commit.
 
-    A state built from the log (:class:`CatchUpMarker`) or a rebuild's shadow map
-    (:class:`ShadowMarker`) reads no new range: only the state and its new values are
-    written (the txid's other tables are the topology's, committed before); the replica
-    learns of it once it joins or is swapped in. ``faults`` gets each point, prefixed.
+    A state built from the log (:class:`CatchUpMarker`), a rebuild's shadow map
+    (:class:`ShadowMarker`) or a state asset reads no new range: only the state and its new
+    values are written (the txid's other tables are the topology's, committed before); the
+    replica learns of it once it joins or is swapped in. ``faults`` gets each point, prefixed.
     """
 
     store: StateStore
     topology: TridentTopology
     scope: str
-    states: Mapping[str, TridentState]
+    states: Mapping[str, S]
     marker: CommitMarker | None
     what: str | None
     faults: Callable[[str], None]
@@ -170,11 +184,11 @@ class StateAlone:
 
 
 def commit(
-    target: CommitTarget,
+    target: CommitTarget[S],
     txid: int,
     plans: dict[str, BatchPlan],
     prepared: Prepared,
-    engine: TxidEngine | None = None,
+    engine: TxidEngine[S] | None = None,
     timings: dict[str, float] | None = None,
     share: int = 1,
 ) -> BatchOutcome:
@@ -187,9 +201,11 @@ def commit(
     before). Strict order and committed-is-final come from the target's marker.
 
     Raises:
+        ConfigError: ``txid`` is not an integer >= 1; nothing was changed.
         OutOfOrderCommitError: an earlier txid has not committed; nothing was changed.
         DiskFullError: the device of the state file filled up; nothing was committed.
     """
+    validate_txid(txid)
     timings = dict(timings or {})
     recorded = plans if prepared.recorded is None else prepared.recorded
     t_commit = time.perf_counter()
@@ -214,12 +230,12 @@ def commit(
 
 
 def _write(
-    target: CommitTarget,
+    target: CommitTarget[S],
     txid: int,
     plans: dict[str, BatchPlan],
     recorded: dict[str, BatchPlan],
     prepared: Prepared,
-    engine: TxidEngine | None,
+    engine: TxidEngine[S] | None,
 ) -> BatchOutcome:
     """Every write of ``txid`` inside its open transaction; its outcome."""
     store, scope = target.store, target.scope
@@ -257,13 +273,14 @@ def _write(
         store_rows(store, target.states[name].new_values_table, txid, table)
         outcome.previews.setdefault(f"new_values:{name}", head_rows(table))
     all_dead = {**prepared.dead, **state_dead}
-    outcome.dead_letters = store_dead_letters(store, scope, txid, all_dead)
-    outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in all_dead.items()}
-    for sid, dead in all_dead.items():
-        outcome.previews[f"dead_letters:{sid}"] = dead_letter_rows(dead)
-    for spout_id, plan in recorded.items():
-        target.coordinator(spout_id).commit(plan)
-    record_history(store, scope, txid, {s: p.ranges for s, p in plans.items()})
+    if recorded or all_dead:  # what the txid read (a state alone read no new range)
+        outcome.dead_letters = store_dead_letters(store, scope, txid, all_dead)
+        outcome.dead_letters_by_spout = {sid: t.num_rows for sid, t in all_dead.items()}
+        for sid, dead in all_dead.items():
+            outcome.previews[f"dead_letters:{sid}"] = dead_letter_rows(dead)
+        for spout_id, plan in recorded.items():
+            target.coordinator(spout_id).commit(plan)
+        record_history(store, scope, txid, {s: p.ranges for s, p in plans.items()})
     if prepared.quarantine is not None:
         ranges = {sid: p.ranges for sid, p in recorded.items() if p.record_count}
         add_entries(store, scope, txid, ranges, prepared.quarantine)
@@ -291,28 +308,6 @@ def _disk_full(store: StateStore, txid: int, what: str) -> Iterator[None]:
             f"run txid {txid} again"
         )
         raise DiskFullError(msg) from exc
-
-
-def commit_txid(
-    store: StateStore,
-    scope: str,
-    txid: int,
-    apply: Callable[[], R],
-    marker: CommitMarker | None = None,
-    what: str | None = None,
-) -> CommitResult[R]:
-    """Apply ``txid`` to ``scope`` exactly once, in strict order, in one store transaction.
-
-    For writes of one's own (tests, a state asset): ``apply`` does every write of the txid
-    inside the transaction; ``marker`` says where the scope's last committed txid is kept
-    (default: the store's topology marker); ``what`` names what is committed in errors.
-
-    Raises:
-        OutOfOrderCommitError: an earlier txid has not committed; nothing was changed.
-        DiskFullError: the device of the state file filled up; nothing was committed.
-    """
-    with _disk_full(store, txid, what or f"topology {scope!r}"):
-        return commit_batch(store, scope, txid, lambda _tx: apply(), marker)
 
 
 def progress(store: StateStore, topology: str) -> dict[str, tuple[int, int]]:
@@ -380,29 +375,3 @@ class ShadowMarker:
     def mark_committed(self, tx: StoreTransaction, scope: str, txid: int) -> None:
         """``txid`` is in the shadow once its transaction commits."""
         self.done = txid
-
-
-def commit_state_batch(
-    store: StateStore, scope: str, target: StateTarget, partials: pa.Table, txid: int
-) -> CommitResult[MergeResult]:
-    """Apply ``partials`` to ``target`` and commit ``txid`` to ``scope``, in one transaction.
-
-    Strict order and committed-is-final come from the scope's commit marker: an earlier
-    uncommitted txid raises OutOfOrderCommitError; a committed txid changes nothing
-    (``result.applied`` is False).
-
-    Raises:
-        ConfigError: ``txid`` is not an integer >= 1, or the batch lacks a column.
-    """
-    validate_txid(txid)
-    missing = [
-        c for c in (*target.key_columns, target.value_column) if c not in partials.schema.names
-    ]
-    if missing:
-        msg = (
-            f"state {target.table!r}: the batch lacks columns {missing}; it has "
-            f"{partials.schema.names} (expected key columns {list(target.key_columns)} and "
-            f"value column {target.value_column!r})"
-        )
-        raise ConfigError(msg)
-    return commit_txid(store, scope, txid, lambda: apply_state_batch(store, target, partials, txid))

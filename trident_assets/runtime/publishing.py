@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from trident_assets.runtime.batch_tables import NEW_VALUES_KEPT
+from trident_assets.backends.replica import NEW_VALUES_KEPT
 from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:

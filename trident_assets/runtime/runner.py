@@ -39,11 +39,11 @@ from trident_assets.backends.state_contracts import (
     record_left,
     write_contracts,
 )
+from trident_assets.backends.txid_rows import ensure_dead_letters_table
 from trident_assets.core.txids import validate_txid
 from trident_assets.errors import ConfigError
 from trident_assets.planner import pipelinable
 from trident_assets.runtime.backfill_plans import BackfillOutcome
-from trident_assets.runtime.batch_tables import ensure_dead_letters_table
 from trident_assets.runtime.commit import drop_progress, progress
 from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.runtime.publishing import described as describe

@@ -31,6 +31,7 @@ from trident_assets.runtime.outcomes import BatchOutcome, Prepared
 if TYPE_CHECKING:
     from trident_assets.spouts.coordinator import BatchCoordinator
     from trident_assets.spouts.ranges import BatchPlan
+    from trident_assets.stream.states import TridentState
 
 __all__ = ["Batches", "Execution", "LoopRunner", "PlannedChunk", "TxidLoop"]
 
@@ -38,7 +39,7 @@ Batches = list[tuple[int, dict[str, "BatchPlan"]]]
 """A chunk's txids with their spouts' plans, ascending."""
 
 
-class LoopRunner(CommitTarget, Protocol):
+class LoopRunner(CommitTarget["TridentState"], Protocol):
     """What the loop needs of its runner (a ``TopologyRunner``): its txids commit to it."""
 
     max_spout_pending: int
@@ -76,7 +77,7 @@ class Execution(Protocol):
     def plan_chunk(self, batches: Batches, event_tops: dict[str, int | None]) -> PlannedChunk:
         """Build ``batches``' work (DataFrames, jobs) here; do not run it."""
 
-    def engine(self, chunk: Chunk, txid: int) -> AbstractContextManager[TxidEngine]:
+    def engine(self, chunk: Chunk, txid: int) -> AbstractContextManager[TxidEngine[TridentState]]:
         """The engine ``txid`` of ``chunk`` commits through (its states' applies)."""
 
     def release(self, chunk: Chunk) -> None:

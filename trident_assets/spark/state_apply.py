@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_merge import MergeResult, value_sql_type
+from trident_assets.backends.duckdb_merge import MergeResult
 from trident_assets.backends.map_layout import quote_ident
-from trident_assets.backends.spilled_partials import SpilledPartials, staged_partials
+from trident_assets.backends.spilled_partials import SpilledPartials
 from trident_assets.backends.state_batches import (
     StateTarget,
     apply_state_batch,
@@ -36,11 +36,6 @@ from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.user_code import call_batch, guard
 from trident_assets.core.values import StateType
-from trident_assets.runtime.batch_tables import (
-    PARTIALS_KEPT,
-    prepare_rows_table,
-    store_relation,
-)
 from trident_assets.runtime.outcomes import (
     GLOBAL_COLUMN,
     PREVIEW_ROWS,
@@ -61,7 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "apply_reducer_state",
-    "apply_spilled_state",
     "apply_map_state",
     "apply_reducer_map",
     "apply_updater_state",
@@ -117,22 +111,20 @@ def apply_map_state(
     """A combiner's ``persistent_aggregate``: the batch's partials.
 
     One set-based statement for a SQL combiner, the state's map for Python combiners;
-    partials the executors wrote (:class:`SpilledPartials`) are merged in SQL. A grouped
-    state's partials are kept per txid and previewed.
+    partials the executors wrote (:class:`SpilledPartials`) are merged by the store, which
+    also keeps them and the new values per txid (their previews: :func:`spilled_previews`).
+    A grouped state's partials are kept per txid and previewed.
     """
-    if isinstance(batch, SpilledPartials):
-        return apply_spilled_state(run, state, batch)
     store = run.runner.store
     a = state.node.args
-    spec = state.spec
-    txid = run.txid
-    agg = a["agg"]
     keys = list(a["group"]) or [GLOBAL_COLUMN]
     out = a["output"]
-    target = StateTarget(
-        state.table, tuple(keys), out, spec.state_type, guard(agg, state.node.label)
-    )
-    result = apply_state_batch(store, target, batch, txid)
+    agg = guard(a["agg"], state.node.label)
+    target = StateTarget(state.table, tuple(keys), out, state.spec.state_type, agg)
+    if isinstance(batch, SpilledPartials):
+        merged, nulls = apply_state_files(store, target, batch, run.txid)
+        return Applied(_outcome(store, state, merged, nulls))
+    result = apply_state_batch(store, target, batch, run.txid)
     if not state.group:
         return map_applied(store, state, result)
     parts = batch.select([*keys, out])  # the grouped-aggregation asset: partials per key
@@ -166,38 +158,6 @@ def map_applied(
     return Applied(outcome, new_values=new_values, partials=partials, previews=previews)
 
 
-def apply_spilled_state(run: BatchContext, state: TridentState, parts: SpilledPartials) -> Applied:
-    """Apply a grouped SQL combiner's partials that the executors wrote, all in SQL.
-
-    The merge (:func:`~trident_assets.backends.state_batches.apply_state_files`), the
-    state's partials and new values tables and the previews are statements over the files
-    (or the staging table) and the state: the rows never come into this process (its
-    previews: :func:`spilled_previews`). The outcome counts the null values skipped.
-    """
-    store = run.runner.store
-    a = state.node.args
-    keys, out, txid = list(a["group"]), a["output"], run.txid
-    target = StateTarget(
-        state.table, tuple(keys), out, state.spec.state_type, guard(a["agg"], state.node.label)
-    )
-    new_values = state.new_values_table
-    with staged_partials(store, state.table, parts, keys, out) as (view, stats):
-        into = None
-        if store.dialect.is_postgres:  # the merge appends the new values as it writes them
-            _prepare_new_values(store, state, txid, view, parts)
-            into = (new_values, [*keys, out])
-        result = apply_state_files(store, target, parts, view, stats, txid, into)
-        store_relation(store, state.partials_table, txid, view, [*keys, out], PARTIALS_KEPT)
-        if into is None or result.keys_skipped:  # (a transactional replay skipped keys)
-            layout = store.layout(state.table)
-            key_q = ", ".join(quote_ident(k) for k in keys)
-            latest = store.latest_sql(layout, quote_ident(view))
-            select = f"SELECT {key_q}, curr AS {quote_ident(out)} FROM ({latest}) AS l"
-            with store.staged_query(select) as rows:
-                store_relation(store, new_values, txid, rows, [*keys, out])
-    return Applied(_outcome(store, state, result, stats.nulls))
-
-
 def spilled_previews(store: StateStore, state: TridentState, txid: int) -> dict[str, pa.Table]:
     """:func:`state_previews` of a spilled state, read from the tables its commit wrote."""
     keys, out, name = list(state.node.args["group"]), state.node.args["output"], state.spec.name
@@ -223,26 +183,6 @@ def _outcome(
         state_total(store, state.table),
         nulls,
     )
-
-
-def _prepare_new_values(
-    store: StateStore, state: TridentState, txid: int, view: str, parts: SpilledPartials
-) -> None:
-    """The state's new-values table, ready for ``txid`` (typed like the state's values)."""
-    keys, out = list(state.node.args["group"]), state.node.args["output"]
-    layout = store.layout(state.table)
-    value_type = (
-        layout.value_type
-        if layout is not None
-        else value_sql_type(state.table, parts.schema, out, state.node.args["agg"].sql_combine)
-    )
-    cols = [*(quote_ident(k) for k in keys), quote_ident(out)]
-    typed = (
-        f"SELECT {', '.join(cols[:-1])}, CAST({cols[-1]} AS "
-        f"{store.dialect.column_type(value_type)}) AS {cols[-1]} FROM {quote_ident(view)} LIMIT 0"
-    )
-    with store.staged_query(typed) as relation:
-        prepare_rows_table(store, state.new_values_table, txid, relation, [*keys, out])
 
 
 def _top_stored(store: StateStore, table: str, txid: int, value: str, keys: list[str]) -> pa.Table:

@@ -1,7 +1,10 @@
-"""The per-txid tables a commit writes besides the states: outputs, new values, dead letters.
+"""Per-txid row tables: outputs, new values, partials and dead letters.
 
-Each is replaced per txid inside the batch's commit transaction (a replay rewrites the
-same rows); outputs and new values keep the last :data:`NEW_VALUES_KEPT` txids.
+Each holds the rows of recent txids (column ``txid``); a txid's rows are replaced in its
+commit transaction (a replay rewrites the same rows), never written row by row. Outputs, new
+values and partials keep their last ``keep`` txids and come as Arrow (:func:`store_rows`) or
+as a relation of the store (:func:`store_relation`: a staged query, files, a staging table);
+the dead letters of every topology share one table (:func:`store_dead_letters`).
 """
 
 from __future__ import annotations
@@ -11,35 +14,19 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import quote_ident
-from trident_assets.backends.replica import NEW_VALUES_KEPT, PARTIALS_KEPT
-from trident_assets.names import DEAD_LETTERS_TABLE
+from trident_assets.backends.replica import NEW_VALUES_KEPT
+from trident_assets.names import DEAD_LETTERS_TABLE as DEAD_LETTERS
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
 
 __all__ = [
-    "DEAD_LETTERS",
-    "NEW_VALUES_KEPT",
-    "PARTIALS_KEPT",
     "ensure_dead_letters_table",
     "prepare_rows_table",
     "store_dead_letters",
     "store_relation",
     "store_rows",
 ]
-
-DEAD_LETTERS = DEAD_LETTERS_TABLE
-"""The store table of records a spout's scheme could not decode (all topologies)."""
-
-
-def ensure_dead_letters_table(store: StateStore) -> None:
-    """Create the dead letters table if the store (DuckDB or PostgreSQL) has none."""
-    blob = store.dialect.column_type("BLOB")
-    store.execute(
-        f"CREATE TABLE IF NOT EXISTS {DEAD_LETTERS} (topology VARCHAR NOT NULL, "
-        "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, topic VARCHAR, partition INTEGER, "
-        f'"offset" BIGINT, reason VARCHAR NOT NULL, value {blob})'
-    )
 
 
 def store_rows(
@@ -169,6 +156,16 @@ def _column_types(store: StateStore, relation: str) -> dict[str, str]:
     else:
         rows = store.fetch_rows(f'DESCRIBE SELECT * FROM "{relation}"')
     return {str(r[0]): str(r[1]) for r in rows}
+
+
+def ensure_dead_letters_table(store: StateStore) -> None:
+    """Create the dead letters table if the store (DuckDB or PostgreSQL) has none."""
+    blob = store.dialect.column_type("BLOB")
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {DEAD_LETTERS} (topology VARCHAR NOT NULL, "
+        "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, topic VARCHAR, partition INTEGER, "
+        f'"offset" BIGINT, reason VARCHAR NOT NULL, value {blob})'
+    )
 
 
 def store_dead_letters(
