@@ -216,6 +216,44 @@ def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
     assert "txid 1 failed 2 times (max_attempts=2); giving up" in gave_up.skip_message
 
 
+def test_one_commit_function_on_the_stack_from_the_op_to_the_store(world, monkeypatch) -> None:
+    """A txid's path from the Dagster op to the store transaction reads in one stack: one
+    function named commit in the runtime (and the core's commit protocol), the engine's apply
+    of the state inside the open transaction."""
+    import traceback
+
+    from trident_assets.spark import state_apply
+
+    _, _, job, instance = world
+    seen: list[tuple[list[traceback.FrameSummary], bool]] = []
+    applied = state_apply.apply_state_batch
+
+    def apply_state_batch(store, *args):
+        seen.append((traceback.extract_stack(), store.in_transaction))
+        return applied(store, *args)
+
+    monkeypatch.setattr(state_apply, "apply_state_batch", apply_state_batch)
+    instance.add_dynamic_partitions("word_count_txids", ["0000000001"])
+    assert job.execute_in_process(partition_key="0000000001", instance=instance).success
+    ((stack, in_transaction),) = seen  # the one state of word_count, applied once
+    assert in_transaction
+    package = Path(state_apply.__file__).parents[1]
+    frames = [
+        (Path(f.filename).relative_to(package.parent).as_posix(), f.name)
+        for f in stack
+        if Path(f.filename).is_relative_to(package)
+    ]
+    assert [f for f in frames if "commit" in f[1].lower()] == [
+        ("trident_assets/runtime/commit.py", "commit"),
+        ("trident_assets/core/commit.py", "commit_batch"),
+    ]
+    assert frames[0][0] == "trident_assets/dagster/assets.py", "the Dagster op's frame first"
+    assert frames[-2:] == [
+        ("trident_assets/spark/execution.py", "apply"),
+        ("trident_assets/spark/state_apply.py", "apply_map_state"),
+    ], "inside the transaction: the engine's apply of the state's kind"
+
+
 def _check_results(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str], bool]:
     return {
         (e.asset_key.path[-1], e.check_name): e.passed for e in result.get_asset_check_evaluations()

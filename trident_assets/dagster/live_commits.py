@@ -89,11 +89,11 @@ class LiveCommitter(threading.Thread):
     def run(self) -> None:
         """Commit until stopped, the limit of txids, or a failure; then put ``None``."""
         try:
-            self._commit_until_stopped()
+            self._run_until_stopped()
         finally:
             self.items.put(None)
 
-    def _commit_until_stopped(self) -> None:
+    def _run_until_stopped(self) -> None:
         live = self.settings
         while not self.stopping.is_set():
             if live.max_txids and self.committed >= live.max_txids:
@@ -104,7 +104,7 @@ class LiveCommitter(threading.Thread):
                     self.idle.set()
                 else:
                     self.idle.clear()
-                    if not self._commit(txids):
+                    if not self._run_txids(txids):
                         return
             if not txids:
                 self.stopping.wait(live.poll_interval_s)
@@ -121,8 +121,8 @@ class LiveCommitter(threading.Thread):
             limit = min(limit, live.max_txids - self.committed)
         return list(range(first, first + min(count, limit)))
 
-    def _commit(self, txids: list[int]) -> bool:
-        """Commit ``txids``, putting each outcome as it committed; False after a failure."""
+    def _run_txids(self, txids: list[int]) -> bool:
+        """Run ``txids``, queueing each outcome as it committed; False after a failure."""
         # the txid this run works on: if it dies, the coordinator counts an attempt of it
         self.instance.add_run_tags(self.run_id, {TXID_TAG: txid_key(txids[0])})
         self.planned = txids[-1]
