@@ -20,6 +20,7 @@ from trident_assets.spark.window_columns import KIND, REASON, SPOUT_DEAD, SPOUT_
 
 __all__ = ["take_spout_dead", "with_spout_dead"]
 
+
 def with_spout_dead(df: Any, dead: Any, owner: Any) -> Any:
     """``df``'s rows, then the spout's ``dead`` letters as rows of the same job.
 
