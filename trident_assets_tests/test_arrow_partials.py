@@ -38,7 +38,7 @@ from trident_assets_tests.test_executor import _log, _send
 def _counted(run: BatchRun) -> dict[str, int]:
     """The dead letters an Arrow kernel counted computing the chunk's ``counts`` partials."""
     topology = run.runner.topology
-    job = combiner_partials(run, topology.states["counts"], topology, None, [])
+    job = combiner_partials(run, topology.states["counts"], topology, None)
     return job.run().counted_dead
 
 
@@ -234,8 +234,16 @@ def test_one_batch_runs_the_kernel_and_skips_the_dead_letter_job_when_none(
         runner = TopologyRunner(_topology("wc"), spark, store, log, max_spout_pending=1)
         (batch,) = runner.txid_loop().emit(1, 1)[0]
         run = BatchRun.alone(runner, *batch)
+        jobs: list[str] = []
+        to_arrow = run.to_arrow
+
+        def recorded(label: str, frame: Any) -> Any:
+            jobs.append(label)
+            return to_arrow(label, frame)
+
+        run.to_arrow = recorded  # type: ignore[method-assign]
         prepared = run.prepare()
-    assert run.counted_dead == {"sentences": 0}
+    assert jobs == ["kernel:counts"]  # the kernel counted no dead letter: no job collects them
     assert prepared.partials["counts"].to_pylist() in (
         [{"word": "a", "value": 1}, {"word": "b", "value": 2}],
         [{"word": "b", "value": 2}, {"word": "a", "value": 1}],
