@@ -40,7 +40,7 @@ def check_table(
 
     The problem is empty when the table's commits are txids ``1..last``, each exactly once.
     """
-    from trident_assets.lakehouse.opening import open_publisher
+    from trident_assets.lakehouse.publisher import open_publisher
 
     topology = next(p for p in _publications(name, fmt, root))
     writer = open_publisher(topology, store, 1).writer

@@ -16,8 +16,7 @@ import pytest
 
 import trident_assets as ta
 from trident_assets.errors import ConfigError, PublishError
-from trident_assets.lakehouse.opening import open_publisher
-from trident_assets.lakehouse.publisher import TablePublisher
+from trident_assets.lakehouse.publisher import TablePublisher, open_publisher
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets_tests.faults import Crash, crash_at
 from trident_assets_tests.lakehouse_util import (

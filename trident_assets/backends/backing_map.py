@@ -7,8 +7,7 @@ The same class serves DuckDB and PostgreSQL: it encodes keys and values into Arr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -36,41 +35,9 @@ from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import SEQ_COLUMN, validate_identifier
 
 if TYPE_CHECKING:
-    from trident_assets.backends.sql_dialect import Dialect
+    from trident_assets.backends.state_store import StateStore
 
-__all__ = ["MapStore", "SqlBackingMap"]
-
-
-class MapStore(Protocol):
-    """What a backing map needs of its SQL state store (a DuckDB or PostgreSQL store)."""
-
-    dialect: Dialect
-
-    def layout(self, table: str) -> MapLayout | None:
-        """The stored layout of map ``table`` (None: no such map)."""
-
-    def ensure_map(self, layout: MapLayout) -> MapLayout:
-        """Create the map of ``layout`` if missing; return its stored layout."""
-
-    def latest_sql(
-        self, layout: MapLayout, keys_from: str, keys_in: Sequence[str] | None = None
-    ) -> str:
-        """A query for the current row of every stored key in relation ``keys_from``."""
-
-    def staged(self, table: pa.Table, *, analyze: bool = True) -> AbstractContextManager[str]:
-        """``table`` as a relation name for the duration of the context."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement with bound ``params``."""
-
-    def fetch_arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
-        """Run a query with bound ``params``; its rows as Arrow."""
-
-    def transaction(self) -> AbstractContextManager[Any]:
-        """One store transaction (joined if one is open)."""
-
-    def close(self) -> None:
-        """Close the store."""
+__all__ = ["SqlBackingMap"]
 
 
 _ORD = "_trident_ord"
@@ -92,7 +59,7 @@ class SqlBackingMap(ClosesOnExit):
 
     def __init__(
         self,
-        store: MapStore,
+        store: StateStore,
         table: str,
         *,
         key_columns: Sequence[str] | None = None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-from types import TracebackType
 from typing import Self
 
 __all__ = ["ClosesOnExit"]
@@ -19,10 +18,5 @@ class ClosesOnExit(abc.ABC):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

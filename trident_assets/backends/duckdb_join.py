@@ -36,10 +36,6 @@ before the last applied one raises :class:`~trident_assets.errors.StaleTxidError
 
 Rows of a side are ordered by their position in the batch table (for Spark input: the
 DataFrame's partition order, i.e. log partition and offset for a log spout).
-
-The combined batch table is in :mod:`~trident_assets.backends.join_batch_columns`, the pending
-table's layout and reads in :mod:`~trident_assets.backends.join_pending_table`, the fold's SQL
-in :mod:`~trident_assets.backends.join_fold_sql`; this module re-exports their names.
 """
 
 from __future__ import annotations

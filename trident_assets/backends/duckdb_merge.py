@@ -26,10 +26,6 @@ opaque rolls forward and stores a NULL txid; transactional always applies.
 
 :func:`apply_partials_python` is the same operation for any Python ``CombinerAggregator``:
 one bulk read and one bulk write through the core map wrappers.
-
-This module holds the two apply functions and :class:`MergeResult`; the checks a batch passes
-first are in :mod:`~trident_assets.backends.merge_checks`, the statement and how it runs in
-:mod:`~trident_assets.backends.merge_sql` (their names are re-exported here).
 """
 
 from __future__ import annotations

@@ -64,17 +64,10 @@ class DuckDBStatements:
         return self.registered(table)
 
     def has_table(self, name: str) -> bool:
-        """True if a table named ``name`` exists in the database's main schema."""
+        """True if a table or view named ``name`` exists in the database's main schema."""
         rows = self.conn.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main' "
-            "AND database_name = current_database()",
-            [name],
-        ).fetchall()
-        if rows[0][0]:
-            return True
-        rows = self.conn.execute(
-            "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND schema_name = 'main' "
-            "AND database_name = current_database()",
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ? "
+            "AND table_schema = 'main' AND table_catalog = current_database()",
             [name],
         ).fetchall()
         return bool(rows[0][0])

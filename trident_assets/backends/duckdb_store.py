@@ -36,10 +36,6 @@ on the connection, never as a per-key loop. SQL values are always bound paramete
 are validated by :data:`~trident_assets.names.IDENTIFIER_RE` and double-quoted.
 
 A store holds one connection and is not thread-safe: use one store per thread (or process).
-
-This module holds the store, its transaction and its backing map; opening the file (lock
-waits, a corrupt or foreign file) is :mod:`~trident_assets.backends.duckdb_open`'s, the
-statement primitives :mod:`~trident_assets.backends.duckdb_statements`'.
 """
 
 from __future__ import annotations
@@ -103,10 +99,6 @@ class DuckDBTransaction(SqlTransaction):
 
 class DuckDBStore(DuckDBStatements, SqlStateStore):
     """A DuckDB database file holding map tables and commit markers (the core's ``CommitStore``).
-
-    The shared catalog, commit-marker and read logic is :class:`~trident_assets.backends.
-    sql_store.SqlStateStore`'s and the statement primitives are :class:`~trident_assets.
-    backends.duckdb_statements.DuckDBStatements`'; this class holds the DuckDB connection.
 
     Opening waits for another process's lock on the file (retrying with backoff) for up to
     ``lock_timeout_s`` seconds. Use as a context manager or call :meth:`close`.
@@ -295,9 +287,6 @@ class DuckDBStore(DuckDBStatements, SqlStateStore):
             msg = "checkpoint() inside an open transaction: call it between batches"
             raise TridentError(msg)
         self.conn.execute("CHECKPOINT")
-
-
-# -- value encoding --------------------------------------------------------------------------
 
 
 class DuckDBBackingMap(SqlBackingMap):

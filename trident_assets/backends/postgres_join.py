@@ -22,10 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.backends.duckdb_join import BulkJoinResult, apply_join_batch_sql, join_meta
+from trident_assets.backends.duckdb_join import BulkJoinResult, apply_join_batch_sql
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.join_batch_columns import key_expressions
-from trident_assets.backends.join_pending_table import create_pending_table
+from trident_assets.backends.join_pending_table import create_pending_table, join_meta
 from trident_assets.core.join import ARRIVED_TS, ARRIVED_TXID, SingleJoin, expiry_cutoff
 from trident_assets.core.protocols import Key
 from trident_assets.errors import StaleTxidError, StateLayoutError

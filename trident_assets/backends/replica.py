@@ -25,9 +25,6 @@ to N: exact for every N from the base's txid on; older reads raise
 :class:`~trident_assets.errors.HistoryUnavailableError` naming the oldest readable txid.
 Publishing happens after the store's commit, so a crash between the two leaves the replica
 behind; :meth:`Replica.publish_missing` catches it up from the store before the next batch.
-
-This module holds the writing side (:class:`Replica`: publishing, compaction); reading is
-:class:`~trident_assets.backends.replica_reader.ReplicaReader`'s, its base class.
 """
 
 from __future__ import annotations

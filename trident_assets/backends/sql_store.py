@@ -1,18 +1,10 @@
-"""What every SQL state store does the same way: commit markers, the catalog, versioned map reads.
+"""What every SQL state store reads the same way: map tables now or as of a txid; compaction.
 
-:class:`SqlStateStore` holds the statements DuckDB and PostgreSQL share (spelled through
-:mod:`~trident_assets.backends.sql_dialect` where they differ) on top of five primitives a
-concrete store provides: :meth:`~SqlStateStore.execute`, :meth:`~SqlStateStore.fetch_rows`,
-:meth:`~SqlStateStore.fetch_arrow`, :meth:`~SqlStateStore.staged` (an Arrow table as a
-relation) and :meth:`~SqlStateStore.transaction`. The stores are
+:class:`SqlStateStore` adds these to :class:`~trident_assets.backends.sql_catalog.
+SqlCatalogStore` (the primitives, commit markers and catalog); its subclasses are
 :class:`~trident_assets.backends.duckdb_store.DuckDBStore` and
-:class:`~trident_assets.backends.postgres_store.PostgresStore`; the layout they share is
-described in :mod:`~trident_assets.backends.map_layout`. The txid rules live elsewhere (the
-core's map wrappers and commit protocol, and the merge statement): a store only stores.
-
-This module holds compaction and the reads of map tables (:meth:`~SqlStateStore.scan`, as of a
-txid or now); the primitives, commit markers and catalog are in the base class
-:class:`~trident_assets.backends.sql_catalog.SqlCatalogStore`.
+:class:`~trident_assets.backends.postgres_store.PostgresStore`. The txid rules live elsewhere
+(the core's map wrappers and commit protocol, and the merge statement): a store only stores.
 """
 
 from __future__ import annotations
@@ -42,8 +34,6 @@ __all__ = ["SqlStateStore"]
 class SqlStateStore(SqlCatalogStore):
     """The shared half of a SQL state store; subclasses provide the connection primitives.
 
-    The primitives, commit markers and catalog are :class:`~trident_assets.backends.
-    sql_catalog.SqlCatalogStore`'s; this class adds compaction and the reads of map tables.
     A store holds one connection and is not thread-safe: use one store per thread or process.
     """
 

@@ -46,31 +46,24 @@ class StateStore(Protocol):
 
     def transaction(self) -> AbstractContextManager[StoreTransaction]:
         """Open a transaction (re-entrant); committed on normal exit, rolled back on error."""
-        ...
 
     def last_committed(self, scope: str) -> int | None:
         """The last txid committed to ``scope`` (None: none yet)."""
-        ...
 
     def scopes(self) -> dict[str, int]:
         """Every scope and its last committed txid."""
-        ...
 
     def layout(self, table: str) -> MapLayout | None:
         """The catalog layout of map ``table`` (None: no such map yet)."""
-        ...
 
     def ensure_map(self, layout: MapLayout) -> MapLayout:
         """Create map ``layout.table`` if missing; return the stored layout."""
-        ...
 
     def tables(self) -> list[str]:
         """The map tables, sorted."""
-        ...
 
     def size(self, table: str) -> int:
         """The number of keys in map ``table``."""
-        ...
 
     def scan(
         self,
@@ -81,21 +74,17 @@ class StateStore(Protocol):
         key: Sequence[Any] | None = None,
     ) -> pa.Table:
         """Every key of ``table`` and its value (as of txid ``as_of``), ordered by key."""
-        ...
 
     def latest_sql(
         self, layout: MapLayout, keys_from: str, keys_in: Sequence[str] | None = None
     ) -> str:
         """A query for the current rows of the keys held by relation ``keys_from``."""
-        ...
 
     def compact(self, table: str | None = None) -> dict[str, int]:
         """Drop superseded versions; rows dropped per map."""
-        ...
 
     def oldest_readable_txid(self, table: str) -> int | None:
         """The oldest txid ``scan`` can read ``table`` as of (None: all)."""
-        ...
 
     def map(
         self,
@@ -107,31 +96,24 @@ class StateStore(Protocol):
         kind: MapKind | StateType | None = None,
     ) -> BackingMap[Any]:
         """A backing map over ``table`` sharing the store's connection and transaction."""
-        ...
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement (``?`` parameters); the rows it changed."""
-        ...
 
     def fetch_rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one query (``?`` parameters); its rows."""
-        ...
 
     def fetch_arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
         """Run one query (``?`` parameters); its result as Arrow."""
-        ...
 
     def staged(self, table: pa.Table) -> AbstractContextManager[str]:
         """``table`` as a relation named for the ``with`` block (bulk, no per-row Python)."""
-        ...
 
     def has_table(self, name: str) -> bool:
         """True if table or view ``name`` exists."""
-        ...
 
     def close(self) -> None:
         """Close the connection (idempotent); an open transaction rolls back."""
-        ...
 
 
 def open_state_store(

@@ -24,6 +24,7 @@ sql_dialect.Dialect` spells the conversions between epoch microseconds and the n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -217,17 +218,17 @@ def _merge_sql(store: StateStore, state: WindowedState, staged: str) -> tuple[st
     return select, delete
 
 
-def _key_order(store: StateStore, state: WindowedState, table: pa.Table) -> pa.Table:
-    """``table`` ordered by key, window_start, window_end as DuckDB orders it, on any store.
+def _key_order(store: StateStore, key_fields: Sequence[str], rows: pa.Table) -> pa.Table:
+    """``rows`` ordered by key, window_start, window_end as DuckDB orders them, on any store.
 
     DuckDB compares text by code point; a PostgreSQL database orders text by its collation
     (``en_US`` puts ``a`` before ``B``), so its rows are sorted again by Arrow (code point,
     NULLs last), giving both stores the same order.
     """
-    if not store.dialect.is_postgres or table.num_rows < 2:
-        return table
-    names = [*state.windowed.group, "window_start", "window_end"]
-    return table.sort_by([(n, "ascending") for n in names])
+    if not store.dialect.is_postgres or rows.num_rows < 2:
+        return rows
+    names = [*key_fields, "window_start", "window_end"]
+    return rows.sort_by([(n, "ascending") for n in names])
 
 
 def apply_window_batch(
@@ -282,7 +283,6 @@ def apply_window_batch(
         [state.topology.name, state.spec.name, txid, top, wm_after],
     )
     final_where = f"window_end <= {param}"
-    order = "".join(f"{c}, " for c in keys)
     if wm_after is None:
         finals = store.fetch_arrow(
             f"SELECT {k}window_start, window_end, {out} FROM {open_t} LIMIT 0"
@@ -290,10 +290,10 @@ def apply_window_batch(
     else:
         finals = store.fetch_arrow(
             f"SELECT {k}window_start, window_end, {out} FROM {open_t} WHERE {final_where} "
-            f"ORDER BY {order}window_start, window_end",
+            f"ORDER BY {k}window_start, window_end",
             [wm_after],
         )
-        finals = _key_order(store, state, finals)
+        finals = _key_order(store, spec.group, finals)
     if finals.num_rows:
         store.execute(
             f"INSERT INTO {finals_t} SELECT {k}window_start, window_end, {out}, ? FROM {open_t} "
@@ -380,16 +380,23 @@ def _stored_window(
     raise ConfigError(msg)
 
 
-def _read_windows(store: StateStore, found: StoredWindow, table: str, extra: str) -> pa.Table:
-    keys = [quote_ident(k) for k in found.key_fields]
-    order = "".join(f"{c}, " for c in keys)
+def _read_windows(
+    store: StateStore,
+    state: WindowedState | StoredWindow | str,
+    topology: str | None,
+    *,
+    finals: bool,
+) -> list[dict[str, Any]]:
+    found = _stored_window(store, state, topology)
+    table = found.finals_table if finals else found.table
+    if not store.has_table(table):
+        return []
+    order = "".join(f"{quote_ident(k)}, " for k in found.key_fields)
+    extra = "" if finals else ", FALSE AS final"
     rows = store.fetch_arrow(
         f"SELECT *{extra} FROM {quote_ident(table)} ORDER BY {order}window_start, window_end"
     )
-    if not store.dialect.is_postgres or rows.num_rows < 2:
-        return rows
-    names = [*found.key_fields, "window_start", "window_end"]  # code point order, as DuckDB
-    return rows.sort_by([(n, "ascending") for n in names])
+    return _key_order(store, found.key_fields, rows).to_pylist()
 
 
 def read_finals(
@@ -403,10 +410,7 @@ def read_finals(
     Raises:
         ConfigError: no event-window state of that name is stored, or the name is ambiguous.
     """
-    found = _stored_window(store, state, topology)
-    if not store.has_table(found.finals_table):
-        return []
-    return _read_windows(store, found, found.finals_table, "").to_pylist()
+    return _read_windows(store, state, topology, finals=True)
 
 
 def read_open(
@@ -419,7 +423,4 @@ def read_open(
     Raises:
         ConfigError: no event-window state of that name is stored, or the name is ambiguous.
     """
-    found = _stored_window(store, state, topology)
-    if not store.has_table(found.table):
-        return []
-    return _read_windows(store, found, found.table, ", FALSE AS final").to_pylist()
+    return _read_windows(store, state, topology, finals=False)

@@ -49,7 +49,8 @@ class DeltaWriter(TableWriter):
         if table is None:
             return None
         version = table.transaction_version(self.publication.app_id)
-        if version is None and table.version() >= 0 and _has_data(table):
+        # a table created empty by hand has no file
+        if version is None and table.version() >= 0 and table.file_uris():
             msg = (
                 f"{self.publication.describe()}: the table holds data this publication did "
                 f"not write (no transaction of application {self.publication.app_id!r}); "
@@ -132,8 +133,3 @@ class DeltaWriter(TableWriter):
         if table is None:
             return None
         return pa.schema(table.schema()).empty_table()
-
-
-def _has_data(table: DeltaTable) -> bool:
-    """True when the table has any file (a table created empty by hand has none)."""
-    return bool(table.file_uris())

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from trident_assets.lakehouse.writer import TableWriter
     from trident_assets.stream.lakehouse_specs import Publication
 
-__all__ = ["FAULT_POINT", "TXID", "TablePublisher"]
+__all__ = ["FAULT_POINT", "TXID", "TablePublisher", "open_publisher"]
 
 TXID = "txid"
 """The column of every published row holding its txid."""
@@ -135,6 +135,24 @@ class TablePublisher:
             fault(FAULT_POINT)
             done.append(txid)
         return done
+
+
+def open_publisher(publication: Publication, store: Any, kept: int) -> TablePublisher:
+    """The publisher of ``publication`` for ``store`` (its table opened lazily).
+
+    Raises:
+        ConfigError: an Iceberg table with a PostgreSQL store and no ``warehouse``.
+    """
+    writer: TableWriter
+    if publication.table.format == "delta":
+        from trident_assets.lakehouse.delta import DeltaWriter
+
+        writer = DeltaWriter(publication)
+    else:
+        from trident_assets.lakehouse.iceberg import IcebergWriter
+
+        writer = IcebergWriter(publication, store)
+    return TablePublisher(publication, writer, kept)
 
 
 def _last_column(rows: pa.Table, name: str) -> pa.Table:

@@ -46,17 +46,14 @@ class SegmentLike(Protocol):
     @property
     def first(self) -> int:
         """First offset, from the file name."""
-        ...
 
     @property
     def last(self) -> int:
         """Last offset (inclusive), from the file name."""
-        ...
 
     @property
     def path(self) -> Path:
         """The segment file."""
-        ...
 
 
 def _remedy(topic: str) -> str:

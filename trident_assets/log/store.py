@@ -33,10 +33,6 @@ so they neither lose nor duplicate offsets.
 Retention (:meth:`PartitionedLog.delete_records_before`) moves the partition's log start
 forward (``log_start.json``, written atomically) and then removes whole segments below it;
 reads of offsets below the log start raise :class:`~trident_assets.errors.BatchUnavailableError`.
-
-This module holds :class:`PartitionedLog`, the log's interface; the work is done in
-:mod:`~trident_assets.log.topics` (topics and their metadata), :mod:`~trident_assets.log.writes`
-(publishing a segment, retention) and :mod:`~trident_assets.log.reads` (ranges and reads).
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def table_publishers(topology: TridentTopology, store: StateStore) -> list[Table
     """The publisher of each lakehouse table the topology declares, bound to ``store``."""
     if not topology.publications:
         return []
-    from trident_assets.lakehouse.opening import open_publisher
+    from trident_assets.lakehouse.publisher import open_publisher
 
     return [open_publisher(p, store, NEW_VALUES_KEPT) for p in topology.publications]
 
