@@ -54,6 +54,7 @@ from trident_assets.backends.replica import NEW_VALUES_KEPT, PARTIALS_KEPT, Repl
 from trident_assets.backends.state_drop import DERIVED_SUFFIXES
 from trident_assets.backends.window_store import stored_windows
 from trident_assets.errors import ConfigError, StateLayoutError
+from trident_assets.log.files import fsync_path
 from trident_assets.names import DEAD_LETTERS_TABLE, SEQ_COLUMN, validate_identifier
 
 __all__ = ["BackupInfo", "accept_lost_commits", "backup_state", "rebuild_replica", "restore_state"]
@@ -82,25 +83,17 @@ class BackupInfo:
     moved_aside: tuple[Path, ...] = ()
 
 
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _copy_durably(src: Path, dest: Path) -> None:
     """Copy ``src`` to ``dest`` through a temporary sibling, fsynced, renamed into place."""
     tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex}")
     try:
         shutil.copyfile(src, tmp)
-        _fsync(tmp)
+        fsync_path(tmp)
         os.replace(tmp, dest)
     finally:
         if tmp.exists():
             tmp.unlink()
-    _fsync(dest.parent, directory=True)
+    fsync_path(dest.parent, directory=True)
 
 
 def _read_scopes(path: Path, lock_timeout_s: float = 0.0) -> dict[str, int]:
@@ -187,7 +180,7 @@ def restore_state(
         started = time.perf_counter()
         tmp = target.with_name(f".{target.name}.restore-{uuid.uuid4().hex}")
         shutil.copyfile(src, tmp)
-        _fsync(tmp)
+        fsync_path(tmp)
         for old in (target, wal):
             if old.exists():
                 aside = old.with_name(f"{old.name}.before-restore-{stamp}")

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trident_assets.errors import LostCommitsError
+from trident_assets.log.files import fsync_path
 
 __all__ = [
     "MARKER_SUFFIX",
@@ -132,11 +133,7 @@ class CommitMarkerFile:
         finally:
             if tmp.exists():
                 tmp.unlink()
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_path(directory, directory=True)
 
     def record(self, committed: Mapping[str, int]) -> None:
         """Raise the file's txids to ``committed`` (just committed); never lowers one.

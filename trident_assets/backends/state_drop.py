@@ -128,19 +128,10 @@ def stored_states(store: StateStore) -> dict[str, dict[str, StoredState]]:
     found: dict[str, dict[str, StoredState]] = {name: {} for name in sorted(scopes)}
     contracts = {(c.topology, c.state): c for c in stored_contracts(store)}
     by_table = {c.table: key for key, c in contracts.items()}
-    joins = (
-        [str(r[0]) for r in store.fetch_rows(f"SELECT table_name FROM {JOIN_META_TABLE}")]
-        if store.has_table(JOIN_META_TABLE)
-        else []
-    )
     kinds = {t: store.layout(t).kind for t in store.tables()}  # type: ignore[union-attr]
-    kinds |= {t: "single_join" for t in joins if t not in kinds and store.has_table(t)}
-    windows = (
-        [str(r[0]) for r in store.fetch_rows(f"SELECT table_name FROM {WINDOWS_TABLE}")]
-        if store.has_table(WINDOWS_TABLE)
-        else []
-    )
-    kinds |= {t: "window" for t in windows if t not in kinds and store.has_table(t)}
+    for meta, kind in ((JOIN_META_TABLE, "single_join"), (WINDOWS_TABLE, "window")):
+        listed = store.fetch_rows(f"SELECT table_name FROM {meta}") if store.has_table(meta) else []
+        kinds |= {str(t): kind for (t,) in listed if t not in kinds and store.has_table(t)}
     for table, kind in sorted(kinds.items()):
         owner = by_table.get(table) or _owner(table, scopes)
         if owner is None:
@@ -195,16 +186,15 @@ def _drop_statements(
         if store.has_table(derived):
             statements.append((f"DROP TABLE {quote_ident(derived)}", []))
             dropped.append(derived)
-    sides = (COMPACTIONS_TABLE, TOTALS_TABLE, JOIN_META_TABLE, KV_JOIN_CLOCK_TABLE)
-    for side in (*sides, WINDOWS_TABLE):
-        if (
-            store.has_table(side)
-            and store.fetch_rows(f'SELECT count(*) FROM "{side}" WHERE table_name = ?', [table])[0][
-                0
-            ]
-        ):
-            statements.append((f'DELETE FROM "{side}" WHERE table_name = ?', [table]))
-            rows.append(side)
+
+    def delete_rows(meta: str, where: str, params: list[Any]) -> None:
+        if store.has_table(meta) and store.fetch_rows(f"SELECT count(*) {where}", params)[0][0]:
+            statements.append((f"DELETE {where}", params))
+            rows.append(meta)
+
+    sides = (COMPACTIONS_TABLE, TOTALS_TABLE, JOIN_META_TABLE, KV_JOIN_CLOCK_TABLE, WINDOWS_TABLE)
+    for side in sides:
+        delete_rows(side, f'FROM "{side}" WHERE table_name = ?', [table])
     if found.has_contract:
         statements.append(
             (
@@ -218,11 +208,9 @@ def _drop_statements(
         statements.append((f"DROP TABLE {quote_ident(verified)}", []))
         dropped.append(verified)
     for meta in (STATES_LEFT_TABLE, VERIFIED_TABLE):  # the state's rows in per-topology tables
-        where = f"FROM {meta} WHERE topology = ? AND state = ?"
-        params = [found.topology, found.state]
-        if store.has_table(meta) and store.fetch_rows(f"SELECT count(*) {where}", params)[0][0]:
-            statements.append((f"DELETE {where}", params))
-            rows.append(meta)
+        delete_rows(
+            meta, f"FROM {meta} WHERE topology = ? AND state = ?", [found.topology, found.state]
+        )
     return statements, dropped, rows
 
 

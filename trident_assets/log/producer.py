@@ -170,17 +170,10 @@ class Producer:
                 done[idx] = True
         finally:
             keep = np.nonzero(~done)[0].tolist()
-            values, keys = self._values, self._keys
-            ts, headers, explicit_parts = self._ts, self._headers, self._parts
-            self._clear()
-            for i in keep:
-                self._values.append(values[i])
-                self._keys.append(keys[i])
-                self._ts.append(ts[i])
-                self._headers.append(headers[i])
-                self._parts.append(
-                    explicit_parts[i] if explicit_parts[i] is not None else int(parts[i])
-                )
+            self._parts = [int(parts[i]) if p is None else p for i, p in enumerate(self._parts)]
+            for name in ("_values", "_keys", "_ts", "_headers", "_parts"):
+                kept = getattr(self, name)
+                setattr(self, name, [kept[i] for i in keep])
         return result
 
     def __enter__(self) -> Producer:

@@ -1,10 +1,6 @@
 """Reading a partition: checking an offset range, finding its segments, reading them.
 
-:func:`range_segments` checks a range against the partition's log start and latest offset;
-:func:`read_segments` reads a range from its segments and checks that they held exactly its
-offsets; :func:`offset_at_or_after` finds the first offset at or after a timestamp, skipping
-the row groups whose Parquet statistics rule them out. Every read verifies the segments'
-checksums (:mod:`trident_assets.log.corruption`).
+Every read verifies the segments' checksums (:mod:`trident_assets.log.corruption`).
 """
 
 from __future__ import annotations

@@ -104,11 +104,8 @@ def _binary_column(col: pa.ChunkedArray | pa.Array, name: str) -> pa.ChunkedArra
     t = col.type
     if t == pa.binary():
         return col
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return col.cast(pa.binary())
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return col.cast(pa.binary())
-    if pa.types.is_null(t):
+    kinds = ("binary", "large_binary", "binary_view", "string", "large_string", "string_view")
+    if pa.types.is_null(t) or any(getattr(pa.types, f"is_{k}")(t) for k in kinds):
         return col.cast(pa.binary())
     msg = f"column {name!r} must be binary or string, got {t}"
     raise ConfigError(msg)

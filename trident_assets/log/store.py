@@ -96,9 +96,6 @@ class PartitionedLog:
     Instances are cheap and hold no open files; any number of instances, threads and
     processes may use the same root at once. All state lives on disk, so a new instance on
     the same root sees exactly what others published.
-
-    Args:
-        root: The log directory (created if missing).
     """
 
     def __init__(
@@ -182,12 +179,9 @@ class PartitionedLog:
         The topic directory is prepared under a hidden staging name and renamed into place,
         so other processes see either no topic or a complete one.
 
-        Args:
-            name: The topic name (see :func:`~trident_assets.log.names.validate_topic`).
-            partitions: The number of partitions, ``1 .. MAX_PARTITIONS``.
-
         Raises:
-            ConfigError: If the name or the count is invalid.
+            ConfigError: If the name (:func:`~trident_assets.log.names.validate_topic`) or
+                the count (``1 .. MAX_PARTITIONS``) is invalid.
             TopicExistsError: If the topic already exists.
         """
         create_topic(self.root, name, partitions)
@@ -197,10 +191,6 @@ class PartitionedLog:
 
         Existing partitions and offsets are untouched. As in Kafka, keys hashed with the new
         count may map to different partitions than before.
-
-        Args:
-            name: An existing topic.
-            total: The new partition count; must be larger than the current one.
 
         Raises:
             UnknownTopicError: If the topic does not exist.
@@ -236,10 +226,6 @@ class PartitionedLog:
     def _pdir(self, topic: str, partition: int) -> Path:
         count = self.partitions(topic)
         return self._partition_dir(topic, validate_partition(partition, count, topic))
-
-    def _resolve(self, topic: str, partition: int, first: Any, last: Any) -> list[Segment] | None:
-        """Validate a range and return its segments, or ``None`` for an empty range."""
-        return range_segments(self._pdir(topic, partition), topic, partition, first, last)
 
     # ------------------------------------------------------------------ writing
 
@@ -305,13 +291,7 @@ class PartitionedLog:
         removed. Offsets stay contiguous: the next append continues at the latest offset
         (or at ``offset`` if everything was deleted). Moving the start backwards is a no-op.
 
-        Args:
-            topic: An existing topic.
-            partition: A partition number of the topic.
-            offset: The new earliest offset, ``<= latest_offset``.
-
-        Returns:
-            The partition's earliest offset after the call.
+        Returns the partition's earliest offset after the call.
 
         Raises:
             ConfigError: If ``offset`` is negative or beyond the latest offset.
@@ -366,18 +346,14 @@ class PartitionedLog:
         The files may also hold offsets outside the range; filter on ``offset`` when reading
         them (as :func:`trident_assets.spark.log_reader.read_ranges` does).
 
-        Args:
-            topic: An existing topic.
-            partition: A partition number of the topic.
-            first: First offset, inclusive.
-            last: Last offset, inclusive; ``first - 1`` means an empty range (no files).
+        ``last`` is inclusive; ``first - 1`` means an empty range (no files).
 
         Raises:
             BatchUnavailableError: If ``first`` is below the earliest offset or ``last`` is at
                 or beyond the latest offset.
             ConfigError: If the range is malformed.
         """
-        segs = self._resolve(topic, partition, first, last)
+        segs = range_segments(self._pdir(topic, partition), topic, partition, first, last)
         return [str(s.path) for s in segs or []]
 
     def read(self, topic: str, partition: int, first: int, last: int) -> pa.Table:
@@ -386,12 +362,7 @@ class PartitionedLog:
         Exactly ``last - first + 1`` rows with :data:`LOG_SCHEMA` are returned; the same
         range always returns the same records until retention deletes them.
 
-        Args:
-            topic: An existing topic.
-            partition: A partition number of the topic.
-            first: First offset, inclusive.
-            last: Last offset, inclusive; ``first - 1`` means an empty range (allowed for
-                ``first <= latest``) and returns an empty table.
+        ``last = first - 1`` is an empty range (allowed for ``first <= latest``): an empty table.
 
         Raises:
             BatchUnavailableError: If ``first`` is below the earliest offset (deleted by
@@ -399,7 +370,7 @@ class PartitionedLog:
                 The message names the topic, partition, range and earliest/latest offsets.
             ConfigError: If the topic/partition/range is malformed.
         """
-        segs = self._resolve(topic, partition, first, last)
+        segs = range_segments(self._pdir(topic, partition), topic, partition, first, last)
         if segs is None:
             return LOG_SCHEMA.empty_table()
         pdir = self._partition_dir(topic, partition)

@@ -91,20 +91,7 @@ def read_topic_meta(root: Path, topic: str) -> dict[str, Any]:
 
 
 def create_topic(root: Path, name: str, partitions: int) -> None:
-    """Create topic ``name`` with ``partitions`` empty partitions, atomically.
-
-    The topic directory is prepared under a hidden staging name and renamed into place,
-    so other processes see either no topic or a complete one.
-
-    Args:
-        root: The log directory.
-        name: The topic name (see :func:`~trident_assets.log.names.validate_topic`).
-        partitions: The number of partitions, ``1 .. MAX_PARTITIONS``.
-
-    Raises:
-        ConfigError: If the name or the count is invalid.
-        TopicExistsError: If the topic already exists.
-    """
+    """Create topic ``name`` in log ``root``: ``PartitionedLog.create_topic``."""
     validate_topic(name)
     partitions = validate_partition_count(partitions)
     final = root / name
@@ -137,21 +124,7 @@ def create_topic(root: Path, name: str, partitions: int) -> None:
 
 
 def add_partitions(root: Path, name: str, total: int, lock_timeout_s: float) -> None:
-    """Grow topic ``name`` to ``total`` partitions (Kafka's ``--alter --partitions``).
-
-    Existing partitions and offsets are untouched. As in Kafka, keys hashed with the new
-    count may map to different partitions than before.
-
-    Args:
-        root: The log directory.
-        name: An existing topic.
-        total: The new partition count; must be larger than the current one.
-        lock_timeout_s: How long to wait for the topic's lock.
-
-    Raises:
-        UnknownTopicError: If the topic does not exist.
-        ConfigError: If ``total`` is not larger than the current count or is invalid.
-    """
+    """Grow topic ``name`` to ``total`` partitions: ``PartitionedLog.add_partitions``."""
     total = validate_partition_count(total)
     tdir = topic_dir(root, name)
     read_topic_meta(root, name)
@@ -171,15 +144,7 @@ def add_partitions(root: Path, name: str, total: int, lock_timeout_s: float) -> 
 
 
 def delete_topic(root: Path, name: str) -> None:
-    """Delete topic ``name`` and all its records.
-
-    The directory is first renamed to a hidden trash name (so the topic disappears
-    atomically), then removed.
-
-    Raises:
-        UnknownTopicError: If the topic does not exist.
-        ConfigError: If the name is invalid.
-    """
+    """Delete topic ``name`` and its records: ``PartitionedLog.delete_topic``."""
     tdir = topic_dir(root, name)
     read_topic_meta(root, name)
     trash = root / f".trash-{uuid.uuid4().hex}"

@@ -1,11 +1,8 @@
 """Checking a log's segment files: per partition (``trident log verify``) and before a Spark read.
 
-:func:`verify_log` checks every segment of every partition from its Parquet footer (see
-:func:`~trident_assets.log.corruption.footer_problem`) and the partition's contiguity: the
-segments follow each other without gaps or overlaps from the log start to the latest offset.
-:func:`check_segment_files` does the footer check for files about to be handed to Spark,
-once per file (segments are immutable, so a file checked at a given size and modification
-time stays good).
+A partition is sound when each segment's checksum and Parquet footer hold (see
+:func:`~trident_assets.log.corruption.footer_problem`) and the segments follow each other
+without gaps or overlaps from the log start to the latest offset.
 """
 
 from __future__ import annotations
@@ -51,10 +48,6 @@ class PartitionReport:
         return not self.problems
 
 
-def _name(path: Path) -> str:
-    return path.name
-
-
 def verify_partition(log: PartitionedLog, topic: str, partition: int) -> PartitionReport:
     """Check every segment of ``topic``/``partition`` (footers only) and their contiguity.
 
@@ -71,22 +64,22 @@ def verify_partition(log: PartitionedLog, topic: str, partition: int) -> Partiti
     previous: Segment | None = None
     for seg in segs:
         if seg.last < seg.first:
-            problems.append(f"{_name(seg.path)}: its name has last offset before first")
+            problems.append(f"{seg.path.name}: its name has last offset before first")
             continue
         if expected is None:
             if seg.first > start:
                 problems.append(
                     f"offsets {start}..{seg.first - 1} are missing: the first segment "
-                    f"{_name(seg.path)} starts after the log start {start}"
+                    f"{seg.path.name} starts after the log start {start}"
                 )
         elif seg.first > expected:
             problems.append(
                 f"offsets {expected}..{seg.first - 1} are missing between "
-                f"{_name(previous.path) if previous else '?'} and {_name(seg.path)}"
+                f"{previous.path.name if previous else '?'} and {seg.path.name}"
             )
         elif seg.first < expected:
             problems.append(
-                f"{_name(seg.path)} overlaps {_name(previous.path) if previous else '?'} "
+                f"{seg.path.name} overlaps {previous.path.name if previous else '?'} "
                 f"(offsets {seg.first}..{expected - 1} twice)"
             )
         try:
@@ -95,7 +88,7 @@ def verify_partition(log: PartitionedLog, topic: str, partition: int) -> Partiti
         except FileNotFoundError:
             problem = None if seg.last < read_log_start(pdir) else "file vanished"
         if problem is not None:
-            problems.append(f"{_name(seg.path)} (offsets {seg.first}..{seg.last}): {problem}")
+            problems.append(f"{seg.path.name} (offsets {seg.first}..{seg.last}): {problem}")
         expected = seg.last + 1 if expected is None else max(expected, seg.last + 1)
         previous = seg
     latest = max(expected or 0, start)

@@ -1,10 +1,6 @@
-"""Writing a partition: publishing records as one atomic segment, and retention.
+"""Writing a partition: one atomic segment per append, and retention.
 
-:func:`append_segment` holds the partition's lock, gives the records the next offsets, writes
-them to a temp Parquet file, fsyncs it, publishes its checksum file, renames it to its final
-name and fsyncs the directory (see :mod:`trident_assets.log.store` for why this is
-crash-safe). :func:`delete_before` moves the partition's log start forward, then removes the
-whole segments below it.
+Why a segment's publication is crash-safe: :mod:`trident_assets.log.store`.
 """
 
 from __future__ import annotations
