@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.join_state import apply_join_sides, pending_count
+from trident_assets.backends.join_pending_table import pending_count
+from trident_assets.backends.join_state import apply_join_sides
 from trident_assets.core.join import SingleJoin
 
 

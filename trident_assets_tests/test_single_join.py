@@ -15,7 +15,8 @@ import pytest
 
 from trident_assets.backends import join_state
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.join_state import apply_join_sides, pending_count, read_pending
+from trident_assets.backends.join_pending_table import pending_count, read_pending
+from trident_assets.backends.join_state import apply_join_sides
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.join import (
     DuplicateJoinSideError,

@@ -8,6 +8,7 @@ last applied txid, the event-time watermark and the number of pending entries.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from trident_assets.backends.join_batch_columns import key_expressions, quoted, 
 from trident_assets.core.join_spec import ARRIVED_TS, ARRIVED_TXID, SingleJoin
 from trident_assets.core.protocols import Key
 from trident_assets.errors import StateLayoutError
-from trident_assets.names import JOIN_META_TABLE
+from trident_assets.names import JOIN_META_TABLE, validate_identifier
 
 __all__ = [
     "create_pending_table",
@@ -28,6 +29,7 @@ __all__ = [
     "pending_count",
     "read_pending",
     "side_column",
+    "stored_columns",
 ]
 
 
@@ -59,22 +61,36 @@ def join_meta(store: Any, table: str) -> tuple[int | None, float | None]:
     return (None, None) if not rows else (rows[0][0], rows[0][1])
 
 
-def _expected_columns(spec: SingleJoin) -> list[str]:
-    return [
+def _columns(store: Any, table: str) -> list[str] | None:
+    rows = store.fetch_rows(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+        "AND table_schema = current_schema() ORDER BY ordinal_position",
+        [validate_identifier(table, "join state table")],
+    )
+    return [r[0] for r in rows] or None
+
+
+def stored_columns(store: Any, spec: SingleJoin, table: str) -> list[str] | None:
+    """The columns of pending table ``table`` (None: no such table), on any store.
+
+    Raises:
+        StateLayoutError: ``table`` exists with another layout.
+    """
+    stored = _columns(store, table)
+    expected = [
         *(f"key_{f}" for f in spec.join_fields or ()),
         *(f"side_{s}" for s in spec.sides),
         ARRIVED_TXID,
         ARRIVED_TS,
     ]
-
-
-def _stored_columns(store: DuckDBStore, table: str) -> list[str] | None:
-    rows = store.conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-        "AND table_schema = 'main' ORDER BY ordinal_position",
-        [table],
-    ).fetchall()
-    return [r[0] for r in rows] or None
+    if stored is not None and stored != expected:
+        msg = (
+            f"table {table!r} has columns {stored}, not the pending layout {expected} of "
+            f"this join (sides {list(spec.sides)}, join fields {list(spec.join_fields or ())})."
+            " Is the name shared with another state or join?"
+        )
+        raise StateLayoutError(msg)
+    return stored
 
 
 def ensure_pending_table(store: DuckDBStore, spec: SingleJoin, table: str, view: str) -> None:
@@ -83,16 +99,7 @@ def ensure_pending_table(store: DuckDBStore, spec: SingleJoin, table: str, view:
     Raises:
         StateLayoutError: ``table`` exists with another layout.
     """
-    expected = _expected_columns(spec)
-    stored = _stored_columns(store, table)
-    if stored is not None:
-        if stored != expected:
-            msg = (
-                f"table {table!r} has columns {stored}, not the pending layout {expected} of "
-                f"this join (sides {list(spec.sides)}, join fields {list(spec.join_fields or ())})."
-                " Is the name shared with another state or join?"
-            )
-            raise StateLayoutError(msg)
+    if stored_columns(store, spec, table) is not None:
         return
     fields = spec.join_fields or ()
     keys = [f"{e} AS {key_column(f)}" for e, f in zip(key_expressions(spec), fields, strict=True)]
@@ -114,27 +121,29 @@ def create_pending_table(store: DuckDBStore, spec: SingleJoin, table: str, batch
         ensure_pending_table(store, spec, table, view)
 
 
-def pending_count(store: DuckDBStore, table: str) -> int:
+def pending_count(store: Any, table: str) -> int:
     """Return the number of pending entries of ``table`` (0 before its first batch)."""
-    if _stored_columns(store, table) is None:
+    if _columns(store, table) is None:
         return 0
-    return int(store.conn.execute(f"SELECT count(*) FROM {quoted(table)}").fetchall()[0][0])
+    return int(store.fetch_rows(f"SELECT count(*) FROM {quoted(table)}")[0][0])
 
 
-def read_pending(store: DuckDBStore, spec: SingleJoin, table: str) -> dict[Key, dict[str, Any]]:
+def read_pending(store: Any, spec: SingleJoin, table: str) -> dict[Key, dict[str, Any]]:
     """Return the pending entries in the core's layout (key -> entry dict), for inspection.
 
     Reads the whole table: meant for tests, debugging and small states, not the batch path.
+    A side's row is a struct (DuckDB) or its JSON text (PostgreSQL).
     """
-    if _stored_columns(store, table) is None:
+    if _columns(store, table) is None:
         return {}
-    rows = store.conn.sql(f"SELECT * FROM {quoted(table)}").to_arrow_table().to_pylist()
     out: dict[Key, dict[str, Any]] = {}
-    for row in rows:
+    for row in store.fetch_arrow(f"SELECT * FROM {quoted(table)}").to_pylist():
         key = tuple(row[f"key_{f}"] for f in spec.join_fields or ())
         entry: dict[str, Any] = {ARRIVED_TXID: row[ARRIVED_TXID], ARRIVED_TS: row[ARRIVED_TS]}
         for side, fields in spec.inputs:
             value = row[f"side_{side}"]
+            if isinstance(value, str):
+                value = json.loads(value)
             if value is not None:
                 entry[side] = [value[f] for f in fields]
         out[key] = entry

@@ -12,13 +12,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_assets.backends import duckdb_join, join_pending_table, postgres_join
+from trident_assets.backends import duckdb_join, postgres_join
 from trident_assets.backends.duckdb_join import BulkJoinResult
 from trident_assets.backends.join_batch_columns import combine_sides
 from trident_assets.core.join import SingleJoin
-from trident_assets.core.protocols import Key
 
-__all__ = ["apply_join_batch", "apply_join_sides", "pending_count", "read_pending"]
+__all__ = ["apply_join_batch", "apply_join_sides"]
 
 
 def _is_pg(store: Any) -> bool:
@@ -57,17 +56,3 @@ def apply_join_sides(
     return apply_join_batch(
         store, spec, table, txid, combine_sides(spec, rows_by_side), batch_ts=batch_ts
     )
-
-
-def pending_count(store: Any, table: str) -> int:
-    """The number of pending entries of ``table`` (0 before its first batch)."""
-    if _is_pg(store):
-        return postgres_join.pending_count_pg(store, table)
-    return join_pending_table.pending_count(store, table)
-
-
-def read_pending(store: Any, spec: SingleJoin, table: str) -> dict[Key, dict[str, Any]]:
-    """The pending entries in the core's layout (key -> entry dict), for inspection."""
-    if _is_pg(store):
-        return postgres_join.read_pending_pg(store, spec, table)
-    return join_pending_table.read_pending(store, spec, table)

@@ -25,35 +25,20 @@ import pyarrow as pa
 from trident_assets.backends.duckdb_join import BulkJoinResult, apply_join_batch_sql
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.join_batch_columns import key_expressions
-from trident_assets.backends.join_pending_table import create_pending_table, join_meta
+from trident_assets.backends.join_pending_table import (
+    create_pending_table,
+    join_meta,
+    stored_columns,
+)
 from trident_assets.core.join import ARRIVED_TS, ARRIVED_TXID, SingleJoin, expiry_cutoff
-from trident_assets.core.protocols import Key
-from trident_assets.errors import StaleTxidError, StateLayoutError
+from trident_assets.errors import StaleTxidError
 from trident_assets.names import JOIN_META_TABLE, validate_identifier
 
-__all__ = ["apply_join_batch_pg", "pending_count_pg", "read_pending_pg"]
+__all__ = ["apply_join_batch_pg"]
 
 
 def _q(name: str) -> str:
     return f'"{validate_identifier(name, "column")}"'
-
-
-def _columns(store: Any, table: str) -> list[str] | None:
-    rows = store.fetch_rows(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-        "AND table_schema = current_schema() ORDER BY ordinal_position",
-        [table],
-    )
-    return [r[0] for r in rows] or None
-
-
-def _expected(spec: SingleJoin) -> list[str]:
-    return [
-        *(f"key_{f}" for f in spec.join_fields or ()),
-        *(f"side_{s}" for s in spec.sides),
-        ARRIVED_TXID,
-        ARRIVED_TS,
-    ]
 
 
 def apply_join_batch_pg(
@@ -82,14 +67,7 @@ def apply_join_batch_pg(
                 f"({last_txid}): it was applied already"
             )
             raise StaleTxidError(msg)
-        stored_cols = _columns(store, table)
-        if stored_cols is not None and stored_cols != _expected(spec):
-            msg = (
-                f"table {table!r} has columns {stored_cols}, not the pending layout "
-                f"{_expected(spec)} of this join (sides {list(spec.sides)}, join fields "
-                f"{fields}). Is the name shared with another state or join?"
-            )
-            raise StateLayoutError(msg)
+        stored_cols = stored_columns(store, spec, table)
         with local.registered(batch) as view:
             exprs = key_expressions(spec)
             batch_keys = local.fetch_arrow(
@@ -197,29 +175,3 @@ def _apply_locally(
         with local.registered(loaded) as src:
             local.execute(f"INSERT INTO {_q(table)} SELECT {', '.join(cols)} FROM {src}")
     return apply_join_batch_sql(local, spec, table, txid, batch, batch_ts=batch_ts)
-
-
-def pending_count_pg(store: Any, table: str) -> int:
-    """The number of pending entries of ``table`` in a PostgreSQL store (0 before any batch)."""
-    if _columns(store, validate_identifier(table, "join state table")) is None:
-        return 0
-    return int(store.fetch_rows(f"SELECT count(*) FROM {_q(table)}")[0][0])
-
-
-def read_pending_pg(store: Any, spec: SingleJoin, table: str) -> dict[Key, dict[str, Any]]:
-    """The pending entries in the core's layout (key -> entry dict), for inspection."""
-    import json
-
-    if _columns(store, validate_identifier(table, "join state table")) is None:
-        return {}
-    out: dict[Key, dict[str, Any]] = {}
-    for row in store.fetch_arrow(f"SELECT * FROM {_q(table)}").to_pylist():
-        key = tuple(row[f"key_{f}"] for f in spec.join_fields or ())
-        entry: dict[str, Any] = {ARRIVED_TXID: row[ARRIVED_TXID], ARRIVED_TS: row[ARRIVED_TS]}
-        for side, fields in spec.inputs:
-            text = row[f"side_{side}"]
-            if text is not None:
-                value = json.loads(text)
-                entry[side] = [value[f] for f in fields]
-        out[key] = entry
-    return out

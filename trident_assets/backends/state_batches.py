@@ -125,29 +125,16 @@ def apply_state_batch(
     agg = target.agg
     if isinstance(agg, Count | Sum):
         _update_total(store, target, pc.sum(partials.column(target.value_column)).as_py(), txid)
+    common: dict[str, Any] = {
+        "key_columns": list(target.key_columns),
+        "value_column": target.value_column,
+        "state_type": target.state_type,
+        "txid": txid,
+        "return_new_values": True,
+    }
     if isinstance(agg, Count | Sum | Min | Max) and agg.sql_combine is not None:
-        return apply_partials(
-            store,
-            target.table,
-            partials,
-            key_columns=list(target.key_columns),
-            value_column=target.value_column,
-            combine=agg.sql_combine,
-            state_type=target.state_type,
-            txid=txid,
-            return_new_values=True,
-        )
-    return apply_partials_python(
-        store,
-        target.table,
-        partials,
-        key_columns=list(target.key_columns),
-        value_column=target.value_column,
-        agg=agg,
-        state_type=target.state_type,
-        txid=txid,
-        return_new_values=True,
-    )
+        return apply_partials(store, target.table, partials, combine=agg.sql_combine, **common)
+    return apply_partials_python(store, target.table, partials, agg=agg, **common)
 
 
 def _update_total(store: StateStore, target: StateTarget, added: Any, txid: Any) -> None:
