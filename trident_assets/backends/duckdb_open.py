@@ -1,11 +1,4 @@
-"""Opening a DuckDB state file: waiting out another process's lock, and naming a bad file.
-
-:func:`connect_file` opens the file behind a :class:`~trident_assets.backends.duckdb_store.
-DuckDBStore`: it retries while another process holds the file's lock (up to a timeout), gives
-a file that another process is still creating a short grace, and refuses a file that is not a
-DuckDB database or is damaged (:func:`corrupt_state_error`). :func:`quiet_connect` is
-``duckdb.connect`` without the progress bar, for any connection.
-"""
+"""Opening a DuckDB state file: waiting out another process's lock, and naming a bad file."""
 
 from __future__ import annotations
 

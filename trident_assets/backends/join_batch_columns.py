@@ -4,7 +4,6 @@ Columns: ``__side`` (the index of the row's side in the join's inputs), ``__v<i>
 fields as a struct, NULL on other sides' rows; :func:`value_column`), optionally ``__ts`` (the
 row's event time) and ``__ord`` (the row's position). :func:`combine_sides` builds it from one
 Arrow table per side; the executor builds the same layout as a Spark union.
-:func:`key_expressions` reads the join key back out of a row in SQL.
 """
 
 from __future__ import annotations

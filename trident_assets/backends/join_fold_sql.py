@@ -3,9 +3,7 @@
 :func:`fold_sql` computes, per key of the batch, the result of applying its rows to the stored
 entry: the batch is aggregated per (key, side) (count, 1st, 2nd, 3rd and last row), joined to
 the stored entry, and then folded side by side through a fixed chain of projections (a per-key
-state machine unrolled over the sides, no per-key loop). :func:`expired_sql` and
-:func:`joined_sql` select the expired halves and the joined rows from the temporary tables
-:func:`~trident_assets.backends.duckdb_join.apply_join_batch_sql` fills.
+state machine unrolled over the sides, no per-key loop).
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""A key-value state's backing map (a Redis Cluster's or memcached's) and reads of it.
-
-:func:`open_backing` opens the map of a target; :func:`read_latest` reads every key's latest
-value (a Redis Cluster: SCAN by the state's prefix on each master; memcached refuses);
-:func:`state_size` counts the state's keys (a Redis Cluster: its key counters; memcached:
-unknown); :func:`refuse_as_of` is the error of a read as of a txid (the servers keep no
-history).
-"""
+"""A key-value state's backing map (a Redis Cluster's or memcached's) and reads of it."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """The one SQL statement that merges a staged batch of partials into a map table.
 
-:func:`merge_sql` builds it (``INSERT INTO <log> SELECT ... FROM (batch) LEFT JOIN (current
-rows)``, the txid rules in its CASE expressions, which
-:mod:`~trident_assets.backends.duckdb_merge` states); :func:`run_merge` runs it and turns a
-"behind" failure into :class:`~trident_assets.errors.StaleTxidError`; :func:`sorted_by_keys`
-orders a batch for PostgreSQL's staging; :func:`read_back` reads the stored values of a staged
-batch's keys.
-The same statement runs on DuckDB and PostgreSQL (their differences are spelled by the
-store's :class:`~trident_assets.backends.sql_dialect.Dialect`).
+``INSERT INTO <log> SELECT ... FROM (batch) LEFT JOIN (current rows)``, with the txid rules
+:mod:`~trident_assets.backends.duckdb_merge` states in its CASE expressions; the same
+statement on DuckDB and PostgreSQL (spelled by the store's
+:class:`~trident_assets.backends.sql_dialect.Dialect`).
 """
 
 from __future__ import annotations

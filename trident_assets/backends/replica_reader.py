@@ -1,10 +1,7 @@
 """Reading a state store's read replica: any process, no lock (see :mod:`.replica`).
 
-:class:`ReplicaReader` finds what is published under the replica's root (the scopes and
-their last published txid, the tables and their layouts, a table's per-txid files) and
-reads it: a map as of a txid (the newest row per key over its base and deltas), one txid's
-rows of an output or new-values table, an append table's files. :class:`~.replica.Replica`
-adds publishing and compaction, done by the process that owns the store.
+:class:`~.replica.Replica` adds publishing and compaction, done by the process that owns the
+store.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The half of a SQL state store below its reads: primitives, commit markers, the map catalog.
 
-:class:`SqlCatalogStore` declares the primitives a concrete store provides
-(:meth:`~SqlCatalogStore.execute`, :meth:`~SqlCatalogStore.fetch_rows`,
-:meth:`~SqlCatalogStore.fetch_arrow`, :meth:`~SqlCatalogStore.staged` and a transaction's
-rollback) and holds what DuckDB and PostgreSQL do the same way on top of
-them: the re-entrant :meth:`~SqlCatalogStore.transaction`, the commit markers, the catalog
-of map tables (creating a map's log, sequence and latest-version view), and the query for
-the current rows of a set of keys. Its subclass
+:class:`SqlCatalogStore` declares the primitives a concrete store provides and holds what
+DuckDB and PostgreSQL do the same way on top of them; its subclass
 :class:`~trident_assets.backends.sql_store.SqlStateStore` adds reads and compaction.
 """
 

@@ -10,26 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Self
 
-from trident_assets.errors import BatchUnavailableError, ConfigError
+from trident_assets.errors import BatchUnavailableError
+from trident_assets.spouts.ranges import split_partition
 
-__all__ = ["KafkaSource", "TimestampLookup", "split_partition"]
+__all__ = ["KafkaSource", "TimestampLookup"]
 
 TimestampLookup = Literal["broker", "scan"]
 """How ``offset_for_timestamp`` is answered: the broker's time index (ListOffsets by time)
 or a scan of the partition's record timestamps from its earliest offset."""
-
-
-def split_partition(partition: str) -> tuple[str, int]:
-    """``"topic@3"`` -> ``("topic", 3)``.
-
-    Raises:
-        ConfigError: the id is not ``topic@n``.
-    """
-    topic, _, number = partition.rpartition("@")
-    if not topic or not number.isdigit():
-        msg = f"a Kafka partition id is 'topic@n', got {partition!r}"
-        raise ConfigError(msg)
-    return topic, int(number)
 
 
 class KafkaSource:

@@ -83,10 +83,7 @@ class BatchCoordinator:
         previous = self.meta.latest_before(self.topology, self.spout, txid, committed_only)
         if kind is SpoutKind.NON_TRANSACTIONAL and stored is not None:
             previous = {**previous, **{r.partition: r for r in stored[0]}}
-        plan = self._plan_new(txid, previous)
-        if kind is not SpoutKind.OPAQUE:
-            self.meta.record(self.topology, self.spout, txid, plan.ranges, committed=False)
-        return plan
+        return self._plan_new(txid, previous)
 
     def emit_after(self, previous: BatchPlan) -> BatchPlan:
         """Plan txid ``previous.txid + 1`` as if ``previous`` had committed (pipelining).
@@ -104,10 +101,7 @@ class BatchCoordinator:
         if stored is not None and (stored[1] or kind is SpoutKind.TRANSACTIONAL):
             self.check_readable(txid, stored[0])
             return BatchPlan.of(self.topology, self.spout, txid, kind, stored[0], replay=True)
-        plan = self._plan_new(txid, {r.partition: r for r in previous.ranges})
-        if kind is not SpoutKind.OPAQUE:
-            self.meta.record(self.topology, self.spout, txid, plan.ranges, committed=False)
-        return plan
+        return self._plan_new(txid, {r.partition: r for r in previous.ranges})
 
     def commit(self, plan: BatchPlan) -> None:
         """Make ``plan``'s ranges final; call inside the state's commit transaction."""
@@ -129,6 +123,7 @@ class BatchCoordinator:
             raise OutOfOrderCommitError(msg)
 
     def _plan_new(self, txid: int, previous: dict[str, PartitionRange]) -> BatchPlan:
+        """Plan a new batch from ``previous`` ranges; recorded unless the spout is opaque."""
         starts: dict[str, int] = {}
         available: dict[str, int] = {}
         ids: dict[str, str | None] = {}
@@ -157,7 +152,7 @@ class BatchCoordinator:
             PartitionRange(p, starts[p], starts[p] + take[p], self.config.deployment_id, ids[p])
             for p in starts
         ]
-        return BatchPlan.of(
+        plan = BatchPlan.of(
             self.topology,
             self.spout,
             txid,
@@ -167,6 +162,9 @@ class BatchCoordinator:
             skipped_by_retention=skipped,
             recreated=recreated,
         )
+        if self.config.kind is not SpoutKind.OPAQUE:
+            self.meta.record(self.topology, self.spout, txid, plan.ranges, committed=False)
+        return plan
 
     def _recreated(self, txid: int, prev: PartitionRange, current: str | None) -> int:
         """Refuse (transactional) or reset to the new earliest offset with a warning."""

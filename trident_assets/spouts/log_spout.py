@@ -8,18 +8,13 @@ from typing import TYPE_CHECKING
 from trident_assets.errors import ConfigError
 from trident_assets.log.names import validate_topic
 from trident_assets.spouts.config import SpoutConfig
-from trident_assets.spouts.ranges import BatchPlan
+from trident_assets.spouts.ranges import BatchPlan, split_partition
 
 if TYPE_CHECKING:
     from trident_assets.log.store import PartitionedLog
     from trident_assets.spark.schemes import Scheme
 
 __all__ = ["LogSource", "LogSpout"]
-
-
-def _split(partition: str) -> tuple[str, int]:
-    topic, _, number = partition.rpartition("@")
-    return topic, int(number)
 
 
 class LogSource:
@@ -42,19 +37,19 @@ class LogSource:
 
     def topic_id(self, partition: str) -> str | None:
         """The ID of the partition's topic incarnation (None for a topic without one)."""
-        return self.log.topic_id(_split(partition)[0])
+        return self.log.topic_id(split_partition(partition)[0])
 
     def earliest(self, partition: str) -> int:
         """First readable offset."""
-        return self.log.earliest_offset(*_split(partition))
+        return self.log.earliest_offset(*split_partition(partition))
 
     def latest(self, partition: str) -> int:
         """Next offset to be written."""
-        return self.log.latest_offset(*_split(partition))
+        return self.log.latest_offset(*split_partition(partition))
 
     def offset_for_timestamp(self, partition: str, timestamp_ms: int) -> int | None:
         """First offset with a timestamp >= ``timestamp_ms``."""
-        return self.log.offset_for_timestamp(*_split(partition), timestamp_ms)
+        return self.log.offset_for_timestamp(*split_partition(partition), timestamp_ms)
 
 
 class LogSpout:

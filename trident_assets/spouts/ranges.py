@@ -10,15 +10,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from trident_assets.errors import ConfigError
 from trident_assets.spouts.config import SpoutKind
 
-__all__ = ["BatchPlan", "PartitionRange", "partition_sort_key"]
+__all__ = ["BatchPlan", "PartitionRange", "partition_sort_key", "split_partition"]
 
 
 def partition_sort_key(partition: str) -> tuple[str, int]:
     """Order partition ids ``topic@n`` by topic, then partition number (Storm's comparator)."""
     topic, _, number = partition.rpartition("@")
     return (topic, int(number)) if number.isdigit() else (partition, -1)
+
+
+def split_partition(partition: str) -> tuple[str, int]:
+    """``"topic@3"`` -> ``("topic", 3)``.
+
+    Raises:
+        ConfigError: the id is not ``topic@n``.
+    """
+    topic, _, number = partition.rpartition("@")
+    if not topic or not number.isdigit():
+        msg = f"a partition id is 'topic@n', got {partition!r}"
+        raise ConfigError(msg)
+    return topic, int(number)
 
 
 @dataclass(frozen=True, slots=True)
