@@ -15,7 +15,20 @@ from trident_assets.backends.state_store import StateStore
 from trident_assets.names import SPOUT_RANGES_TABLE
 from trident_assets.spouts.ranges import PartitionRange
 
-__all__ = ["DuckDBSpoutMetaStore"]
+__all__ = ["DuckDBSpoutMetaStore", "ranges_table"]
+
+
+def ranges_table(ranges: Sequence[PartitionRange]) -> pa.Table:
+    """``ranges`` as Arrow: partition, first_offset, next_offset, deployment_id, topic_id."""
+    return pa.table(
+        {
+            "partition": pa.array([r.partition for r in ranges], pa.string()),
+            "first_offset": pa.array([r.first_offset for r in ranges], pa.int64()),
+            "next_offset": pa.array([r.next_offset for r in ranges], pa.int64()),
+            "deployment_id": pa.array([r.deployment_id for r in ranges], pa.string()),
+            "topic_id": pa.array([r.topic_id for r in ranges], pa.string()),
+        }
+    )
 
 
 class DuckDBSpoutMetaStore:
@@ -58,22 +71,13 @@ class DuckDBSpoutMetaStore:
     ) -> None:
         """Replace the ranges of ``txid`` (in the open transaction, if any)."""
         store = self.store
-        batch = pa.table(
-            {
-                "partition": [r.partition for r in ranges],
-                "first_offset": pa.array([r.first_offset for r in ranges], pa.int64()),
-                "next_offset": pa.array([r.next_offset for r in ranges], pa.int64()),
-                "deployment_id": [r.deployment_id for r in ranges],
-                "topic_id": pa.array([r.topic_id for r in ranges], pa.string()),
-            }
-        )
         with store.transaction():
             store.execute(
                 f"DELETE FROM {SPOUT_RANGES_TABLE} WHERE topology = ? AND spout = ? AND txid = ?",
                 [topology, spout, txid],
             )
             if ranges:
-                with store.staged(batch) as name:
+                with store.staged(ranges_table(ranges)) as name:
                     store.execute(
                         f"INSERT INTO {SPOUT_RANGES_TABLE} (topology, spout, txid, partition, "
                         "first_offset, "

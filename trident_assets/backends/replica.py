@@ -110,7 +110,7 @@ class Replica(ReplicaReader):
             more |= dict((described or {}).get(table, {}))
             self._write_layout(table, list(layout.key_columns), layout.kind, more)
             self._write_delta(table, txid, self._map_rows(store, table, layout.kind, txid))
-        if _has_table(store, DEAD_LETTERS_TABLE):
+        if store.has_table(DEAD_LETTERS_TABLE):
             dead = store.fetch_arrow(
                 f"SELECT * FROM {DEAD_LETTERS_TABLE} WHERE topology = ? AND txid = ?",
                 [scope, txid],
@@ -119,7 +119,7 @@ class Replica(ReplicaReader):
                 path = self.dead_letters_dir(scope) / f"{txid:010d}.parquet"
                 _write_atomically(path, lambda p: pq.write_table(dead, p))
         for table in row_tables:
-            if not _has_table(store, table):
+            if not store.has_table(table):
                 continue
             rows = _rows(
                 store,
@@ -150,7 +150,7 @@ class Replica(ReplicaReader):
             return []
         done = self.latest(scope) or 0
         for table, column in (appends or {}).items():
-            if done and _has_table(store, table):
+            if done and store.has_table(table):
                 self._publish_appended(store, table, column, done, whole=True)
         missing = list(range(done + 1, last + 1))
         for txid in missing:
@@ -164,7 +164,7 @@ class Replica(ReplicaReader):
 
         The table's first publish writes a base of every row added before ``txid`` first.
         """
-        if not _has_table(store, table):
+        if not store.has_table(table):
             return
         name = f'"{validate_identifier(table, "table")}"'
         col = quote_column(column)
@@ -305,7 +305,3 @@ class Replica(ReplicaReader):
             if f != base:
                 f.unlink()
         return base_txid
-
-
-def _has_table(store: Any, table: str) -> bool:
-    return bool(store.has_table(table))

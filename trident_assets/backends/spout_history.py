@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from trident_assets.backends.duckdb_spout_meta import ranges_table
 from trident_assets.backends.state_store import StateStore
 from trident_assets.names import SPOUT_HISTORY_TABLE
 from trident_assets.spouts.ranges import PartitionRange
@@ -41,16 +42,8 @@ def record_history(
     rows = [(sid, r) for sid, ranges in read.items() for r in ranges]
     if not rows:
         return
-    batch = pa.table(
-        {
-            "spout": [sid for sid, _ in rows],
-            "partition": [r.partition for _, r in rows],
-            "first_offset": pa.array([r.first_offset for _, r in rows], pa.int64()),
-            "next_offset": pa.array([r.next_offset for _, r in rows], pa.int64()),
-            "deployment_id": [r.deployment_id for _, r in rows],
-            "topic_id": pa.array([r.topic_id for _, r in rows], pa.string()),
-        }
-    )
+    spouts = pa.array([sid for sid, _ in rows], pa.string())
+    batch = ranges_table([r for _, r in rows]).append_column("spout", spouts)
     with store.staged(batch) as name:
         store.execute(
             f"INSERT INTO {SPOUT_HISTORY_TABLE} (topology, spout, txid, partition, first_offset, "

@@ -82,13 +82,6 @@ class WindowResult:
     time_ms: int | None
 
 
-def _ensure_meta(store: StateStore) -> None:
-    store.execute(
-        f"CREATE TABLE IF NOT EXISTS {WINDOWS_TABLE} (table_name VARCHAR PRIMARY KEY, "
-        "last_txid BIGINT NOT NULL, seen BIGINT NOT NULL, time_ms BIGINT, fired BIGINT NOT NULL)"
-    )
-
-
 def read_meta(store: StateStore, table: str) -> WindowMeta | None:
     """The progress of window table ``table`` (None before its first txid)."""
     if not store.has_table(WINDOWS_TABLE):
@@ -103,7 +96,10 @@ def read_meta(store: StateStore, table: str) -> WindowMeta | None:
 
 
 def _begin(store: StateStore, table: str, txid: int) -> WindowMeta | None:
-    _ensure_meta(store)
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {WINDOWS_TABLE} (table_name VARCHAR PRIMARY KEY, "
+        "last_txid BIGINT NOT NULL, seen BIGINT NOT NULL, time_ms BIGINT, fired BIGINT NOT NULL)"
+    )
     meta = read_meta(store, table)
     if meta is not None and txid <= meta.last_txid:
         msg = (
@@ -137,13 +133,8 @@ def _sql_type(kind: pa.DataType) -> str | None:
 
 
 def _windows_table(windows: list[tuple[int, int, int]]) -> pa.Table:
-    return pa.table(
-        {
-            "k": pa.array([w[0] for w in windows], pa.int64()),
-            "lo": pa.array([w[1] for w in windows], pa.int64()),
-            "hi": pa.array([w[2] for w in windows], pa.int64()),
-        }
-    )
+    names = ("k", "lo", "hi")
+    return pa.table({n: pa.array([w[i] for w in windows], pa.int64()) for i, n in enumerate(names)})
 
 
 def _sql_aggregate(agg: Any, column: str | None, over_partials: bool) -> str:
@@ -197,19 +188,14 @@ def _fired_table(
         got = store.fetch_arrow(
             f'SELECT w.k, {picked} FROM "{w}" w JOIN {q} t ON {join} ORDER BY w.k, t.{order}'
         )
-    keys = got.column("k").to_pylist()
-    columns = [got.column(i + 1).to_pylist() for i in range(len(cols))]
     groups: dict[int, list[tuple[Any, ...]]] = {}
-    for i, k in enumerate(keys):
-        groups.setdefault(k, []).append(tuple(c[i] for c in columns))
-    values = []
-    for k in sorted(groups):
-        rows = groups[k]
-        if partials:
-            assert isinstance(agg, CombinerAggregator)
-            values.append(combine_partials(agg, [r[0] for r in rows]))
-        else:
-            values.append(fold_window(agg, rows))
+    for k, *row in zip(*(c.to_pylist() for c in got.columns), strict=True):
+        groups.setdefault(k, []).append(tuple(row))
+    assert not partials or isinstance(agg, CombinerAggregator)
+    values = [
+        combine_partials(agg, [r[0] for r in rows]) if partials else fold_window(agg, rows)
+        for rows in (groups[k] for k in sorted(groups))
+    ]
     return [by_key[k] for k in sorted(groups)], pa.table({out: pa.array(values, out_type)})
 
 
