@@ -21,8 +21,9 @@ import pytest
 import trident_assets as ta
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.join_batch_columns import ORD_COLUMN, SIDE_COLUMN, value_column
+from trident_assets.backends.join_pending_table import read_meta
 from trident_assets.backends.kv_backing import open_backing
-from trident_assets.backends.kv_join_clock import advance_clock, due_txids, read_meta
+from trident_assets.backends.kv_join_clock import advance_clock, due_txids
 from trident_assets.backends.kv_join_records import SHARD_COLUMN, JoinPartition, join_targets
 from trident_assets.backends.kv_servers import (
     MemcachedServers,

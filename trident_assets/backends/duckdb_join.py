@@ -58,6 +58,7 @@ from trident_assets.backends.join_pending_table import (
     join_meta,
     key_column,
     side_column,
+    write_meta,
 )
 from trident_assets.core.join import (
     DuplicateJoinSideError,
@@ -67,7 +68,7 @@ from trident_assets.core.join import (
     expiry_cutoff,
 )
 from trident_assets.errors import StaleTxidError
-from trident_assets.names import JOIN_META_TABLE, validate_identifier
+from trident_assets.names import validate_identifier
 
 __all__ = ["BulkJoinResult", "apply_join_batch_sql", "batch_event_time"]
 
@@ -194,12 +195,7 @@ def apply_join_batch_sql(
         )
         keys_in = conn.execute("SELECT count(*) FROM _trident_join_res").fetchall()[0][0]
         pending_after = conn.execute(f"SELECT count(*) FROM {pending}").fetchall()[0][0]
-        conn.execute(
-            f"INSERT INTO {JOIN_META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
-            "SET last_txid = excluded.last_txid, watermark = excluded.watermark, "
-            "pending = excluded.pending",
-            [table, txid, ts, pending_after],
-        )
+        write_meta(store, table, txid, ts, pending_after)
         conn.execute("DROP TABLE _trident_join_exp")
         conn.execute("DROP TABLE _trident_join_res")
     return BulkJoinResult(joined, expired, int(pending_after), int(keys_in), ts)

@@ -27,9 +27,11 @@ __all__ = [
     "join_meta",
     "key_column",
     "pending_count",
+    "read_meta",
     "read_pending",
     "side_column",
     "stored_columns",
+    "write_meta",
 ]
 
 
@@ -43,22 +45,46 @@ def side_column(side: str) -> str:
     return quoted(f"side_{side}")
 
 
-def ensure_meta_table(store: DuckDBStore) -> None:
-    """Create :data:`JOIN_META_TABLE` if it is missing."""
-    store.conn.execute(
+def ensure_meta_table(store: Any) -> None:
+    """Create :data:`JOIN_META_TABLE` if it is missing (any store)."""
+    store.execute(
         f"CREATE TABLE IF NOT EXISTS {JOIN_META_TABLE} (table_name VARCHAR PRIMARY KEY, "
-        "last_txid BIGINT NOT NULL, watermark DOUBLE, pending BIGINT NOT NULL)"
+        f"last_txid BIGINT NOT NULL, watermark {store.dialect.column_type('DOUBLE')}, "
+        "pending BIGINT NOT NULL)"
     )
+
+
+def write_meta(store: Any, table: str, txid: int, watermark: float | None, pending: int) -> None:
+    """Set join ``table``'s meta row (creating :data:`JOIN_META_TABLE` if missing)."""
+    ensure_meta_table(store)
+    store.execute(
+        f"INSERT INTO {JOIN_META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
+        "SET last_txid = excluded.last_txid, watermark = excluded.watermark, "
+        "pending = excluded.pending",
+        [table, txid, watermark, pending],
+    )
+
+
+def read_meta(store: Any, table: str) -> tuple[int | None, float | None, int]:
+    """``(last txid applied, watermark, pending entries)`` of join ``table`` (any store).
+
+    ``(None, None, 0)`` before its first batch.
+    """
+    if not store.has_table(JOIN_META_TABLE):
+        return None, None, 0
+    rows = store.fetch_rows(
+        f"SELECT last_txid, watermark, pending FROM {JOIN_META_TABLE} WHERE table_name = ?",
+        [table],
+    )
+    if not rows:
+        return None, None, 0
+    last, watermark, pending = rows[0]
+    return int(last), None if watermark is None else float(watermark), int(pending)
 
 
 def join_meta(store: Any, table: str) -> tuple[int | None, float | None]:
     """The last txid applied to join table ``table`` and its watermark (any store)."""
-    if not store.has_table(JOIN_META_TABLE):
-        return None, None
-    rows = store.fetch_rows(
-        f"SELECT last_txid, watermark FROM {JOIN_META_TABLE} WHERE table_name = ?", [table]
-    )
-    return (None, None) if not rows else (rows[0][0], rows[0][1])
+    return read_meta(store, table)[:2]
 
 
 def _columns(store: Any, table: str) -> list[str] | None:

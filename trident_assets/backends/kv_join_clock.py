@@ -22,40 +22,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from trident_assets.names import JOIN_META_TABLE, KV_JOIN_CLOCK_TABLE
+from trident_assets.backends.join_pending_table import write_meta
+from trident_assets.names import KV_JOIN_CLOCK_TABLE
 
-__all__ = ["JoinMeta", "advance_clock", "due_txids", "read_meta"]
-
-JoinMeta = tuple[int | None, float | None, int]
-"""``(last txid applied, watermark, pending entries)``; ``(None, None, 0)`` before any."""
+__all__ = ["advance_clock", "due_txids", "expiring_condition"]
 
 
-def _double(store: Any) -> str:
-    return "DOUBLE PRECISION" if store.dialect.is_postgres else "DOUBLE"
+def expiring_condition(
+    txid_column: str, ts_column: str, max_arrived_txid: int | None, min_live_ts: float | None
+) -> tuple[str, list[Any]]:
+    """The condition on rows that expire at a batch, and its parameters.
 
-
-def read_meta(store: Any, table: str) -> JoinMeta:
-    """The join's meta row (``table``: the join's state table name)."""
-    if not store.has_table(JOIN_META_TABLE):
-        return None, None, 0
-    rows = store.fetch_rows(
-        f"SELECT last_txid, watermark, pending FROM {JOIN_META_TABLE} WHERE table_name = ?",
-        [table],
-    )
-    if not rows:
-        return None, None, 0
-    last, watermark, pending = rows[0]
-    return int(last), None if watermark is None else float(watermark), int(pending)
-
-
-def _expiring(max_arrived_txid: int | None, min_live_ts: float | None) -> tuple[str, list[Any]]:
-    """The condition on clock rows that expire at a batch, and its parameters."""
+    A row expires when its ``txid_column`` is at most ``max_arrived_txid`` or its
+    ``ts_column`` is before ``min_live_ts`` (a None bound expires nothing).
+    """
     parts, params = [], []
     if max_arrived_txid is not None:
-        parts.append("txid <= ?")
+        parts.append(f"{txid_column} <= ?")
         params.append(max_arrived_txid)
     if min_live_ts is not None:
-        parts.append("ts < ?")
+        parts.append(f"{ts_column} < ?")
         params.append(min_live_ts)
     return ("(" + " OR ".join(parts) + ")" if parts else "FALSE"), params
 
@@ -74,7 +60,7 @@ def due_txids(
     """
     if not store.has_table(KV_JOIN_CLOCK_TABLE):
         return [], []
-    cond, params = _expiring(max_arrived_txid, min_live_ts)
+    cond, params = expiring_condition("txid", "ts", max_arrived_txid, min_live_ts)
     expiring = store.fetch_rows(
         f"SELECT txid FROM {KV_JOIN_CLOCK_TABLE} WHERE table_name = ? AND expired_at IS NULL "
         f"AND {cond} ORDER BY txid",
@@ -106,7 +92,7 @@ def advance_clock(
     ``timeout_s`` only and a batch without event time), so its row counts as expired at once
     (the next batch drops its index).
     """
-    double = _double(store)
+    double = store.dialect.column_type("DOUBLE")
     store.execute(
         f"CREATE TABLE IF NOT EXISTS {KV_JOIN_CLOCK_TABLE} (table_name VARCHAR NOT NULL, "
         f"txid BIGINT NOT NULL, ts {double}, expired_at BIGINT, PRIMARY KEY (table_name, txid))"
@@ -125,13 +111,4 @@ def advance_clock(
         f"INSERT INTO {KV_JOIN_CLOCK_TABLE} VALUES (?, ?, ?, ?)",
         [table, txid, ts, None if expires else txid],
     )
-    store.execute(
-        f"CREATE TABLE IF NOT EXISTS {JOIN_META_TABLE} (table_name VARCHAR PRIMARY KEY, "
-        f"last_txid BIGINT NOT NULL, watermark {double}, pending BIGINT NOT NULL)"
-    )
-    store.execute(
-        f"INSERT INTO {JOIN_META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
-        "SET last_txid = excluded.last_txid, watermark = excluded.watermark, "
-        "pending = excluded.pending",
-        [table, txid, ts, pending],
-    )
+    write_meta(store, table, txid, ts, pending)

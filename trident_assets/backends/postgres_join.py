@@ -29,10 +29,12 @@ from trident_assets.backends.join_pending_table import (
     create_pending_table,
     join_meta,
     stored_columns,
+    write_meta,
 )
+from trident_assets.backends.kv_join_clock import expiring_condition
 from trident_assets.core.join import ARRIVED_TS, ARRIVED_TXID, SingleJoin, expiry_cutoff
 from trident_assets.errors import StaleTxidError
-from trident_assets.names import JOIN_META_TABLE, validate_identifier
+from trident_assets.names import validate_identifier
 
 __all__ = ["apply_join_batch_pg"]
 
@@ -76,17 +78,20 @@ def apply_join_batch_pg(
                 + f" FROM {view}"
             )
         if last_txid is not None:
-            local.execute(
-                f"CREATE TABLE {JOIN_META_TABLE} (table_name VARCHAR PRIMARY KEY, "
-                "last_txid BIGINT NOT NULL, watermark DOUBLE, pending BIGINT NOT NULL)"
-            )
-            local.execute(
-                f"INSERT INTO {JOIN_META_TABLE} VALUES (?, ?, ?, 0)", [table, last_txid, watermark]
-            )
+            write_meta(local, table, last_txid, watermark, 0)
         ts_for_cutoff = batch_ts if batch_ts is not None else 0.0
         valid = isinstance(txid, int) and not isinstance(txid, bool) and txid >= 1
         cutoff = expiry_cutoff(spec, txid, ts_for_cutoff) if valid else None
-        expire, params = _expire_condition(cutoff, batch_ts)
+        expire, params = (
+            ("FALSE", [])
+            if cutoff is None
+            else expiring_condition(
+                ARRIVED_TXID,
+                ARRIVED_TS,
+                cutoff.max_arrived_txid,
+                cutoff.min_live_ts if batch_ts is not None else None,
+            )
+        )
         on_key = " AND ".join(f"p.{_q(k)} IS NOT DISTINCT FROM b.{_q(k)}" for k in keys)
         loaded = None
         if stored_cols is not None:
@@ -121,31 +126,8 @@ def apply_join_batch_pg(
                     )
             store.execute(f'INSERT INTO {pending} SELECT * FROM "{staged}"')
         after = int(store.fetch_rows(f"SELECT count(*) FROM {pending}")[0][0])
-        store.execute(
-            f"CREATE TABLE IF NOT EXISTS {JOIN_META_TABLE} (table_name VARCHAR PRIMARY KEY, "
-            "last_txid BIGINT NOT NULL, watermark DOUBLE PRECISION, pending BIGINT NOT NULL)"
-        )
-        store.execute(
-            f"INSERT INTO {JOIN_META_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE "
-            "SET last_txid = excluded.last_txid, watermark = excluded.watermark, "
-            "pending = excluded.pending",
-            [table, txid, result.batch_ts, after],
-        )
+        write_meta(store, table, txid, result.batch_ts, after)
     return BulkJoinResult(result.joined, result.expired, after, result.keys_in, result.batch_ts)
-
-
-def _expire_condition(cutoff: Any, batch_ts: float | None) -> tuple[str, list[Any]]:
-    """The WHERE condition of the entries expiring at this batch, and its parameters."""
-    if cutoff is None:
-        return "FALSE", []
-    parts, params = [], []
-    if cutoff.max_arrived_txid is not None:
-        parts.append(f"{ARRIVED_TXID} <= ?")
-        params.append(cutoff.max_arrived_txid)
-    if batch_ts is not None and cutoff.min_live_ts is not None:
-        parts.append(f"{ARRIVED_TS} < ?")
-        params.append(cutoff.min_live_ts)
-    return ("(" + " OR ".join(parts) + ")" if parts else "FALSE"), params
 
 
 def _apply_locally(

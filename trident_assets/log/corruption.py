@@ -66,13 +66,9 @@ def _remedy(topic: str) -> str:
 def corrupt_segment_error(
     topic: str, partition: int, seg: SegmentLike, problem: str
 ) -> CorruptSegmentError:
-    """Return the error for segment ``seg`` of ``topic``/``partition`` with ``problem``.
+    """The error for segment ``seg`` of ``topic``/``partition``: ``problem`` is what is wrong.
 
-    Args:
-        topic: The segment's topic.
-        partition: The segment's partition.
-        seg: The segment (offsets from its name, and its file).
-        problem: What is wrong, e.g. ``"holds 3 rows, its name says 10"``.
+    E.g. ``"holds 3 rows, its name says 10"``.
     """
     msg = (
         f"corrupt log segment: topic {topic!r} partition {partition} offsets "
@@ -94,22 +90,14 @@ def gap_error(
     before: Path | None,
     after: Path | None,
 ) -> CorruptSegmentError:
-    """Return the error for offsets ``missing`` that no segment holds (a gap in the partition).
+    """The error for offsets ``missing`` (inclusive) that no segment holds (a gap).
 
-    Args:
-        topic: The partition's topic.
-        partition: The partition.
-        missing: The inclusive range of offsets no segment holds.
-        before: The segment file just below the gap, if any.
-        after: The segment file just above the gap, if any.
+    ``before`` and ``after``: the segment files just below and above the gap, if any.
     """
     around = ", ".join(
-        part
-        for part in (
-            f"after file {str(before)!r}" if before is not None else "",
-            f"before file {str(after)!r}" if after is not None else "",
-        )
-        if part
+        f"{where} file {str(path)!r}"
+        for where, path in (("after", before), ("before", after))
+        if path is not None
     )
     msg = (
         f"corrupt log: topic {topic!r} partition {partition} offsets "
@@ -167,15 +155,11 @@ def crc32_text(data: bytes | memoryview) -> str:
 def checksum_problem(path: Path, data: bytes, required: bool) -> str | None:
     """Compare ``data`` (all bytes of segment file ``path``) with its checksum file.
 
-    Args:
-        path: The segment file.
-        data: Its bytes, as just read.
-        required: The topic was created with checksums (``"checksum": "crc32"`` in
-            ``topic.json``), so a missing checksum file is a problem. Segments of topics
-            created before checksums existed have none and are read unverified.
+    ``required``: the topic was created with checksums (``"checksum": "crc32"`` in
+    ``topic.json``), so a missing checksum file is a problem. Segments of topics created
+    before checksums existed have none and are read unverified.
 
-    Returns:
-        What is wrong, or None if the checksum matches (or is absent and not required).
+    Returns what is wrong, or None if the checksum matches (or is absent and not required).
     """
     side = checksum_path(path)
     try:

@@ -42,12 +42,6 @@ _RULE = (
 def validate_topic(name: Any) -> str:
     """Return ``name`` unchanged if it is a legal topic name.
 
-    Args:
-        name: The candidate topic name.
-
-    Returns:
-        The same string.
-
     Raises:
         ConfigError: If ``name`` is not a string, is empty, longer than 249 characters,
             contains a character outside ``[A-Za-z0-9._-]`` (path separators, quotes, spaces,
@@ -73,13 +67,7 @@ def validate_topic(name: Any) -> str:
 
 
 def validate_partition_count(count: Any) -> int:
-    """Return ``count`` if it is a legal number of partitions for a topic.
-
-    Args:
-        count: The candidate partition count.
-
-    Returns:
-        The count as an ``int``.
+    """Return ``count`` as an ``int`` if it is a legal number of partitions for a topic.
 
     Raises:
         ConfigError: If ``count`` is not an integer (``bool`` is rejected) or is outside
@@ -96,15 +84,9 @@ def validate_partition_count(count: Any) -> int:
 
 
 def validate_partition(partition: Any, count: int, topic: str = "?") -> int:
-    """Return ``partition`` if it names one of the ``count`` partitions of ``topic``.
+    """Return ``partition`` as an ``int`` if it is one of the ``count`` partitions of ``topic``.
 
-    Args:
-        partition: The candidate partition number.
-        count: The topic's current number of partitions.
-        topic: The topic name, used in the error message only.
-
-    Returns:
-        The partition as an ``int`` in ``0 .. count-1``.
+    ``topic`` is only named in the error message.
 
     Raises:
         ConfigError: If ``partition`` is not an integer (``bool`` is rejected) or is outside

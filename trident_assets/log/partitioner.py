@@ -34,11 +34,7 @@ def _to_int32(value: int) -> int:
 def murmur2(data: bytes) -> int:
     """Return Kafka's 32-bit murmur2 hash of ``data`` as a signed int (as Java returns it).
 
-    Args:
-        data: The key bytes.
-
-    Returns:
-        The hash in ``-2**31 .. 2**31-1``; e.g. ``murmur2(b"21") == -973932308``.
+    E.g. ``murmur2(b"21") == -973932308``.
     """
     length = len(data)
     h = (_SEED ^ length) & _MASK32
@@ -71,14 +67,9 @@ def to_positive(number: int) -> int:
 
 
 def kafka_partition(key: bytes, partitions: int) -> int:
-    """Return the partition Kafka's default partitioner picks for a non-null ``key``.
+    """``to_positive(murmur2(key)) % partitions``: Kafka's default partitioner's choice.
 
-    Args:
-        key: The key bytes (an empty key is a key, not a null key).
-        partitions: The topic's number of partitions, at least 1.
-
-    Returns:
-        ``to_positive(murmur2(key)) % partitions``.
+    ``key`` is not null (an empty key is a key, not a null key); ``partitions`` >= 1.
     """
     return to_positive(murmur2(key)) % partitions
 
@@ -89,11 +80,8 @@ def murmur2_many(keys: Sequence[bytes] | pa.Array | pa.ChunkedArray) -> np.ndarr
     The keys are packed into one Arrow buffer and hashed four bytes at a time across all keys
     at once (keys sorted by length so each step touches only keys that still have blocks).
 
-    Args:
-        keys: Non-null key bytes: a sequence of ``bytes`` or an Arrow binary array.
-
-    Returns:
-        A NumPy ``int32`` array of the signed hashes, in the order of ``keys``.
+    ``keys``: non-null key bytes (``bytes`` or an Arrow binary array); returns the signed
+    hashes as a NumPy ``int32`` array, in their order.
 
     Raises:
         ValueError: If a key is null.
@@ -160,14 +148,6 @@ def murmur2_many(keys: Sequence[bytes] | pa.Array | pa.ChunkedArray) -> np.ndarr
 def kafka_partitions(
     keys: Sequence[bytes] | pa.Array | pa.ChunkedArray, partitions: int
 ) -> np.ndarray:
-    """Return the Kafka default-partitioner partition of every non-null key, vectorised.
-
-    Args:
-        keys: Non-null key bytes.
-        partitions: The topic's number of partitions, at least 1.
-
-    Returns:
-        A NumPy ``int64`` array, ``to_positive(murmur2(key)) % partitions`` per key.
-    """
+    """:func:`kafka_partition` of every non-null key, vectorised (a NumPy ``int64`` array)."""
     hashes = murmur2_many(keys).view(np.uint32) & np.uint32(0x7FFFFFFF)
     return hashes.astype(np.int64) % partitions

@@ -33,7 +33,8 @@ from trident_assets.backends.join_batch_columns import (
     TS_COLUMN,
     value_column,
 )
-from trident_assets.backends.kv_join_clock import advance_clock, due_txids, read_meta
+from trident_assets.backends.join_pending_table import read_meta
+from trident_assets.backends.kv_join_clock import advance_clock, due_txids
 from trident_assets.backends.kv_join_output import read_job_rows
 from trident_assets.backends.kv_join_records import (
     OUTPUT_COLUMNS,

@@ -29,7 +29,8 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -117,8 +118,16 @@ class FileCatalog:
         """Close the index file."""
         self._db.close()
 
-    def _write(self) -> _Transaction:
-        return _Transaction(self._db)
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` .. ``COMMIT`` (``ROLLBACK`` on an error): one writer at a time."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def _catch_up(self) -> int:
         """Read the rows numbered since this instance last looked; return how many."""
@@ -144,8 +153,7 @@ class FileCatalog:
         """
         with self._lock:
             loaded = self._catch_up()
-            listed = unstable = 0
-            statted = 0
+            listed = unstable = statted = 0
             fresh: list[tuple[int, str, int]] = []
             still: set[str] = set()
             now_ns = int(self.clock() * 1e9)
@@ -172,9 +180,8 @@ class FileCatalog:
                 fresh.sort()
                 self._pending = list(heapq.merge(self._pending, fresh))
                 self._stable.update(p[1] for p in fresh)
-            pending = self._pending
             self.last_refresh = Refresh(listed, statted, loaded, 0, unstable)
-            return self._end + len(pending)
+            return self._end + len(self._pending)
 
     def bounded_end(self, start: int, end: int, max_bytes: int | None) -> int:
         """The end of a new batch from ``start``: at most ``end`` and ``max_bytes`` bytes.
@@ -308,16 +315,3 @@ def index_backlog(log_root: Path, partition: str, position: int) -> tuple[int, i
     finally:
         catalog.close()
     return files + new_files, size + new_size, catalog.location.url
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` .. ``COMMIT`` (``ROLLBACK`` on an error): one writer at a time."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        self.db.execute("ROLLBACK" if kind is not None else "COMMIT")
