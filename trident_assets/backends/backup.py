@@ -51,6 +51,7 @@ from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.map_layout import log_table
 from trident_assets.backends.marker_file import CommitMarkerFile, lost_commits
 from trident_assets.backends.replica import NEW_VALUES_KEPT, PARTIALS_KEPT, Replica
+from trident_assets.backends.sql_dialect import DUCKDB
 from trident_assets.backends.state_drop import DERIVED_SUFFIXES
 from trident_assets.backends.window_store import stored_windows
 from trident_assets.errors import ConfigError, StateLayoutError
@@ -298,10 +299,7 @@ def rebuild_replica(store: DuckDBStore, replica: Replica, previous: Replica | No
         known = previous.layout(table) if previous is not None else None
         more |= {k: v for k, v in (known or {}).items() if k in ("value_field", "global")}
         replica._write_layout(table, list(layout.key_columns), layout.kind, more)
-        newest = (
-            f"SELECT * FROM {log_table(table)} WHERE {{where}} QUALIFY row_number() OVER "
-            f"(PARTITION BY {keys} ORDER BY {SEQ_COLUMN} DESC) = 1"
-        )
+        newest = DUCKDB.latest("*", f"{log_table(table)} WHERE {{where}}", keys, SEQ_COLUMN)
         if layout.kind == "plain":
             rows = store.conn.sql(newest.format(where="true")).to_arrow_table()
             _write_base(replica, table, txid, rows)

@@ -160,10 +160,7 @@ class Dialect:
                 f"DELETE FROM {log} o WHERE EXISTS (SELECT 1 FROM {log} n WHERE {on} "
                 f"AND n.{seq} > o.{seq})"
             )
-        return (
-            f"CREATE OR REPLACE TABLE {log} AS SELECT * FROM {log} QUALIFY row_number() "
-            f"OVER (PARTITION BY {keys} ORDER BY {seq} DESC) = 1"
-        )
+        return f"CREATE OR REPLACE TABLE {log} AS {self.latest('*', log, keys, seq)}"
 
     def placeholders(self, sql: str) -> str:
         """``sql`` with its ``?`` parameter markers as this database's (outside quotes)."""

@@ -57,8 +57,8 @@ def write_contracts(store: StateStore, contracts: Sequence[StateContract]) -> No
         return
     store.execute(
         f"CREATE TABLE IF NOT EXISTS {CONTRACTS_TABLE} (topology VARCHAR NOT NULL, state VARCHAR "
-        "NOT NULL, "
-        "table_name VARCHAR NOT NULL, contract VARCHAR NOT NULL, PRIMARY KEY (topology, state))"
+        "NOT NULL, table_name VARCHAR NOT NULL, contract VARCHAR NOT NULL, "
+        "PRIMARY KEY (topology, state))"
     )
     rows = pa.table(
         {
@@ -131,10 +131,6 @@ def _show(value: Any) -> str:
     return "none" if value is None else repr(value) if isinstance(value, str) else str(value)
 
 
-def _state_tables_exist(store: StateStore, table: str) -> bool:
-    return any(t == table or t.startswith(f"{table}__") for t in store.tables())
-
-
 def check_contracts(
     store: StateStore,
     topology: str,
@@ -179,7 +175,9 @@ def check_contracts(
             continue
         if last_committed is None:
             pending.append(d)
-        elif not by_state and _state_tables_exist(store, d.table):
+        elif not by_state and any(
+            t == d.table or t.startswith(f"{d.table}__") for t in store.tables()
+        ):
             pending.append(replace(d, first_txid=1))
             adopted.append(d.state)
         elif catch_up is not None:

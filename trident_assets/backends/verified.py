@@ -15,7 +15,7 @@ state; dropping a state drops its checkpoint (:mod:`~trident_assets.backends.sta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import pyarrow as pa
 
@@ -133,18 +133,9 @@ def write_checkpoint(
             )
             store.execute(f'INSERT INTO {name} SELECT {key_list}, value FROM "{staged}"{conflict}')
         store.execute(
-            f"INSERT INTO {VERIFIED_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (topology, "
-            "state) "
-            "DO UPDATE SET table_name = excluded.table_name, through_txid = excluded.through_txid, "
-            "contract = excluded.contract, held = excluded.held, "
-            "incremental_runs = excluded.incremental_runs",
-            [
-                checkpoint.topology,
-                checkpoint.state,
-                checkpoint.table,
-                checkpoint.through_txid,
-                checkpoint.contract,
-                checkpoint.held,
-                checkpoint.incremental_runs,
-            ],
+            f"INSERT INTO {VERIFIED_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT "
+            "(topology, state) DO UPDATE SET table_name = excluded.table_name, "
+            "through_txid = excluded.through_txid, contract = excluded.contract, "
+            "held = excluded.held, incremental_runs = excluded.incremental_runs",
+            list(astuple(checkpoint)),  # the table's columns, in order
         )
