@@ -227,33 +227,20 @@ class RedisClusterServers(_Stopped):
         node_dir = self.root / str(port)
         node_dir.mkdir(exist_ok=True)
         log = (node_dir / "redis.log").open("ab")
-        self.procs[port] = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                str(node_dir / "nodes.conf"),
-                "--cluster-node-timeout",
-                str(self.node_timeout_ms),
-                "--dir",
-                str(node_dir),
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--repl-diskless-sync-delay",
-                "0",
-                "--protected-mode",
-                "no",
-            ],
-            stdout=log,
-            stderr=log,
-        )
+        options = {
+            "port": port,
+            "bind": "127.0.0.1",
+            "cluster-enabled": "yes",
+            "cluster-config-file": node_dir / "nodes.conf",
+            "cluster-node-timeout": self.node_timeout_ms,
+            "dir": node_dir,
+            "save": "",
+            "appendonly": "yes",
+            "repl-diskless-sync-delay": 0,
+            "protected-mode": "no",
+        }
+        args = [arg for name, value in options.items() for arg in (f"--{name}", str(value))]
+        self.procs[port] = subprocess.Popen(["redis-server", *args], stdout=log, stderr=log)
         _wait_port(port, self.procs[port])
 
     def cli(self, port: int, *args: str) -> str:

@@ -13,11 +13,11 @@ Example (a shell)::
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from glob import glob
 from pathlib import Path
 
+from trident_assets.backends.kv_servers import free_port
 from trident_assets.errors import ConfigError, TridentError
 
 __all__ = ["LocalPostgres", "find_pg_bin", "local_postgres"]
@@ -54,12 +55,6 @@ def find_pg_bin() -> Path:
     raise ConfigError(msg)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class LocalPostgres:
     """A running server: where it lives and how to reach it."""
@@ -73,7 +68,7 @@ class LocalPostgres:
     @property
     def dsn(self) -> str:
         """The ``postgresql://`` URI of the ``postgres`` database as the bootstrap user."""
-        user = self.run_as or _current_user()
+        user = self.run_as or getpass.getuser()
         return f"postgresql://{user}@127.0.0.1:{self.port}/postgres"
 
     def _cmd(self, *args: str) -> list[str]:
@@ -100,12 +95,6 @@ class LocalPostgres:
         if pid is not None and self.pid() == pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _current_user() -> str:
-    import getpass
-
-    return getpass.getuser()
 
 
 def start_postgres(
@@ -138,7 +127,7 @@ def start_postgres(
         shutil.chown(data, user)
         log.touch()
         shutil.chown(log, user)
-    server = LocalPostgres(data, _free_port(), bin_dir, user)
+    server = LocalPostgres(data, free_port(), bin_dir, user)
     init = subprocess.run(
         server._cmd("initdb", "-D", str(data), "-A", "trust", "-E", "UTF8", "--no-sync"),
         capture_output=True,
@@ -204,8 +193,6 @@ def local_postgres(
 if __name__ == "__main__":
     with local_postgres(Path(sys.argv[1]) if len(sys.argv) > 1 else None) as pg:
         print(pg.dsn, flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
