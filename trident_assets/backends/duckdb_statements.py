@@ -46,15 +46,13 @@ class DuckDBStatements:
         """Run one query with ``?`` parameters; return its result as an Arrow table."""
         return self.conn.sql(sql, params=list(params) if params else None).to_arrow_table()
 
-    def fetch_reader(
-        self, sql: str, params: Sequence[Any] = (), rows_per_batch: int = 100_000
-    ) -> pa.RecordBatchReader:
-        """Run one query with ``?`` parameters; stream its result as Arrow record batches.
+    def fetch_reader(self, sql: str, params: Sequence[Any] = ()) -> pa.RecordBatchReader:
+        """Run one query with ``?`` parameters; stream its result in batches of 100,000 rows.
 
         Read it to the end before the connection runs its next statement.
         """
         relation = self.conn.sql(sql, params=list(params) if params else None)
-        return relation.to_arrow_reader(rows_per_batch)
+        return relation.to_arrow_reader(100_000)
 
     def staged(self, table: pa.Table, *, analyze: bool = True) -> AbstractContextManager[str]:
         """Register ``table`` on the connection for the ``with`` block (see :meth:`registered`).

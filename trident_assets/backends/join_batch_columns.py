@@ -91,15 +91,13 @@ def with_ord(batch: pa.Table) -> pa.Table:
     return batch.append_column(ORD_COLUMN, pa.array(np.arange(batch.num_rows, dtype=np.int64)))
 
 
-def _key_exprs(spec: SingleJoin) -> list[str]:
-    """Per join field: its value in a combined batch row (only the row's side is non-NULL)."""
+def key_expressions(spec: SingleJoin) -> list[str]:
+    """Per join field, its value in a combined batch row (SQL over the ``__v<i>`` structs).
+
+    Only the row's side is non-NULL.
+    """
     out = []
     for field in spec.join_fields or ():
         parts = [f"{value_column(i)}.{quoted(field)}" for i in range(len(spec.inputs))]
         out.append(f"COALESCE({', '.join(parts)})")
     return out
-
-
-def key_expressions(spec: SingleJoin) -> list[str]:
-    """Per join field, its value in a combined batch row (SQL over the ``__v<i>`` structs)."""
-    return _key_exprs(spec)

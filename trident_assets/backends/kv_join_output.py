@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from trident_assets.backends.join_batch_columns import value_column
+from trident_assets.backends.join_batch_columns import quoted, value_column
 from trident_assets.core.join import DuplicateJoinSideError, SingleJoin, expired_fields
-from trident_assets.names import validate_identifier
 
 __all__ = ["JoinJobResult", "read_job_rows"]
 
@@ -32,14 +31,10 @@ class JoinJobResult:
     delta: int
 
 
-def _q(name: str) -> str:
-    return f'"{validate_identifier(name, "column")}"'
-
-
 def _joined_sql(spec: SingleJoin) -> str:
     cols = []
     for field, (side, _) in spec.locations.items():
-        cols.append(f"{value_column(spec.sides.index(side))}.{_q(field)} AS {_q(field)}")
+        cols.append(f"{value_column(spec.sides.index(side))}.{quoted(field)} AS {quoted(field)}")
     return f"SELECT {', '.join(cols)} FROM r WHERE __kind = 'j' ORDER BY __s, __o"
 
 
@@ -47,14 +42,14 @@ def _expired_sql(spec: SingleJoin) -> str:
     parts = []
     for i, side in enumerate(spec.sides):
         v = value_column(i)
-        keys = ", ".join(f"{v}.{_q(f)} AS {_q(f)}" for f in spec.join_fields or ())
+        keys = ", ".join(f"{v}.{quoted(f)} AS {quoted(f)}" for f in spec.join_fields or ())
         parts.append(
             f"SELECT {keys}, '{side}' AS side, __arrived AS arrived_txid, __arrived_ts AS "
             f"arrived_ts, __reason AS reason, CAST(to_json({v}) AS VARCHAR) AS values_json, "
             f"{i} AS __i FROM r WHERE __kind = 'x' AND __s = {i}"
         )
-    order = ", ".join(_q(f) for f in spec.join_fields or ())
-    cols = ", ".join(_q(f) for f in expired_fields(spec))
+    order = ", ".join(quoted(f) for f in spec.join_fields or ())
+    cols = ", ".join(quoted(f) for f in expired_fields(spec))
     return f"SELECT {cols} FROM ({' UNION ALL '.join(parts)}) ORDER BY arrived_txid, {order}, __i"
 
 
@@ -74,7 +69,7 @@ def read_job_rows(spec: SingleJoin, rows: pa.Table, txid: int) -> JoinJobResult:
         if dup:
             side, ord_, arrived = dup[0]
             v = value_column(side)
-            fields = ", ".join(f"{v}.{_q(f)}" for f in spec.join_fields or ())
+            fields = ", ".join(f"{v}.{quoted(f)}" for f in spec.join_fields or ())
             key = con.execute(
                 f"SELECT {fields} FROM r WHERE __kind = 'd' AND __s = ? AND __o = ?", [side, ord_]
             ).fetchall()[0]

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from trident_assets.backends.duckdb_join import BulkJoinResult, apply_join_batch_sql
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.join_batch_columns import key_expressions
+from trident_assets.backends.join_batch_columns import key_expressions, quoted
 from trident_assets.backends.join_pending_table import (
     create_pending_table,
     join_meta,
@@ -37,10 +37,6 @@ from trident_assets.errors import StaleTxidError
 from trident_assets.names import validate_identifier
 
 __all__ = ["apply_join_batch_pg"]
-
-
-def _q(name: str) -> str:
-    return f'"{validate_identifier(name, "column")}"'
 
 
 def apply_join_batch_pg(
@@ -58,7 +54,7 @@ def apply_join_batch_pg(
     :func:`~trident_assets.backends.duckdb_join.apply_join_batch_sql`.
     """
     validate_identifier(table, "join state table")
-    pending = _q(table)
+    pending = quoted(table)
     fields = list(spec.join_fields or ())
     keys = [f"key_{f}" for f in fields]
     with DuckDBStore(":memory:") as local, store.transaction():
@@ -74,7 +70,7 @@ def apply_join_batch_pg(
             exprs = key_expressions(spec)
             batch_keys = local.fetch_arrow(
                 "SELECT DISTINCT "
-                + ", ".join(f"{e} AS {_q(k)}" for e, k in zip(exprs, keys, strict=True))
+                + ", ".join(f"{e} AS {quoted(k)}" for e, k in zip(exprs, keys, strict=True))
                 + f" FROM {view}"
             )
         if last_txid is not None:
@@ -92,7 +88,7 @@ def apply_join_batch_pg(
                 cutoff.min_live_ts if batch_ts is not None else None,
             )
         )
-        on_key = " AND ".join(f"p.{_q(k)} IS NOT DISTINCT FROM b.{_q(k)}" for k in keys)
+        on_key = " AND ".join(f"p.{quoted(k)} IS NOT DISTINCT FROM b.{quoted(k)}" for k in keys)
         loaded = None
         if stored_cols is not None:
             with store.staged(batch_keys) as staged:
@@ -105,9 +101,9 @@ def apply_join_batch_pg(
         survivors = local.fetch_arrow(
             "SELECT "
             + ", ".join(
-                [_q(k) for k in keys]
+                [quoted(k) for k in keys]
                 + [
-                    f"CAST(to_json({_q(f'side_{s}')}) AS VARCHAR) AS {_q(f'side_{s}')}"
+                    f"CAST(to_json({quoted(f'side_{s}')}) AS VARCHAR) AS {quoted(f'side_{s}')}"
                     for s in spec.sides
                 ]
                 + [ARRIVED_TXID, ARRIVED_TS]
@@ -149,11 +145,11 @@ def _apply_locally(
                 [table],
             )
         )
-        cols = [_q(f"key_{f}") for f in spec.join_fields or ()]
+        cols = [quoted(f"key_{f}") for f in spec.join_fields or ()]
         for side in spec.sides:
-            col = _q(f"side_{side}")
+            col = quoted(f"side_{side}")
             cols.append(f"CAST(CAST({col} AS JSON) AS {types[f'side_{side}']}) AS {col}")
         cols += [ARRIVED_TXID, ARRIVED_TS]
         with local.registered(loaded) as src:
-            local.execute(f"INSERT INTO {_q(table)} SELECT {', '.join(cols)} FROM {src}")
+            local.execute(f"INSERT INTO {quoted(table)} SELECT {', '.join(cols)} FROM {src}")
     return apply_join_batch_sql(local, spec, table, txid, batch, batch_ts=batch_ts)

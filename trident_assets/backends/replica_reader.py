@@ -117,8 +117,7 @@ class ReplicaReader:
                 f"{oldest} to {latest} (raise keep_txids to keep more history)"
             )
             raise HistoryUnavailableError(msg)
-        deltas = self._deltas(table)
-        files = [*self._base_files(table), *(deltas[t] for t in sorted(deltas) if t <= target)]
+        files = self._files_up_to(table, target)
         if not files:
             return self._empty(table, keys, value_name)
         key_list = ", ".join(keys)
@@ -154,16 +153,13 @@ class ReplicaReader:
                 "with the next committed batch of its topology"
             )
             raise StateLayoutError(msg)
-        latest = self.latest(scope) or 0
-        deltas = self._deltas(table)
-        return [*self._base_files(table), *(deltas[t] for t in sorted(deltas) if t <= latest)]
+        return self._files_up_to(table, self.latest(scope) or 0)
 
     def _layout(self, table: str) -> dict[str, Any]:
-        path = self.root / table / "_layout.json"
-        if not path.exists():
+        layout = self.layout(table)
+        if layout is None:
             msg = f"no published map {table!r} under {self.root} (no batch has committed it)"
             raise StateLayoutError(msg)
-        layout: dict[str, Any] = json.loads(path.read_text())
         return layout
 
     def _empty(self, table: str, keys: list[str], value_name: str) -> pa.Table:
@@ -179,3 +175,8 @@ class ReplicaReader:
 
     def _base_files(self, table: str) -> list[Path]:
         return [f for f in self._files(table) if _BASE.match(f.name)]
+
+    def _files_up_to(self, table: str, txid: int) -> list[Path]:
+        """The base files, then the deltas up to ``txid`` in txid order."""
+        deltas = self._deltas(table)
+        return [*self._base_files(table), *(deltas[t] for t in sorted(deltas) if t <= txid)]
