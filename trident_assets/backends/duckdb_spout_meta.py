@@ -80,9 +80,8 @@ class DuckDBSpoutMetaStore:
                 with store.staged(ranges_table(ranges)) as name:
                     store.execute(
                         f"INSERT INTO {SPOUT_RANGES_TABLE} (topology, spout, txid, partition, "
-                        "first_offset, "
-                        "next_offset, deployment_id, committed, topic_id) SELECT ?, ?, ?, "
-                        "partition, first_offset, next_offset, deployment_id, ?, topic_id "
+                        "first_offset, next_offset, deployment_id, committed, topic_id) SELECT "
+                        "?, ?, ?, partition, first_offset, next_offset, deployment_id, ?, topic_id "
                         f'FROM "{name}"',
                         [topology, spout, txid, committed],
                     )
@@ -106,8 +105,8 @@ class DuckDBSpoutMetaStore:
     def last_committed_txid(self, topology: str, spout: str) -> int | None:
         """Return the greatest committed txid."""
         row = self.store.fetch_rows(
-            f"SELECT max(txid) FROM {SPOUT_RANGES_TABLE} WHERE topology = ? AND spout = ? AND "
-            "committed",
+            f"SELECT max(txid) FROM {SPOUT_RANGES_TABLE} WHERE topology = ? AND spout = ? "
+            "AND committed",
             [topology, spout],
         )
         return None if not row or row[0][0] is None else int(row[0][0])
@@ -116,8 +115,7 @@ class DuckDBSpoutMetaStore:
         """Delete committed rows below ``txid`` that a newer committed row supersedes."""
         return self.store.execute(
             f"DELETE FROM {SPOUT_RANGES_TABLE} AS t WHERE t.topology = ? AND t.spout = ? AND "
-            "t.txid < ? "
-            "AND t.committed AND EXISTS (SELECT 1 FROM "
+            "t.txid < ? AND t.committed AND EXISTS (SELECT 1 FROM "
             f"{SPOUT_RANGES_TABLE} AS n WHERE n.topology = t.topology AND n.spout = t.spout "
             "AND n.partition = t.partition AND n.txid > t.txid AND n.committed)",
             [topology, spout, txid],

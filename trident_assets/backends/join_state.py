@@ -20,10 +20,6 @@ from trident_assets.core.join import SingleJoin
 __all__ = ["apply_join_batch", "apply_join_sides"]
 
 
-def _is_pg(store: Any) -> bool:
-    return bool(store.dialect.is_postgres)
-
-
 def apply_join_batch(
     store: Any,
     spec: SingleJoin,
@@ -38,7 +34,7 @@ def apply_join_batch(
     Arguments, results and errors are those of
     :func:`~trident_assets.backends.duckdb_join.apply_join_batch_sql`.
     """
-    if _is_pg(store):
+    if store.dialect.is_postgres:
         return postgres_join.apply_join_batch_pg(store, spec, table, txid, batch, batch_ts=batch_ts)
     return duckdb_join.apply_join_batch_sql(store, spec, table, txid, batch, batch_ts=batch_ts)
 

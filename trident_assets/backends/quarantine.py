@@ -57,15 +57,6 @@ class QuarantineEntry:
         }
 
 
-def _ensure(store: StateStore) -> None:
-    store.execute(
-        f"CREATE TABLE IF NOT EXISTS {QUARANTINE_TABLE} (topology VARCHAR NOT NULL, "
-        "txid BIGINT NOT NULL, spout VARCHAR NOT NULL, ranges VARCHAR NOT NULL, "
-        "error VARCHAR NOT NULL, quarantined_at TIMESTAMP NOT NULL, replayed_txid BIGINT, "
-        "PRIMARY KEY (topology, txid, spout))"
-    )
-
-
 def add_entries(
     store: StateStore,
     topology: str,
@@ -74,7 +65,12 @@ def add_entries(
     error: str,
 ) -> None:
     """Record ``txid``'s ranges per spout (inside its commit transaction; set-based)."""
-    _ensure(store)
+    store.execute(
+        f"CREATE TABLE IF NOT EXISTS {QUARANTINE_TABLE} (topology VARCHAR NOT NULL, "
+        "txid BIGINT NOT NULL, spout VARCHAR NOT NULL, ranges VARCHAR NOT NULL, "
+        "error VARCHAR NOT NULL, quarantined_at TIMESTAMP NOT NULL, replayed_txid BIGINT, "
+        "PRIMARY KEY (topology, txid, spout))"
+    )
     spouts = sorted(ranges)
     if not spouts:
         return
@@ -101,8 +97,7 @@ def add_entries(
         )
         store.execute(
             f"INSERT INTO {QUARANTINE_TABLE} (topology, txid, spout, ranges, error, "
-            "quarantined_at, "
-            f'replayed_txid) SELECT ?, ?, spout, ranges, ?, ?, NULL FROM "{name}"',
+            f'quarantined_at, replayed_txid) SELECT ?, ?, spout, ranges, ?, ?, NULL FROM "{name}"',
             [topology, txid, error, now],
         )
 
@@ -118,9 +113,9 @@ def entries(
         return []
     rows = store.fetch_rows(
         f"SELECT topology, txid, spout, ranges, error, quarantined_at, replayed_txid "
-        f"FROM {QUARANTINE_TABLE} WHERE (topology = CAST(? AS VARCHAR) OR CAST(? AS VARCHAR) IS "
-        "NULL) "
-        "AND (replayed_txid IS NULL OR NOT CAST(? AS BOOLEAN)) ORDER BY topology, txid, spout",
+        f"FROM {QUARANTINE_TABLE} WHERE (topology = CAST(? AS VARCHAR) OR CAST(? AS VARCHAR) "
+        "IS NULL) AND (replayed_txid IS NULL OR NOT CAST(? AS BOOLEAN)) "
+        "ORDER BY topology, txid, spout",
         [topology, topology, pending_only],
     )
     return [

@@ -24,7 +24,10 @@ from trident_assets.spouts.ranges import PartitionRange
 __all__ = ["SpoutJoins", "read_history", "record_history", "spout_joins"]
 
 
-def _ensure(store: StateStore) -> None:
+def record_history(
+    store: StateStore, topology: str, txid: int, read: Mapping[str, Sequence[PartitionRange]]
+) -> None:
+    """Record what ``txid`` read per spout (call inside its commit transaction)."""
     store.execute(
         f"CREATE TABLE IF NOT EXISTS {SPOUT_HISTORY_TABLE} (topology VARCHAR NOT NULL, "
         "spout VARCHAR NOT NULL, txid BIGINT NOT NULL, partition VARCHAR NOT NULL, "
@@ -32,13 +35,6 @@ def _ensure(store: StateStore) -> None:
         "deployment_id VARCHAR NOT NULL, topic_id VARCHAR, "
         "PRIMARY KEY (topology, spout, txid, partition))"
     )
-
-
-def record_history(
-    store: StateStore, topology: str, txid: int, read: Mapping[str, Sequence[PartitionRange]]
-) -> None:
-    """Record what ``txid`` read per spout (call inside its commit transaction)."""
-    _ensure(store)
     rows = [(sid, r) for sid, ranges in read.items() for r in ranges]
     if not rows:
         return

@@ -281,7 +281,6 @@ def _refusal(declared: StateContract, detail: str) -> str:
         "state from the topology, drop its stored values (`trident state drop "
         f"{declared.topology} {declared.state}`, refused while a topology declares it) and "
         "declare it again (it is then built anew from the retained log); or, keeping its "
-        "keys and state type, "
-        "recompute it under the new declaration (`trident state rebuild "
+        "keys and state type, recompute it under the new declaration (`trident state rebuild "
         f"{declared.topology} {declared.state} --module MODULE`)"
     )
