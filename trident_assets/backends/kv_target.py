@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from trident_assets.core.protocols import Key
@@ -65,32 +65,15 @@ class KeyValueTarget:
 
     def to_json(self) -> str:
         """The target as JSON (an asset's metadata; :meth:`from_json` reads it back)."""
-        return json.dumps(
-            {
-                "store": self.store,
-                "servers": [f"{h}:{p}" for h, p in self.servers],
-                "prefix": self.prefix,
-                "state_type": self.state_type.value,
-                "label": self.label,
-                "min_replicas": self.min_replicas,
-                "wait_timeout_ms": self.wait_timeout_ms,
-            }
-        )
+        servers = [f"{h}:{p}" for h, p in self.servers]
+        return json.dumps(asdict(self) | {"servers": servers, "state_type": self.state_type.value})
 
     @classmethod
     def from_json(cls, text: str) -> KeyValueTarget:
         """The target :meth:`to_json` wrote."""
         raw = json.loads(text)
         servers = tuple((h, int(p)) for h, _, p in (s.rpartition(":") for s in raw["servers"]))
-        return cls(
-            store=raw["store"],
-            servers=servers,
-            prefix=raw["prefix"],
-            state_type=StateType(raw["state_type"]),
-            label=raw["label"],
-            min_replicas=int(raw["min_replicas"]),
-            wait_timeout_ms=int(raw["wait_timeout_ms"]),
-        )
+        return cls(**raw | {"servers": servers, "state_type": StateType(raw["state_type"])})
 
     def encode(self, key: Key) -> str:
         """The store key of ``key`` (:func:`encode_key` under this state's prefix)."""
