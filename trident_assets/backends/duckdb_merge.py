@@ -94,20 +94,10 @@ def apply_partials(
     commit marker), else in its own. The table is created on first use: key columns named and
     typed after ``key_columns``, the value type taken from the Arrow type of ``value_column``.
 
-    Args:
-        store: the DuckDB store.
-        table: the map table.
-        batch: one row per (key, partial); may hold other columns, which are ignored.
-        key_columns: the batch's key columns (also the table's key column names).
-        value_column: the batch column holding the partials.
-        combine: ``sum``, ``min`` or ``max``.
-        state_type: opaque, transactional or non-transactional.
-        txid: the batch's txid; None for an ad-hoc batch.
-        return_new_values: also return each batch key's new value. A transactional replay
-            (some keys skipped) then costs one extra read to fetch the skipped keys' values.
-
-    Returns:
-        The counts, and the new values if asked for.
+    ``batch`` holds one row per (key, partial) (other columns are ignored); ``key_columns``
+    are also the table's key column names; ``txid`` None is an ad-hoc batch.
+    ``return_new_values``: also return each batch key's new value (a transactional replay,
+    some keys skipped, then costs one extra read to fetch the skipped keys' values).
 
     Raises:
         ConfigError: a name, ``combine``, ``state_type`` or ``txid`` is invalid.
@@ -117,10 +107,7 @@ def apply_partials(
         StaleTxidError: opaque state, and a key's stored txid is ahead of ``txid``; nothing
             was changed by this statement (an enclosing transaction must be rolled back).
     """
-    if not isinstance(state_type, StateType):
-        msg = f"state_type must be a StateType, got {state_type!r}"
-        raise ConfigError(msg)
-    check_txid(txid)
+    check_txid(txid, state_type)
     if combine not in COMBINES:
         msg = f"combine must be one of {', '.join(COMBINES)}, got {combine!r}"
         raise ConfigError(msg)
@@ -204,10 +191,7 @@ def apply_partials_python(
         StateLayoutError: a key column holds nulls, or the batch does not fit the table.
         StaleTxidError: opaque state, and a key's stored txid is ahead of ``txid``.
     """
-    if not isinstance(state_type, StateType):
-        msg = f"state_type must be a StateType, got {state_type!r}"
-        raise ConfigError(msg)
-    check_txid(txid)
+    check_txid(txid, state_type)
     keys, key_types = check_batch(table, batch, key_columns, value_column)
     combined: dict[Key, Any] = {}
     columns = [batch.column(c).to_pylist() for c in keys]

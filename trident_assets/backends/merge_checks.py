@@ -39,6 +39,9 @@ COMBINES: tuple[Combine, ...] = ("sum", "min", "max")
 """Every :data:`Combine`."""
 
 
+_STRING_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+
+
 def arrow_to_sql_type(arrow_type: pa.DataType, *, for_key: bool) -> str | None:
     """Return the column type that stores ``arrow_type``, or None if it has none.
 
@@ -53,19 +56,13 @@ def arrow_to_sql_type(arrow_type: pa.DataType, *, for_key: bool) -> str | None:
         return "BIGINT"
     if pa.types.is_floating(arrow_type):
         return "DOUBLE"
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return "VARCHAR"
-    if pa.types.is_string_view(arrow_type):
+    if any(is_string(arrow_type) for is_string in _STRING_TYPES):
         return "VARCHAR"
     if for_key and (pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type)):
         return "BLOB"
     if not for_key and pa.types.is_decimal(arrow_type):
         return f"DECIMAL(38,{arrow_type.scale})"
     return None
-
-
-def _is_numeric(sql_type: str) -> bool:
-    return sql_type in ("BIGINT", "DOUBLE") or sql_type.startswith("DECIMAL")
 
 
 def value_fits(batch_type: str, stored_type: str) -> bool:
@@ -80,8 +77,11 @@ def value_fits(batch_type: str, stored_type: str) -> bool:
     return False
 
 
-def check_txid(txid: int | None) -> None:
-    """Raise ConfigError unless ``txid`` is None or a non-negative 64-bit integer."""
+def check_txid(txid: int | None, state_type: StateType) -> None:
+    """Refuse (ConfigError) a ``state_type`` not a StateType, a ``txid`` not None or int64 >= 0."""
+    if not isinstance(state_type, StateType):
+        msg = f"state_type must be a StateType, got {state_type!r}"
+        raise ConfigError(msg)
     if txid is None:
         return
     if isinstance(txid, bool) or not isinstance(txid, int) or not 0 <= txid < 2**63:
@@ -174,7 +174,7 @@ def value_sql_type(table: str, schema: pa.Schema, value_column: str, combine: Co
             f"{schema.field(value_column).type}, which no value column can hold"
         )
         raise StateLayoutError(msg)
-    if combine == "sum" and not _is_numeric(value_type):
+    if combine == "sum" and value_type not in ("BIGINT", "DOUBLE") and "DECIMAL" not in value_type:
         msg = f"combine='sum' needs a numeric value column; {value_column!r} is {value_type}"
         raise ConfigError(msg)
     return value_type
