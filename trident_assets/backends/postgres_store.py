@@ -47,10 +47,9 @@ from trident_assets.names import CATALOG_TABLE, COMMITS_TABLE, validate_identifi
 
 __all__ = ["PostgresStore", "PostgresTransaction", "redact_dsn"]
 
-WORK_MEM = "64MB"
-"""The session's ``work_mem``: a batch's grouping and joins stay in memory (default 4MB spills)."""
-SESSION_SETTINGS = {"work_mem": WORK_MEM, "jit": "off", "TimeZone": "UTC"}
-"""Set on every store connection. ``jit=off``: a batch's statement is costed high enough to
+SESSION_SETTINGS = {"work_mem": "64MB", "jit": "off", "TimeZone": "UTC"}
+"""Set on every store connection. ``work_mem``: a batch's grouping and joins stay in memory
+(the default 4MB spills). ``jit=off``: a batch's statement is costed high enough to
 JIT-compile, which took about 300 ms per merge (more than the merge's own work at 100k keys).
 ``TimeZone=UTC``: the store keeps instants as naive UTC ``TIMESTAMP``; a time-zone-aware value
 (Spark's timestamps arrive with a zone) is stored as its UTC time, whatever the server's or the

@@ -124,14 +124,6 @@ def _size(store: StateStore, table: str) -> int:
     return int(store.fetch_rows(f"SELECT count(*) FROM {quote_ident(table)}")[0][0])
 
 
-def _sql_type(kind: pa.DataType) -> str | None:
-    if pa.types.is_integer(kind):
-        return "BIGINT"
-    if pa.types.is_floating(kind):
-        return "DOUBLE"
-    return None
-
-
 def _windows_table(windows: list[tuple[int, int, int]]) -> pa.Table:
     names = ("k", "lo", "hi")
     return pa.table({n: pa.array([w[i] for w in windows], pa.int64()) for i, n in enumerate(names)})
@@ -174,7 +166,13 @@ def _fired_table(
         if is_sql_combiner(agg):
             column = PARTIAL_COLUMN if partials else window.inputs[0]
             expr = _sql_aggregate(agg, column, partials)
-            cast = _sql_type(out_type)
+            cast = (
+                "BIGINT"
+                if pa.types.is_integer(out_type)
+                else "DOUBLE"
+                if pa.types.is_floating(out_type)
+                else None
+            )
             value = f"CAST({expr} AS {cast})" if cast else expr
             got = store.fetch_arrow(
                 f'SELECT w.k, {value} AS v FROM "{w}" w JOIN {q} t ON {join} '

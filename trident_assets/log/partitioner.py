@@ -26,11 +26,6 @@ _M = 0x5BD1E995
 _MASK32 = 0xFFFFFFFF
 
 
-def _to_int32(value: int) -> int:
-    value &= _MASK32
-    return value - 0x1_0000_0000 if value & 0x8000_0000 else value
-
-
 def murmur2(data: bytes) -> int:
     """Return Kafka's 32-bit murmur2 hash of ``data`` as a signed int (as Java returns it).
 
@@ -58,7 +53,7 @@ def murmur2(data: bytes) -> int:
     h ^= h >> 13
     h = (h * _M) & _MASK32
     h ^= h >> 15
-    return _to_int32(h)
+    return h - 0x1_0000_0000 if h & 0x8000_0000 else h  # as a signed 32-bit int
 
 
 def to_positive(number: int) -> int:

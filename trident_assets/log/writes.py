@@ -24,12 +24,11 @@ from trident_assets.log.segments import list_segments, next_offset, read_log_sta
 
 __all__ = ["append_segment", "delete_before"]
 
-_ROW_GROUP_ROWS = 128 * 1024
 _WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "use_dictionary": ["topic", "partition"],
     "write_statistics": ["topic", "partition", "offset", "timestamp"],
-    "row_group_size": _ROW_GROUP_ROWS,
+    "row_group_size": 128 * 1024,
 }
 
 
