@@ -41,6 +41,17 @@ __all__ = ["SqlBackingMap"]
 
 
 _ORD = "_trident_ord"
+
+
+def _unwrap(value: Any) -> tuple[Any, Any, Any]:
+    """``(txid, curr, prev)`` of an OpaqueValue, TransactionalValue or plain value."""
+    if isinstance(value, OpaqueValue):
+        return value.curr_txid, value.curr, value.prev
+    if isinstance(value, TransactionalValue):
+        return value.txid, value.val, None
+    return None, value, None
+
+
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -203,18 +214,10 @@ class SqlBackingMap(ClosesOnExit):
                     f"{type(value).__name__} {value!r}. Use one state type per table."
                 )
                 raise StateLayoutError(msg)
-            if isinstance(value, OpaqueValue):
-                txids.append(self._check_txid(value.curr_txid, value))
-                currs.append(self._encode_value(layout, value.curr))
-                prevs.append(self._encode_value(layout, value.prev))
-            elif isinstance(value, TransactionalValue):
-                txids.append(self._check_txid(value.txid, value))
-                currs.append(self._encode_value(layout, value.val))
-                prevs.append(None)
-            else:
-                txids.append(None)
-                currs.append(self._encode_value(layout, value))
-                prevs.append(None)
+            txid, curr, prev = _unwrap(value)
+            txids.append(self._check_txid(txid, value))
+            currs.append(self._encode_value(layout, curr))
+            prevs.append(self._encode_value(layout, prev))
         return txids, currs, prevs
 
     def _infer_layout(self, keys: Sequence[Key], values: Sequence[Any]) -> MapLayout:
@@ -241,14 +244,7 @@ class SqlBackingMap(ClosesOnExit):
             if isinstance(first, TransactionalValue)
             else "plain"
         )
-        inner: list[Any] = []
-        for v in values:
-            if isinstance(v, OpaqueValue):
-                inner += [v.curr, v.prev]
-            elif isinstance(v, TransactionalValue):
-                inner.append(v.val)
-            else:
-                inner.append(v)
+        inner = [part for v in values for part in _unwrap(v)[1:]]
         value_type = self._value_type or infer_scalar_type(inner, for_key=False)
         return MapLayout(self.table, kind, tuple(key_columns), tuple(key_types), value_type)
 
