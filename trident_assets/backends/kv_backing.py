@@ -59,11 +59,8 @@ def state_size(target: KeyValueTarget, txid: int | None = None) -> int | None:
     """How many keys the state holds on its servers; None for memcached (unknown).
 
     A Redis Cluster state: the sum of its key counters, which its writes keep atomically
-    (:class:`~trident_assets.backends.redis_cluster_map.RedisClusterBackingMap`), one script
-    per master, whatever the number of keys. memcached cannot count a state's keys exactly: it
-    has no atomic write of two keys (a key and a counter) and no server-side scripts, so a
-    writer stopped between the two leaves a count its re-run cannot correct, and it evicts
-    keys unannounced when full; it cannot list keys either.
+    (:class:`~trident_assets.backends.redis_cluster_map.RedisClusterBackingMap`). memcached
+    cannot count exactly: no atomic write of a key and a counter, and unannounced evictions.
 
     Raises:
         KeyValueStoreError: a node did not answer (naming the state and ``txid``, the txid

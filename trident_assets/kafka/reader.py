@@ -238,18 +238,12 @@ def read_kafka_ranges(
     tasks: int | None = None,
     timeout_s: float = 60.0,
 ) -> Any:
-    """Return a DataFrame of the records (and gap rows) of ``ranges``, read by Spark tasks.
+    """Return a DataFrame (``log_spark_schema()``, unordered) of the records of ``ranges``.
 
-    Args:
-        spark: the SparkSession.
-        config: librdkafka consumer settings (``bootstrap.servers``, security, fetch sizes).
-        ranges: ``(topic, partition, first, next)``; empty ranges are skipped.
-        tasks: Spark tasks (consumers); default ``spark.sparkContext.defaultParallelism``,
-            never more than the partitions with data.
-        timeout_s: how long a task waits for the broker without progress.
-
-    Returns:
-        A DataFrame with ``log_spark_schema()``, unordered.
+    Gap rows included. ``config``: librdkafka consumer settings (``bootstrap.servers``,
+    security, fetch sizes); empty ranges are skipped; ``tasks``: Spark tasks (consumers),
+    default the session's parallelism, never more than the partitions with data;
+    ``timeout_s``: how long a task waits for the broker without progress.
     """
     from trident_assets.log.records import log_spark_schema
 
