@@ -45,10 +45,7 @@ __all__ = [
 ]
 
 COMBINERS: dict[str, type[CombinerAggregator[Any]]] = {
-    "count": Count,
-    "sum": Sum,
-    "min": Min,
-    "max": Max,
+    c.__name__.lower(): c for c in (Count, Sum, Min, Max)
 }
 """Combiners by name; any other is a ``module:Class`` import path of a CombinerAggregator."""
 
