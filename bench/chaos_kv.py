@@ -33,7 +33,7 @@ def state_spec(servers: Sequence[str]) -> Any:
 
 def start_cluster(root: Path) -> Any:
     """A 3-master Redis Cluster with a replica each under ``root`` (a context manager)."""
-    from trident_assets.backends.kv_servers import RedisClusterServers
+    from trident_assets_tests.kv_servers import RedisClusterServers
 
     return RedisClusterServers(root, MASTERS, replicas=1)
 

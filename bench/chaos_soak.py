@@ -497,7 +497,7 @@ class Driver:
     ) -> None:
         """Prepare the log under ``root``; the state store is at ``location``.
 
-        ``cluster``: the Redis Cluster (:class:`~trident_assets.backends.kv_servers
+        ``cluster``: the Redis Cluster (:class:`~trident_assets_tests.kv_servers
         .RedisClusterServers`) holding the counts, None for counts in the state store.
         """
         from bench.chaos_kv import MasterKill

@@ -356,7 +356,7 @@ def _cluster(store: str, root: Path) -> Iterator[list[str] | None]:
     if store != "redis-cluster":
         yield None
         return
-    from trident_assets.backends.kv_servers import RedisClusterServers
+    from trident_assets_tests.kv_servers import RedisClusterServers
 
     # Redis's default node timeout: at 20M keys on 2 loaded cores a master can stall for over
     # the tests' 1 s (a replica then takes over and the batch's writes are refused)

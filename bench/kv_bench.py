@@ -45,7 +45,7 @@ def state_spec(store: str, servers: Sequence[str]) -> Any:
 def kv_servers(store: str, root: Path, shards: int) -> Iterator[Any]:
     """New servers for one run: a Redis Cluster of ``shards`` masters with a replica each, or
     ``shards`` memcached servers; stopped by PID on exit."""
-    from trident_assets.backends.kv_servers import MemcachedServers, RedisClusterServers
+    from trident_assets_tests.kv_servers import MemcachedServers, RedisClusterServers
 
     if store == "redis-cluster":
         servers: Any = RedisClusterServers(root, shards, replicas=1)

@@ -328,7 +328,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     Per module: a module's tests may kill a master; stopped by PID at the module's end.
     """
-    from trident_assets.backends.kv_servers import RedisClusterServers
+    from trident_assets_tests.kv_servers import RedisClusterServers
 
     cluster = RedisClusterServers(tmp_path_factory.mktemp("redis"))
     try:
@@ -340,7 +340,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def memcached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Three memcached servers on 127.0.0.1 for one test module, stopped by PID at its end."""
-    from trident_assets.backends.kv_servers import MemcachedServers
+    from trident_assets_tests.kv_servers import MemcachedServers
 
     servers = MemcachedServers(tmp_path_factory.mktemp("memcached"))
     try:

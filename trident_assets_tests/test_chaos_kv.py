@@ -20,13 +20,13 @@ from bench import chaos_soak
 from bench.chaos_kv import start_cluster, state_spec
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.kv_backing import open_backing
-from trident_assets.backends.kv_servers import RedisClusterServers, servers_installed
 from trident_assets.core.values import OpaqueValue
 from trident_assets.examples.word_count import build_word_count
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.kv_state import kv_target
 from trident_assets.spouts.config import SpoutKind
+from trident_assets_tests.kv_servers import RedisClusterServers, servers_installed
 from trident_assets_tests.soaks import run_soak, soak_env
 
 pytestmark = pytest.mark.skipif(

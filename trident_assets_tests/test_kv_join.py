@@ -25,11 +25,6 @@ from trident_assets.backends.join_pending_table import read_meta
 from trident_assets.backends.kv_backing import open_backing
 from trident_assets.backends.kv_join_clock import advance_clock, due_txids
 from trident_assets.backends.kv_join_records import SHARD_COLUMN, JoinPartition, join_targets
-from trident_assets.backends.kv_servers import (
-    MemcachedServers,
-    RedisClusterServers,
-    servers_installed,
-)
 from trident_assets.backends.state_store import open_state_store
 from trident_assets.core.join import DuplicateJoinSideError
 from trident_assets.core.values import OpaqueValue
@@ -42,6 +37,11 @@ from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.state_kinds import KeyValueJoinKind, state_kind
 from trident_assets.stream.topology import TridentTopology
 from trident_assets_tests.faults import Crash, crash_at
+from trident_assets_tests.kv_servers import (
+    MemcachedServers,
+    RedisClusterServers,
+    servers_installed,
+)
 
 pytestmark = pytest.mark.skipif(
     not servers_installed(), reason="needs memcached and redis-server (scripts/setup.sh)"

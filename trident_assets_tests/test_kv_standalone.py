@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from trident_assets.backends.kv_servers import (
+from trident_assets.spark.local_servers import start_standalone
+from trident_assets_tests.children import clean_env, run_child
+from trident_assets_tests.kv_servers import (
     MemcachedServers,
     RedisClusterServers,
     servers_installed,
 )
-from trident_assets.spark.local_servers import start_standalone
-from trident_assets_tests.children import clean_env, run_child
 from trident_assets_tests.test_code_shipping import _worker_python
 
 APP = Path(__file__).with_name("kv_cluster_app.py")

@@ -21,11 +21,6 @@ from dagster._core.types.dagster_type import resolve_dagster_type
 import trident_assets as ta
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.kv_backing import state_size
-from trident_assets.backends.kv_servers import (
-    MemcachedServers,
-    RedisClusterServers,
-    servers_installed,
-)
 from trident_assets.dagster.batch_events import batch_events
 from trident_assets.dagster.graph import asset_keys, topology_graph
 from trident_assets.errors import ConfigError, KeyValueStoreError
@@ -41,6 +36,11 @@ from trident_assets.spouts.config import SpoutKind
 from trident_assets.stream.state_kinds import KeyValueKind, state_kind
 from trident_assets.stream.topology import StateSpec, TridentTopology
 from trident_assets_tests.faults import Crash, crash_at
+from trident_assets_tests.kv_servers import (
+    MemcachedServers,
+    RedisClusterServers,
+    servers_installed,
+)
 
 pytestmark = pytest.mark.skipif(
     not servers_installed(), reason="needs memcached and redis-server (scripts/setup.sh)"

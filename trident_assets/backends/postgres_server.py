@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from glob import glob
 from pathlib import Path
 
-from trident_assets.backends.kv_servers import free_port
 from trident_assets.errors import ConfigError, TridentError
 
 __all__ = ["LocalPostgres", "find_pg_bin", "local_postgres"]
@@ -53,6 +53,12 @@ def find_pg_bin() -> Path:
         "install them (Debian: apt-get install postgresql) or run scripts/setup.sh"
     )
     raise ConfigError(msg)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -127,7 +133,7 @@ def start_postgres(
         shutil.chown(data, user)
         log.touch()
         shutil.chown(log, user)
-    server = LocalPostgres(data, free_port(), bin_dir, user)
+    server = LocalPostgres(data, _free_port(), bin_dir, user)
     init = subprocess.run(
         server._cmd("initdb", "-D", str(data), "-A", "trust", "-E", "UTF8", "--no-sync"),
         capture_output=True,

@@ -1,6 +1,7 @@
 """Local key-value servers on 127.0.0.1: memcached servers and a Redis Cluster, under a directory.
 
-For tests and benchmarks, as :mod:`trident_assets.backends.postgres_server` is for PostgreSQL.
+For tests and benchmarks, as :mod:`trident_assets.backends.postgres_server` is for PostgreSQL
+(and :mod:`trident_assets_tests.kafka_broker` for Kafka).
 :class:`MemcachedServers` starts ``n`` memcached processes; :class:`RedisClusterServers`
 starts ``masters * (1 + replicas)`` ``redis-server --cluster-enabled yes`` processes (AOF on,
 no RDB), gives each master an equal range of the 16384 hash slots and makes the other nodes
