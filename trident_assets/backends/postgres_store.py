@@ -164,7 +164,12 @@ class PostgresStore(SqlStateStore):
         with self.transaction():
             self.execute("SELECT pg_advisory_xact_lock(?)", [_INIT_LOCK])
             self.create_base_tables()
-            if not self._has_function(PG_ERROR_FUNCTION):
+            found = self.fetch_rows(
+                "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE p.proname = ? AND n.nspname = current_schema()",
+                [PG_ERROR_FUNCTION],
+            )
+            if not found[0][0]:
                 self.execute(
                     f"CREATE FUNCTION {PG_ERROR_FUNCTION}(msg text) RETURNS text "
                     "LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION '%', msg; END $f$"
@@ -209,11 +214,11 @@ class PostgresStore(SqlStateStore):
         """
         with self._lock:
             cur = self._cursor()
-            if params and _DML_RE.match(sql) and " RETURNING " not in sql.upper():
-                cur.executemany(self.dialect.placeholders(sql), [list(params)])
-                return int(cur.rowcount)
             query = self.dialect.placeholders(sql)
-            cur.execute(query, parameters=list(params) if params else None)
+            if params and _DML_RE.match(sql) and " RETURNING " not in sql.upper():
+                cur.executemany(query, [list(params)])
+            else:
+                cur.execute(query, parameters=list(params) if params else None)
             return int(cur.rowcount)
 
     def fetch_rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -280,14 +285,6 @@ class PostgresStore(SqlStateStore):
         rows = self.fetch_rows(
             "SELECT count(*) FROM information_schema.tables "
             "WHERE table_schema = current_schema() AND table_name = ?",
-            [name],
-        )
-        return bool(rows[0][0])
-
-    def _has_function(self, name: str) -> bool:
-        rows = self.fetch_rows(
-            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE p.proname = ? AND n.nspname = current_schema()",
             [name],
         )
         return bool(rows[0][0])
