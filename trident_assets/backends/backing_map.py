@@ -35,7 +35,7 @@ from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import SEQ_COLUMN, validate_identifier
 
 if TYPE_CHECKING:
-    from trident_assets.backends.state_store import StateStore
+    from trident_assets.backends.sql_catalog import SqlCatalogStore
 
 __all__ = ["SqlBackingMap"]
 
@@ -70,7 +70,7 @@ class SqlBackingMap(ClosesOnExit):
 
     def __init__(
         self,
-        store: StateStore,
+        store: SqlCatalogStore,
         table: str,
         *,
         key_columns: Sequence[str] | None = None,
