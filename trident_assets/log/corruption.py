@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trident_assets.errors import CorruptSegmentError
+from trident_assets.log.records import Segment
 
 __all__ = [
     "CHECKSUM_SUFFIX",
-    "SegmentLike",
     "checksum_path",
     "checksum_problem",
     "corrupt_segment_error",
@@ -40,22 +39,6 @@ of up to 32 bits; ``zlib`` is in the standard library and runs at memory speed.
 """
 
 
-class SegmentLike(Protocol):
-    """What the checks need of a segment: its offsets (from its name) and its file."""
-
-    @property
-    def first(self) -> int:
-        """First offset, from the file name."""
-
-    @property
-    def last(self) -> int:
-        """Last offset (inclusive), from the file name."""
-
-    @property
-    def path(self) -> Path:
-        """The segment file."""
-
-
 def _remedy(topic: str) -> str:
     return (
         "restore the file from a copy of the log (segments never change once written); "
@@ -64,7 +47,7 @@ def _remedy(topic: str) -> str:
 
 
 def corrupt_segment_error(
-    topic: str, partition: int, seg: SegmentLike, problem: str
+    topic: str, partition: int, seg: Segment, problem: str
 ) -> CorruptSegmentError:
     """The error for segment ``seg`` of ``topic``/``partition``: ``problem`` is what is wrong.
 
@@ -107,7 +90,7 @@ def gap_error(
     return CorruptSegmentError(msg)
 
 
-def footer_problem(seg: SegmentLike) -> str | None:
+def footer_problem(seg: Segment) -> str | None:
     """Check ``seg`` from its Parquet footer only; return what is wrong, or None if it is fine.
 
     Checks: the footer parses (catches truncation and a wrong magic), the row count equals
@@ -179,7 +162,7 @@ def checksum_problem(path: Path, data: bytes, required: bool) -> str | None:
     return None
 
 
-def read_verified(topic: str, partition: int, seg: SegmentLike, required: bool) -> bytes:
+def read_verified(topic: str, partition: int, seg: Segment, required: bool) -> bytes:
     """Read all bytes of ``seg`` and verify them against its checksum file.
 
     Raises:
