@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trident_assets import errors
 from trident_assets.backends.memory import MemoryStore
 from trident_assets.core.aggregators import (
     CombinerAggregator,
@@ -43,30 +44,7 @@ from trident_assets.core.trident_windows import (
     WindowConfig,
 )
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
-from trident_assets.errors import (
-    AggregationError,
-    BatchUnavailableError,
-    ConfigError,
-    CorruptLogMetadataError,
-    CorruptSegmentError,
-    CorruptStateError,
-    DiskFullError,
-    FieldNotFoundError,
-    HistoryUnavailableError,
-    HomeLockedError,
-    KeyValueStoreError,
-    LogLockTimeoutError,
-    LostCommitsError,
-    OutOfOrderCommitError,
-    PublishError,
-    QuarantineError,
-    StaleTxidError,
-    StateContractError,
-    StateLayoutError,
-    StoreLockedError,
-    TridentError,
-    UserCodeError,
-)
+from trident_assets.errors import *  # noqa: F403 (every error class: errors.__all__)
 
 if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
     from trident_assets.backends.duckdb_store import (
@@ -354,28 +332,7 @@ __all__ = [
     "TopologyComponent",
     "TridentIOManager",
     # errors
-    "AggregationError",
-    "BatchUnavailableError",
-    "ConfigError",
-    "CorruptLogMetadataError",
-    "CorruptSegmentError",
-    "CorruptStateError",
-    "DiskFullError",
-    "FieldNotFoundError",
-    "HistoryUnavailableError",
-    "HomeLockedError",
-    "KeyValueStoreError",
-    "LogLockTimeoutError",
-    "LostCommitsError",
-    "OutOfOrderCommitError",
-    "PublishError",
-    "QuarantineError",
-    "StaleTxidError",
-    "StateContractError",
-    "StateLayoutError",
-    "StoreLockedError",
-    "TridentError",
-    "UserCodeError",
+    *errors.__all__,
 ]
 
 

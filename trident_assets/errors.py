@@ -31,7 +31,6 @@ __all__ = [
     "StoreLockedError",
     "TridentError",
     "UserCodeError",
-    "is_disk_full",
 ]
 
 

@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
-    "EMPTY_KEEPING",
-    "PURE_KINDS",
     "all_nodes",
     "check_quarantine",
     "chunk_pipelinable",

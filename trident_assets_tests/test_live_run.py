@@ -452,3 +452,40 @@ def test_a_failing_txid_fails_the_live_run_with_its_error_and_commits_nothing_of
     assert (failure["txid"], failure["run"]) == (2, result.run_id)
     done = instance.get_materialized_partitions(dg.AssetKey(["word_count", "word_counts"]))
     assert done == {"0000000001"}
+
+
+def test_a_live_commit_has_the_one_commit_function_on_its_stack(
+    home: Path, instance, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A txid of the live run, from its committer's thread to the store transaction: one
+    function named commit in the runtime and the core's commit protocol, as in a run per txid
+    and in the IO manager."""
+    import traceback
+
+    from trident_assets.spark import state_apply
+
+    seen: list[tuple[list[traceback.FrameSummary], bool]] = []
+    applied = state_apply.apply_state_batch
+
+    def apply_state_batch(store: Any, *args: Any) -> Any:
+        seen.append((traceback.extract_stack(), store.in_transaction))
+        return applied(store, *args)
+
+    monkeypatch.setattr(state_apply, "apply_state_batch", apply_state_batch)
+    _append(home, SENTENCES[0])
+    assert _live_job(home, replace(FAST, max_txids=1)).execute_in_process(instance=instance).success
+    ((stack, in_transaction),) = seen  # the one state of word_count, applied once
+    assert in_transaction
+    package = Path(state_apply.__file__).parents[1]
+    frames = [
+        (Path(f.filename).relative_to(package.parent).as_posix(), f.name)
+        for f in stack
+        if Path(f.filename).is_relative_to(package)
+    ]
+    print(frames)
+    assert [f for f in frames if "commit" in f[1].lower()] == [
+        ("trident_assets/runtime/commit.py", "commit"),
+        ("trident_assets/core/commit.py", "commit_batch"),
+    ]
+    assert frames[0] == ("trident_assets/dagster/live_commits.py", "run"), "the committer's thread"
+    assert _counts(home) == _truth([SENTENCES[0]])

@@ -22,14 +22,12 @@ import pytest
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.core.window_partitions import completion_time, newly_complete
 from trident_assets.dagster.factory import trident_definitions
+from trident_assets.dagster.finals_asset import fingerprint
+from trident_assets.dagster.finals_check import FINALS_CHECKS_SENSOR
+from trident_assets.dagster.finals_reader import read_finals_range
 from trident_assets.dagster.in_flight import batches_pool
 from trident_assets.dagster.partitions import txid_key
 from trident_assets.dagster.resources import TridentResource
-from trident_assets.dagster.window_assets import (
-    FINALS_CHECKS_SENSOR,
-    fingerprint,
-    read_finals_range,
-)
 from trident_assets.errors import ConfigError
 from trident_assets.examples.downstream import daily_rollup
 from trident_assets.examples.page_views import TOPIC, build_page_views, seed_rows

@@ -23,11 +23,8 @@ from trident_assets.errors import ConfigError
 from trident_assets.home_lock import LOCK_FILE
 
 __all__ = [
-    "DEMO_ENTRIES",
     "DEMO_MARKER",
-    "DEMO_TOPICS",
     "check_home",
-    "foreign_data",
     "prepare_home",
     "record_home",
 ]

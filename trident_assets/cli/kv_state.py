@@ -23,7 +23,7 @@ from trident_assets.errors import ConfigError, TridentError
 if TYPE_CHECKING:
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["declared_kv_state", "kv_get", "kv_hint", "kv_hinted", "kv_scan"]
+__all__ = ["declared_kv_state", "kv_get", "kv_hint", "kv_hinted", "kv_scan", "largest_first"]
 
 
 def declared_kv_state(modules: Sequence[str] | None, topology: str, state: str) -> Any:
@@ -136,7 +136,7 @@ def kv_scan(state: TridentState, txid: int | None, limit: int | None, fmt: Forma
     _refuse_txid(state, txid)
     value = str(state.value_field)
     data = read_latest(target_of(state), list(state.group), value).to_pylist()
-    data.sort(key=lambda r: _largest(r[value]))
+    data.sort(key=lambda r: largest_first(r[value]))
     shown = data[: limit or (20 if fmt is Format.table else len(data))]
     title = (
         f"{state.topology.name}.{state.spec.name}: {len(data)} keys, latest values on its "
@@ -147,7 +147,8 @@ def kv_scan(state: TridentState, txid: int | None, limit: int | None, fmt: Forma
     emit(shown, _columns(state), fmt, title)
 
 
-def _largest(value: Any) -> tuple[int, float, str]:
+def largest_first(value: Any) -> tuple[int, float, str]:
+    """Sort key of ``scan``: numbers largest first, then other values by their JSON text."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return (0, -float(value), "")
     return (1, 0.0, json.dumps(value, default=str, sort_keys=True))

@@ -64,18 +64,16 @@ def launch(
     """
     import dagster as dg
 
-    from trident_assets.cli.ui import shipped_dagster_yaml
+    from trident_assets.cli.ui import instance_dir
     from trident_assets.dagster.partitions import txid_key, txid_partitions
 
     with cli_errors():
         if not topology.isidentifier():
             msg = f"topology {topology!r} is not a topology name (e.g. shop)"
             raise ConfigError(msg)
-        where = Path(os.environ.get("DAGSTER_HOME") or Path(home) / "dagster").resolve()
-        where.mkdir(parents=True, exist_ok=True)
-        config = where / "dagster.yaml"
-        if not config.exists():
-            config.write_text(shipped_dagster_yaml(), encoding="utf-8")
+        where = instance_dir(
+            Path(os.environ.get("DAGSTER_HOME") or Path(home) / "dagster").resolve()
+        )
         name = txid_partitions(topology).name
         key = txid_key(txid)
         with dg.DagsterInstance.from_config(str(where)) as instance:

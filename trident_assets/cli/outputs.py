@@ -83,8 +83,7 @@ def outputs(
         if replica is not None:
             result, low, high = output_rows(replica, topology, output, txid)
         else:
-            store = open_state(home, database, wait)
-            try:
+            with open_state(home, database, wait) as store:
                 name = f'"{_output_table(store, topology, output)}"'  # validated identifiers
                 low, high = store.fetch_rows(f"SELECT min(txid), max(txid) FROM {name}")[0]
                 check_kept(topology, output, txid, store.last_committed(topology), low, high)
@@ -93,8 +92,6 @@ def outputs(
                 order = ", ".join(str(i) for i in range(1, width + 1))
                 sql = f"SELECT * FROM {name} {where} ORDER BY {order}"
                 result = store.fetch_arrow(sql, params)
-            finally:
-                store.close()
     at = f"txid {txid}" if txid is not None else f"txids {low}..{high}"
     title = f"{topology}.{output}: {result.num_rows} rows, {at}"
     emit(result.to_pylist(), result.column_names, fmt, title)
@@ -131,11 +128,8 @@ def dead_letters(
         if replica is not None:
             rows, total = dead_letter_rows(replica, topology, n)
         else:
-            store = open_state(home, database, wait)
-            try:
+            with open_state(home, database, wait) as store:
                 rows, total = _stored_dead_letters(store, topology, n)
-            finally:
-                store.close()
     columns = ["topology", "txid", "spout", "topic", "partition", "offset", "reason"]
     if records:
         columns.append("record")

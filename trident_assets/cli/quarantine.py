@@ -10,7 +10,8 @@ topology, or list of them, counts). What they commit is recorded in Dagster's in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -55,13 +56,14 @@ LOG_FILE = "cli.log"
 """Where ``add`` and ``replay`` write Spark's logs (in HOME)."""
 
 
-def _run(
-    home: Path, topology: str, modules: list[str] | None, work: Any, database: str | None = None
-) -> Any:
-    """Open ``topology``'s runner over HOME (Spark, the store, the replica) and call ``work``.
+@contextmanager
+def home_runtime(
+    home: Path, topology: str, modules: list[str] | None, database: str | None
+) -> Iterator[tuple[TridentTopology, Any, Any]]:
+    """``topology`` of code location ``modules``, HOME's ``TridentResource`` and its open store.
 
     ``database``: the state store (a DuckDB file or a ``postgresql://`` DSN; default
-    ``<home>/state.duckdb``).
+    ``<home>/state.duckdb``). Spark's logs go to ``HOME/cli.log`` meanwhile.
     """
     require_home(home)
     os.environ.setdefault("TRIDENT_HOME", str(home))
@@ -69,14 +71,21 @@ def _run(
 
     from trident_assets.backends.postgres_config import is_postgres_dsn
     from trident_assets.dagster.resources import TridentResource
-    from trident_assets.spark.executor import TopologyRunner
 
-    if database is not None and is_postgres_dsn(database):
-        trident = TridentResource(home=str(home), state_dsn=database)
-    else:
-        trident = TridentResource(home=str(home), state_database=database)
+    key = "state_dsn" if database is not None and is_postgres_dsn(database) else "state_database"
+    trident = TridentResource(home=str(home), **{key: database})
     with engine_logs_to(home / LOG_FILE, verbose=False), trident.store() as store:
-        runner: TopologyRunner = TopologyRunner(
+        yield topo, trident, store
+
+
+def _run(
+    home: Path, topology: str, modules: list[str] | None, work: Any, database: str | None = None
+) -> Any:
+    """Open ``topology``'s runner over HOME (Spark, the store, the replica) and call ``work``."""
+    with home_runtime(home, topology, modules, database) as (topo, trident, store):
+        from trident_assets.spark.executor import TopologyRunner
+
+        runner = TopologyRunner(
             topo, trident.spark(), store, trident.log(), replica=trident.replica()
         )
         outcomes = work(runner)

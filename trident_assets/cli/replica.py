@@ -29,7 +29,6 @@ from trident_assets.names import check_topology, find_named, validate_identifier
 __all__ = [
     "PublishedState",
     "home_replica",
-    "published_states",
     "read_state",
     "value_name",
 ]

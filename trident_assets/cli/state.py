@@ -27,7 +27,13 @@ from trident_assets.cli.common import (
     emit,
     open_state,
 )
-from trident_assets.cli.kv_state import declared_kv_state, kv_get, kv_hinted, kv_scan
+from trident_assets.cli.kv_state import (
+    declared_kv_state,
+    kv_get,
+    kv_hinted,
+    kv_scan,
+    largest_first,
+)
 from trident_assets.cli.state_admin import ADMIN_COMMANDS
 from trident_assets.cli.stored import StateRef, check_txid, find_state_or_none
 from trident_assets.cli.windows import event_windows_instead
@@ -60,13 +66,6 @@ def _value(ref: Any, value: Any) -> Any:
     return value
 
 
-def _largest_first(row: dict[str, Any]) -> tuple[int, float, str]:
-    value = row["value"]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return (0, -float(value), "")
-    return (1, 0.0, json.dumps(value, default=str, sort_keys=True))
-
-
 MAP_KINDS = ("opaque", "transactional", "plain")
 
 
@@ -90,8 +89,12 @@ def _list_rows(store: StateStore) -> list[dict[str, Any]]:
             contract = contracts.get((found.topology, found.state))
             layout = store.layout(found.table) if found.kind in MAP_KINDS else None
             window = windows.get((found.topology, found.state))
+            kind, value_type = found.kind, contract.value_type if contract is not None else None
+            key_columns = ",".join(contract.key_fields) if contract is not None else ""
+            keys: int | None = None
             if window is not None and store.has_table(window.table):
                 # an event-window state: its windows, open and final
+                kind, key_columns = "event_window", ",".join(window.key_fields)
                 tables = [window.table] + (
                     [window.finals_table] if store.has_table(window.finals_table) else []
                 )
@@ -99,33 +102,17 @@ def _list_rows(store: StateStore) -> list[dict[str, Any]]:
                     int(store.fetch_rows(f"SELECT count(*) FROM {quote_ident(t)}")[0][0])
                     for t in tables
                 )
-                rows.append(
-                    {
-                        "topology": found.topology,
-                        "state": found.state,
-                        "kind": "event_window",
-                        "key_columns": ",".join(window.key_fields),
-                        "value_type": contract.value_type if contract is not None else None,
-                        "keys": keys,
-                        "last_txid": last.get(found.topology),
-                    }
-                )
-                continue
-            if layout is not None:
-                keys: int | None = store.size(found.table)
+            elif layout is not None:
+                keys = store.size(found.table)
                 key_columns, value_type = ",".join(layout.key_columns), layout.value_type
-            else:
-                keys = (
-                    int(store.fetch_rows(f"SELECT count(*) FROM {quote_ident(found.table)}")[0][0])
-                    if found.kind in ("single_join", "window")
-                    else None
+            elif found.kind in ("single_join", "window"):
+                keys = int(
+                    store.fetch_rows(f"SELECT count(*) FROM {quote_ident(found.table)}")[0][0]
                 )
-                key_columns = ",".join(contract.key_fields) if contract is not None else ""
-                value_type = contract.value_type if contract is not None else None
             row = {
                 "topology": found.topology,
                 "state": found.state,
-                "kind": found.kind,
+                "kind": kind,
                 "key_columns": key_columns,
                 "value_type": value_type,
                 "keys": keys,
@@ -158,11 +145,8 @@ def state_list(
     manager is listed as topology and state of its name, orphaned ``n/a (asset)``.
     """
     with cli_errors():
-        store = open_state(home, database, wait)
-        try:
+        with open_state(home, database, wait) as store:
             rows = _list_rows(store)
-        finally:
-            store.close()
         location = code_location(module)
     declared = location.declared_states()
     orphans: list[str] = []
@@ -241,22 +225,19 @@ def state_scan(
             else:
                 data, at = read_state(replica, ref, txid)
         else:
-            store = open_state(home, database, wait)
-            try:
+            with open_state(home, database, wait) as store:
                 ref = find_state_or_none(store, topology, state)
                 if ref is not None:
                     check_txid(store, ref, txid)
                     data = store.scan(ref.layout.table, as_of=txid)
                     at = txid if txid is not None else store.last_committed(topology)
-            finally:
-                store.close()
             if ref is None:
                 windows = event_windows_instead(home, database, wait, topology, state, txid)
         if windows is not None:
             windows.emit(limit or (20 if fmt is Format.table else None), fmt)
             return
     rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
-    rows.sort(key=_largest_first)
+    rows.sort(key=lambda r: largest_first(r["value"]))
     shown = rows[: limit or (20 if fmt is Format.table else len(rows))]
     when = f"as of txid {txid}" if txid is not None else f"last committed txid {at}"
     title = f"{topology}.{state}: {len(rows)} keys, {when}"
@@ -343,8 +324,7 @@ def state_get(
             key = key or list(GLOBAL_KEY)
             data, _ = read_state(replica, ref, txid, key)
         else:
-            store = open_state(home, database, wait)
-            try:
+            with open_state(home, database, wait) as store:
                 ref = find_state_or_none(store, topology, state)
                 if ref is None:
                     store.close()
@@ -359,8 +339,6 @@ def state_get(
                 data = store.scan(ref.layout.table, as_of=txid, key=key)
                 if omitted and data.num_rows == 0 and txid is None:
                     raise _not_global(topology, state, ref.layout.key_columns)
-            finally:
-                store.close()
         if data.num_rows == 0:
             at = f" as of txid {txid}" if txid is not None else ""
             if omitted:

@@ -20,6 +20,7 @@ from trident_assets.cli.common import (
     DatabaseOption,
     HomeOption,
     ModulesOption,
+    WaitOption,
     cli_errors,
     code_location,
     open_state,
@@ -31,15 +32,6 @@ from trident_assets.errors import ConfigError
 
 __all__ = ["ADMIN_COMMANDS"]
 
-LockWaitOption = Annotated[
-    float,
-    typer.Option(
-        "--wait",
-        help="Seconds to wait while another process (a running batch) holds the state file.",
-        min=0,
-    ),
-]
-
 
 def _at(scopes: dict[str, int]) -> str:
     return ", ".join(f"{name} at txid {txid}" for name, txid in scopes.items()) or "no commits"
@@ -49,7 +41,7 @@ def state_backup(
     dest: Annotated[Path, typer.Argument(help="The backup file to write (must not exist).")],
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
-    wait: LockWaitOption = 30.0,
+    wait: WaitOption = 30.0,
 ) -> None:
     """Copy the state file to DEST consistently, even while batches run (checkpoint + copy).
 
@@ -73,7 +65,7 @@ def state_restore(
     ] = False,
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
-    wait: LockWaitOption = 30.0,
+    wait: WaitOption = 30.0,
 ) -> None:
     """Make backup SRC the state file; the read replica (<home>/replica) is rebuilt from it.
 
@@ -98,7 +90,7 @@ def state_restore(
 def state_accept_lost_commits(
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
-    wait: LockWaitOption = 30.0,
+    wait: WaitOption = 30.0,
 ) -> None:
     """Accept that the state file lost committed txids (a torn or deleted write-ahead log).
 
@@ -150,7 +142,7 @@ def state_drop(
     module: ModulesOption = None,
     home: HomeOption = DEFAULT_HOME,
     database: DatabaseOption = None,
-    wait: LockWaitOption = 30.0,
+    wait: WaitOption = 30.0,
 ) -> None:
     """Drop TOPOLOGY's STATE: its tables, contract and replica copy, in one transaction.
 
@@ -165,11 +157,8 @@ def state_drop(
     with cli_errors():
         root = _home_replica_root(home, database)
         replica = Replica(root) if root is not None else None
-        store = open_state(home, database, wait)
-        try:
+        with open_state(home, database, wait) as store:
             plan = plan_drop(store, topology, state, replica=replica)
-        finally:
-            store.close()
         location = code_location(module)
         declared = location.declared_states()
         if topology not in declared and not location.given:
@@ -208,11 +197,8 @@ def state_drop(
             if not confirmed:
                 msg = "not confirmed: nothing was dropped (pass --yes to drop without asking)"
                 raise ConfigError(msg)
-        store = open_state(home, database, wait, read_only=False)
-        try:
+        with open_state(home, database, wait, read_only=False) as store:
             done = drop_state(store, topology, state, replica=replica)
-        finally:
-            store.close()
     typer.echo(f"dropped state {state} of topology {topology} from {store.path}")
     typer.echo(f"  tables: {', '.join(done.tables) or 'none'}")
     typer.echo(f"  rows in: {', '.join(done.rows) or 'none'}")
@@ -245,32 +231,20 @@ def state_rebuild(
     unless --leave-dependents. Run it while the topology is stopped (it takes the state
     file's write lock).
     """
-    import os
+    from trident_assets.cli.quarantine import home_runtime
 
-    from trident_assets.backends.postgres_config import is_postgres_dsn
-    from trident_assets.cli.console import engine_logs_to
-    from trident_assets.cli.quarantine import LOG_FILE
-    from trident_assets.dagster.resources import TridentResource
-    from trident_assets.spark.rebuild import rebuild_state
+    with cli_errors(), home_runtime(home, topology, module, database) as (topo, trident, store):
+        from trident_assets.spark.rebuild import rebuild_state  # it refuses a PostgreSQL store
 
-    with cli_errors():
-        require_home(home)
-        os.environ.setdefault("TRIDENT_HOME", str(home))
-        topo = code_location(module).topology(topology)
-        if database is not None and is_postgres_dsn(database):  # rebuild_state refuses it
-            trident = TridentResource(home=str(home), state_dsn=database)
-        else:
-            trident = TridentResource(home=str(home), state_database=database)
-        with engine_logs_to(home / LOG_FILE, verbose=False), trident.store() as store:
-            done = rebuild_state(
-                topo,
-                state,
-                trident.spark(),
-                store,
-                trident.log(),
-                replica=trident.replica(),
-                leave_dependents=leave_dependents,
-            )
+        done = rebuild_state(
+            topo,
+            state,
+            trident.spark(),
+            store,
+            trident.log(),
+            replica=trident.replica(),
+            leave_dependents=leave_dependents,
+        )
     typer.echo(
         f"state {state} of {topology} rebuilt from txids {done.first_txid}..{done.last_txid}: "
         f"{done.keys} keys"

@@ -30,19 +30,14 @@ from trident_assets.names import LIVE_ENV, SPARK_REMOTE_ENV
 
 __all__ = [
     "SPARK_REMOTE_ENV",
-    "BUILTIN_MODULE",
     "IdleTickFilter",
-    "WORKSPACE_YAML",
-    "check_modules",
     "check_port",
     "dagster_home",
     "paste_command",
     "serve_ui",
-    "shipped_dagster_yaml",
+    "instance_dir",
     "stop_process_group",
-    "ui_command",
     "ui_environment",
-    "workspace_yaml",
 ]
 
 
@@ -92,10 +87,18 @@ concurrency:
 """
 
 
-def shipped_dagster_yaml() -> str:
-    """The text of the repository's ``dagster.yaml`` (a minimal equivalent if not installed)."""
-    shipped = Path(__file__).resolve().parents[2] / "dagster.yaml"
-    return shipped.read_text(encoding="utf-8") if shipped.is_file() else _FALLBACK_YAML
+def instance_dir(path: Path) -> Path:
+    """Create Dagster instance directory ``path`` with the shipped ``dagster.yaml`` if it has none.
+
+    The shipped file is the repository's (a minimal equivalent if it is not installed).
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    config = path / "dagster.yaml"
+    if not config.exists():
+        shipped = Path(__file__).resolve().parents[2] / "dagster.yaml"
+        text = shipped.read_text(encoding="utf-8") if shipped.is_file() else _FALLBACK_YAML
+        config.write_text(text, encoding="utf-8")
+    return path
 
 
 def dagster_home(
@@ -107,11 +110,7 @@ def dagster_home(
     :func:`workspace_yaml`) is written next to it, so ``dagster dev -w
     <home>/dagster/workspace.yaml`` works from any directory.
     """
-    path = Path(home).resolve() / "dagster"
-    path.mkdir(parents=True, exist_ok=True)
-    config = path / "dagster.yaml"
-    if not config.exists():
-        config.write_text(shipped_dagster_yaml(), encoding="utf-8")
+    path = instance_dir(Path(home).resolve() / "dagster")
     workspace = workspace_yaml(modules, working_directory)
     (path / "workspace.yaml").write_text(workspace, encoding="utf-8")
     return path

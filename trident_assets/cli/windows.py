@@ -60,12 +60,9 @@ class EventWindows:
         Raises:
             ConfigError: the wrong number of values, or the key has no window.
         """
-        if len(key) != len(self.key_fields):
-            msg = (
-                f"state {self.state!r} of {self.topology!r} has {len(self.key_fields)} key "
-                f"column(s) ({', '.join(self.key_fields)}); got {len(key)} value(s): {key}"
-            )
-            raise ConfigError(msg)
+        from trident_assets.cli.replica import check_key
+
+        check_key(self.topology, self.state, self.key_fields, key)
         rows = [
             r
             for r in self.rows
@@ -130,8 +127,7 @@ def read_event_windows(
 
     validate_identifier(topology, "topology")
     validate_identifier(state, "state")
-    store = open_state(home, database, wait)
-    try:
+    with open_state(home, database, wait) as store:
         found = next(
             (w for w in stored_windows(store) if (w.topology, w.state) == (topology, state)),
             None,
@@ -145,8 +141,6 @@ def read_event_windows(
             raise ConfigError(msg)
         finals = read_finals(store, found)
         opened = read_open(store, found) if txid is None else []
-    finally:
-        store.close()
     if txid is not None:
         finals = [r for r in finals if r["final_txid"] <= txid]
     fixed = {*found.key_fields, "window_start", "window_end", "final_txid", "txid", "final"}

@@ -31,12 +31,8 @@ from trident_assets.dagster.batch_steps import (
     quarantine_txid,
     topology_runner,
 )
-from trident_assets.dagster.checks import (
-    FULL_CHECK_TAG,
-    CheckSettings,
-    check_specs,
-    evaluate_checks,
-)
+from trident_assets.dagster.check_specs import FULL_CHECK_TAG, CheckSettings, check_specs
+from trident_assets.dagster.checks import evaluate_checks
 from trident_assets.dagster.graph import IO_MANAGER_KEY, asset_keys, topology_graph
 from trident_assets.dagster.in_flight import QUARANTINE_TAG, TOPOLOGY_TAG, pool_name
 from trident_assets.dagster.lakehouse_assets import table_events
@@ -51,7 +47,7 @@ from trident_assets.errors import (
 from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["TOPOLOGY_TAG", "asset_keys", "topology_assets"]
+__all__ = ["topology_assets"]
 
 OWNERS = ["team:streaming"]
 

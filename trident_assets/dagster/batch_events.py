@@ -29,7 +29,6 @@ from trident_assets.stream.topology import TridentTopology
 __all__ = [
     "backfill_events",
     "batch_events",
-    "dependency_order",
     "refusal_observations",
     "summary",
 ]

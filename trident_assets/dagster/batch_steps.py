@@ -27,7 +27,6 @@ from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
     "caught_up",
-    "fail_txid",
     "failed",
     "failures_recorded",
     "opened_store",

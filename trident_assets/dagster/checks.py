@@ -46,16 +46,7 @@ import dagster as dg
 
 from trident_assets.backends.verified import forget_checkpoint, write_checkpoint
 from trident_assets.dagster.batch_history import applied_offsets, committed_ranges, latest_applied
-from trident_assets.dagster.check_specs import (
-    DEAD,
-    EXACTLY_ONCE,
-    FULL_CHECK_TAG,
-    LAG,
-    RANGES,
-    TXIDS,
-    CheckSettings,
-    check_specs,
-)
+from trident_assets.dagster.check_specs import DEAD, EXACTLY_ONCE, LAG, RANGES, TXIDS, CheckSettings
 from trident_assets.dagster.exactly_once_plans import (
     ExactlyOncePlan,
     exactly_once_plans,
@@ -73,13 +64,7 @@ from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.verify import StateComparison, verify_increment, verify_state
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = [
-    "FULL_CHECK_TAG",
-    "CheckSettings",
-    "check_specs",
-    "committed_ranges",
-    "evaluate_checks",
-]
+__all__ = ["CheckSettings", "evaluate_checks"]
 
 
 def _spout_history(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[int, dict[str, Any]]:
@@ -168,13 +153,9 @@ def _exactly_once(
             result: StateComparison = verify_increment(runner, name, since, base)
         else:
             pending = runner.quarantined()
-            history = (
-                histories
-                if histories
-                else {
-                    sid: _spout_history(instance, keys[f"spout:{sid}"]) for sid in topology.spouts
-                }
-            )
+            history = histories or {
+                sid: _spout_history(instance, keys[f"spout:{sid}"]) for sid in topology.spouts
+            }
             histories.update(history)
             # a state built from a later txid (backfill="from_retained") covers txids >= first
             ranges = {

@@ -24,9 +24,7 @@ from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
     "ExactlyOncePlan",
-    "contracts_signature",
     "exactly_once_plans",
-    "held_signature",
     "since_ranges",
 ]
 

@@ -9,6 +9,8 @@ from dagster_pyspark import LazyPySparkResource
 
 from trident_assets.dagster.assets import topology_assets
 from trident_assets.dagster.checks import CheckSettings
+from trident_assets.dagster.finals_asset import DEFAULT_START, check_partition_names, finals_assets
+from trident_assets.dagster.finals_check import finals_check, finals_checks_sensor
 from trident_assets.dagster.finals_reader import committed_watermarks
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.in_flight import batches_pool
@@ -18,18 +20,11 @@ from trident_assets.dagster.live import LiveSettings, live_job, live_topologies
 from trident_assets.dagster.overview import overview_spec
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import coordinator_sensor
-from trident_assets.dagster.window_assets import (
-    DEFAULT_START,
-    check_partition_names,
-    finals_assets,
-    finals_check,
-    finals_checks_sensor,
-)
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, use_worker_python
 from trident_assets.stream.event_windows import WindowedState
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["io_manager_for", "pyspark_resource", "trident_definitions"]
+__all__ = ["pyspark_resource", "trident_definitions"]
 
 
 def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
@@ -52,16 +47,6 @@ def pyspark_resource(trident: TridentResource) -> LazyPySparkResource:
             "spark.pyspark.python": python,
             **trident.spark_conf,
         }
-    )
-
-
-def io_manager_for(trident: TridentResource) -> TridentIOManager:
-    """The TridentIOManager reading and writing the same home and state store as ``trident``."""
-    return TridentIOManager(
-        home=trident.home,
-        state_database=trident.state_database,
-        state_dsn=trident.state_dsn,
-        keep_txids=trident.keep_txids,
     )
 
 
@@ -127,7 +112,12 @@ def trident_definitions(
     resources = {
         "trident": trident,
         "pyspark": pyspark_resource(trident),
-        IO_MANAGER_KEY: io_manager_for(trident),
+        IO_MANAGER_KEY: TridentIOManager(  # the same home and state store
+            home=trident.home,
+            state_database=trident.state_database,
+            state_dsn=trident.state_dsn,
+            keep_txids=trident.keep_txids,
+        ),
     }
     live_jobs = {
         t.name: live_job(t, pools[t.name], checks, finals[t.name], live_settings, resources)

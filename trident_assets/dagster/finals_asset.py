@@ -32,10 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_START",
-    "KIND_FINALS",
     "FinalsAsset",
     "check_partition_names",
-    "default_finals_partitions",
     "finals_assets",
     "finals_rows",
     "fingerprint",

@@ -24,7 +24,7 @@ from trident_assets.backends.kv_target import target_of
 from trident_assets.dagster.io_manager import KIND_KV_STATE, KIND_ROWS, KIND_STATE
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
 from trident_assets.stream.state_kinds import state_kind
-from trident_assets.stream.topology import Node, TridentState, TridentTopology
+from trident_assets.stream.topology import Node, TridentTopology
 
 __all__ = ["IO_MANAGER_KEY", "AssetNode", "asset_keys", "topology_graph"]
 
@@ -50,16 +50,6 @@ class AssetNode:
         return self.metadata.get("trident/kind") in (KIND_STATE, KIND_ROWS, KIND_KV_STATE)
 
 
-def is_map_state(state: TridentState) -> bool:
-    """True for ``persistent_aggregate`` states (keys and one value, readable as of a txid)."""
-    return state_kind(state.node).map_state
-
-
-def has_partials(state: TridentState) -> bool:
-    """True for states whose per-key partials each txid are kept (combiners, distinct counts)."""
-    return state_kind(state.node).keeps_partials
-
-
 def _rows_meta(topology: TridentTopology, table: str) -> dict[str, Any]:
     return {
         "trident/kind": KIND_ROWS,
@@ -78,7 +68,7 @@ def topology_graph(topology: TridentTopology) -> dict[str, AssetNode]:
 
     keys: dict[str, dg.AssetKey] = {f"spout:{s}": key(f"{s}_batch") for s in topology.spouts}
     for state_name, state in topology.states.items():
-        if has_partials(state):
+        if state_kind(state.node).keeps_partials:  # combiners, distinct counts
             keys[f"partials:{state_name}"] = key(f"{state_name}_partials")
         keys[f"state:{state_name}"] = key(state_name)
         keys[f"new_values:{state_name}"] = key(f"{state_name}_new_values")
@@ -137,7 +127,7 @@ def topology_graph(topology: TridentTopology) -> dict[str, AssetNode]:
                 "trident/key_fields": list(state.group),
                 "trident/value_field": state.value_field,
             }
-        if is_map_state(state):
+        if state_kind(state.node).map_state:  # readable as of a txid
             meta |= {
                 "trident/kind": KIND_STATE,
                 "trident/scope": name,

@@ -197,24 +197,20 @@ class TridentIOManager(dg.ConfigurableIOManager, StoreConfig):
 
             window = context.asset_partitions_time_window
             table = read_published_finals(self.replica(), meta, window)
-            return _convert(table, context.dagster_type.typing_type)
-        if kind == KIND_KV_STATE:  # a key-value state: the latest values, from its servers
+        elif kind == KIND_KV_STATE:  # a key-value state: the latest values, from its servers
             table = _read_kv_state(meta, self._input_txids(context))
-            return _convert(table, context.dagster_type.typing_type)
-        if kind not in (KIND_STATE, KIND_ROWS):
+        elif kind == KIND_STATE:
+            txids = self._input_txids(context)
+            table = self._read_state(meta, max(txids) if txids else None)
+        elif kind == KIND_ROWS:
+            table = self._read_rows(meta, self._input_txids(context))
+        else:
             msg = (
                 f"asset {key} is not a trident state, output or new-values asset; load it "
                 "with its own IO manager"
             )
             raise ConfigError(msg)
-        txids = self._input_txids(context)
-        wanted = context.dagster_type.typing_type
-        if kind == KIND_STATE:
-            as_of = max(txids) if txids else None
-            table = self._read_state(meta, as_of)
-        else:
-            table = self._read_rows(meta, txids)
-        return _convert(table, wanted)
+        return _convert(table, context.dagster_type.typing_type)
 
     def _input_txids(self, context: dg.InputContext) -> list[int]:
         """The txids the input reads: the downstream run's partition, else none (the latest).

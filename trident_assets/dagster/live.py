@@ -44,7 +44,8 @@ from trident_assets.dagster.batch_steps import (
     quarantine_txid,
     topology_runner,
 )
-from trident_assets.dagster.checks import FULL_CHECK_TAG, CheckSettings, evaluate_checks
+from trident_assets.dagster.check_specs import FULL_CHECK_TAG, CheckSettings
+from trident_assets.dagster.checks import evaluate_checks
 from trident_assets.dagster.graph import asset_keys
 from trident_assets.dagster.in_flight import (
     IN_FLIGHT,
@@ -71,10 +72,7 @@ __all__ = [
     "LIVE_TAG",
     "LiveSettings",
     "live_job",
-    "live_job_name",
     "live_topologies",
-    "other_run_in_flight",
-    "pending_batches",
 ]
 
 

@@ -54,14 +54,10 @@ def wait_live_runs_ended(
     """
     import dagster as dg
 
+    from trident_assets.dagster.in_flight import IN_FLIGHT
     from trident_assets.dagster.live_settings import LIVE_TAG
 
-    started = [
-        dg.DagsterRunStatus.NOT_STARTED,
-        dg.DagsterRunStatus.STARTING,
-        dg.DagsterRunStatus.STARTED,
-        dg.DagsterRunStatus.CANCELING,
-    ]
+    started = [s for s in IN_FLIGHT if s is not dg.DagsterRunStatus.QUEUED]
     deadline = time.monotonic() + timeout_s
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         while True:

@@ -157,8 +157,5 @@ class TridentResource(dg.ConfigurableResource, StoreConfig):
         location = self.state_location
         if not self.state_dsn:
             self.database.parent.mkdir(parents=True, exist_ok=True)
-        store = open_state_store(location, memory_limit=self.state_memory_limit)
-        try:
+        with open_state_store(location, memory_limit=self.state_memory_limit) as store:
             yield store
-        finally:
-            store.close()

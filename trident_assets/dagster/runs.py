@@ -12,12 +12,11 @@ from typing import Any
 
 import dagster as dg
 
-from trident_assets.dagster.assets import TOPOLOGY_TAG
 from trident_assets.dagster.checks import CheckSettings
 from trident_assets.dagster.factory import trident_definitions
+from trident_assets.dagster.in_flight import TOPOLOGY_TAG, TXID_TAG
 from trident_assets.dagster.partitions import txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
-from trident_assets.dagster.sensors import TXID_TAG
 from trident_assets.errors import ConfigError
 from trident_assets.stream.topology import TridentTopology
 

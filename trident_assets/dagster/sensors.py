@@ -23,7 +23,7 @@ from typing import Any
 import dagster as dg
 
 from trident_assets.core.retry import ExponentialBackoff
-from trident_assets.dagster.assets import asset_keys
+from trident_assets.dagster.graph import asset_keys
 from trident_assets.dagster.in_flight import (
     QUARANTINE_TAG,
     TOPOLOGY_TAG,
@@ -42,7 +42,7 @@ from trident_assets.planner import quarantine_refusal
 from trident_assets.spouts.ranges import partition_sort_key
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["TXID_TAG", "coordinator_name", "coordinator_sensor", "decide_next"]
+__all__ = ["coordinator_name", "coordinator_sensor", "decide_next"]
 
 
 def coordinator_name(topology: str) -> str:
@@ -142,17 +142,9 @@ def decide_next(
         count = max(1, min(pending, max_catch_up))
     new_keys = [txid_key(t) for t in range(txid, txid + count)]
     tags = {TOPOLOGY_TAG: topology.name, "trident/attempt": str(len(attempts)), TXID_TAG: key}
-    if live_job is not None:
+    if live_job is not None or count == 1:
         new_keys = [key]
-        request = dg.RunRequest(
-            job_name=live_job,
-            run_key=f"{topology.name}-live-{key}-a{len(attempts)}",
-            tags={**tags, LIVE_TAG: "true"},
-        )
-    elif count == 1:
-        request = dg.RunRequest(
-            partition_key=key, run_key=f"{topology.name}-{key}-a{len(attempts)}", tags=tags
-        )
+        request = _txid_request(topology.name, key, f"a{len(attempts)}", tags, live_job)
     else:
         request = dg.RunRequest(
             run_key=f"{topology.name}-{key}-{new_keys[-1]}",
@@ -166,6 +158,19 @@ def decide_next(
         run_requests=[request],
         dynamic_partitions_requests=[txid_partitions(topology.name).build_add_request(new_keys)],
     )
+
+
+def _txid_request(
+    name: str, key: str, attempt: str, tags: dict[str, str], live_job: str | None
+) -> dg.RunRequest:
+    """A run of partition ``key`` (run key ``<name>-<key>-<attempt>``), or of ``live_job``."""
+    if live_job is not None:
+        return dg.RunRequest(
+            job_name=live_job,
+            run_key=f"{name}-live-{key}-{attempt}",
+            tags={**tags, LIVE_TAG: "true"},
+        )
+    return dg.RunRequest(partition_key=key, run_key=f"{name}-{key}-{attempt}", tags=tags)
 
 
 def _poison(
@@ -189,17 +194,9 @@ def _poison(
             f"last run {attempts[0].run_id}"
         )
         tags = {TOPOLOGY_TAG: name, TXID_TAG: key, QUARANTINE_TAG: reason}
-        if live_job is not None:
-            request = dg.RunRequest(
-                job_name=live_job,
-                run_key=f"{name}-live-{key}-quarantine",
-                tags={**tags, LIVE_TAG: "true"},
-            )
-        else:
-            request = dg.RunRequest(
-                partition_key=key, run_key=f"{name}-{key}-quarantine", tags=tags
-            )
-        return dg.SensorResult(run_requests=[request])
+        return dg.SensorResult(
+            run_requests=[_txid_request(name, key, "quarantine", tags, live_job)]
+        )
     head = (
         f"{name}: txid {txid} failed {len(attempts)} times (max_attempts={max_attempts}); "
         f"giving up. See run {attempts[0].run_id}. Fix the cause, then launch partition {key} "

@@ -1,7 +1,7 @@
 """Final window results as a time-partitioned Dagster asset, one per event-window state.
 
-For each tumbling or sliding ``window_aggregate`` state, :func:`finals_assets` declares
-``<topology>/<state>_finals``, partitioned by time (a ``TimeWindowPartitionsDefinition``:
+For each tumbling or sliding ``window_aggregate`` state, :func:`~.finals_asset.finals_assets`
+declares ``<topology>/<state>_finals``, partitioned by time (a ``TimeWindowPartitionsDefinition``:
 hourly by default when the window's slide divides an hour, daily when it divides a day, or
 the one given to ``trident_definitions(window_partitions=...)``).
 
@@ -37,14 +37,14 @@ the one given to ``trident_definitions(window_partitions=...)``).
   runs while a batch commits), so a downstream
   asset with a coarser time partitioning (e.g. daily, with ``TimeWindowPartitionMapping``)
   gets all the finals of its day.
-* **Check** (:func:`finals_check`): each partition's materialization records a fingerprint
-  (windows, total, hash); the check recomputes it from the finals table in the state store
-  (:func:`read_finals_range`) and fails when a
-  partition was materialized twice, its windows changed, or a window is in the finals twice.
+* **Check** (:func:`~.finals_check.finals_check`): each partition's materialization records a
+  fingerprint (windows, total, hash); the check recomputes it from the finals table in the
+  state store (:func:`~.finals_reader.read_finals_range`) and fails when a partition was
+  materialized twice, its windows changed, or a window is in the finals twice.
 
 This module finds the partitions a txid completed and yields their materializations
 (:func:`finals_events`); the asset's declaration, rows and fingerprint are in
-:mod:`.finals_asset`, its check and sensor in :mod:`.finals_check` (re-exported here).
+:mod:`.finals_asset`, its check and sensor in :mod:`.finals_check`.
 """
 
 from __future__ import annotations
@@ -59,20 +59,7 @@ import pyarrow as pa
 from trident_assets.backends.map_layout import quote_ident
 from trident_assets.backends.window_store import WATERMARKS
 from trident_assets.core.window_partitions import newly_complete
-from trident_assets.dagster.finals_asset import (
-    DEFAULT_START,
-    FinalsAsset,
-    check_partition_names,
-    finals_assets,
-    finals_rows,
-    fingerprint,
-)
-from trident_assets.dagster.finals_check import (
-    FINALS_CHECKS_SENSOR,
-    finals_check,
-    finals_checks_sensor,
-)
-from trident_assets.dagster.finals_reader import read_finals_range
+from trident_assets.dagster.finals_asset import FinalsAsset, finals_rows, fingerprint
 from trident_assets.dagster.previews import preview_metadata
 from trident_assets.names import DEAD_LETTERS_TABLE
 from trident_assets.runtime.outcomes import PREVIEW_ROWS
@@ -81,19 +68,7 @@ from trident_assets.stream.event_windows import WindowedState
 if TYPE_CHECKING:
     from trident_assets.runtime.outcomes import BatchOutcome
 
-__all__ = [
-    "DEFAULT_START",
-    "FINALS_CHECKS_SENSOR",
-    "FinalsAsset",
-    "check_partition_names",
-    "completed_partitions",
-    "finals_assets",
-    "finals_check",
-    "finals_checks_sensor",
-    "finals_events",
-    "fingerprint",
-    "read_finals_range",
-]
+__all__ = ["FinalsAsset", "finals_events"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -28,8 +28,6 @@ from trident_assets.stream.topology import (
 )
 
 __all__ = [
-    "LOCATION_TOPIC",
-    "NEW_LOCATIONS",
     "QUERY_TOPIC",
     "LocationUpdater",
     "QueryLocation",

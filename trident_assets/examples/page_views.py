@@ -32,7 +32,6 @@ from trident_assets.stream.graph import StateSpec
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
-    "PAGES",
     "TOPIC",
     "build_page_views",
     "produce_seed",
