@@ -46,10 +46,6 @@ def declared_kv_state(modules: Sequence[str] | None, topology: str, state: str) 
     return found
 
 
-def _label(state: TridentState) -> str:
-    return f"{state.spec.store} state {state.spec.name!r} of topology {state.topology.name!r}"
-
-
 def _refuse_txid(state: TridentState, txid: int | None) -> None:
     if txid is not None:
         from trident_assets.backends.kv_backing import refuse_as_of
@@ -120,7 +116,8 @@ def kv_get(state: TridentState, key: list[str], txid: int | None, fmt: Format) -
             else f"{topology}.{name} has no value on its servers"
         )
         raise ConfigError(msg)
-    emit(rows, _columns(state), fmt, f"{topology}.{name} ({_label(state)}, latest value)")
+    where = f"{state.spec.store} state {name!r} of topology {topology!r}"
+    emit(rows, _columns(state), fmt, f"{topology}.{name} ({where}, latest value)")
 
 
 def kv_scan(state: TridentState, txid: int | None, limit: int | None, fmt: Format) -> None:

@@ -175,6 +175,8 @@ def produce(
     Records are flushed every 100,000 lines, each flush one atomic segment per partition; if a
     line is invalid, lines before the last flush stay published and the count is reported.
     """
+    ranges: dict[int, list[int]] = {}
+    counts: dict[int, int] = {}
     with cli_errors():
         if key_sep is not None and key_field is not None:
             msg = "use either --key-sep or --key-field, not both"
@@ -182,15 +184,11 @@ def produce(
         if partitioner not in ("hash", "round_robin"):
             msg = f"unknown partitioner {partitioner!r}: use hash or round_robin"
             raise ConfigError(msg)
-    sep = _SEPARATORS.get(key_sep, key_sep) if key_sep is not None else None
-    with cli_errors():
+        sep = _SEPARATORS.get(key_sep, key_sep) if key_sep is not None else None
         if sep == "":
             msg = "--key-sep must not be empty"
             raise ConfigError(msg)
-    sep_bytes = sep.encode("utf-8") if sep is not None else None
-    ranges: dict[int, list[int]] = {}
-    counts: dict[int, int] = {}
-    with cli_errors():
+        sep_bytes = sep.encode("utf-8") if sep is not None else None
         log = _open_log(home)
         producer = log.producer(topic, partitioner)  # type: ignore[arg-type]
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from trident_assets.backends.map_layout import MapLayout
     from trident_assets.backends.state_store import StateStore
 
-__all__ = ["StateRef", "check_txid", "find_state", "find_state_or_none", "topologies"]
+__all__ = ["StateRef", "check_txid", "find_state_or_none", "topologies"]
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,6 @@ def topologies(store: StateStore) -> dict[str, dict[str, StateRef]]:
     return found
 
 
-def find_state(store: StateStore, topology: str, state: str) -> StateRef:
-    """Return ``topology``'s ``state``.
-
-    Raises:
-        ConfigError: an invalid name, or no such topology or state (the message lists those
-            that exist).
-    """
-    return find_named(topologies(store), topology, state, f"state file {store.path}")
-
-
 def check_txid(store: StateStore, ref: StateRef, txid: int | None) -> None:
     """Refuse reading ``ref`` as of ``txid`` where the store has no exact answer (None: now).
 
@@ -80,11 +70,16 @@ def check_txid(store: StateStore, ref: StateRef, txid: int | None) -> None:
 
 
 def find_state_or_none(store: StateStore, topology: str, state: str) -> StateRef | None:
-    """:func:`find_state`, or None when the store holds an event-window ``state`` instead."""
+    """``topology``'s ``state``, or None when the store holds an event-window ``state`` instead.
+
+    Raises:
+        ConfigError: an invalid name, or no such topology or state (the message lists those
+            that exist).
+    """
     from trident_assets.backends.window_store import stored_windows
 
     try:
-        return find_state(store, topology, state)
+        return find_named(topologies(store), topology, state, f"state file {store.path}")
     except ConfigError:
         if any((w.topology, w.state) == (topology, state) for w in stored_windows(store)):
             return None

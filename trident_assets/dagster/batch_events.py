@@ -68,11 +68,6 @@ def _dead_letters(outcome: BatchOutcome, spout_id: str) -> dict[str, Any]:
     return {"dead_letters_preview": dg.MetadataValue.md(text)}
 
 
-def _epoch_s(value: datetime) -> float:
-    """A naive UTC datetime as epoch seconds."""
-    return (value - datetime(1970, 1, 1)).total_seconds()
-
-
 def _table_name(node: AssetNode) -> dict[str, Any]:
     table = node.metadata.get("dagster/table_name")
     return {} if table is None else {"dagster/table_name": dg.MetadataValue.text(str(table))}
@@ -152,8 +147,9 @@ def _applied_metadata(
                     "unreadable_records": dg.MetadataValue.int(window.unreadable_records),
                     "partly_late_records": dg.MetadataValue.int(window.partly_late_records),
                 }
-                if window.watermark is not None:  # numeric: the UI plots it per txid
-                    meta["watermark_epoch_s"] = dg.MetadataValue.float(_epoch_s(window.watermark))
+                if window.watermark is not None:  # numeric (naive UTC): the UI plots it per txid
+                    epoch_s = (window.watermark - datetime(1970, 1, 1)).total_seconds()
+                    meta["watermark_epoch_s"] = dg.MetadataValue.float(epoch_s)
                 # the txid's late and unreadable records: dead letters of spout window:<state>
                 meta |= _dead_letters(outcome, f"window:{name}")
         role = f"state:{name}"

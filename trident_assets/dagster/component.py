@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._record import copy
 from dagster.components.component_scaffolding import scaffold_component
 from pydantic import BaseModel, Field
 
@@ -108,17 +109,7 @@ class TopologyComponent(dg.Component, dg.Resolvable, dg.Model):
             key: _SHARED.setdefault((key, _config(value)), value)
             for key, value in (defs.resources or {}).items()
         }
-        return dg.Definitions(
-            assets=defs.assets,
-            asset_checks=defs.asset_checks,
-            schedules=defs.schedules,
-            sensors=defs.sensors,
-            jobs=defs.jobs,
-            resources=resources,
-            executor=defs.executor,
-            loggers=defs.loggers,
-            metadata=defs.metadata,
-        )
+        return copy(defs, resources=resources)
 
     def load_topology(self) -> TridentTopology:
         """The topology ``topology`` names, imported.

@@ -42,16 +42,6 @@ class ExactlyOncePlan:
     """Why it recomputes from scratch (None: incremental from ``checkpoint``)."""
 
 
-def held_signature(runner: TopologyRunner) -> str:
-    """The pending quarantined (txid, spout) pairs, as stable JSON."""
-    return json.dumps(sorted([e.txid, e.spout] for e in runner.quarantined()))
-
-
-def contracts_signature(contracts: dict[str, Any]) -> str:
-    """The stored contracts of the topology's states (by state), as stable JSON."""
-    return json.dumps([contracts[name].to_json() for name in sorted(contracts)])
-
-
 def exactly_once_plans(
     topology: TridentTopology,
     keys: dict[str, dg.AssetKey],
@@ -71,9 +61,10 @@ def exactly_once_plans(
     if not names:
         return []
     contracts = {c.state: c for c in stored_contracts(runner.store) if c.topology == runner.scope}
-    held = held_signature(runner)
-    # every state's contract: a deploy that adds, rebuilds or changes a state re-verifies all
-    text = contracts_signature(contracts)
+    # the pending quarantined (txid, spout) pairs and every state's stored contract, as
+    # stable JSON: a deploy that adds, rebuilds or changes a state re-verifies all
+    held = json.dumps(sorted([e.txid, e.spout] for e in runner.quarantined()))
+    text = json.dumps([contracts[name].to_json() for name in sorted(contracts)])
     last = runner.last_committed() or 0
     plans: list[ExactlyOncePlan] = []
     for name in names:

@@ -106,11 +106,6 @@ def live_topologies(live: bool | Collection[str] | None, names: Sequence[str]) -
     return set(live)
 
 
-def live_job_name(topology: str) -> str:
-    """The name of ``topology``'s live job: ``<topology>_live``."""
-    return f"{topology}_live"
-
-
 def other_run_in_flight(
     instance: dg.DagsterInstance,
     topology: str,
@@ -221,7 +216,7 @@ def live_job(
                              finals)  # fmt: skip
 
     @dg.job(
-        name=live_job_name(name),
+        name=f"{name}_live",
         tags={TOPOLOGY_TAG: name, LIVE_TAG: "true"},
         executor_def=dg.in_process_executor,
         resource_defs=dict(resources or {}),
@@ -263,6 +258,7 @@ def _run_live(
         context.log.error(msg)
         raise dg.Failure(description=msg)
     attempt = int(context.run.tags.get("trident/attempt", "0"))
+    full = context.run.tags.get(FULL_CHECK_TAG) == "full"
     tagged = context.run.tags.get(TXID_TAG)  # the coordinator's next txid, if it launched us
     first_guess = int(tagged) if tagged else 1
     context.log.info(f"Spark: {trident.spark_target}")
@@ -310,6 +306,22 @@ def _run_live(
             unchecked += 1
             last_record = time.monotonic()
 
+        def evaluated() -> Iterator[Any]:
+            """The checks over the run's txids as evaluation events; the overview if one applied."""
+            last = max(o.txid for o in done)
+            for result in evaluate_checks(
+                topology,
+                keys,
+                check_settings,
+                context.instance,
+                runner,
+                done,
+                full_exactly_once=full,
+            ):
+                yield _check_evaluation(context.instance, result, last)
+            if any(o.applied for o in done):
+                yield overview_event(context.instance, trident.home, store, topology)
+
         committer.start()
         try:
             for item in committer.items_until_done(live.poll_interval_s):
@@ -330,34 +342,18 @@ def _run_live(
                         for queued in list(committer.queued()):
                             yield from logged(queued)
                         if committer.idle.is_set():  # records waiting: they go first
-                            yield from _checks(
-                                context, topology, keys, check_settings, runner, done
-                            )
-                            yield from _overview(context, trident, store, topology, done)
+                            yield from evaluated()
                             unchecked, last_check = 0, time.monotonic()
         finally:
             committer.stopping.set()
             committer.join()
         if unchecked:
-            yield from _checks(context, topology, keys, check_settings, runner, done)
-            yield from _overview(context, trident, store, topology, done)
+            yield from evaluated()
         ended = "ends" if why is None else f"stopped ({why})"
         context.log.info(
             f"live run of {name} {ended}: {len(done)} txids committed "
             f"({time.monotonic() - started:.1f} s)"
         )
-
-
-def _overview(
-    context: dg.OpExecutionContext,
-    trident: TridentResource,
-    store: Any,
-    topology: TridentTopology,
-    done: Sequence[BatchOutcome],
-) -> Iterator[dg.AssetMaterialization]:
-    """The topology's overview (:mod:`.overview`), when the run committed a txid."""
-    if any(o.applied for o in done):
-        yield overview_event(context.instance, trident.home, store, topology)
 
 
 def _last_reported(
@@ -379,20 +375,3 @@ def _last_reported(
             if observed is not None and observed.partition is not None:
                 last = max(last, int(observed.partition))
     return last
-
-
-def _checks(
-    context: dg.OpExecutionContext,
-    topology: TridentTopology,
-    keys: dict[str, dg.AssetKey],
-    settings: CheckSettings,
-    runner: TopologyRunner,
-    done: list[BatchOutcome],
-) -> Iterator[dg.AssetCheckEvaluation]:
-    """The checks over every txid the run committed so far, as evaluation events."""
-    last = max(o.txid for o in done)
-    full = context.run.tags.get(FULL_CHECK_TAG) == "full"
-    for result in evaluate_checks(
-        topology, keys, settings, context.instance, runner, done, full_exactly_once=full
-    ):
-        yield _check_evaluation(context.instance, result, last)

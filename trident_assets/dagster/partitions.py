@@ -6,7 +6,7 @@ import dagster as dg
 
 from trident_assets.errors import ConfigError
 
-__all__ = ["parse_txid", "txid_key", "txid_partitions"]
+__all__ = ["parse_txid", "range_tags", "txid_key", "txid_partitions"]
 
 
 KEY_DIGITS = 10
@@ -37,6 +37,14 @@ def parse_txid(key: str) -> int:
         )
         raise ConfigError(msg)
     return int(key)
+
+
+def range_tags(first: int, last: int) -> dict[str, str]:
+    """Run tags that make one run process txids ``first..last`` (a partition key range)."""
+    return {
+        "dagster/asset_partition_range_start": txid_key(first),
+        "dagster/asset_partition_range_end": txid_key(last),
+    }
 
 
 def txid_partitions(topology: str) -> dg.DynamicPartitionsDefinition:

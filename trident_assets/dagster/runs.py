@@ -15,20 +15,12 @@ import dagster as dg
 from trident_assets.dagster.checks import CheckSettings
 from trident_assets.dagster.factory import trident_definitions
 from trident_assets.dagster.in_flight import TOPOLOGY_TAG, TXID_TAG
-from trident_assets.dagster.partitions import txid_key, txid_partitions
+from trident_assets.dagster.partitions import range_tags, txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
 from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["fail_killed_run", "materialize_batches", "range_tags"]
-
-
-def range_tags(first: int, last: int) -> dict[str, str]:
-    """Run tags that make one run process txids ``first..last`` (a partition key range)."""
-    return {
-        "dagster/asset_partition_range_start": txid_key(first),
-        "dagster/asset_partition_range_end": txid_key(last),
-    }
+__all__ = ["fail_killed_run", "materialize_batches"]
 
 
 def materialize_batches(

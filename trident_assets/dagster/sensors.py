@@ -33,7 +33,7 @@ from trident_assets.dagster.in_flight import (
 )
 from trident_assets.dagster.live import LIVE_TAG
 from trident_assets.dagster.live_stop import stop_reason
-from trident_assets.dagster.partitions import txid_key, txid_partitions
+from trident_assets.dagster.partitions import range_tags, txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
 from trident_assets.kafka.retry import backoff_for
@@ -148,11 +148,7 @@ def decide_next(
     else:
         request = dg.RunRequest(
             run_key=f"{topology.name}-{key}-{new_keys[-1]}",
-            tags={
-                **tags,
-                "dagster/asset_partition_range_start": new_keys[0],
-                "dagster/asset_partition_range_end": new_keys[-1],
-            },
+            tags={**tags, **range_tags(txid, txid + count - 1)},
         )
     return dg.SensorResult(
         run_requests=[request],
