@@ -1,8 +1,4 @@
-"""``dagster dev`` as a child of ``trident ui``: its log without idle ticks, its group stopped.
-
-:class:`IdleTickFilter` and :func:`copy_filtered` show ``dagster dev``'s log;
-:func:`stop_process_group` stops it and every process it started (its process group).
-"""
+"""``dagster dev`` as a child of ``trident ui``: its log without idle ticks, its group stopped."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Ctrl-C during ``trident demo``: seen even while Dagster runs a batch in the process.
-
-:func:`sigint_check` notices a SIGINT that Dagster holds back during a run;
-:func:`was_interrupted` tells a run Dagster ended because of one.
-"""
+"""Ctrl-C during ``trident demo``: seen even while Dagster runs a batch in the process."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """``trident state get`` / ``scan`` of a state kept in a Redis Cluster or memcached.
 
-Such a state's values are on its servers, which only its declaration names: with
-``--module``, :func:`declared_kv_state` finds the topology and its spec, and
-:func:`kv_get` / :func:`kv_scan` read the servers (latest values only: the servers keep no
-history and no commit marker). Without ``--module``, :func:`kv_hint` explains, from the
-contract the home's store keeps for a state it holds no values of, that a key-value state
-lives on its servers and the command needs ``--module``.
+Such a state's values are on its servers, which only its declaration (``--module``) names;
+they are read latest only: the servers keep no history and no commit marker.
 """
 
 from __future__ import annotations

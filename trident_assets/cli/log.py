@@ -281,20 +281,17 @@ def tail(
             first = max(log.earliest_offset(topic, p), latest - n)
             table = log.read(topic, p, first, latest - 1)
             stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
-            keys = table.column("key").to_pylist()
-            values = table.column("value").to_pylist()
-            for offset, ts, key, value in zip(
-                table.column("offset").to_pylist(), stamps, keys, values, strict=True
-            ):
-                rows.append(
-                    {
-                        "partition": p,
-                        "offset": offset,
-                        "timestamp": _stamp(ts),
-                        "key": _show(key),
-                        "value": _show(value),
-                    }
-                )
+            records = table.select(["offset", "key", "value"]).to_pylist()
+            rows += [
+                {
+                    "partition": p,
+                    "offset": r["offset"],
+                    "timestamp": _stamp(ts),
+                    "key": _show(r["key"]),
+                    "value": _show(r["value"]),
+                }
+                for r, ts in zip(records, stamps, strict=True)
+            ]
     columns = ["partition", "offset", "timestamp", "key", "value"]
     emit(rows, columns, fmt, f"topic {topic}: last {n} per partition")
 

@@ -1,10 +1,7 @@
 """``trident state backup|restore|accept-lost-commits|drop|rebuild``: change a state file.
 
-``backup`` and ``restore`` are :mod:`trident_assets.backends.backup` (a checkpoint and a copy
-under the file's lock). ``drop`` removes one state no longer declared
-(:mod:`trident_assets.backends.state_drop`). ``rebuild`` recomputes one state from the log
-(:mod:`trident_assets.spark.rebuild`). The commands are registered on ``trident state`` by
-:mod:`trident_assets.cli.state`, in :data:`ADMIN_COMMANDS`' order.
+Registered on ``trident state`` by :mod:`trident_assets.cli.state`, in :data:`ADMIN_COMMANDS`'
+order.
 """
 
 from __future__ import annotations
@@ -103,8 +100,7 @@ def state_accept_lost_commits(
     from trident_assets.backends.marker_file import lost_txids
 
     with cli_errors():
-        refuse_dsn(database)
-        path = state_path(home, database)
+        path = state_path(home, database)  # refuses a PostgreSQL DSN
         lost = accept_lost_commits(path, lock_timeout_s=wait)
     if not lost:
         typer.echo(f"state file {path} lost no committed txid; nothing changed")

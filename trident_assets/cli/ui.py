@@ -44,14 +44,6 @@ __all__ = [
 BUILTIN_MODULE = "trident_assets.definitions"
 """The shipped code location: the example topologies."""
 
-WORKSPACE_YAML = """\
-# Written by trident_assets: the shipped code location (as the repository's workspace.yaml).
-load_from:
-  - python_module:
-      module_name: trident_assets.definitions
-      location_name: trident_assets
-"""
-
 
 def workspace_yaml(modules: Sequence[str] = (), working_directory: Path | None = None) -> str:
     """A workspace of the code location modules ``modules`` (default: the shipped one).
@@ -59,10 +51,14 @@ def workspace_yaml(modules: Sequence[str] = (), working_directory: Path | None =
     Each module is its own code location, named after it; ``working_directory`` (absolute) is
     where a user's modules are imported from (the directory ``trident ui`` ran in).
     """
-    if not modules:
-        return WORKSPACE_YAML
-    lines = ["# Written by `trident ui --module`: one code location per module.", "load_from:"]
-    for module in modules:
+    header = (
+        "# Written by `trident ui --module`: one code location per module."
+        if modules
+        else "# Written by trident_assets: the shipped code location (as the repository's "
+        "workspace.yaml)."
+    )
+    lines = [header, "load_from:"]
+    for module in modules or (BUILTIN_MODULE,):
         lines += ["  - python_module:", f"      module_name: {module}"]
         name = "trident_assets" if module == BUILTIN_MODULE else module.replace(".", "_")
         lines.append(f"      location_name: {name}")

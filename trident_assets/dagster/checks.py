@@ -31,11 +31,6 @@ On each count/sum state fed only by spouts and functions (``spark.verify.recompu
   ``CheckSettings.full_every``-th evaluation, and on request (run tag
   ``trident/exactly_once=full``). A key the run did not touch is compared only by a full
   evaluation.
-
-This module evaluates the checks (:func:`evaluate_checks`) and reads a spout's batch history
-from Dagster; the settings and specs are in :mod:`.check_specs`, the spout checks in
-:mod:`.spout_checks`, the committed ranges in :mod:`.batch_history` and the planning of
-``exactly_once`` evaluations in :mod:`.exactly_once_plans`.
 """
 
 from collections.abc import Collection, Iterator, Sequence

@@ -1,9 +1,4 @@
-"""Planning a run's ``exactly_once`` evaluations: full or incremental, and from which txids.
-
-:func:`exactly_once_plans` decides, per state, whether its evaluation recomputes from scratch
-or from the state's verified checkpoint (see :mod:`.checks` for when);
-:func:`since_ranges` gathers the ranges of the txids committed since the checkpoint.
-"""
+"""Planning a run's ``exactly_once`` evaluations: full or incremental (see :mod:`.checks`)."""
 
 import json
 from collections.abc import Sequence

@@ -1,10 +1,6 @@
 """The finals asset of an event-window state: its declaration, its rows, their fingerprint.
 
-:class:`FinalsAsset` is the time-partitioned asset ``<topology>/<state>_finals`` of one
-tumbling or sliding window state (see :mod:`.window_assets` for what it holds and when it is
-materialized); :func:`finals_rows` reads one time range of its rows from the state store and
-:func:`fingerprint` summarises them (recorded on each materialization, compared by the
-check of :mod:`.finals_check`).
+See :mod:`.window_assets` for what it holds and when it is materialized.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""The ``finals_unchanged`` check of a finals asset, and the sensor that runs it.
-
-The check compares every materialized time partition's recorded fingerprint with the finals
-in the state store now, and looks for partitions materialized twice and windows in the
-finals twice (see :func:`finals_check`).
-"""
+"""The ``finals_unchanged`` check of a finals asset, and the sensor that runs it."""
 
 from __future__ import annotations
 

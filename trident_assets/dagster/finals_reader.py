@@ -1,9 +1,6 @@
-"""Reading an event-window state's finals for a time range.
+"""Reading an event-window state's finals for a time range, from the replica or the store.
 
-:func:`read_published_finals` reads the read replica (the IO manager's finals input: no lock,
-never waits for a batch); :func:`read_finals_range` reads the state store itself (the
-``finals_unchanged`` check compares what is stored). Apart from :mod:`.window_assets` so that
-the IO manager imports it without the asset graph.
+Apart from :mod:`.window_assets` so that the IO manager imports it without the asset graph.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""The checks of a spout's batches: contiguous txids and ranges, dead letters, lag.
-
-Each returns the :class:`dagster.AssetCheckResult` of one check of :mod:`.checks` on a
-spout-batch asset, from this run's batch outcomes (and, for ``txids_contiguous``, the
-asset's materialized partitions and the store's commit marker).
-"""
+"""A spout's checks (:mod:`.checks`): contiguous txids and ranges, dead letters, lag."""
 
 from collections.abc import Sequence
 

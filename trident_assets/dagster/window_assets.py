@@ -41,10 +41,6 @@ the one given to ``trident_definitions(window_partitions=...)``).
   fingerprint (windows, total, hash); the check recomputes it from the finals table in the
   state store (:func:`~.finals_reader.read_finals_range`) and fails when a partition was
   materialized twice, its windows changed, or a window is in the finals twice.
-
-This module finds the partitions a txid completed and yields their materializations
-(:func:`finals_events`); the asset's declaration, rows and fingerprint are in
-:mod:`.finals_asset`, its check and sensor in :mod:`.finals_check`.
 """
 
 from __future__ import annotations

@@ -11,24 +11,18 @@
 
 import dagster as dg
 import pandas as pd
+import pyarrow as pa
 
 from trident_assets.dagster.graph import IO_MANAGER_KEY
 from trident_assets.dagster.io_manager import state_asset_metadata
 from trident_assets.dagster.partitions import parse_txid, txid_partitions
+from trident_assets.dagster.previews import markdown_table
 from trident_assets.examples.page_views import STATE as PAGE_VIEWS_STATE
 
-__all__ = ["TOP_N", "daily_rollup", "downstream_assets", "markdown_table"]
+__all__ = ["TOP_N", "daily_rollup", "downstream_assets"]
 
 TOP_N = 10
 """Rows in the ``top_words`` preview."""
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """``frame`` as a Markdown table (no extra dependency)."""
-    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(False)]
-    return "\n".join([head, rule, *body])
 
 
 def downstream_assets(topology: str = "word_count") -> list[dg.AssetsDefinition]:
@@ -54,7 +48,9 @@ def downstream_assets(topology: str = "word_count") -> list[dg.AssetsDefinition]
                 "txid": parse_txid(context.partition_key),
                 "distinct_words": len(word_counts),
                 "total_words": int(word_counts["count"].sum()),
-                "preview": dg.MetadataValue.md(markdown_table(top)),
+                "preview": dg.MetadataValue.md(
+                    markdown_table(pa.Table.from_pandas(top, preserve_index=False))
+                ),
             }
         )
 
