@@ -90,6 +90,12 @@ def _applied_metadata(
     graph = topology_graph(topology)
     timings = {f"{k}_s": dg.MetadataValue.float(round(v, 4)) for k, v in outcome.timings_s.items()}
     events: dict[str, dict[str, Any]] = {}
+
+    def counted(role: str, label: str, count: int | None) -> dict[str, Any]:
+        """``common``, ``label``: ``count`` (if known), the preview and the table name."""
+        extra = {} if count is None else {label: dg.MetadataValue.int(count)}
+        return common | extra | _preview(outcome, role, count) | _table_name(graph[role])
+
     for sid in topology.spouts:
         meta = {**common, **timings}
         plan = outcome.plans.get(sid)
@@ -154,22 +160,11 @@ def _applied_metadata(
                 meta |= _dead_letters(outcome, f"window:{name}")
         role = f"state:{name}"
         events[role] = meta | _preview(outcome, role, keys_in) | _table_name(graph[role])
-        extra = {"keys_in": dg.MetadataValue.int(keys_in)} if keys_in is not None else {}
-        role = f"partials:{name}"
-        if role in graph:
-            events[role] = (
-                common | extra | _preview(outcome, role, keys_in) | _table_name(graph[role])
-            )
-        rows = {"rows": dg.MetadataValue.int(keys_in)} if keys_in is not None else {}
-        role = f"new_values:{name}"
-        events[role] = common | rows | _preview(outcome, role, keys_in) | _table_name(graph[role])
+        if f"partials:{name}" in graph:
+            events[f"partials:{name}"] = counted(f"partials:{name}", "keys_in", keys_in)
+        events[f"new_values:{name}"] = counted(f"new_values:{name}", "rows", keys_in)
     for name in topology.outputs:
-        role = f"output:{name}"
-        count = outcome.outputs.get(name)
-        meta = dict(common)
-        if count is not None:
-            meta["rows"] = dg.MetadataValue.int(count)
-        events[role] = meta | _preview(outcome, role, count) | _table_name(graph[role])
+        events[f"output:{name}"] = counted(f"output:{name}", "rows", outcome.outputs.get(name))
     return events
 
 

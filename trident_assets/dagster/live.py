@@ -65,12 +65,12 @@ from trident_assets.dagster.window_assets import FinalsAsset, finals_events
 from trident_assets.errors import ConfigError
 from trident_assets.names import LIVE_ENV
 from trident_assets.runtime.outcomes import BatchOutcome
-from trident_assets.spark.executor import TopologyRunner
 from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
     "LIVE_TAG",
     "LiveSettings",
+    "batches_needed",
     "live_job",
     "live_topologies",
 ]
@@ -133,18 +133,17 @@ def other_run_in_flight(
     return None
 
 
-def pending_batches(runner: TopologyRunner) -> int:
-    """How many batches the records after the last committed txid fill (0: none wait).
+def batches_needed(topology: TridentTopology, waiting: Mapping[str, int]) -> int:
+    """How many batches the records ``waiting`` per spout fill (0: none wait).
 
-    Per spout: records after its last final ranges, divided by its ``max_batch_size``
-    (rounded up; one batch if unlimited); the topology needs as many as its busiest spout.
-    Records of a txid emitted but not committed (a killed run's) count: it is replayed.
+    Per spout: its records divided by its ``max_batch_size`` (rounded up; one batch if
+    unlimited); the topology needs as many as its busiest spout.
     """
     batches = 0
-    for spout_id, waiting in runner.backlog_by_spout().items():
-        size = runner.topology.spouts[spout_id].args["spout"].config.max_batch_size
-        if waiting:
-            batches = max(batches, 1 if not size else -(-waiting // size))
+    for spout_id, count in waiting.items():
+        size = topology.spouts[spout_id].args["spout"].config.max_batch_size
+        if count:
+            batches = max(batches, 1 if not size else -(-count // size))
     return batches
 
 
@@ -279,7 +278,9 @@ def _run_live(
             context.run_id,
             live,
             next_txid,
-            pending=lambda: pending_batches(runner),
+            # records after each spout's last final ranges; a txid emitted but not committed
+            # (a killed run's) counts: it is replayed
+            pending=lambda: batches_needed(topology, runner.backlog_by_spout()),
             quarantine=(
                 None
                 if reason is None

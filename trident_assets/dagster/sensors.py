@@ -31,7 +31,7 @@ from trident_assets.dagster.in_flight import (
     batches_pool,
     in_flight_run,
 )
-from trident_assets.dagster.live import LIVE_TAG
+from trident_assets.dagster.live import LIVE_TAG, batches_needed
 from trident_assets.dagster.live_stop import stop_reason
 from trident_assets.dagster.partitions import range_tags, txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
@@ -213,25 +213,17 @@ def _poison(
 def _pending_batches(
     topology: TridentTopology, trident: TridentResource, offsets: dict[str, Any]
 ) -> int:
-    """How many batches the records past the last committed batch fill (0: nothing new).
-
-    Per spout: the records waiting divided by its ``max_batch_size`` (rounded up; one batch
-    if unlimited); the topology needs as many batches as its busiest spout.
-    """
+    """How many batches the records past the last committed batch fill (0: nothing new)."""
     log = trident.log()
-    batches = 0
-    for node in topology.spouts.values():
-        spout = node.args["spout"]
-        source = spout.source(log)
-        waiting = 0
+    waiting: dict[str, int] = {}
+    for spout_id, node in topology.spouts.items():
+        source = node.args["spout"].source(log)
+        waiting[spout_id] = 0
         for partition in sorted(source.partitions(), key=partition_sort_key):
             done = offsets.get(partition)
             start = source.earliest(partition) if done is None else int(done[1]) + 1
-            waiting += max(0, source.latest(partition) - start)
-        size = spout.config.max_batch_size
-        if waiting:
-            batches = max(batches, 1 if not size else -(-waiting // size))
-    return batches
+            waiting[spout_id] += max(0, source.latest(partition) - start)
+    return batches_needed(topology, waiting)
 
 
 def coordinator_sensor(
