@@ -482,7 +482,6 @@ def test_a_live_commit_has_the_one_commit_function_on_its_stack(
         for f in stack
         if Path(f.filename).is_relative_to(package)
     ]
-    print(frames)
     assert [f for f in frames if "commit" in f[1].lower()] == [
         ("trident_assets/runtime/commit.py", "commit"),
         ("trident_assets/core/commit.py", "commit_batch"),
