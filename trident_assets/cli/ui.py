@@ -25,6 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 from trident_assets.cli.dagster_dev import IdleTickFilter, copy_filtered, stop_process_group
+from trident_assets.dagster.live_stop import clear_stop, request_stop, wait_live_runs_ended
 from trident_assets.errors import ConfigError
 from trident_assets.names import LIVE_ENV, SPARK_REMOTE_ENV
 
@@ -244,8 +245,6 @@ def serve_ui(
             return 0
         graceful = bool(env.get(LIVE_ENV))
         if graceful:
-            from trident_assets.dagster.live_stop import clear_stop
-
             clear_stop(Path(env["DAGSTER_HOME"]))  # a stop request of an earlier trident ui
         sys.stdout.flush()
         dev = subprocess.Popen(
@@ -287,8 +286,6 @@ def serve_ui(
         if server is not None:
             server.stop()
         if graceful:
-            from trident_assets.dagster.live_stop import clear_stop
-
             clear_stop(Path(env["DAGSTER_HOME"]))
         if stop_requested:
             echo("trident ui stopped: nothing it started runs")
@@ -359,8 +356,6 @@ def _end_live_runs(dagster_dir: Path, echo: Callable[[str], None], signals: list
     Ctrl-C) or :data:`LIVE_STOP_TIMEOUT_S` ends the wait: ``dagster dev``'s stop then
     interrupts a run still going, whose txid in flight the next live run replays.
     """
-    from trident_assets.dagster.live_stop import request_stop, wait_live_runs_ended
-
     echo(
         "Stopping trident ui: each live run ends after the txids in hand (Ctrl-C again to stop "
         "at once; a txid in flight is then replayed at the next start)"
