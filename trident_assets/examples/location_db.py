@@ -32,7 +32,6 @@ __all__ = [
     "LocationUpdater",
     "QueryLocation",
     "build_location_db",
-    "ensure_topics",
     "produce_seed",
 ]
 
@@ -138,16 +137,14 @@ def build_location_db(
     return topo
 
 
-def ensure_topics(log: Any, *, topic: str = LOCATION_TOPIC, query_topic: str = QUERY_TOPIC) -> None:
-    """Create the moves topic (2 partitions) and the lookups topic (1) if they are missing."""
+def produce_seed(log: Any, *, topic: str = LOCATION_TOPIC, query_topic: str = QUERY_TOPIC) -> None:
+    """Create the topics if needed; append :data:`SEED_MOVES` and lookups of users 1, 2, 5.
+
+    The moves topic gets 2 partitions, the lookups topic 1.
+    """
     for name, partitions in ((topic, 2), (query_topic, 1)):
         if name not in log.topics():
             log.create_topic(name, partitions)
-
-
-def produce_seed(log: Any, *, topic: str = LOCATION_TOPIC, query_topic: str = QUERY_TOPIC) -> None:
-    """Create the topics if needed; append :data:`SEED_MOVES` and lookups of users 1, 2, 5."""
-    ensure_topics(log, topic=topic, query_topic=query_topic)
     moves = log.producer(topic, partitioner="round_robin")
     for userid, location in SEED_MOVES:
         moves.send(json.dumps({"userid": userid, "location": location}).encode())
