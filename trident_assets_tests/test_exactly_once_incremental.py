@@ -20,6 +20,7 @@ from trident_assets.backends.state_contracts import stored_contracts
 from trident_assets.backends.verified import read_checkpoint, values_table
 from trident_assets.core.values import OpaqueValue
 from trident_assets.dagster import checks
+from trident_assets.dagster.check_specs import FULL_CHECK_TAG
 from trident_assets.dagster.checks import CheckSettings
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.runs import materialize_batches
@@ -212,7 +213,7 @@ def test_full_on_request_on_a_changed_contract_and_a_checkpoint_ahead(world: Any
     _topo, trident, _instance = world
     settings = CheckSettings(full_every=50)
     assert run(world, 1, settings).passed
-    requested = run(world, 2, settings, tags={checks.FULL_CHECK_TAG: "full"})
+    requested = run(world, 2, settings, tags={FULL_CHECK_TAG: "full"})
     assert (meta(requested)["mode"], meta(requested)["full_because"]) == ("full", "requested")
     assert checkpoint(trident)[0].incremental_runs == 0
 
