@@ -29,7 +29,6 @@ collected them; a job of their own fetches them only when there are any.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,34 +36,25 @@ import pyarrow as pa
 
 from trident_assets.core.aggregators import ReducerAggregator
 from trident_assets.core.user_code import guard
-from trident_assets.planner import (
-    chunk_pipelinable,
-    depends_on_new_values,
-    is_empty,
-    is_live,
-    live_spouts,
-    partition_free,
-)
+from trident_assets.planner import depends_on_new_values, is_empty, live_spouts
 from trident_assets.runtime.outcomes import Prepared, StateInput
 from trident_assets.spark.aggregation import combine_partials, reduce_groups
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.codegen_conf import codegen_conf
 from trident_assets.spark.dead_letter_jobs import SpoutDeadLetters
-from trident_assets.spark.partials import ChunkPartials
+from trident_assets.spark.read_modes import ReadMode, read_mode
 from trident_assets.spark.scoped_conf import scoped_conf
 from trident_assets.spark.spilled import Cleanup
 from trident_assets.spark.spout_reads import reads_for, records_of
 from trident_assets.spark.state_engines import engine_for
 from trident_assets.spark.state_query import query_frame
 from trident_assets.spark.stream_ops import NODE_KINDS, build
-from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid, tag_first, tagged_read
 from trident_assets.stream.graph import ROW_WISE
 from trident_assets.stream.single_join import SINGLE_JOIN_EXPIRED
 
 if TYPE_CHECKING:
     from trident_assets.runtime.txid_loop import Batches
-    from trident_assets.spark.batch_context import RunContext
-    from trident_assets.spark.partials import PartialsJob
+    from trident_assets.spark.batch_context import ChunkPartials, PartialsJob, RunContext
     from trident_assets.spouts.ranges import BatchPlan
     from trident_assets.stream.graph import Node
     from trident_assets.stream.streams import TridentState
@@ -106,7 +96,7 @@ class BatchRun(SpoutDeadLetters):
         self.txids = [txid for txid, _ in self.batches]
         self.txid, self.plans = self.batches[0]
         """The chunk's first txid and its ranges (a chunk of one: its only)."""
-        self.mode: _Alone | _Tagged = _Tagged() if len(self.batches) > 1 else _Alone()
+        self.mode: ReadMode = read_mode(len(self.batches))
         """How the chunk's frames are read: tagged with each tuple's batch, or its txid's alone."""
         self.live = set().union(*(live_spouts(plans) for _, plans in self.batches))
         """The spouts that read at least one record in the chunk."""
@@ -168,6 +158,11 @@ class BatchRun(SpoutDeadLetters):
     def for_txid(self, txid: int) -> BatchRun:
         """The chunk's ``txid`` as a chunk of one, to commit it (typed by the chunk's types)."""
         return self.mode.txid_run(self, txid)
+
+    def chunk_of_one(self, txid: int) -> BatchRun:
+        """The chunk's ``txid`` as a new chunk of one, typed by the value types known so far."""
+        plans, types = dict(self.batches)[txid], dict(self.value_types)
+        return BatchRun.alone(self.runner, txid, plans, spill=self.spill, value_types=types)
 
     # -- building DataFrames ---------------------------------------------------------------
 
@@ -260,7 +255,7 @@ class BatchRun(SpoutDeadLetters):
         engine = engine_for(state)
         if engine.batch_input is not None:
             return self._keep(state.spec.name, engine.batch_input(self, state))
-        found = self._planned(state, engine.chunk(self, state))()  # type: ignore[misc]
+        found = self.planned(state, engine.chunk(self, state))()  # type: ignore[misc]
         nulls = found.nulls.get(self.txid)
         kept = StateInput(
             found.tables[self.txid], None, nulls, found.counted_dead, found.folded_dead
@@ -276,18 +271,25 @@ class BatchRun(SpoutDeadLetters):
         self.folded_dead.update(found.folded_dead)
         return found.batch
 
-    def _planned(self, state: TridentState, job: PartialsJob) -> Callable[[], ChunkPartials]:
-        """``job``'s Spark job; what its planning found is kept here.
+    def planned(self, state: TridentState, job: PartialsJob) -> Callable[[], ChunkPartials]:
+        """``job``'s Spark job; what its planning and its run find is kept here.
 
         Its value type (types empty query results), an event-time window's bound after the
-        chunk, the cleanups of the files its executors will write.
+        chunk, the cleanups of the files its executors will write, the dead letters it
+        collected.
         """
         if job.value_type is not None:
             self.value_types[state.spec.name] = job.value_type
         if job.event_top is not None:
             self.event_tops[state.spec.name] = job.event_top
         self._spilled.extend(job.cleanups)
-        return job.run
+
+        def run() -> ChunkPartials:
+            found = job.run()
+            self.folded_dead.update(found.folded_dead)
+            return found
+
+        return run
 
     def _output_job(self, node: Node) -> Callable[[], dict[int, pa.Table]]:
         home = self.mode.home(self, node)
@@ -362,104 +364,3 @@ class BatchRun(SpoutDeadLetters):
     def read_applied(self, new_values: dict[str, pa.Table], expired: dict[str, pa.Table]) -> None:
         """What this txid's commit applied so far, for the streams that read it."""
         self.new_values, self.expired = dict(new_values), dict(expired)
-
-
-class _Alone:
-    """How a chunk of one reads its frames: untagged, every tuple is its txid's.
-
-    No ``Observation`` on a decode (its states' jobs may run in the commit, later); a state's
-    job may collect its spout's dead letters; its states and outputs are built in the call.
-    """
-
-    keep: tuple[str, ...] = ()
-    folds_dead = True
-
-    def observation(self, sid: str) -> Any:
-        return None
-
-    def read(self, run: BatchRun, sid: str, spout: Any) -> tuple[Any, dict[str, str]]:
-        inline = partition_free(run.runner.topology)
-        return spout.read(run.spark, run.runner.log, run.plans[sid], inline=inline), {}
-
-    def tag(self, frame: Any) -> Any:
-        return tag_first(frame)
-
-    def split(self, table: pa.Table, txids: list[int]) -> dict[int, pa.Table]:
-        return dict.fromkeys(txids, table)
-
-    def home(self, run: BatchRun, node: Node) -> BatchRun:
-        return run
-
-    def txid_run(self, run: BatchRun, txid: int) -> BatchRun:
-        return run
-
-    def check_builds(self, node: Node) -> None: ...
-
-    def plan_frame(self, run: BatchRun, node: Node) -> None: ...
-
-    def state_job(self, run: BatchRun, state: TridentState) -> Callable[[], ChunkPartials]:
-        chunk = engine_for(state).chunk
-        shares = run.runner.pipelinable and chunk_pipelinable(run.runner.topology, run.live)
-        if chunk is not None and shares:
-            # a chunk of one the loop may start ahead: planned now, as a chunk of several's
-            # (its job runs while earlier txids commit; its event-time bounds pass on)
-            job = run._planned(state, chunk(run, state))
-
-            def planned() -> ChunkPartials:
-                found = job()
-                run.folded_dead.update(found.folded_dead)
-                return found
-
-            return planned
-
-        def alone() -> ChunkPartials:
-            batch = run.state_input(state)
-            nulls = run.nulls.get(state.spec.name)
-            return ChunkPartials({run.txid: batch}, {} if nulls is None else {run.txid: nulls})
-
-        return alone
-
-
-class _Tagged:
-    """How a chunk of several reads its frames: every tuple tagged with its batch.
-
-    An ``Observation`` on each decode counts its dead letters; the frames are built now (the
-    call touches only Spark); a node without tuples is the first txid's (:attr:`~BatchRun.first`).
-    """
-
-    keep = (TXID_COLUMN,)
-    folds_dead = False
-
-    def observation(self, sid: str) -> Any:
-        from pyspark.sql import Observation
-
-        return Observation(f"trident_dead_{sid}_{uuid.uuid4().hex}")
-
-    def read(self, run: BatchRun, sid: str, spout: Any) -> tuple[Any, dict[str, str]]:
-        mine = [plans[sid] for _, plans in run.batches]
-        return tagged_read(spout, run.spark, run.runner.log, mine)
-
-    def tag(self, frame: Any) -> Any:
-        return frame
-
-    def split(self, table: pa.Table, txids: list[int]) -> dict[int, pa.Table]:
-        return split_by_txid(table, txids)
-
-    def home(self, run: BatchRun, node: Node) -> BatchRun:
-        return run if is_live(node, run.live) else run.first
-
-    def txid_run(self, run: BatchRun, txid: int) -> BatchRun:
-        plans, types = dict(run.batches)[txid], dict(run.value_types)
-        return BatchRun.alone(run.runner, txid, plans, spill=run.spill, value_types=types)
-
-    def check_builds(self, node: Node) -> None:
-        msg = f"node kind {node.kind!r} cannot share a Spark job with other txids"
-        raise AssertionError(msg)
-
-    def plan_frame(self, run: BatchRun, node: Node) -> None:
-        run.frame(node)
-
-    def state_job(self, run: BatchRun, state: TridentState) -> Callable[[], ChunkPartials]:
-        chunk = engine_for(state).chunk
-        assert chunk is not None  # the planner admits only kinds that share a job
-        return run._planned(state, chunk(run, state))

@@ -39,9 +39,9 @@ import pyarrow.compute as pc
 from trident_assets.backends.window_store import last_max_event_us
 from trident_assets.errors import TridentError
 from trident_assets.log.timestamps import UNKNOWN
+from trident_assets.spark.batch_context import ChunkPartials
 from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.observed import count_dead
-from trident_assets.spark.partials import ChunkPartials
 from trident_assets.spark.traced import traced_frame
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spark.window_columns import (

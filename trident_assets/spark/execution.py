@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["SparkExecution", "SparkRunner", "SparkTxid"]
 
 
-class SparkRunner(RunContext, CommitTarget, Protocol):
+class SparkRunner(RunContext, CommitTarget["TridentState"], Protocol):
     """A runner on Spark: what its batches read and what its txids commit to."""
 
 

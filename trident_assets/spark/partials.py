@@ -20,17 +20,15 @@ job found (:class:`ChunkPartials`), nothing is written into the caller's objects
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_assets.backends.spilled_partials import SpilledPartials
 from trident_assets.core.user_code import guard
 from trident_assets.spark.aggregation import combine_partials, split_nulls, state_partials
 from trident_assets.spark.arrow_partials import combine_task_partials
+from trident_assets.spark.batch_context import ChunkPartials, PartialsJob
 from trident_assets.spark.folded_dead import take_spout_dead, with_spout_dead
 from trident_assets.spark.kernel_plan import (
     arrow_kernel,
@@ -39,7 +37,7 @@ from trident_assets.spark.kernel_plan import (
     kernel_unavailable,
 )
 from trident_assets.spark.node_frames import global_partials
-from trident_assets.spark.spilled import Cleanup, spillable
+from trident_assets.spark.spilled import spillable
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spark.window_columns import KIND, REASON, VALUE
 from trident_assets.stream.state_kinds import state_kind
@@ -51,37 +49,7 @@ if TYPE_CHECKING:
     from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
-__all__ = ["ChunkPartials", "PartialsJob", "combiner_partials"]
-
-
-@dataclass(frozen=True)
-class ChunkPartials:
-    """What a state's partials job found, per txid of the chunk."""
-
-    tables: dict[int, pa.Table | SpilledPartials]
-    """The partials of each txid (key columns, the output column; a global state: one row)."""
-    nulls: dict[int, int] = field(default_factory=dict)
-    """Per txid, the null values a Sum/Min/Max skipped (absent: none counted)."""
-    counted_dead: dict[str, int] = field(default_factory=dict)
-    """Per spout, the dead letters the Arrow kernel met over the whole chunk."""
-    folded_dead: dict[str, pa.Table] = field(default_factory=dict)
-    """Per spout, the dead letters the job collected along (a chunk of one)."""
-
-
-@dataclass(frozen=True)
-class PartialsJob:
-    """A state's partials, planned: its value type now, its Spark job when run."""
-
-    value_type: pa.DataType | None
-    """The Arrow type of the state's partial values (types empty query results; None: no
-    such type, e.g. an event window's rows)."""
-    run: Callable[[], ChunkPartials]
-    """The Spark job (touches only Spark: may run in another thread)."""
-    event_top: int | None = None
-    """An event-time window's upper bound of its largest event time after the chunk (None:
-    none known, or another kind)."""
-    cleanups: tuple[Cleanup, ...] = ()
-    """Remove what the job's executors write (once the chunk's txids have committed)."""
+__all__ = ["combiner_partials"]
 
 
 def combiner_partials(
