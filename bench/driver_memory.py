@@ -209,10 +209,10 @@ def _cluster_exact(state: Any, keys: int) -> bool:
     not listed: ``DBSIZE`` per master less the state's key counters, then a ``SCAN`` checking
     each value)."""
     from trident_assets.backends.kv_backing import current_value, open_backing
+    from trident_assets.backends.kv_target import target_of
     from trident_assets.backends.redis_cluster_map import SIZE_MARK
-    from trident_assets.spark.kv_state import kv_target
 
-    target = kv_target(state)
+    target = target_of(state)
     backing = open_backing(target)
     try:
         client = backing.client

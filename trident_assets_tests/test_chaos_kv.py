@@ -20,11 +20,11 @@ from bench import chaos_soak
 from bench.chaos_kv import start_cluster, state_spec
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.kv_backing import open_backing
+from trident_assets.backends.kv_target import target_of
 from trident_assets.core.values import OpaqueValue
 from trident_assets.examples.word_count import build_word_count
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.executor import TopologyRunner
-from trident_assets.spark.kv_state import kv_target
 from trident_assets.spouts.config import SpoutKind
 from trident_assets_tests.kv_servers import RedisClusterServers, servers_installed
 from trident_assets_tests.soaks import run_soak, soak_env
@@ -76,7 +76,7 @@ def test_soak_comparison_reads_the_cluster_exactly(
     assert exact.dead_letters == exact.malformed_in_log == 4
     assert (exact.ranges_ok, exact.last_txid, exact.replica_checked) == (True, 1, False)
 
-    backing = open_backing(kv_target(topo.states["word_counts"]))
+    backing = open_backing(target_of(topo.states["word_counts"]))
     try:  # "the" counted 12 becomes 13; "moon" (4) disappears
         backing.multi_put([("the",)], [OpaqueValue(1, 13, None)])
         backing.client.delete(backing.target.encode(("moon",)))

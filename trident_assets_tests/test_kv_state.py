@@ -21,6 +21,7 @@ from dagster._core.types.dagster_type import resolve_dagster_type
 import trident_assets as ta
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.kv_backing import state_size
+from trident_assets.backends.kv_target import target_of
 from trident_assets.dagster.batch_events import batch_events
 from trident_assets.dagster.graph import asset_keys, topology_graph
 from trident_assets.errors import ConfigError, KeyValueStoreError
@@ -29,7 +30,7 @@ from trident_assets.log.store import PartitionedLog
 from trident_assets.planner import pipelinable, recomputable
 from trident_assets.runtime.backfill_plans import replay_refusal
 from trident_assets.spark.executor import TopologyRunner
-from trident_assets.spark.kv_state import close_kv_map, kv_map, kv_target, read_kv_state
+from trident_assets.spark.kv_state import close_kv_map, kv_map, read_kv_state
 from trident_assets.spark.spilled import spillable
 from trident_assets.spark.state_apply import read_state
 from trident_assets.spouts.config import SpoutKind
@@ -128,7 +129,7 @@ def _counts(topo: TridentTopology, words: Sequence[str]) -> dict[str, int]:
 
 def _size(topo: TridentTopology, state: str = "word_counts") -> int | None:
     """The keys the state holds, read from its servers (None: memcached cannot count them)."""
-    return state_size(kv_target(topo.states[state]))
+    return state_size(target_of(topo.states[state]))
 
 
 def _drain(runner: TopologyRunner) -> int:
@@ -670,7 +671,7 @@ def test_redis_master_killed_after_the_writes_fails_the_txid_with_the_store_erro
     try:
         log = _log(tmp_path)
         topo = _topology("wc_size_read", _spec("redis", "opaque", cluster.servers), batch=100)
-        target = kv_target(topo.states["word_counts"])
+        target = target_of(topo.states["word_counts"])
         victim = cluster.ports[2]  # master of the last third of the slots
         safe = [
             w for w in (f"w{i}" for i in range(200))

@@ -64,6 +64,18 @@ def _check_num_buckets(num_buckets: int) -> int:
     return num_buckets
 
 
+def _seconds(name: str, value: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        msg = f"{name} must be a finite number of seconds > 0, got {value!r}"
+        raise ConfigError(msg)
+    return float(value)
+
+
 class RotatingMap(Generic[K, V]):
     """A map whose entries expire after ``num_buckets`` rotations (Storm's RotatingMap).
 
@@ -187,15 +199,7 @@ class TimeCacheMap(Generic[K, V]):
         Raises:
             ConfigError: ``expiration_s`` is not a finite number > 0, or ``num_buckets`` < 2.
         """
-        if (
-            isinstance(expiration_s, bool)
-            or not isinstance(expiration_s, int | float)
-            or not math.isfinite(expiration_s)
-            or expiration_s <= 0
-        ):
-            msg = f"expiration_s must be a finite number of seconds > 0, got {expiration_s!r}"
-            raise ConfigError(msg)
-        self.expiration_s = float(expiration_s)
+        self.expiration_s = _seconds("expiration_s", expiration_s)
         self.num_buckets = _check_num_buckets(num_buckets)
         self.rotation_period_s = self.expiration_s / (num_buckets - 1)
         self.on_expire = on_expire
@@ -360,15 +364,7 @@ class EventTimeExpiry:
         Raises:
             ConfigError: ``timeout_s`` is not a finite number > 0, or ``num_buckets`` < 2.
         """
-        if (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, int | float)
-            or not math.isfinite(timeout_s)
-            or timeout_s <= 0
-        ):
-            msg = f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}"
-            raise ConfigError(msg)
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = _seconds("timeout_s", timeout_s)
         self.num_buckets = _check_num_buckets(num_buckets)
         self._scale = Fraction(num_buckets - 1) / Fraction(self.timeout_s)
 

@@ -45,10 +45,6 @@ def describe(fn: Any) -> str:
 
 def short_repr(value: Any) -> str:
     """``repr(value)``, cut to :data:`MAX_REPR` characters (an error message's excerpt)."""
-    return _short(value)
-
-
-def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= MAX_REPR else f"{text[:MAX_REPR]}... ({len(text)} chars)"
 
@@ -60,7 +56,7 @@ def failure(step: str, fn: Any, what: str, value: Any, cause: BaseException | st
     """
     reason = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
     reason = " ".join(reason.split())  # one line: the driver reads it back from a traceback
-    msg = f"{step}: {describe(fn)} failed on {what} {_short(value)}: {reason}"
+    msg = f"{step}: {describe(fn)} failed on {what} {short_repr(value)}: {reason}"
     return UserCodeError(msg)
 
 
@@ -97,17 +93,13 @@ def call_many(step: str, fn: Callable[..., Any], values: tuple[Any, ...]) -> lis
             would emit one tuple per character, byte or key), or a non-iterable value.
     """
     result = call(step, fn, values, named=fn)
-    if isinstance(result, _NOT_TUPLES):
+    if isinstance(result, _NOT_TUPLES) or not isinstance(result, Iterable):
+        shown = f"{type(result).__name__} {short_repr(result)}"
         why = (
-            f"returned a {type(result).__name__} {_short(result)} where an iterable of output "
-            "tuples is expected; return a list of tuples, e.g. [(value,)]"
-        )
-        raise failure(step, fn, "input tuple", values, why)
-    if not isinstance(result, Iterable):
-        why = (
-            f"returned a {type(result).__name__} {_short(result)}, which is not iterable, where "
-            "an iterable of output tuples is expected; return a list of tuples, e.g. [(value,)]"
-        )
+            f"returned a {shown} where an iterable of output "
+            if isinstance(result, _NOT_TUPLES)
+            else f"returned a {shown}, which is not iterable, where an iterable of output "
+        ) + "tuples is expected; return a list of tuples, e.g. [(value,)]"
         raise failure(step, fn, "input tuple", values, why)
     if isinstance(result, list):
         return result

@@ -2,29 +2,18 @@
 
 Trident keeps up to ``max.spout.pending`` batches in flight; only their state commits are
 strictly ordered by txid. :class:`BatchRun` builds the Spark work of a chunk of consecutive
-txids; a txid run by itself is a chunk of one. For a chunk of several, the batches are read
-together, every tuple tagged with its batch (:data:`~.txid_tags.TXID_COLUMN`), each state's
-per-key partials are grouped by ``(key, tag)`` and the driver splits the Arrow results by
-txid. A chunk of one needs no tag: every tuple is its txid's. Either way the work is built
-by :meth:`BatchRun.plan` and returns each txid's
-:class:`~trident_assets.runtime.outcomes.Prepared` (Trident's batch phase): the states'
-inputs, the outputs, the dead letters. The runner then commits the txids one at a time, in
-order, each in its own store transaction (:func:`~trident_assets.runtime.commit.commit`). A
-crash between two commits leaves the earlier txids committed and the later ones to be
-replayed (opaque: re-planned from the last commit; transactional: the ranges recorded at
-their first emission).
+txids (a txid run by itself is a chunk of one) and returns each txid's
+:class:`~trident_assets.runtime.outcomes.Prepared`: the states' inputs, the outputs, the dead
+letters. A chunk of several tags every tuple with its batch
+(:data:`~.txid_tags.TXID_COLUMN`) and splits the Arrow results by txid
+(:mod:`.read_modes`). The runner then commits the txids one at a time, in order, each in its
+own store transaction (:func:`~trident_assets.runtime.commit.commit`); a crash between two
+commits leaves the later txids to be replayed.
 
-Several txids share one job only when every node that receives tuples in the chunk is
-row-wise (``spout``, ``each``, ``filter``, ``project``, ``peek``) and every state is a
-persistent aggregate with a SQL combiner or an event-time window timed by the record
-timestamp (:mod:`trident_assets.planner`); whatever reads the state a batch leaves behind
-(queries over a non-empty stream, new-values streams, single joins, updaters, reducers) runs
-in chunks of one. Streams that receive no tuples in a chunk cost no Spark job: they are
-built by the chunk's first txid as a chunk of one, typed from the DataFrame schema.
-
-Dead letters are counted in one place (:mod:`~trident_assets.spark.dead_letter_jobs`): an
-Arrow kernel's count, an ``Observation`` on the spout's decode, or a state's job that
-collected them; a job of their own fetches them only when there are any.
+Which txids share one job is the planner's choice (:mod:`trident_assets.planner`). Streams
+that receive no tuples in a chunk cost no Spark job: the chunk's first txid builds them as
+a chunk of one. Dead letters are counted in one place
+(:mod:`~trident_assets.spark.dead_letter_jobs`).
 """
 
 from __future__ import annotations
@@ -99,7 +88,6 @@ class BatchRun(SpoutDeadLetters):
         self.mode: ReadMode = read_mode(len(self.batches))
         """How the chunk's frames are read: tagged with each tuple's batch, or its txid's alone."""
         self.live = set().union(*(live_spouts(plans) for _, plans in self.batches))
-        """The spouts that read at least one record in the chunk."""
         self.frames: dict[int, Any] = {}
         self.dead: dict[str, tuple[Any, Any]] = {}
         """Per decoded spout: its dead letters' DataFrame and the ``Observation`` counting them
@@ -116,9 +104,7 @@ class BatchRun(SpoutDeadLetters):
         self.expired: dict[str, pa.Table] = {}
         """Expired halves of each single join this batch (its ``<join>_expired`` output)."""
         self.value_types: dict[str, pa.DataType] = dict(value_types or {})
-        """Arrow type of each combiner state's batch partials (typing empty query results)."""
         self.nulls: dict[str, int] = {}
-        """Per Sum/Min/Max state: the null values its partials skipped this batch."""
         self.folded_dead: dict[str, pa.Table] = {}
         """Spouts whose dead letters a state's own Spark job collected (see :meth:`fold_dead`)."""
         self.dead_collected = False
@@ -176,12 +162,8 @@ class BatchRun(SpoutDeadLetters):
 
     def _written_empty(self, node: Node) -> bool:
         """True for a new-values (or expired) stream the commit has written with no rows."""
-        if node.kind == "new_values":
-            written = self.new_values.get(node.args["state"].spec.name)
-        elif node.kind == SINGLE_JOIN_EXPIRED:
-            written = self.expired.get(node.args["state"].spec.name)
-        else:
-            return False
+        tables = {"new_values": self.new_values, SINGLE_JOIN_EXPIRED: self.expired}.get(node.kind)
+        written = None if tables is None else tables.get(node.args["state"].spec.name)
         return written is not None and written.num_rows == 0
 
     def _build(self, node: Node) -> Any:

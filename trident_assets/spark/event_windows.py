@@ -1,33 +1,20 @@
 """Running an event-time windowed aggregation for one batch.
 
-Declared by :mod:`trident_assets.stream.event_windows`. A window timed by the record
-timestamp runs several txids in one job instead (:mod:`.event_window_chunks`); its commit
-half is :func:`apply_window_state` too.
+Declared by :mod:`trident_assets.stream.event_windows`, under the rules of
+:mod:`trident_assets.core.event_windows`. A window timed by the record timestamp runs
+several txids in one job instead (:mod:`.event_window_chunks`); its commit half is
+:func:`apply_window_state` too. Two halves around the commit, like a single join:
 
-Two halves around the commit, like a single join:
-
-* :func:`window_input` (batch phase, before the commit transaction): one Spark action.
-  Tumbling and sliding windows read the batch's records once: each live record gives a
-  row per window of it that is not final (a tumbling record its one window, by column
-  arithmetic; a sliding one exploded), each dead record (a null or unparseable event time,
-  or late) one row with its reason, and ONE aggregation per (key, window, reason, value)
-  gives the partials and the dead letters together. Sessions group per key within the
-  batch, as gap islands of the sorted live events, and filter the dead letters in a second
-  branch. Each partial also keeps its largest event time (the batch's largest is their
-  maximum: a late record is below the watermark, so it could not raise it) and, for
-  sliding windows, the partly late records, counted in the row of each one's last window.
-  Late is decided against the watermark committed before this txid (the rules of
-  :mod:`trident_assets.core.event_windows`). Everything comes back as one Arrow table;
-  the spout's dead letters are counted by the same scan (:mod:`.observed`) and fetched
-  only when there are any (sessions: collected in a branch of the same job). The
-  watermark-free column expressions are built once per state and reused
-  (:mod:`trident_assets.spark.column_cache`).
+* :func:`window_input` (batch phase): one Spark action gives the partials and the dead
+  letters (unreadable or late records) as one Arrow table, late decided against the
+  watermark committed before this txid; the spout's dead letters are counted by the same
+  scan (:mod:`.observed`) and fetched only when there are any.
 * :func:`apply_window_state` (inside the commit transaction): the partials go to the store
-  (:mod:`trident_assets.backends.window_store`), the dead letters to the batch's dead
-  letters, the windows the new watermark made final to the state's new values.
+  (:mod:`trident_assets.backends.window_store`), the dead letters to the batch's, the
+  windows the new watermark made final to the state's new values.
 
-The job's columns and their watermark-free expressions are in
-:mod:`trident_assets.spark.window_columns`.
+The job's columns and their watermark-free expressions (built once per state:
+:mod:`trident_assets.spark.column_cache`) are in :mod:`trident_assets.spark.window_columns`.
 """
 
 from __future__ import annotations
@@ -71,12 +58,7 @@ if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.event_windows import WindowedState
 
-__all__ = ["apply_window_state", "window_dead_letters_key", "window_input"]
-
-
-def window_dead_letters_key(state: str) -> str:
-    """The ``spout`` column of a windowed state's dead letters (no spout id holds ``:``)."""
-    return f"window:{state}"
+__all__ = ["apply_window_state", "window_input"]
 
 
 def window_input(run: BatchContext, state: WindowedState) -> StateInput:
@@ -302,6 +284,6 @@ def apply_window_state(run: BatchContext, state: WindowedState, table: pa.Table)
     return Applied(
         outcome,
         new_values=result.finals,
-        dead={window_dead_letters_key(name): letters},
+        dead={f"window:{name}": letters},  # no spout id holds ":"
         window=result.outcome(late, letters.num_rows - late, partly),
     )

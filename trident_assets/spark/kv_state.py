@@ -72,7 +72,6 @@ __all__ = [
     "kv_input",
     "kv_map",
     "kv_preview",
-    "kv_target",
     "read_kv_state",
     "store_errors",
 ]
@@ -88,18 +87,13 @@ _MAPS: dict[StateType, Any] = {
 }
 
 
-def kv_target(state: TridentState) -> KeyValueTarget:
-    """Where ``state`` (declared with a ``KeyValueStateSpec``) keeps its values."""
-    return target_of(state)
-
-
 def kv_map(state: TridentState) -> Any:
     """The state's MapState (opaque, transactional or not) over its servers, for reads.
 
     Read outside any batch, a value is its ``curr``; :func:`close_kv_map` closes its
     connections.
     """
-    return _MAPS[state.spec.state_type](open_backing(kv_target(state)))
+    return _MAPS[state.spec.state_type](open_backing(target_of(state)))
 
 
 def close_kv_map(mstate: Any) -> None:
@@ -117,7 +111,7 @@ def read_kv_state(state: TridentState, as_of: int | None = None) -> pa.Table:
         KeyValueStoreError: ``as_of`` is given (the servers keep no history), or the store
             cannot list its keys (memcached).
     """
-    target = kv_target(state)
+    target = target_of(state)
     if as_of is not None:
         raise refuse_as_of(target, as_of)
     return read_latest(target, list(state.group), str(state.value_field))
@@ -300,7 +294,7 @@ def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> App
     """
     from pyspark.sql import functions as F
 
-    target = kv_target(state)
+    target = target_of(state)
     if target.store == MEMCACHED:
         first = run.runner.store.last_committed(state.topology.name) is None
         check_sentinels(target, first)

@@ -27,7 +27,6 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import MAP_LOG_PREFIX, MAP_SEQ_PREFIX, MAX_IDENTIFIER_LENGTH
 from trident_assets.spouts.config import SpoutKind, validate_name
 from trident_assets.stream.batch_join import JoinType, merge_selections, plan_join
-from trident_assets.stream.event_windows import WindowedState, declare_window_aggregate
 from trident_assets.stream.graph import Node, PersistedState, StateSpec, StateUpdater
 from trident_assets.stream.lakehouse_specs import Publication
 from trident_assets.stream.single_join import declare_single_join
@@ -64,9 +63,9 @@ class TridentTopology:
         self.static_states: dict[str, TridentState] = {}
         """States queries read but nothing in the topology writes (``new_static_state``)."""
         self.claims: dict[str, str] = {}
+        """Every store table and asset name the declarations use -> the declaration using it."""
         self.publications: list[Publication] = []
         """The lakehouse tables its states and outputs are published to (``.publish``)."""
-        """Every store table and asset name the declarations use -> the declaration using it."""
 
     def new_stream(self, spout_id: str, spout: Any) -> Stream:
         """A stream of the batches a spout emits; ``spout_id`` names its offset metadata."""
@@ -130,12 +129,6 @@ class TridentTopology:
             event_time=event_time,
             state=state,
         )
-
-    def window_aggregate(
-        self, grouped: GroupedStream, window: Any, agg: Any, output: str, **kwargs: Any
-    ) -> WindowedState:
-        """Declare ``grouped.window_aggregate(...)``: see :mod:`.event_windows`."""
-        return declare_window_aggregate(grouped, window, agg, output, **kwargs)
 
     def new_static_state(self, name: str, source: Any) -> TridentState:
         """A state that queries read and nothing in the topology writes (``newStaticState``).
