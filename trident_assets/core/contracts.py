@@ -162,13 +162,8 @@ def compare(stored: StateContract, declared: StateContract) -> ContractCompariso
         a, b = getattr(stored, name), getattr(declared, name)
         if a == b:
             continue
-        if name in _INFORMATIONAL:
-            ok = True
-        elif name in _UNKNOWN_IS_COMPATIBLE:
-            ok = a is None or b is None
-        else:
-            ok = False
-        diffs.append(FieldDifference(name, a, b, ok))
+        unknown = name in _UNKNOWN_IS_COMPATIBLE and (a is None or b is None)
+        diffs.append(FieldDifference(name, a, b, name in _INFORMATIONAL or unknown))
     return ContractComparison(tuple(diffs))
 
 

@@ -69,19 +69,17 @@ class CachedBatchReadsMap(Generic[T]):
     def multi_get(self, keys: Sequence[Key]) -> list[CachedRead[T]]:
         """Read ``keys``; keys this batch wrote come back with ``cached=True``."""
         stored = self.delegate.multi_get(keys)
-        out: list[CachedRead[T]] = []
-        for key, value in zip(keys, stored, strict=True):
-            if key in self._written:
-                out.append(CachedRead(self._written[key], True))
-            else:
-                out.append(CachedRead(value, False))
-        return out
+        return [
+            CachedRead(self._written[key], True)
+            if key in self._written
+            else CachedRead(value, False)
+            for key, value in zip(keys, stored, strict=True)
+        ]
 
     def multi_put(self, keys: Sequence[Key], values: Sequence[T]) -> None:
         """Write through to the delegate and remember the writes."""
         self.delegate.multi_put(keys, values)
-        for key, value in zip(keys, values, strict=True):
-            self._written[key] = value
+        self._written.update(zip(keys, values, strict=True))
 
 
 class _TxMap(ABC, Generic[T]):

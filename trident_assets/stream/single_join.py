@@ -1,6 +1,6 @@
 """``single_join``: Storm's SingleJoinBolt as an exactly-once join across streams and batches.
 
-Declaration (:func:`declare_single_join`, called by ``TridentTopology.single_join``) is pure and
+Declaration (:func:`declare_single_join`, ``TridentTopology.single_join``) is pure and
 validates everything up front. The join is a state of the topology (its pending halves, a
 DuckDB table written in the batch's commit transaction, see
 :mod:`trident_assets.backends.duckdb_join`, or records in a Redis Cluster or memcached, see
@@ -133,9 +133,19 @@ def declare_single_join(
     event_time: str | None = None,
     state: StateSpec | None = None,
 ) -> Stream:
-    """Declare join ``name`` of ``streams``; return the stream of joined tuples.
+    """Join ``streams`` on their common fields across batches (Storm's SingleJoinBolt).
 
-    See ``TridentTopology.single_join`` for the arguments.
+    Halves wait in state ``name`` (committed with the batch, so replays neither lose nor
+    duplicate a join) until every side of their key has arrived; the joined tuples carry
+    ``out_fields``, each from the first input that has it. Halves older than
+    ``timeout_batches`` batches / ``timeout_s`` of ``event_time`` expire with Storm's
+    bucket rotation (between the timeout and timeout x buckets/(buckets-1) after their
+    first arrival) into output ``<name>_expired``. A side arriving twice for a pending
+    key raises (``on_duplicate="error"``) or replaces it (``"keep_latest"``). ``sides``
+    names the inputs (default: their spout ids). ``state``: where the halves are kept,
+    ``StateSpec.opaque(name)`` (the default: the topology's store), or
+    ``RedisClusterState.opaque(name, servers)`` / ``MemcachedState.opaque(name,
+    servers)`` (the halves on those servers, updated by the Spark executors).
 
     Raises:
         ConfigError: fewer than two streams, a stream of another topology, bad or repeated

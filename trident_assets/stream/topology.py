@@ -82,53 +82,8 @@ class TridentTopology:
         """The stream of ``node``, a node of this topology."""
         return Stream(self, node)
 
-    def single_join(
-        self,
-        name: str,
-        streams: Sequence[Stream],
-        *,
-        out_fields: str | Sequence[str],
-        join_fields: str | Sequence[str] | None = None,
-        sides: Sequence[str] | None = None,
-        timeout_batches: int | None = None,
-        timeout_s: float | None = None,
-        num_buckets: int = 3,
-        on_duplicate: str = "error",
-        event_time: str | None = None,
-        state: StateSpec | None = None,
-    ) -> Stream:
-        """Join ``streams`` on their common fields across batches (Storm's SingleJoinBolt).
-
-        Halves wait in state ``name`` (committed with the batch, so replays neither lose nor
-        duplicate a join) until every side of their key has arrived; the joined tuples carry
-        ``out_fields``, each from the first input that has it. Halves older than
-        ``timeout_batches`` batches / ``timeout_s`` of ``event_time`` expire with Storm's
-        bucket rotation (between the timeout and timeout x buckets/(buckets-1) after their
-        first arrival) into output ``<name>_expired``. A side arriving twice for a pending
-        key raises (``on_duplicate="error"``) or replaces it (``"keep_latest"``). ``sides``
-        names the inputs (default: their spout ids). ``state``: where the halves are kept,
-        ``StateSpec.opaque(name)`` (the default: the topology's store), or
-        ``RedisClusterState.opaque(name, servers)`` / ``MemcachedState.opaque(name,
-        servers)`` (the halves on those servers, updated by the Spark executors). See
-        :mod:`trident_assets.stream.single_join`.
-
-        Raises:
-            ConfigError: an invalid declaration (checked before anything runs).
-        """
-        return declare_single_join(
-            self,
-            name,
-            streams,
-            out_fields=out_fields,
-            join_fields=join_fields,
-            sides=sides,
-            timeout_batches=timeout_batches,
-            timeout_s=timeout_s,
-            num_buckets=num_buckets,
-            on_duplicate=on_duplicate,  # type: ignore[arg-type]
-            event_time=event_time,
-            state=state,
-        )
+    single_join = declare_single_join
+    """Join streams across batches (Storm's SingleJoinBolt): :func:`.declare_single_join`."""
 
     def new_static_state(self, name: str, source: Any) -> TridentState:
         """A state that queries read and nothing in the topology writes (``newStaticState``).
