@@ -25,7 +25,6 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Unpack
 
 from trident_assets.planner import all_nodes
-from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.runtime.runner import Runner, RunnerOptions
 from trident_assets.spark.backfill import catch_up_one
 from trident_assets.spark.code_shipping import ship_package, ship_user_modules, topology_code
@@ -38,7 +37,6 @@ from trident_assets.spark.user_errors import user_code_errors
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
-    from trident_assets.stream.streams import TridentState
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = ["TopologyRunner"]
@@ -79,24 +77,14 @@ class TopologyRunner(Runner):
         """Spark as the txid loop's engine."""
         return SparkExecution(self)
 
-    def catch_up_one(self, state: TridentState, txid: int, first: int) -> bool:
-        """See :func:`~trident_assets.spark.backfill.catch_up_one`."""
-        return catch_up_one(self, state, txid, first)
+    catch_up_one = catch_up_one
+    """Apply committed ``txid`` to a state being built from the log: :func:`.catch_up_one`."""
 
     def engine_errors(self) -> contextlib.AbstractContextManager[None]:
         """A user function's failure on a Spark worker, re-raised as its UserCodeError."""
         return user_code_errors()
 
-    def quarantine(self, txid: int, error: str) -> BatchOutcome:
-        """Set poison batch ``txid`` aside: commit it with no state change, keep its ranges.
-
-        See :func:`~trident_assets.spark.quarantine_runs.quarantine`.
-        """
-        return quarantine(self, txid, error)
-
-    def replay_quarantined(self, txid: int | None = None) -> BatchOutcome:
-        """Process quarantined ``txid``'s records as the next txid.
-
-        See :func:`~trident_assets.spark.quarantine_runs.replay_quarantined`.
-        """
-        return replay_quarantined(self, txid)
+    quarantine = quarantine
+    """Set a poison batch aside: :func:`~trident_assets.spark.quarantine_runs.quarantine`."""
+    replay_quarantined = replay_quarantined
+    """Process a quarantined txid's records as the next txid: :func:`.replay_quarantined`."""

@@ -97,7 +97,10 @@ def declare_window_aggregate(
     spec: StateSpec,
     inputs: str | Sequence[str] | None = None,
 ) -> WindowedState:
-    """Declare a windowed aggregation of ``grouped`` (see ``GroupedStream.window_aggregate``).
+    """Aggregate per group and event-time ``window`` into state ``spec``, exactly once.
+
+    ``GroupedStream.window_aggregate`` (``grouped``). Returns the :class:`WindowedState`;
+    each window's final value is emitted once.
 
     Raises:
         ConfigError: ``window`` is not an EventWindow, ``spec`` not a StateSpec, the

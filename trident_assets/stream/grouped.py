@@ -14,7 +14,7 @@ from trident_assets.core.aggregators import CombinerAggregator, DistinctCount, R
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
 from trident_assets.stream.chained import ChainedAggregatorDeclarer, aggregator_step
-from trident_assets.stream.event_windows import WindowedState, declare_window_aggregate
+from trident_assets.stream.event_windows import declare_window_aggregate
 from trident_assets.stream.fields import as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.state_kinds import STATE_KIND, aggregate_kind
@@ -120,21 +120,8 @@ class GroupedStream:
         topo.register_state(state)
         return state
 
-    def window_aggregate(
-        self,
-        window: Any,
-        agg: CombinerAggregator[Any],
-        output: str,
-        *,
-        spec: StateSpec,
-        inputs: str | Sequence[str] | None = None,
-    ) -> WindowedState:
-        """Aggregate per group and event-time ``window`` into state ``spec``, exactly once.
-
-        Returns a :class:`~trident_assets.stream.event_windows.WindowedState`; each window's
-        final value is emitted once. See :mod:`trident_assets.stream.event_windows`.
-        """
-        return declare_window_aggregate(self, window, agg, output, spec=spec, inputs=inputs)
+    window_aggregate = declare_window_aggregate
+    """Aggregate per group and event-time window into a state: :func:`.declare_window_aggregate`."""
 
     def state_query(
         self,

@@ -341,9 +341,8 @@ class Stream:
         """Keep every tuple in its partition (partition i feeds partition i)."""
         return repartition(self, Partitioning.IDENTITY)
 
-    def parallelism_hint(self, n: int) -> Stream:
-        """Run the operations since the last repartitioning in ``n`` Spark partitions."""
-        return parallelism_hint(self, n)
+    parallelism_hint = parallelism_hint
+    """Run the operations since the last repartitioning in ``n`` Spark partitions."""
 
     # -- per-partition comparisons (see trident_assets.stream.comparison) -------------------
 
