@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from trident_assets.core.protocols import BackingMap, Key, ValueUpdater
-from trident_assets.core.values import OpaqueValue, TransactionalValue
+from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
 
 __all__ = [
     "CachedBatchReadsMap",
+    "map_state_of",
     "NonTransactionalMap",
     "OpaqueMap",
     "ReplaceUpdater",
@@ -207,3 +208,12 @@ class NonTransactionalMap(Generic[T]):
     def multi_put(self, keys: Sequence[Key], values: Sequence[T]) -> None:
         """Set each key's value."""
         self.backing.multi_put(keys, values)
+
+
+def map_state_of(state_type: StateType, backing: BackingMap[Any]) -> Any:
+    """The map state of ``state_type`` (opaque, transactional or not) over ``backing``."""
+    if state_type is StateType.OPAQUE:
+        return OpaqueMap(backing)
+    if state_type is StateType.TRANSACTIONAL:
+        return TransactionalMap(backing)
+    return NonTransactionalMap(backing)

@@ -34,9 +34,8 @@ from trident_assets.backends.memcached_map import MemcachedBackingMap, check_sen
 from trident_assets.backends.redis_cluster_map import RedisClusterBackingMap
 from trident_assets.core.aggregators import apply_combiner
 from trident_assets.core.caching import GLOBAL_KEY
-from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
+from trident_assets.core.maps import map_state_of
 from trident_assets.core.user_code import guard
-from trident_assets.core.values import StateType
 from trident_assets.errors import (
     KeyValueStoreError,
     StaleTxidError,
@@ -80,12 +79,6 @@ COUNTS_SCHEMA = "written long, skipped long, preview string"
 """What each partition returns: keys written, keys skipped (a transactional replay), and its
 preview: a JSON list of at most PREVIEW_ROWS ``[key values, new value]`` pairs."""
 
-_MAPS: dict[StateType, Any] = {
-    StateType.OPAQUE: OpaqueMap,
-    StateType.TRANSACTIONAL: TransactionalMap,
-    StateType.NON_TRANSACTIONAL: NonTransactionalMap,
-}
-
 
 def kv_map(state: TridentState) -> Any:
     """The state's MapState (opaque, transactional or not) over its servers, for reads.
@@ -93,7 +86,7 @@ def kv_map(state: TridentState) -> Any:
     Read outside any batch, a value is its ``curr``; :func:`close_kv_map` closes its
     connections.
     """
-    return _MAPS[state.spec.state_type](open_backing(target_of(state)))
+    return map_state_of(state.spec.state_type, open_backing(target_of(state)))
 
 
 def close_kv_map(mstate: Any) -> None:
@@ -178,7 +171,7 @@ def apply_partition(
     :data:`PREVIEW_ROWS` keys with the highest values after the batch (:func:`top_rows`).
     """
     backing = _Counted(open_backing(target, txid))
-    state = _MAPS[target.state_type](backing)
+    state = map_state_of(target.state_type, backing)
     seen = 0
     top: pa.Table | None = None
     try:

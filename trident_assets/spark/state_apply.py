@@ -33,9 +33,8 @@ from trident_assets.backends.state_batches import (
 )
 from trident_assets.core.aggregators import apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
-from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
+from trident_assets.core.maps import map_state_of
 from trident_assets.core.user_code import call_batch, guard
-from trident_assets.core.values import StateType
 from trident_assets.runtime.outcomes import (
     GLOBAL_COLUMN,
     PREVIEW_ROWS,
@@ -84,11 +83,7 @@ def reducer_input(run: BatchContext, state: TridentState) -> StateInput:
     group = a["group"]
     parent = run.frame(state.node.parents[0])
     cols = F.struct(*[F.col(c) for c in a["inputs"]])
-    grouped = (
-        parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
-        if group
-        else parent.agg(F.collect_list(cols).alias("__tuples"))
-    )
+    grouped = parent.groupBy(*group).agg(F.collect_list(cols).alias("__tuples"))
     return StateInput(grouped.toArrow())
 
 
@@ -207,19 +202,12 @@ def state_previews(
     their new values. Linear in the batch.
     """
     name = state.spec.name
-    a = state.node.args
-    previews: dict[str, pa.Table] = {}
+    if new_values is None:
+        return {}
     if not state_kind(state.node).map_state:
-        if new_values is not None:
-            previews[f"new_values:{name}"] = head_rows(new_values)
-        return previews
-    value = str(state.value_field)
-    group = list(a["group"])
-    if new_values is not None:
-        top = top_rows(new_values, value, group)
-        previews[f"state:{name}"] = top
-        previews[f"new_values:{name}"] = top
-    return previews
+        return {f"new_values:{name}": head_rows(new_values)}
+    top = top_rows(new_values, str(state.value_field), list(state.node.args["group"]))
+    return {f"state:{name}": top, f"new_values:{name}": top}
 
 
 def state_size(store: StateStore, table: str) -> int:
@@ -229,12 +217,7 @@ def state_size(store: StateStore, table: str) -> int:
 
 def map_state(store: StateStore, state: TridentState, **layout: Any) -> Any:
     """The state's MapState (opaque, transactional or not) over its store table."""
-    backing = store.map(state.table, **layout)
-    if state.spec.state_type is StateType.OPAQUE:
-        return OpaqueMap(backing)
-    if state.spec.state_type is StateType.TRANSACTIONAL:
-        return TransactionalMap(backing)
-    return NonTransactionalMap(backing)
+    return map_state_of(state.spec.state_type, store.map(state.table, **layout))
 
 
 def read_state(store: StateStore, state: TridentState) -> Any:
