@@ -11,12 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeAlias, TypeVar
 
 from trident_assets.core.protocols import Key, MapState
 from trident_assets.errors import ConfigError
 
 __all__ = [
+    "Aggregator",
     "CombinerAggregator",
     "CombinerValueUpdater",
     "Count",
@@ -69,6 +70,10 @@ class ReducerAggregator(ABC, Generic[T]):
     @abstractmethod
     def reduce(self, acc: T, values: tuple[Any, ...]) -> T:
         """Fold one input tuple into the accumulator."""
+
+
+Aggregator: TypeAlias = CombinerAggregator[Any] | ReducerAggregator[Any]
+"""A combiner or a reducer (what ``aggregate`` and ``partition_aggregate`` take)."""
 
 
 class Count(CombinerAggregator[int]):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from trident_assets.core.aggregators import CombinerAggregator, ReducerAggregator
+from trident_assets.core.aggregators import Aggregator, CombinerAggregator
 from trident_assets.core.contracts import describe_aggregator
 from trident_assets.errors import ConfigError
 
@@ -187,7 +187,7 @@ class TridentWindow:
 
     config: WindowConfig
     inputs: tuple[str, ...]
-    aggregator: CombinerAggregator[Any] | ReducerAggregator[Any]
+    aggregator: Aggregator
     output: str
 
     def describe(self) -> dict[str, Any]:
@@ -257,9 +257,7 @@ def duration_keep_after(size: int, time: int) -> int:
 # -- aggregation ----------------------------------------------------------------------------------
 
 
-def fold_window(
-    agg: CombinerAggregator[Any] | ReducerAggregator[Any], rows: Sequence[tuple[Any, ...]]
-) -> Any:
+def fold_window(agg: Aggregator, rows: Sequence[tuple[Any, ...]]) -> Any:
     """Aggregate one window's tuples (input values, in order).
 
     A combiner: ``zero()`` combined with ``init(t)`` of each tuple; a reducer: ``init()``

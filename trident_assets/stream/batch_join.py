@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from trident_assets.errors import ConfigError
-from trident_assets.stream.fields import as_fields, check_distinct, require_fields
+from trident_assets.stream.fields import Fields, as_fields, check_distinct, require_fields
 
 __all__ = ["JoinPlan", "JoinType", "merge_selections", "plan_join"]
 
@@ -66,8 +66,8 @@ def _types(how: How, sides: int) -> tuple[JoinType, ...]:
 
 def plan_join(
     fields: Sequence[tuple[str, ...]],
-    join_fields: str | Sequence[str] | Sequence[Sequence[str]],
-    out_fields: str | Sequence[str],
+    join_fields: Fields | Sequence[Sequence[str]],
+    out_fields: Fields,
     how: How = "inner",
 ) -> JoinPlan:
     """Validate a join of streams with ``fields`` and compute its output (Trident's COMPACT).
@@ -115,7 +115,7 @@ def plan_join(
 
 
 def merge_selections(
-    fields: Sequence[tuple[str, ...]], out_fields: str | Sequence[str] | None
+    fields: Sequence[tuple[str, ...]], out_fields: Fields | None
 ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """The output fields of a merge and, per stream, its fields in output order.
 

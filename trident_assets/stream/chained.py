@@ -15,13 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
-from trident_assets.core.aggregators import (
-    CombinerAggregator,
-    ReducerAggregator,
-    check_aggregator,
-)
+from trident_assets.core.aggregators import Aggregator, check_aggregator
 from trident_assets.errors import ConfigError
-from trident_assets.stream.fields import as_fields, check_distinct, require_fields
+from trident_assets.stream.fields import Fields, as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import StreamT
 
 __all__ = [
@@ -40,7 +36,7 @@ class ChainedStep:
     """One aggregator of a chain: its input fields, the aggregator and its output field."""
 
     inputs: tuple[str, ...]
-    agg: CombinerAggregator[Any] | ReducerAggregator[Any]
+    agg: Aggregator
     output: str
 
 
@@ -56,18 +52,18 @@ class ChainedAggregatorDeclarer(Generic[StreamT]):
 
     def aggregate(
         self,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
-        outputs: str | Sequence[str],
+        inputs: Fields,
+        agg: Aggregator,
+        outputs: Fields,
     ) -> ChainedAggregatorDeclarer[StreamT]:
         """Add an aggregator over the whole batch (per group)."""
         return self._add(True, inputs, agg, outputs)
 
     def partition_aggregate(
         self,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
-        outputs: str | Sequence[str],
+        inputs: Fields,
+        agg: Aggregator,
+        outputs: Fields,
     ) -> ChainedAggregatorDeclarer[StreamT]:
         """Add an aggregator over each Spark partition (per group)."""
         return self._add(False, inputs, agg, outputs)
@@ -75,9 +71,9 @@ class ChainedAggregatorDeclarer(Generic[StreamT]):
     def _add(
         self,
         full: bool,
-        inputs: str | Sequence[str],
+        inputs: Fields,
         agg: Any,
-        outputs: str | Sequence[str],
+        outputs: Fields,
     ) -> ChainedAggregatorDeclarer[StreamT]:
         operation = "chained_agg " + ("aggregate" if full else "partition_aggregate")
         step = aggregator_step(self._stream.fields, (), inputs, agg, outputs, operation)
@@ -117,9 +113,9 @@ class ChainedAggregatorDeclarer(Generic[StreamT]):
 def aggregator_step(
     fields: Sequence[str],
     group: Sequence[str],
-    inputs: str | Sequence[str],
+    inputs: Fields,
     agg: Any,
-    outputs: str | Sequence[str],
+    outputs: Fields,
     operation: str,
 ) -> ChainedStep:
     """One aggregator of ``operation`` over a stream of ``fields`` grouped by ``group``, checked.

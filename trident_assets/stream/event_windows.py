@@ -11,7 +11,6 @@ late records) are those of :mod:`trident_assets.core.event_windows`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from trident_assets.core.contracts import describe_aggregator
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
-from trident_assets.stream.fields import as_fields, check_distinct, require_fields
+from trident_assets.stream.fields import Fields, as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.kv_specs import refuse_key_value
 from trident_assets.stream.state_kinds import EVENT_WINDOW, STATE_KIND
@@ -95,7 +94,7 @@ def declare_window_aggregate(
     output: str,
     *,
     spec: StateSpec,
-    inputs: str | Sequence[str] | None = None,
+    inputs: Fields | None = None,
 ) -> WindowedState:
     """Aggregate per group and event-time ``window`` into state ``spec``, exactly once.
 

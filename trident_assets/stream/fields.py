@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TypeAlias
 
 from trident_assets.errors import ConfigError, FieldNotFoundError
 from trident_assets.names import RESERVED_PREFIX, validate_identifier
 
-__all__ = ["as_fields", "check_distinct", "require_fields"]
+__all__ = ["Fields", "as_fields", "check_distinct", "require_fields"]
+
+Fields: TypeAlias = str | Sequence[str]
+"""A field name or a list of field names (:func:`as_fields` normalises it)."""
 
 
-def as_fields(fields: str | Sequence[str], what: str = "field list") -> tuple[str, ...]:
+def as_fields(fields: Fields, what: str = "field list") -> tuple[str, ...]:
     """Normalise ``"a"`` or ``["a", "b"]`` to a tuple and validate each name.
 
     Raises:

@@ -7,15 +7,14 @@ one group of no fields.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from trident_assets.core.aggregators import CombinerAggregator, DistinctCount, ReducerAggregator
+from trident_assets.core.aggregators import Aggregator, CombinerAggregator, DistinctCount
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
 from trident_assets.stream.chained import ChainedAggregatorDeclarer, aggregator_step
 from trident_assets.stream.event_windows import declare_window_aggregate
-from trident_assets.stream.fields import as_fields, check_distinct, require_fields
+from trident_assets.stream.fields import Fields, as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.state_kinds import STATE_KIND, aggregate_kind
 from trident_assets.stream.states import TridentState, require_spec
@@ -35,12 +34,7 @@ class GroupedStream:
         self.stream = stream
         self.group = group
 
-    def aggregate(
-        self,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
-        outputs: str | Sequence[str],
-    ) -> Stream:
+    def aggregate(self, inputs: Fields, agg: Aggregator, outputs: Fields) -> Stream:
         """Aggregate each group of the batch: emits ``group + outputs`` per group.
 
         Combiners combine per-partition partials; reducers fold every tuple of a group.
@@ -48,12 +42,7 @@ class GroupedStream:
         """
         return self._aggregate("aggregate", inputs, agg, outputs)
 
-    def partition_aggregate(
-        self,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
-        outputs: str | Sequence[str],
-    ) -> Stream:
+    def partition_aggregate(self, inputs: Fields, agg: Aggregator, outputs: Fields) -> Stream:
         """Aggregate each group within each Spark partition: ``group + outputs`` per pair.
 
         Partition boundaries are Spark's, so results differ from ``aggregate`` by design
@@ -74,8 +63,8 @@ class GroupedStream:
     def persistent_aggregate(
         self,
         spec: StateSpec,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any] | DistinctCount,
+        inputs: Fields,
+        agg: Aggregator | DistinctCount,
         output: str,
     ) -> TridentState:
         """Aggregate each batch per group into state ``spec`` under the batch txid.
@@ -126,9 +115,9 @@ class GroupedStream:
     def state_query(
         self,
         state: TridentState,
-        inputs: str | Sequence[str],
+        inputs: Fields,
         query: QueryFunction,
-        output: str | Sequence[str],
+        output: Fields,
     ) -> Stream:
         """Query ``state`` for each tuple (the grouping only routes tuples, as in Trident)."""
         return self.stream.state_query(state, inputs, query, output)

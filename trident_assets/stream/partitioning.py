@@ -32,11 +32,10 @@ the Spark partitions its spout read (one per log segment file), so the hint is r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from enum import StrEnum
 
 from trident_assets.errors import ConfigError
-from trident_assets.stream.fields import as_fields, require_fields
+from trident_assets.stream.fields import Fields, as_fields, require_fields
 from trident_assets.stream.graph import Node, StreamT
 
 __all__ = ["REPARTITION", "Partitioning", "parallelism_hint", "repartition"]
@@ -67,7 +66,7 @@ class Partitioning(StrEnum):
         return self in (Partitioning.GLOBAL, Partitioning.BATCH_GLOBAL, Partitioning.BROADCAST)
 
 
-def repartition(stream: StreamT, how: Partitioning, fields: str | Sequence[str] = ()) -> StreamT:
+def repartition(stream: StreamT, how: Partitioning, fields: Fields = ()) -> StreamT:
     """Declare a ``repartition`` node after ``stream`` (fields unchanged).
 
     Raises:

@@ -8,7 +8,7 @@ from typing import Any
 
 from trident_assets.core.protocols import ReadOnlyMapState
 from trident_assets.errors import ConfigError
-from trident_assets.stream.fields import as_fields
+from trident_assets.stream.fields import Fields, as_fields
 
 __all__ = ["MapGet", "QueryFunction", "SnapshotGet", "TupleCollectionGet"]
 
@@ -80,7 +80,7 @@ class TupleCollectionGet(QueryFunction):
         raise ConfigError(msg)
 
     @staticmethod
-    def output_fields(state: Any, outputs: str | Sequence[str]) -> tuple[str, ...]:
+    def output_fields(state: Any, outputs: Fields) -> tuple[str, ...]:
         """Validate ``outputs`` against ``state``'s key fields + value field (declaration).
 
         Raises:

@@ -25,7 +25,7 @@ from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
 from trident_assets.names import MAX_IDENTIFIER_LENGTH, check_output_columns, validate_identifier
 from trident_assets.spouts.config import validate_name
-from trident_assets.stream.fields import as_fields, require_fields
+from trident_assets.stream.fields import Fields, as_fields, require_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.kv_specs import KeyValueStateSpec
 from trident_assets.stream.state_kinds import SINGLE_JOIN, STATE_KIND, join_kind
@@ -123,8 +123,8 @@ def declare_single_join(
     name: str,
     streams: Sequence[Stream],
     *,
-    out_fields: str | Sequence[str],
-    join_fields: str | Sequence[str] | None = None,
+    out_fields: Fields,
+    join_fields: Fields | None = None,
     sides: Sequence[str] | None = None,
     timeout_batches: int | None = None,
     timeout_s: float | None = None,

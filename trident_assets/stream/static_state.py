@@ -16,13 +16,12 @@ table in the state store, keyed by ``key_columns`` with one ``value_column``:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
-from trident_assets.stream.fields import as_fields
+from trident_assets.stream.fields import Fields, as_fields
 from trident_assets.stream.graph import Node, StateSpec
 from trident_assets.stream.state_kinds import STATE_KIND, STATIC_STATE
 from trident_assets.stream.states import TridentState
@@ -36,7 +35,7 @@ __all__ = ["StaticFile", "StaticSource", "StaticState", "StaticTable"]
 class StaticSource(ABC):
     """Where a static state's rows come from: key columns and one value column."""
 
-    def __init__(self, key_columns: str | Sequence[str], value_column: str) -> None:
+    def __init__(self, key_columns: Fields, value_column: str) -> None:
         """Validate the column names."""
         self.key_columns = as_fields(key_columns, "static state key columns")
         if not self.key_columns:
@@ -70,7 +69,7 @@ class StaticSource(ABC):
 class StaticTable(StaticSource):
     """An existing table of the state store, read as it is when each batch runs."""
 
-    def __init__(self, table: str, key_columns: str | Sequence[str], value_column: str) -> None:
+    def __init__(self, table: str, key_columns: Fields, value_column: str) -> None:
         """Read ``table`` (keys ``key_columns``, values ``value_column``)."""
         super().__init__(key_columns, value_column)
         self.table = validate_identifier(table, "static state table")
@@ -90,7 +89,7 @@ class StaticFile(StaticSource):
     def __init__(
         self,
         path: str | Path,
-        key_columns: str | Sequence[str],
+        key_columns: Fields,
         value_column: str,
         *,
         file_format: str | None = None,

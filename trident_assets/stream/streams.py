@@ -12,17 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trident_assets.core.aggregators import (
-    CombinerAggregator,
-    DistinctCount,
-    ReducerAggregator,
-)
+from trident_assets.core.aggregators import Aggregator, DistinctCount
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_output_columns, check_state_columns
 from trident_assets.spouts.config import validate_name
 from trident_assets.stream.chained import ChainedAggregatorDeclarer
 from trident_assets.stream.comparison import Comparator, declare_comparison
-from trident_assets.stream.fields import as_fields, check_distinct, require_fields
+from trident_assets.stream.fields import Fields, as_fields, check_distinct, require_fields
 from trident_assets.stream.graph import Node, StateSpec, StateUpdater
 from trident_assets.stream.grouped import GroupedStream
 from trident_assets.stream.lakehouse_specs import LakehouseTable, publish_output
@@ -75,12 +71,7 @@ class Stream:
         stream._name = self._name
         return stream
 
-    def each(
-        self,
-        inputs: str | Sequence[str],
-        op: Function | Filter,
-        outputs: str | Sequence[str] = (),
-    ) -> Stream:
+    def each(self, inputs: Fields, op: Function | Filter, outputs: Fields = ()) -> Stream:
         """Apply a Function (appends ``outputs``) or a Filter (keeps matching tuples)."""
         ins = as_fields(inputs, "each inputs")
         require_fields(ins, self.fields, "each")
@@ -94,23 +85,21 @@ class Stream:
         op.validate(ins, outs)
         return self.derive("each", (*self.fields, *outs), inputs=ins, function=op, outputs=outs)
 
-    def filter(self, op: Filter, inputs: str | Sequence[str] | None = None) -> Stream:
+    def filter(self, op: Filter, inputs: Fields | None = None) -> Stream:
         """Keep tuples for which ``op`` holds (over ``inputs``, default all fields)."""
         return self.each(self.fields if inputs is None else inputs, op)
 
-    def project(self, fields: str | Sequence[str]) -> Stream:
+    def project(self, fields: Fields) -> Stream:
         """Keep only ``fields``, in that order."""
         keep = as_fields(fields, "project")
         require_fields(keep, self.fields, "project")
         return self.derive("project", keep)
 
-    def map(self, function: MapFunction, outputs: str | Sequence[str] | None = None) -> Stream:
+    def map(self, function: MapFunction, outputs: Fields | None = None) -> Stream:
         """Replace each tuple by one tuple of ``outputs`` (default: the same fields)."""
         return self._fresh("map", MapFunction, function, outputs)
 
-    def flat_map(
-        self, function: FlatMapFunction, outputs: str | Sequence[str] | None = None
-    ) -> Stream:
+    def flat_map(self, function: FlatMapFunction, outputs: Fields | None = None) -> Stream:
         """Replace each tuple by zero or more tuples of ``outputs`` (default: the same fields)."""
         return self._fresh("flat_map", FlatMapFunction, function, outputs)
 
@@ -128,12 +117,7 @@ class Stream:
         function.validate(self.fields, outs)
         return self.derive(kind, outs, function=function)
 
-    def partition_aggregate(
-        self,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
-        outputs: str | Sequence[str],
-    ) -> Stream:
+    def partition_aggregate(self, inputs: Fields, agg: Aggregator, outputs: Fields) -> Stream:
         """Aggregate each Spark partition of the batch to one tuple (``partitionAggregate``).
 
         See :meth:`GroupedStream.partition_aggregate`.
@@ -173,18 +157,13 @@ class Stream:
         publish_output(self, table)
         return self
 
-    def group_by(self, fields: str | Sequence[str]) -> GroupedStream:
+    def group_by(self, fields: Fields) -> GroupedStream:
         """Group by ``fields`` for aggregation, persistence or queries."""
         group = as_fields(fields, "group_by")
         require_fields(group, self.fields, "group_by")
         return GroupedStream(self, group)
 
-    def aggregate(
-        self,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any],
-        outputs: str | Sequence[str],
-    ) -> Stream:
+    def aggregate(self, inputs: Fields, agg: Aggregator, outputs: Fields) -> Stream:
         """Aggregate the whole batch to exactly one tuple.
 
         An empty batch emits ``zero()`` of a combiner, ``init()`` of a reducer.
@@ -194,8 +173,8 @@ class Stream:
     def persistent_aggregate(
         self,
         spec: StateSpec,
-        inputs: str | Sequence[str],
-        agg: CombinerAggregator[Any] | ReducerAggregator[Any] | DistinctCount,
+        inputs: Fields,
+        agg: Aggregator | DistinctCount,
         output: str,
     ) -> TridentState:
         """Aggregate every batch into one global value kept in state ``spec``."""
@@ -204,9 +183,9 @@ class Stream:
     def partition_persist(
         self,
         spec: StateSpec,
-        inputs: str | Sequence[str],
+        inputs: Fields,
         updater: StateUpdater,
-        outputs: str | Sequence[str] = (),
+        outputs: Fields = (),
     ) -> TridentState:
         """Hand each whole batch (``inputs`` fields) to ``updater`` under the batch txid.
 
@@ -230,9 +209,9 @@ class Stream:
     def state_query(
         self,
         state: TridentState,
-        inputs: str | Sequence[str],
+        inputs: Fields,
         query: QueryFunction,
-        output: str | Sequence[str],
+        output: Fields,
     ) -> Stream:
         """Append ``output``: ``query`` over ``state`` with one bulk lookup per batch.
 
@@ -264,9 +243,9 @@ class Stream:
     def window(
         self,
         config: Any,
-        inputs: str | Sequence[str],
+        inputs: Fields,
         aggregator: Any,
-        output: str | Sequence[str],
+        output: Fields,
         *,
         spec: StateSpec | str,
     ) -> Stream:
@@ -284,9 +263,9 @@ class Stream:
 
     def tumbling_window(
         self,
-        inputs: str | Sequence[str],
+        inputs: Fields,
         aggregator: Any,
-        output: str | Sequence[str],
+        output: Fields,
         *,
         count: int | None = None,
         duration: Any = None,
@@ -298,9 +277,9 @@ class Stream:
 
     def sliding_window(
         self,
-        inputs: str | Sequence[str],
+        inputs: Fields,
         aggregator: Any,
-        output: str | Sequence[str],
+        output: Fields,
         *,
         slide: Any,
         count: int | None = None,
@@ -321,7 +300,7 @@ class Stream:
         """Keep tuples in their partition (Spark's tasks are local); a hint shuffles."""
         return repartition(self, Partitioning.LOCAL_OR_SHUFFLE)
 
-    def partition_by(self, fields: str | Sequence[str]) -> Stream:
+    def partition_by(self, fields: Fields) -> Stream:
         """Hash partition on ``fields``: every key in exactly one partition."""
         return repartition(self, Partitioning.PARTITION_BY, fields)
 

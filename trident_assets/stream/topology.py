@@ -27,6 +27,7 @@ from trident_assets.errors import ConfigError
 from trident_assets.names import MAP_LOG_PREFIX, MAP_SEQ_PREFIX, MAX_IDENTIFIER_LENGTH
 from trident_assets.spouts.config import SpoutKind, validate_name
 from trident_assets.stream.batch_join import JoinType, merge_selections, plan_join
+from trident_assets.stream.fields import Fields
 from trident_assets.stream.graph import Node, PersistedState, StateSpec, StateUpdater
 from trident_assets.stream.lakehouse_specs import Publication
 from trident_assets.stream.single_join import declare_single_join
@@ -106,7 +107,7 @@ class TridentTopology:
                 msg = f"{operation}: {s!r} is not a stream of topology {self.name!r}"
                 raise ConfigError(msg)
 
-    def merge(self, *streams: Stream, fields: str | Sequence[str] | None = None) -> Stream:
+    def merge(self, *streams: Stream, fields: Fields | None = None) -> Stream:
         """The tuples of every stream in one stream, per batch (Trident's ``merge``).
 
         Streams must have the first stream's fields (aligned by name); with ``fields`` they
@@ -120,8 +121,8 @@ class TridentTopology:
     def join(
         self,
         streams: Sequence[Stream],
-        join_fields: str | Sequence[str] | Sequence[Sequence[str]],
-        out_fields: str | Sequence[str],
+        join_fields: Fields | Sequence[Sequence[str]],
+        out_fields: Fields,
         how: str | JoinType | Sequence[str | JoinType] = "inner",
     ) -> Stream:
         """Join streams on key fields within each batch (Trident's ``join``, COMPACT output).

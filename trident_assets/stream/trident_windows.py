@@ -24,7 +24,7 @@ from trident_assets.core.trident_windows import (
 )
 from trident_assets.errors import ConfigError
 from trident_assets.names import check_state_columns
-from trident_assets.stream.fields import as_fields, require_fields
+from trident_assets.stream.fields import Fields, as_fields, require_fields
 from trident_assets.stream.graph import Derivable, Node, StateSpec
 from trident_assets.stream.kv_specs import refuse_key_value
 from trident_assets.stream.state_kinds import STATE_KIND, TRIDENT_WINDOW
@@ -52,9 +52,9 @@ def _ordered_input(node: Node) -> str | None:
 def window_node(
     stream: Derivable,
     config: WindowConfig,
-    inputs: str | Sequence[str],
+    inputs: Fields,
     aggregator: Any,
-    output: str | Sequence[str],
+    output: Fields,
     spec: StateSpec | str,
 ) -> tuple[Node, StateSpec]:
     """Validate a window over ``stream``; return its state node and store spec.
