@@ -25,7 +25,6 @@ from typing import Generic, Protocol, TypeVar
 from trident_assets.errors import ConfigError, OutOfOrderCommitError
 
 __all__ = [
-    "FIRST_TXID",
     "CommitDecision",
     "CommitMarker",
     "CommitResult",

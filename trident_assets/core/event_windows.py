@@ -40,7 +40,6 @@ from typing import Any
 from trident_assets.errors import ConfigError
 
 __all__ = [
-    "TIME_UNITS",
     "EventWindow",
     "is_final",
     "parse_duration",

@@ -26,8 +26,6 @@ from trident_assets.errors import ConfigError
 
 __all__ = [
     "EXPIRED_FIELDS",
-    "REASON_TIMEOUT_BATCHES",
-    "REASON_TIMEOUT_S",
     "ExpiredHalf",
     "ExpiryCutoff",
     "check_batch_ts",

@@ -20,7 +20,6 @@ from trident_assets.errors import ConfigError, TridentError
 __all__ = [
     "ARRIVED_TS",
     "ARRIVED_TXID",
-    "META_KEY_TAG",
     "RESERVED_FIELDS",
     "JoinInputError",
     "SingleJoin",

@@ -20,11 +20,9 @@ from trident_assets.core.protocols import BackingMap, Key, ValueUpdater
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
 
 __all__ = [
-    "CachedBatchReadsMap",
     "map_state_of",
     "NonTransactionalMap",
     "OpaqueMap",
-    "ReplaceUpdater",
     "TransactionalMap",
 ]
 

@@ -48,7 +48,6 @@ __all__ = [
     "duration_candidates",
     "duration_keep_after",
     "fold_window",
-    "to_millis",
 ]
 
 

@@ -16,7 +16,6 @@ from typing import Any
 from trident_assets.errors import UserCodeError
 
 __all__ = [
-    "MAX_REPR",
     "Guarded",
     "call",
     "call_batch",

@@ -32,7 +32,6 @@ __all__ = [
     "publish",
     "publish_missing",
     "publish_tables",
-    "published_tables",
     "table_publishers",
 ]
 

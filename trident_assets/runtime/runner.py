@@ -65,8 +65,6 @@ if TYPE_CHECKING:
     from trident_assets.stream.topology import TridentTopology
 
 __all__ = [
-    "DEFAULT_COMPACTION",
-    "DEFAULT_MAX_SPOUT_PENDING",
     "Fault",
     "Runner",
     "RunnerOptions",

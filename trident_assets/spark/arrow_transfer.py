@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["CONNECT_MAX_ROWS", "MAX_ROWS_CONF", "max_rows_for", "to_spark"]
+__all__ = ["MAX_ROWS_CONF", "max_rows_for", "to_spark"]
 
 MAX_ROWS_CONF = "trident.transfer.maxRows"
 """Spark conf key: rows per slice (``0``: never slice). Default: :data:`CONNECT_MAX_ROWS`

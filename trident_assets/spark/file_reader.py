@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from trident_assets.spouts.file_listing import FileEntry, Location
 
-__all__ = ["ROWS_PER_BATCH", "read_files"]
+__all__ = ["read_files"]
 
 ROWS_PER_BATCH = 1 << 16
 """Rows per Arrow batch a task yields."""

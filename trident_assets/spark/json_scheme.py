@@ -14,7 +14,7 @@ from trident_assets.stream.sql_types import (
     check_spark_type,
 )
 
-__all__ = ["MAX_JSON_DEPTH", "JsonScheme"]
+__all__ = ["JsonScheme"]
 
 
 MAX_JSON_DEPTH = 999

@@ -64,13 +64,10 @@ if TYPE_CHECKING:
     from trident_assets.stream.streams import TridentState
 
 __all__ = [
-    "COUNTS_SCHEMA",
     "apply_kv_state",
-    "apply_partition",
     "close_kv_map",
     "kv_input",
     "kv_map",
-    "kv_preview",
     "read_kv_state",
     "store_errors",
 ]

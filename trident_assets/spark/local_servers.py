@@ -31,7 +31,6 @@ __all__ = [
     "die_with_parent",
     "free_port",
     "own_view",
-    "spark_home",
     "start_connect_server",
     "start_standalone",
 ]

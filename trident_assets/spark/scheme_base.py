@@ -14,7 +14,7 @@ from typing import Any
 
 from trident_assets.stream.fields import as_fields
 
-__all__ = ["DEAD_LETTER_COLUMNS", "META_FIELDS", "Scheme", "utf8", "utf8_error"]
+__all__ = ["DEAD_LETTER_COLUMNS", "Scheme", "utf8", "utf8_error"]
 
 META_FIELDS = ("topic", "partition", "offset", "timestamp")
 """Record metadata fields a scheme can add (``with_metadata=True``)."""

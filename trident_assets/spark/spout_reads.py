@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from trident_assets.log.store import PartitionedLog
     from trident_assets.spouts.ranges import BatchPlan
 
-__all__ = ["FILE_BYTES_PER_RECORD", "READS", "FileReads", "LogReads", "reads_for", "records_of"]
+__all__ = ["FILE_BYTES_PER_RECORD", "READS", "FileReads", "reads_for", "records_of"]
 
 FILE_BYTES_PER_RECORD = 32
 """The bytes of a file per record a file batch is estimated to hold (a short JSON line or

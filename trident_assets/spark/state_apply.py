@@ -54,7 +54,6 @@ if TYPE_CHECKING:
 
 
 __all__ = [
-    "apply_reducer_state",
     "apply_map_state",
     "apply_reducer_map",
     "apply_updater_state",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["bulk_lookup", "null_column", "query_frame", "read_global", "value_type"]
+__all__ = ["query_frame", "value_type"]
 
 
 def query_frame(run: BatchContext, parent: Any, a: dict[str, Any]) -> Any:

@@ -37,7 +37,6 @@ __all__ = [
     "NODE_KINDS",
     "build",
     "join_frames",
-    "merge_frames",
     "partition_aggregate_frame",
     "static_query",
 ]

@@ -32,7 +32,6 @@ __all__ = [
     "N",
     "T",
     "WindowColumns",
-    "event_micros",
     "utc_text",
     "window_columns",
 ]

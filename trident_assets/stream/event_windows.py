@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from trident_assets.stream.streams import GroupedStream
 
 __all__ = [
-    "WINDOW_END",
-    "WINDOW_START",
     "WindowedAggregation",
     "WindowedState",
     "declare_window_aggregate",

@@ -19,7 +19,6 @@ BACKFILL_MODES = ("from_start", "from_retained")
 """How a state added to a running topology is built from the retained log."""
 
 __all__ = [
-    "BACKFILL_MODES",
     "Derivable",
     "Node",
     "PersistedState",

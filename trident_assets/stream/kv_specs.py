@@ -23,7 +23,6 @@ __all__ = [
     "KeyValueStateSpec",
     "MemcachedState",
     "RedisClusterState",
-    "parse_servers",
     "refuse_key_value",
 ]
 

@@ -36,9 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SINGLE_JOIN_EXPIRED",
-    "check_join_state",
     "declare_single_join",
-    "expired_output_name",
 ]
 
 
