@@ -8,14 +8,7 @@ its txid loop runs on :class:`~trident_assets.spark.execution.SparkExecution`; i
 a state built from the log (:mod:`~trident_assets.spark.backfill`) and runs the quarantine
 (:mod:`~trident_assets.spark.quarantine_runs`).
 
-The rest of the Spark layer, one concept per module:
-
-* :mod:`~trident_assets.spark.batch_run`: the one frame builder, a chunk of N >= 1 txids;
-* :mod:`~trident_assets.spark.partials`: a combiner state's per-key partials;
-* :mod:`~trident_assets.spark.state_engines`: each state kind's batch input and apply;
-* :mod:`~trident_assets.spark.state_query`: ``state_query`` lookups;
-* :mod:`~trident_assets.spark.rebuild`: rebuilding one state from the log.
-
+The rest of the Spark layer, one concept per module, is mapped in ``docs/architecture.md``.
 Data moves between Spark and the state store (DuckDB or PostgreSQL) only as Arrow tables.
 """
 
@@ -60,9 +53,7 @@ class TopologyRunner(Runner):
         Spark job), ``replica``, ``keep_txids``, ``clock``).
         """
         self.spark = spark
-        self.spill: Spill | None = None
-        """How executors write partials for the store (``trident.partials.spill``; None:
-        collected to the driver)."""
+        self.spill: Spill | None = None  # trident.partials.spill (see RunContext.spill)
         self.empty_tables = EmptyTables()
         super().__init__(topology, store, log, **options)
 
