@@ -70,16 +70,11 @@ def state_partials(
 
     if not skips_nulls(agg):
         return combine_partials(df, group, column, agg, output)
-    value = sql_expr(agg, column)
     counts = [
         F.count(F.when(F.col(column).isNull(), F.lit(1))).alias(NULLS_COLUMN),
         F.count(F.col(column)).alias(VALUES_COLUMN),
     ]
-    if group:
-        return df.groupBy(*group).agg(value.alias(output), *counts)
-    zero = agg.zero()
-    value = value if zero is None else F.coalesce(value, F.lit(zero))
-    return df.agg(value.alias(output), *counts)
+    return _sql_groups(df, group, column, agg, output, *counts)
 
 
 def split_nulls(table: pa.Table, grouped: bool) -> tuple[pa.Table, int]:
@@ -108,15 +103,8 @@ def combine_partials(
     Raises:
         ConfigError: a Python combiner declares no ``output_type``.
     """
-    from pyspark.sql import functions as F
-
     if is_sql_combiner(agg):
-        expr = sql_expr(agg, column)
-        if group:
-            return df.groupBy(*group).agg(expr.alias(output))
-        zero = agg.zero()
-        value = expr if zero is None else F.coalesce(expr, F.lit(zero))
-        return df.agg(value.alias(output))
+        return _sql_groups(df, group, column, agg, output)
     if not agg.output_type:
         msg = (
             f"{type(agg).__name__} is a Python combiner: set its class attribute output_type to "
@@ -124,6 +112,19 @@ def combine_partials(
         )
         raise ConfigError(msg)
     return _python_partials(df, tuple(group), column, agg, output)
+
+
+def _sql_groups(
+    df: Any, group: Sequence[str], column: str, agg: CombinerAggregator[Any], out: str, *more: Any
+) -> Any:
+    """A built-in combiner's partial per group (with ``more``); a global one's zero if empty."""
+    from pyspark.sql import functions as F
+
+    value = sql_expr(agg, column)
+    zero = None if group else agg.zero()
+    if zero is not None:
+        value = F.coalesce(value, F.lit(zero))
+    return df.groupBy(*group).agg(value.alias(out), *more)
 
 
 def _python_partials(
