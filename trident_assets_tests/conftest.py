@@ -8,6 +8,12 @@ process, a clean environment); the demo's story test and the UI test over its ho
 database on it per test; ``open_store`` opens stores of each kind (``duckdb``, ``postgres``)
 at one location, for tests parametrized over both stores.
 
+Two tiers. ``make test`` leaves out the tests marked ``extended`` (:data:`EXTENDED`: the
+end-to-end runs of `dagster dev`, `dg`, the demo and the documented commands, the Spark
+cluster and Connect runs, the chaos soaks and the SIGKILL matrices beyond one crash per
+family) and the ``slow`` ones; ``make check`` (what CI runs) runs everything but ``slow``;
+``make soak`` the ``slow`` ones.
+
 ``make test`` runs the suite in two pytest-xdist workers with ``--dist loadfile``: a file's
 tests run in one worker, so a module-scoped fixture (``dagster dev``, a Spark cluster) starts
 once; session fixtures (``spark``, ``postgres_server``, ``demo_run``) start once per worker
@@ -228,6 +234,83 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
         store.close()
 
 
+# The tests `make test` leaves out (marked ``extended``; `make check` and CI run them): a file
+# name (all its tests) or ``file::function`` (all its parameters) -> why. Every test that uses
+# the ``demo_run`` fixture (`trident demo` as a child process) is extended too.
+EXTENDED: dict[str, str] = {
+    "test_dagster_dev.py": "one `dagster dev` with its daemon, runs launched by the sensor",
+    "test_dg_component.py::test_the_dg_way_as_documented": "create-dagster, dg check/launch/dev",
+    "test_code_shipping.py::test_topologies_on_a_standalone_cluster": "a Spark standalone cluster",
+    "test_code_shipping.py::test_topologies_through_spark_connect": "a Spark Connect server",
+    "test_chaos_live.py": "a live soak SIGKILLed repeatedly",
+    "test_chaos.py::test_short_chaos_soak_both_spout_kinds_exactly_once": "a soak with kills",
+    "test_class_cache.py::test_trident_class_cache_builds_an_archive_the_next_driver_jvm_loads": (
+        "dumps a class archive from a JVM"
+    ),
+    "test_live_ui_stop.py": "`trident ui` in live mode, stopped by Ctrl-C and restarted",
+    "test_ui_warm_spark.py::test_ui_module_runs_the_users_topology_on_its_warm_spark_then_stops_everything": (  # noqa: E501
+        "`trident ui` with its warm Spark Connect server"
+    ),
+    "test_console_ui.py::test_overview_and_finals_pages_show_the_topology_at_a_glance": (
+        "`trident ui` pages in a browser"
+    ),
+    "test_quarantine.py::test_sensor_quarantines_a_poison_txid_and_the_cli_replays_it": (
+        "`dagster dev` and its sensor"
+    ),
+    "test_long_run.py::test_short_long_run_exact_and_bounded": "a long run's short version",
+    "test_lakehouse_crash.py": "children SIGKILLed at each fault point of a table commit",
+    "test_event_windows.py::test_sigkill_between_window_write_and_commit_emits_each_window_once": (
+        "SIGKILLed children (test_trident_windows.py kills one in `make test`)"
+    ),
+    "test_event_window_chunks.py::test_sigkill_inside_a_chunk_then_replay_gives_the_same_windows": (
+        "a SIGKILLed child (test_trident_windows.py kills one in `make test`)"
+    ),
+    "test_kv_join.py::test_joined_and_expired_per_txid_match_duckdb_across_a_crash_and_a_replay": (
+        "a SIGKILLed child over a Redis Cluster"
+    ),
+    "test_kv_join.py::test_redis_master_killed_mid_batch_and_replica_promoted_then_exact": (
+        "a Redis master killed and a replica promoted"
+    ),
+    "test_kv_state.py::test_redis_master_killed_after_the_writes_fails_the_txid_with_the_store_error": (  # noqa: E501
+        "a Redis master killed"
+    ),
+    "test_kv_state.py::test_redis_master_killed_and_replica_promoted_then_exact": (
+        "a Redis master killed and a replica promoted"
+    ),
+    "test_user_code.py::test_user_topology_through_dagster_in_a_clean_child_process": (
+        "a Dagster run in a child (the user functions' child test stays in `make test`)"
+    ),
+    "test_log.py::test_two_producer_processes_append_concurrently": "two producer processes",
+    "test_file_spout_listing.py::test_planning_a_txid_over_100000_files_costs_the_same_after_many_txids": (  # noqa: E501
+        "a folder of 100,000 files"
+    ),
+    "test_bench_smoke.py": "the benchmarks at a small size",
+    "test_bench_files.py": "the file benchmarks at a small size, in children",
+    "test_bench_event_windows.py::test_ours_and_spark_ss_windows_agree": "Spark SS's windows",
+}
+
+
+def _mark_extended(items: list[pytest.Item]) -> None:
+    """Mark the :data:`EXTENDED` tests; a key naming a function its collected file lacks fails."""
+    modules: dict[str, Any] = {}
+    for item in items:
+        name = item.nodeid.split("::", 1)[0].rpartition("/")[2]
+        modules[name] = getattr(item, "module", None)
+        function = f"{name}::{getattr(item, 'originalname', item.name)}"
+        demo = "demo_run" in getattr(item, "fixturenames", ())
+        if name in EXTENDED or function in EXTENDED or demo:
+            item.add_marker(pytest.mark.extended)
+    stale = sorted(
+        key
+        for key in EXTENDED
+        if "::" in key
+        and (name := key.split("::")[0]) in modules
+        and not hasattr(modules[name], key.split("::")[1])
+    )
+    if stale:
+        raise pytest.UsageError(f"EXTENDED names tests that do not exist: {stale}")
+
+
 # Files that share an expensive session fixture run in one worker: file -> the unit's name.
 SHARED_WORKER = {
     "test_documented_commands.py": "test_demo_ui.py",
@@ -295,8 +378,11 @@ def _unit(nodeid: str) -> str:
     return SHARED_WORKER.get(name, name)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker: order the tests longest work unit first (the scheduler keeps it)."""
+    """Mark the extended tests (before ``-m`` deselects); in an xdist worker, order the tests
+    longest work unit first (the scheduler keeps it)."""
+    _mark_extended(items)
     if not hasattr(config, "workerinput"):
         return
     counts: dict[str, int] = {}

@@ -410,8 +410,8 @@ def test_full_disk_fails_the_batch_and_leaves_the_state_as_before(
 CI_PRODUCER = ("--rate", "10", "--tick", "1.0")
 
 
-# `make test` runs the short soak on DuckDB; on PostgreSQL (a server the soak starts, fsync
-# on) it runs in `make soak`. `make test` SIGKILLs PostgreSQL-backed runners at the fault
+# `make check` runs the short soak on DuckDB; on PostgreSQL (a server the soak starts, fsync
+# on) it runs in `make soak`. `make check` SIGKILLs PostgreSQL-backed runners at the fault
 # points in test_lakehouse_crash and test_event_windows.
 @pytest.mark.timeout(1800)  # a loaded machine; nothing here asserts a duration
 @pytest.mark.parametrize(

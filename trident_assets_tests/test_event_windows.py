@@ -589,8 +589,8 @@ runner.run_batch(3)
 """
 
 
-# each crash point once and each store once (the other two pairs in `make soak`): each is a
-# child process with a Spark JVM of its own
+# each crash point once and each store once in `make check` (the other two pairs in
+# `make soak`): each is a child process with a Spark JVM of its own
 @pytest.mark.parametrize(
     ("open_store", "point"),
     [

@@ -7,7 +7,7 @@ SIGKILLs itself at one fault point: before the store commit (``after_emit``,
 table written), and after each table commit (``after_table_commit``: the Delta table has the
 txid, the Iceberg one not yet; then both). A new runner then runs to the end; each table has
 every txid exactly once and equals the store's state as of each txid, for DuckDB and PostgreSQL.
-`make test` runs a covering selection of the cross product (:data:`COVERING`), `make soak` all.
+`make check` runs a covering selection of the cross product (:data:`COVERING`), `make soak` all.
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ COVERING = {
     ("log", "postgres", "after_table_commit", 3),
     ("files", "duckdb", "after_table_commit", 4),
 }
-"""What `make test` runs (a child process and its JVM each): one point before the store commit
+"""What `make check` runs (a child process and its JVM each): one point before the store commit
 (the tables are published only after it, so ``after_emit``, ``after_state_write`` and
 ``before_commit`` leave them alike: untouched, txid 2 replayed), every point after it, each
 store and each spout kind twice, every store with every spout kind. The rest of the cross
-product is marked slow (`make soak`); `make test` SIGKILLs runners without tables at the other
+product is marked slow (`make soak`); `make check` SIGKILLs runners without tables at the other
 points before the commit in test_executor, test_event_windows and test_chaos (the short soak)."""
 CASES = [
     pytest.param(
