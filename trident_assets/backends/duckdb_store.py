@@ -306,12 +306,6 @@ class DuckDBBackingMap(SqlBackingMap):
         value_type: str | None = None,
         kind: MapKind | StateType | None = None,
     ) -> None:
-        """Attach to map ``table`` (created on the first write if it does not exist).
-
-        Raises:
-            ConfigError: a name or declared type is invalid.
-            StateLayoutError: the table exists with a layout that contradicts the declaration.
-        """
         owns = not isinstance(database, DuckDBStore)
         store = DuckDBStore(database) if owns else database
         try:

@@ -19,7 +19,6 @@ class MemoryBackingMap(Generic[T]):
     """A backing map over a dict; records how many bulk calls it served."""
 
     def __init__(self) -> None:
-        """Start empty."""
         self.data: dict[Key, T] = {}
         self.get_calls = 0
         self.put_calls = 0
@@ -55,7 +54,6 @@ class MemoryStore:
     """A process-local store of named maps and commit markers with all-or-nothing transactions."""
 
     def __init__(self) -> None:
-        """Start empty."""
         self.maps: dict[str, MemoryBackingMap[Any]] = {}
         self.commits: dict[str, int] = {}
         self._in_tx = False

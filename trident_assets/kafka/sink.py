@@ -77,7 +77,6 @@ class FixedTopicSelector:
     """Every tuple goes to one topic (Storm's ``DefaultTopicSelector``)."""
 
     def __init__(self, topic: str) -> None:
-        """Write to ``topic``."""
         if not topic:
             msg = "FixedTopicSelector needs a topic name"
             raise ConfigError(msg)
@@ -101,7 +100,6 @@ class FieldTopicSelector:
     """
 
     def __init__(self, field: str, default: str | None = None) -> None:
-        """Select by ``field``."""
         self.field = field
         self.default = default
 

@@ -33,7 +33,6 @@ class DeltaWriter(TableWriter):
     """The Delta table of one publication."""
 
     def __init__(self, publication: Publication) -> None:
-        """Bind ``publication`` (a :class:`~trident_assets.DeltaTable`)."""
         self.publication = publication
         self.path: str = publication.table.path  # type: ignore[attr-defined]
 

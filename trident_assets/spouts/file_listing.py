@@ -117,7 +117,6 @@ class Location:
     """
 
     def __init__(self, path: str) -> None:
-        """Split ``path`` into the base folder and the glob."""
         if not isinstance(path, str) or not path:
             msg = f"a file spout needs a folder or glob (a path or URL), got {path!r}"
             raise ConfigError(msg)
