@@ -155,20 +155,14 @@ def open_publisher(publication: Publication, store: Any, kept: int) -> TablePubl
     return TablePublisher(publication, writer, kept)
 
 
-def _last_column(rows: pa.Table, name: str) -> pa.Table:
-    """``rows`` with column ``name`` moved to the end."""
-    index = rows.schema.get_field_index(name)
-    column = rows.column(index)
-    return rows.remove_column(index).append_column(rows.schema.field(index), column)
-
-
 def _txid_rows(store: Any, pub: Publication, txid: int) -> pa.Table | None:
     """The rows ``txid`` wrote to the publication's rows table (None: no such table yet)."""
     table = validate_identifier(pub.rows_table, "table")
     if not store.has_table(table):
         return None
     rows = store.fetch_arrow(f'SELECT * FROM "{table}" WHERE txid = ?', [txid])
-    return _last_column(rows, TXID)
+    index = rows.schema.get_field_index(TXID)  # moved to the end
+    return rows.remove_column(index).append_column(rows.schema.field(index), rows.column(index))
 
 
 def _whole_state(store: Any, pub: Publication) -> pa.Table | None:

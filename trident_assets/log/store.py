@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -156,12 +155,9 @@ class PartitionedLog:
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.root / topic / f"{partition:05d}"
 
-    def _read_meta(self, topic: str) -> dict[str, Any]:
-        return read_topic_meta(self.root, topic)
-
     def topic_id(self, topic: str) -> str | None:
         """The ID given to ``topic`` at creation (a uuid hex), or None for an older topic."""
-        value = self._read_meta(topic).get("topic_id")
+        value = read_topic_meta(self.root, topic).get("topic_id")
         return value if isinstance(value, str) else None
 
     def checksums_required(self, topic: str) -> bool:
@@ -171,7 +167,7 @@ class PartitionedLog:
         for older topics, segments with a checksum file are verified and those without are
         read unverified.
         """
-        return self._read_meta(topic).get("checksum") == "crc32"
+        return read_topic_meta(self.root, topic).get("checksum") == "crc32"
 
     def create_topic(self, name: str, partitions: int) -> None:
         """Create topic ``name`` with ``partitions`` empty partitions, atomically.
@@ -221,7 +217,7 @@ class PartitionedLog:
             UnknownTopicError: If the topic does not exist.
             ConfigError: If the name is invalid.
         """
-        return int(self._read_meta(name)["partitions"])
+        return int(read_topic_meta(self.root, name)["partitions"])
 
     def _pdir(self, topic: str, partition: int) -> Path:
         count = self.partitions(topic)

@@ -35,6 +35,10 @@ DEFAULT_STABLE_AFTER_S = 5.0
 FILES_TOPIC = "files"
 
 
+def _entries(catalog: FileCatalog, plan: BatchPlan) -> list[FileEntry]:
+    return [e for r in plan.non_empty() for e in catalog.entries(r.first_offset, r.next_offset)]
+
+
 def _when(mtime_ns: int) -> str:
     return datetime.fromtimestamp(mtime_ns / 1e9, UTC).isoformat(timespec="microseconds")
 
@@ -170,8 +174,7 @@ class FileSpout:
 
     def files(self, log: Any, plan: BatchPlan) -> list[FileEntry]:
         """The files of ``plan`` as numbered (size, modification time, fingerprint)."""
-        catalog = self.source(log).catalog
-        return [e for r in plan.non_empty() for e in catalog.entries(r.first_offset, r.next_offset)]
+        return _entries(self.source(log).catalog, plan)
 
     def plan_metadata(self, plan: BatchPlan) -> dict[str, Any]:
         """``files`` (their URLs) and ``file_bytes`` of ``plan``, for its materialization.
@@ -182,11 +185,7 @@ class FileSpout:
         source = next((s for s in self._sources.values() if s.partition in partitions), None)
         if source is None:
             return {"files": [], "file_bytes": 0}
-        entries = [
-            e
-            for r in plan.non_empty()
-            for e in source.catalog.entries(r.first_offset, r.next_offset)
-        ]
+        entries = _entries(source.catalog, plan)
         return {
             "files": [self.location.uri(e.path) for e in entries],
             "file_bytes": sum(e.size for e in entries),
