@@ -16,8 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from trident_assets.log import store
-from trident_assets.log.store import PartitionedLog, Record
+from trident_assets.log import PartitionedLog, Record, store
 
 
 def _produce(root: str, topic: str, tag: str, count: int, flush_every: int, go: str) -> None:

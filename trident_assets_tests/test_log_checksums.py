@@ -30,7 +30,7 @@ from trident_assets.errors import (
     LogLockTimeoutError,
 )
 from trident_assets.log import PartitionedLog, Record
-from trident_assets.log.store import UnknownTopicError
+from trident_assets.log.files import UnknownTopicError
 from trident_assets.log.verify import verify_log
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.log_reader import read_ranges

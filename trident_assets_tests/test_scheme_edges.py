@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from trident_assets.errors import ConfigError
-from trident_assets.log.store import PartitionedLog, Record
+from trident_assets.log import PartitionedLog, Record
 from trident_assets.spark.log_reader import read_ranges
 from trident_assets.spark.schemes import JsonScheme, StringScheme
 

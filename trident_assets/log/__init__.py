@@ -8,19 +8,13 @@ this package does not import typer).
 
 from __future__ import annotations
 
+from trident_assets.log.files import UnknownTopicError
 from trident_assets.log.names import validate_partition, validate_topic
 from trident_assets.log.partitioner import kafka_partition, murmur2
-from trident_assets.log.store import (
-    HEADERS_TYPE,
-    LOG_SCHEMA,
-    PartitionedLog,
-    PartitionInfo,
-    Producer,
-    Record,
-    Segment,
-    TopicExistsError,
-    UnknownTopicError,
-)
+from trident_assets.log.producer import Producer
+from trident_assets.log.records import HEADERS_TYPE, LOG_SCHEMA, PartitionInfo, Record, Segment
+from trident_assets.log.store import PartitionedLog
+from trident_assets.log.topics import TopicExistsError
 
 __all__ = [
     "HEADERS_TYPE",

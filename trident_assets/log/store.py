@@ -43,23 +43,19 @@ from pathlib import Path
 import pyarrow as pa
 
 from trident_assets.errors import ConfigError
-from trident_assets.log.files import DEFAULT_LOCK_TIMEOUT_S, UnknownTopicError
+from trident_assets.log.files import DEFAULT_LOCK_TIMEOUT_S
 from trident_assets.log.names import validate_partition
 from trident_assets.log.producer import Partitioner, Producer
 from trident_assets.log.reads import offset_at_or_after, range_segments, read_segments
 from trident_assets.log.records import (
-    HEADERS_TYPE,
     LOG_SCHEMA,
-    SEGMENT_PATTERN,
     PartitionInfo,
     Record,
-    Segment,
     check_offset,
     to_body,
 )
 from trident_assets.log.segments import list_segments, next_offset, read_log_start
 from trident_assets.log.topics import (
-    TopicExistsError,
     add_partitions,
     create_topic,
     delete_topic,
@@ -68,18 +64,7 @@ from trident_assets.log.topics import (
 )
 from trident_assets.log.writes import append_segment, delete_before
 
-__all__ = [
-    "HEADERS_TYPE",
-    "LOG_SCHEMA",
-    "SEGMENT_PATTERN",
-    "PartitionInfo",
-    "PartitionedLog",
-    "Producer",
-    "Record",
-    "Segment",
-    "TopicExistsError",
-    "UnknownTopicError",
-]
+__all__ = ["PartitionedLog"]
 
 _before_publish: Callable[[Path], None] | None = None
 """Test hook: if set, called with the fsynced temp file's path just before it is renamed.

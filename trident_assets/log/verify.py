@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trident_assets.log.corruption import checksum_problem, corrupt_segment_error, footer_problem
+from trident_assets.log.records import SEGMENT_PATTERN, Segment
 from trident_assets.log.segments import list_segments, read_log_start
-from trident_assets.log.store import SEGMENT_PATTERN, PartitionedLog, Segment
+from trident_assets.log.store import PartitionedLog
 
 __all__ = ["PartitionReport", "check_segment_files", "verify_log", "verify_partition"]
 

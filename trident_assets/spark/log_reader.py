@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import ConfigError
 from trident_assets.log.names import TOPIC_PATTERN
-from trident_assets.log.records import log_spark_schema
-from trident_assets.log.store import SEGMENT_PATTERN
+from trident_assets.log.records import SEGMENT_PATTERN, log_spark_schema
 from trident_assets.log.verify import check_segment_files
 from trident_assets.spark.scoped_conf import read_conf
 
