@@ -38,7 +38,6 @@ __all__ = [
     "decimal_scale",
     "decode_value",
     "default_key_columns",
-    "dump_json",
     "encode_value",
     "infer_scalar_type",
     "kind_for_state_type",

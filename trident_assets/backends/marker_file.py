@@ -32,7 +32,6 @@ from trident_assets.errors import LostCommitsError
 from trident_assets.log.files import fsync_path
 
 __all__ = [
-    "MARKER_SUFFIX",
     "CommitMarkerFile",
     "lost_commits",
     "lost_commits_error",

@@ -128,11 +128,10 @@ def start_postgres(
     user = run_as if os.geteuid() == 0 else None
     if user:
         os.chmod(root, 0o755)
-        shutil.chown(sock, user)
         data.mkdir(exist_ok=True)
-        shutil.chown(data, user)
         log.touch()
-        shutil.chown(log, user)
+        for path in (sock, data, log):
+            shutil.chown(path, user)
     server = LocalPostgres(data, _free_port(), bin_dir, user)
     init = subprocess.run(
         server._cmd("initdb", "-D", str(data), "-A", "trust", "-E", "UTF8", "--no-sync"),

@@ -50,7 +50,6 @@ from trident_assets.names import (
 
 __all__ = [
     "DERIVED_SUFFIXES",
-    "SIDE_SUFFIXES",
     "DroppedState",
     "StoredState",
     "drop_state",

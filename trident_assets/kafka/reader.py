@@ -26,8 +26,6 @@ from trident_assets.spouts.source import assign_round_robin
 
 __all__ = [
     "GAP_HEADER",
-    "KafkaRange",
-    "arrow_log_schema",
     "iter_partition",
     "read_assigned",
     "read_kafka_ranges",

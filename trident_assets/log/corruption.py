@@ -19,7 +19,6 @@ from trident_assets.errors import CorruptSegmentError
 from trident_assets.log.records import Segment
 
 __all__ = [
-    "CHECKSUM_SUFFIX",
     "checksum_path",
     "checksum_problem",
     "corrupt_segment_error",

@@ -242,8 +242,7 @@ class PartitionedLog:
         pdir = self._pdir(topic, partition)
         partition = int(partition)
         body = to_body(records)
-        n = body.num_rows
-        if n == 0:
+        if body.num_rows == 0:
             latest = self.latest_offset(topic, partition)
             return latest, latest - 1
         return append_segment(pdir, topic, partition, body, self.lock_timeout_s, _before_publish)

@@ -22,14 +22,12 @@ from trident_assets.log.names import validate_partition_count, validate_topic
 from trident_assets.log.records import now_ms
 
 __all__ = [
-    "FORMAT_VERSION",
     "TopicExistsError",
     "add_partitions",
     "create_topic",
     "delete_topic",
     "list_topics",
     "read_topic_meta",
-    "topic_dir",
 ]
 
 FORMAT_VERSION = 1

@@ -23,11 +23,9 @@ from urllib.parse import unquote, urlparse
 from trident_assets.errors import ConfigError
 
 __all__ = [
-    "FINGERPRINT_BYTES",
     "FileEntry",
     "Location",
     "fingerprint",
-    "is_temp_name",
 ]
 
 _GLOB = re.compile(r"[*?\[]")
