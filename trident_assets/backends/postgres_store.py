@@ -1,10 +1,8 @@
 """PostgreSQL state store: the DuckDB store's layout and semantics on a server database.
 
-The tables, the catalog, the versioned map layout and every shared statement are those of
-:class:`~trident_assets.backends.sql_store.SqlStateStore` (see
-:mod:`~trident_assets.backends.map_layout`); :mod:`~trident_assets.backends.sql_dialect`
-spells the differences (``DISTINCT ON`` for the latest version of a key, ``$n`` parameters,
-an index on each log's ``(keys, _trident_seq)`` so a batch's lookups follow the batch).
+Every shared statement is :class:`~trident_assets.backends.sql_store.SqlStateStore`'s;
+:mod:`~trident_assets.backends.sql_dialect` spells the differences (an index on each log's
+``(keys, _trident_seq)`` makes a batch's lookups follow the batch).
 
 One ADBC connection (``adbc-driver-postgresql``) carries everything, so a batch's state
 writes, its commit marker and its spout metadata commit in one transaction: Arrow tables go

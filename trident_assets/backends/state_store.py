@@ -1,14 +1,8 @@
 """The state-store interface: what the runner, the IO manager, the CLI and the join need.
 
-Two implementations: :class:`~trident_assets.backends.duckdb_store.DuckDBStore` (an embedded
-file, the default) and :class:`~trident_assets.backends.postgres_store.PostgresStore` (a
-server database). Both keep the same tables (:mod:`~trident_assets.backends.map_layout`) and
-share their statements (:mod:`~trident_assets.backends.sql_store`); the txid rules wrap them
-(the core's map wrappers and commit protocol, and the merge statement of
-:mod:`~trident_assets.backends.duckdb_merge`), so a store itself only stores.
-
-:func:`open_state_store` picks the implementation from a location: a ``postgresql://`` DSN
-opens PostgreSQL, anything else is a DuckDB file path.
+Two implementations, sharing their statements (:mod:`~trident_assets.backends.sql_store`):
+:class:`~trident_assets.backends.duckdb_store.DuckDBStore` (an embedded file, the default)
+and :class:`~trident_assets.backends.postgres_store.PostgresStore` (a server database).
 """
 
 from __future__ import annotations
