@@ -23,9 +23,6 @@ txid and p the batch's partial for a key (duplicates in the batch are combined f
 
 ``combine(NULL, p) = p`` (Trident's ``CombinerValueUpdater``). ``txid=None`` (an ad-hoc batch):
 opaque rolls forward and stores a NULL txid; transactional always applies.
-
-:func:`apply_partials_python` is the same operation for any Python ``CombinerAggregator``:
-one bulk read and one bulk write through the core map wrappers.
 """
 
 from __future__ import annotations

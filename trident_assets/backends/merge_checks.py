@@ -1,8 +1,7 @@
 """The checks a batch of partials passes before it is merged into a map table.
 
 Names, key and value column types (Arrow to SQL), nulls, the combine, the txid, and the
-stored table's layout against the batch's: each raises before anything is written. Used by
-:mod:`~trident_assets.backends.duckdb_merge` and :mod:`~trident_assets.backends.spilled_partials`.
+stored table's layout against the batch's: each raises before anything is written.
 """
 
 from __future__ import annotations

@@ -8,10 +8,6 @@ transaction then reads them where they lie: ONE scan for the checks and counts
 :func:`~trident_assets.backends.duckdb_merge.apply_partials`, with the same txid rules. The
 rows go from the files or the staging table to the state inside the store: the driver's
 Python process never holds the batch.
-
-The partials are checked before anything is written: their row count must be the count the
-writers reported (files an executor wrote where the driver cannot read them are refused, not
-read as an empty batch), and key columns hold no nulls.
 """
 
 from __future__ import annotations
