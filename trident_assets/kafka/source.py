@@ -133,13 +133,10 @@ class KafkaSource:
                 msg = f"offset lookup by time failed for {partition}: {found.error}"
                 raise BatchUnavailableError(msg)
             return None if found.offset < 0 else int(found.offset)
-        return self._scan_for_timestamp(topic, number, int(timestamp_ms))
-
-    def _scan_for_timestamp(self, topic: str, number: int, timestamp_ms: int) -> int | None:
         from trident_assets.kafka.reader import iter_partition
 
-        low, high = self._watermarks(f"{topic}@{number}")
+        low, high = self._watermarks(partition)
         for offset, ts in iter_partition(self.config, topic, number, low, high, self.timeout_s):
-            if ts >= timestamp_ms:
+            if ts >= int(timestamp_ms):
                 return offset
         return None

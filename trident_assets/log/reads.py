@@ -24,24 +24,7 @@ from trident_assets.log.segments import (
     unavailable,
 )
 
-__all__ = ["check_range", "offset_at_or_after", "range_segments", "read_segments"]
-
-
-def check_range(topic: str, partition: int, first: Any, last: Any) -> tuple[int, int]:
-    """Return offsets ``first``, ``last`` checked: ``0 <= first`` and ``last >= first - 1``.
-
-    Raises:
-        ConfigError: the range is malformed.
-    """
-    first = check_offset(first, "first")
-    last = check_offset(last, "last")
-    if first < 0 or last < first - 1:
-        msg = (
-            f"invalid offset range {first}..{last} for topic {topic!r} partition "
-            f"{partition}: need 0 <= first and last >= first - 1 (last = first - 1 is empty)"
-        )
-        raise ConfigError(msg)
-    return first, last
+__all__ = ["offset_at_or_after", "range_segments", "read_segments"]
 
 
 def range_segments(
@@ -53,7 +36,13 @@ def range_segments(
         ConfigError: the range is malformed.
         BatchUnavailableError: the range is not (or no longer) readable.
     """
-    first, last = check_range(topic, partition, first, last)
+    first, last = check_offset(first, "first"), check_offset(last, "last")
+    if first < 0 or last < first - 1:
+        msg = (
+            f"invalid offset range {first}..{last} for topic {topic!r} partition "
+            f"{partition}: need 0 <= first and last >= first - 1 (last = first - 1 is empty)"
+        )
+        raise ConfigError(msg)
     earliest = read_log_start(pdir)
     latest = next_offset(list_segments(pdir), earliest)
     if last == first - 1:
