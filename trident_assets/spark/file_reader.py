@@ -1,10 +1,14 @@
 r"""Spark reads of a file spout's batch: the executors read the files, the driver only plans.
 
-The batch's files are dealt to Spark tasks (largest first, each to the task with the fewest
-bytes so far); each task reads its files whole (local files with ``open``, others through
-``pyarrow.fs`` or ``fsspec``), checks each against its recorded size and content
-fingerprint (a file changed since it was numbered fails the job, naming it) and yields
-Arrow batches (``mapInArrow``):
+A local file is read by Spark's own sources (:mod:`~trident_assets.spark.file_native`: the
+text source for lines, the Parquet reader, one task per file). A file on another
+filesystem, one whose path Spark would read differently, a lines file named as compressed,
+or any file of a read of more than :data:`~trident_assets.spark.file_native.NATIVE_MAX_FILES`
+files is read by Python tasks: the files are dealt to Spark tasks (largest first, each to
+the task with the fewest bytes so far); each task reads its files whole (local files with
+``open``, others through ``pyarrow.fs`` or ``fsspec``), checks each against its recorded
+size and content fingerprint (a file changed since it was numbered fails the job, naming
+it) and yields Arrow batches (``mapInArrow``). Either way the rows are the same:
 
 * lines (JSON lines, text, and CSV after its header): the log's record schema, one row per
   non-empty line: ``topic`` the file's URL, ``partition`` 0, ``offset`` the line number
@@ -15,7 +19,8 @@ Arrow batches (``mapInArrow``):
   (``offset`` the row number from 1) and a null ``value``.
 
 Before the job, on the driver: a CSV file's header and a Parquet file's schema (its footer)
-are checked against the declared fields; a mismatch refuses the txid naming the file.
+are checked against the declared fields (a mismatch refuses the txid naming the file), and
+each natively read file's size and content fingerprint against the recorded ones.
 """
 
 from __future__ import annotations
@@ -24,11 +29,17 @@ import heapq
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trident_assets.errors import ConfigError
+from trident_assets.errors import BatchUnavailableError, ConfigError
 from trident_assets.kafka.reader import default_parallelism
 from trident_assets.log.records import log_spark_schema
+from trident_assets.spark.file_native import (
+    NATIVE_MAX_FILES,
+    changed_message,
+    native_frame,
+    reads_natively,
+)
 from trident_assets.spark.file_schemes import FILE_COLUMN_PREFIX
-from trident_assets.spouts.file_listing import fingerprint_bytes
+from trident_assets.spouts.file_listing import fingerprint, fingerprint_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -92,12 +103,7 @@ def _read_bytes(local: bool, target: str) -> bytes:
 def _verified(local: bool, target: str, uri: str, entry: FileEntry) -> bytes:
     data = _read_bytes(local, target)
     if len(data) != entry.size or fingerprint_bytes(data) != entry.fingerprint:
-        msg = (
-            f"file {uri} changed after it was recorded for its txid ({entry.size} bytes, "
-            f"fingerprint {entry.fingerprint}; now {len(data)} bytes): a transactional "
-            "batch is never read with other data; put the file back as it was"
-        )
-        raise RuntimeError(msg)
+        raise RuntimeError(changed_message(uri, entry, str(len(data))))
     return data
 
 
@@ -219,6 +225,19 @@ def _same_as_spark(got: Any, declared: str) -> bool:
     return bool(got == want)
 
 
+def _check_fingerprints(location: Location, entries: Sequence[FileEntry]) -> None:
+    """Refuse a file whose size or first and last bytes are no longer as recorded."""
+    for entry in entries:
+        uri = location.uri(entry.path)
+        now = location.current(entry.path)
+        if now is None or now[0] != entry.size:
+            size = "no" if now is None else str(now[0])
+            raise BatchUnavailableError(changed_message(uri, entry, size))
+        head, tail = location.head_tail(entry.path, entry.size)
+        if fingerprint(entry.size, head, tail) != entry.fingerprint:
+            raise BatchUnavailableError(changed_message(uri, entry, str(entry.size)))
+
+
 def read_files(
     spark: Any,
     location: Location,
@@ -226,21 +245,27 @@ def read_files(
     scheme: Any,
     fmt: str,
     txid: int = 0,
+    *,
+    native: bool = True,
 ) -> Any:
     """Return a DataFrame of the records of ``entries``, read by Spark's executors.
 
     ``fmt`` is ``lines``, ``csv`` or ``parquet`` (see the module docstring for the columns).
+    ``native``: Spark's own sources read the files they can (False: the Python reader reads
+    every file); the rows are the same either way. A native read's jobs run under
+    :func:`~trident_assets.spark.file_native.whole_file_conf` (a file split across tasks
+    fails the job, naming it).
 
     Raises:
         ConfigError: a CSV header or a Parquet schema disagrees with the scheme (before any
             Spark job).
+        BatchUnavailableError: a file natively read is no longer as recorded (before any job).
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
+    ddl = ", ".join(f"`{n}` {t}" for n, t in scheme.types.items()) if fmt == "parquet" else ""
     if fmt == "parquet":
         base = log_spark_schema()
-        ddl = ", ".join(f"`{n}` {t}" for n, t in scheme.types.items())
         declared: Any = StructType.fromDDL(ddl)
         spark_schema = StructType(
             [
@@ -256,6 +281,29 @@ def read_files(
         _check_csv(location, entries, scheme, txid)
     elif fmt == "parquet":
         _check_parquet(location, entries, scheme, txid)
+    native = native and len(entries) <= NATIVE_MAX_FILES
+    mine = [e for e in entries if native and reads_natively(location, e, fmt)]
+    rest = [e for e in entries if not (native and reads_natively(location, e, fmt))]
+    frames = []
+    if mine:
+        _check_fingerprints(location, mine)
+        frames.append(native_frame(spark, location, mine, fmt, ddl))
+    if rest:
+        frames.append(_python_frame(spark, location, rest, scheme, fmt, spark_schema))
+    return frames[0] if len(frames) == 1 else frames[0].union(frames[1])
+
+
+def _python_frame(
+    spark: Any,
+    location: Location,
+    entries: Sequence[FileEntry],
+    scheme: Any,
+    fmt: str,
+    spark_schema: Any,
+) -> Any:
+    """The records of ``entries`` read by Python tasks (``mapInArrow``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     schema = to_arrow_schema(spark_schema, timezone="UTC")
     dealt = _deal(entries, max(1, min(default_parallelism(spark), len(entries))))
     files = [(location.full(e.path), location.uri(e.path), e) for e in entries]

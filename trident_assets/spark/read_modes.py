@@ -43,7 +43,9 @@ class _Alone:
 
     def read(self, run: BatchContext, sid: str, spout: Any) -> tuple[Any, dict[str, str]]:
         inline = partition_free(run.runner.topology)
-        return spout.read(run.spark, run.runner.log, run.plans[sid], inline=inline), {}
+        log, plan = run.runner.log, run.plans[sid]
+        conf = spout.read_conf(log, [(0, plan)]) if hasattr(spout, "read_conf") else {}
+        return spout.read(run.spark, log, plan, inline=inline), conf
 
     def tag(self, frame: Any) -> Any:
         return tag_first(frame)

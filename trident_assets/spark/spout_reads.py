@@ -4,7 +4,8 @@ A spout of the sources layer (``spouts/``, ``kafka/``) never imports the engine.
 embedded log's spout and the file spout are read by :class:`LogReads` and
 :class:`FileReads` here; a spout without an entry in :data:`READS` reads itself (its own
 ``read``, and ``read_many``/``split_conf`` if it has them, given the Spark session), as a
-Kafka spout or a spout of yours does.
+Kafka spout or a spout of yours does. A reader's ``read_conf``, if it has one, gives the
+Spark settings its reads' jobs run with, whether a txid is read alone or with others.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trident_assets.spark.file_native import whole_file_conf
 from trident_assets.spark.file_reader import read_files
 from trident_assets.spark.log_reader import read_ranges, read_ranges_tagged
 from trident_assets.spark.log_reader import split_conf as log_split_conf
@@ -86,6 +88,14 @@ class FileReads:
         chosen by records (:func:`~trident_assets.spark.codegen_conf.codegen_conf`).
         """
         return sum(e.size for e in self.spout.files(log, plan)) // FILE_BYTES_PER_RECORD
+
+    def read_conf(self, log: Any, plans: Sequence[tuple[int, BatchPlan]]) -> dict[str, str]:
+        """Spark settings for the jobs reading ``plans``: each file read whole, by one task.
+
+        A native read numbers a file's lines by their position in its task
+        (:mod:`~trident_assets.spark.file_native`).
+        """
+        return whole_file_conf()
 
     def read(self, spark: Any, log: Any, plan: BatchPlan, *, inline: bool = True) -> Any:
         """The records of ``plan``'s files as a DataFrame (``inline``: the log's option).

@@ -44,7 +44,8 @@ def tagged_read(
         spout.read(spark, log, plan).withColumn(TXID_COLUMN, F.lit(tag).cast("bigint"))
         for tag, plan in nonempty
     ]
-    return reduce(lambda x, y: x.unionByName(y), reads), {}
+    conf = spout.read_conf(log, nonempty) if hasattr(spout, "read_conf") else {}
+    return reduce(lambda x, y: x.unionByName(y), reads), conf
 
 
 def split_by_txid(table: pa.Table, txids: Sequence[int]) -> dict[int, pa.Table]:
