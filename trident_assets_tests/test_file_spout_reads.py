@@ -16,6 +16,7 @@ from trident_assets import Count
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.errors import BatchUnavailableError
 from trident_assets.log.store import PartitionedLog
+from trident_assets.spark import file_reader
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.file_native import reads_natively, split_message
 from trident_assets.spark.file_reader import read_files
@@ -61,7 +62,9 @@ def test_lines_are_numbered_from_1_counting_empty_lines_and_crlf_the_same_either
         (uri_a, 0, 6, STAMP, None, b'{"word": "moon"}', None),
         *[(uri_b, 0, n, later, None, b'{"word": "owl"}', None) for n in (1, 2, 3)],
     ]
-    native = read_files(spark, location, [a, b], scheme, "lines", 1)
+    default = read_files(spark, location, [a, b], scheme, "lines", 1)  # the Python reader
+    assert "MapInArrow" in default._jdf.queryExecution().executedPlan().toString()
+    native = read_files(spark, location, [a, b], scheme, "lines", 1, native=True)
     python = read_files(spark, location, [a, b], scheme, "lines", 1, native=False)
     assert "MapInArrow" not in native._jdf.queryExecution().executedPlan().toString()
     assert "MapInArrow" in python._jdf.queryExecution().executedPlan().toString()
@@ -114,7 +117,9 @@ def test_parquet_rows_are_the_same_natively_or_by_python_and_odd_paths_go_to_pyt
 
 def test_a_file_split_across_tasks_fails_the_read_naming_it(spark: Any, tmp_path: Path) -> None:
     a = _entry(tmp_path, "a.jsonl", JSON_B * 20, T0_NS)
-    frame = read_files(spark, Location(str(tmp_path)), [a], JsonScheme({"word": "string"}), "lines")
+    frame = read_files(
+        spark, Location(str(tmp_path)), [a], JsonScheme({"word": "string"}), "lines", native=True
+    )
     split = {"spark.sql.files.maxPartitionBytes": "64", "spark.sql.files.openCostInBytes": "0"}
     message = re.escape(split_message(f"file://{tmp_path}/a.jsonl"))
     with scoped_conf(spark, split), pytest.raises(Exception, match=message):
@@ -127,7 +132,9 @@ def test_a_file_whose_size_or_time_differs_from_its_record_fails_the_native_read
     a = _entry(tmp_path, "a.jsonl", JSON_A, T0_NS)
     moved = FileEntry(a.path, a.size, T0_NS - 5_000_000, a.fingerprint)
     location = Location(str(tmp_path))
-    frame = read_files(spark, location, [moved], JsonScheme({"word": "string"}), "lines")
+    frame = read_files(
+        spark, location, [moved], JsonScheme({"word": "string"}), "lines", native=True
+    )
     message = (
         f"file file://{tmp_path}/a.jsonl changed after it was recorded for its txid "
         f"(51 bytes, fingerprint {a.fingerprint}; now 51 bytes): a transactional batch is "
@@ -153,7 +160,7 @@ def test_a_file_whose_content_or_size_changed_is_refused_before_the_native_read(
     _entry(tmp_path, "a.jsonl", JSON_A.replace(b"cow", b"dog"), T0_NS)
     location = Location(str(tmp_path))
     with pytest.raises(BatchUnavailableError) as refused:
-        read_files(spark, location, [a], JsonScheme({"word": "string"}), "lines")
+        read_files(spark, location, [a], JsonScheme({"word": "string"}), "lines", native=True)
     assert str(refused.value) == (
         f"file file://{tmp_path}/a.jsonl changed after it was recorded for its txid "
         f"(51 bytes, fingerprint {a.fingerprint}; now 51 bytes): a transactional batch is "
@@ -161,14 +168,17 @@ def test_a_file_whose_content_or_size_changed_is_refused_before_the_native_read(
     )
     _entry(tmp_path, "a.jsonl", JSON_A + b"\n", T0_NS)
     with pytest.raises(BatchUnavailableError, match=re.escape("(51 bytes, fingerprint ")):
-        read_files(spark, location, [a], JsonScheme({"word": "string"}), "lines")
+        read_files(spark, location, [a], JsonScheme({"word": "string"}), "lines", native=True)
 
 
 @pytest.mark.parametrize("max_files", [1, 2], ids=["two_txids_one_job", "one_txid"])
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
 def test_files_above_sparks_split_size_are_read_whole_with_exact_line_numbers(
-    spark: Any, tmp_path: Path, max_files: int
+    spark: Any, tmp_path: Path, max_files: int, native: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Spark would split a file of 6 MB into tasks; a txid's read keeps each whole."""
+    if native:
+        monkeypatch.setattr(file_reader, "NATIVE_FORMATS", ("lines", "csv", "parquet"))
     land = tmp_path / "in"
     land.mkdir()
     line = b'{"word": "cow"}\n'

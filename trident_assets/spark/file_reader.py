@@ -1,9 +1,10 @@
 r"""Spark reads of a file spout's batch: the executors read the files, the driver only plans.
 
-A local file is read by Spark's own sources (:mod:`~trident_assets.spark.file_native`: the
-text source for lines, the Parquet reader, one task per file). A file on another
-filesystem, one whose path Spark would read differently, a lines file named as compressed,
-or any file of a read of more than :data:`~trident_assets.spark.file_native.NATIVE_MAX_FILES`
+A local Parquet file is read by Spark's own Parquet reader
+(:mod:`~trident_assets.spark.file_native`; lines files too when a read asks for it: the
+text source, one task per file). A lines file by default, a file on another filesystem,
+one whose path Spark would read differently, a lines file named as compressed, or any
+file of a read of more than :data:`~trident_assets.spark.file_native.NATIVE_MAX_FILES`
 files is read by Python tasks: the files are dealt to Spark tasks (largest first, each to
 the task with the fewest bytes so far); each task reads its files whole (local files with
 ``open``, others through ``pyarrow.fs`` or ``fsspec``), checks each against its recorded
@@ -46,7 +47,13 @@ if TYPE_CHECKING:
 
     from trident_assets.spouts.file_listing import FileEntry, Location
 
-__all__ = ["read_files"]
+__all__ = ["NATIVE_FORMATS", "read_files"]
+
+NATIVE_FORMATS = ("parquet",)
+"""The formats read by Spark's own sources unless a read says otherwise. Lines files (JSON
+lines, text, CSV) stay with the Python reader: Spark's text source with the line numbering
+and checks of :mod:`~trident_assets.spark.file_native` measured slower than it (see
+docs/benchmarks.md, "Files in and lakehouse tables out")."""
 
 ROWS_PER_BATCH = 1 << 16
 """Rows per Arrow batch a task yields."""
@@ -246,13 +253,14 @@ def read_files(
     fmt: str,
     txid: int = 0,
     *,
-    native: bool = True,
+    native: bool | None = None,
 ) -> Any:
     """Return a DataFrame of the records of ``entries``, read by Spark's executors.
 
     ``fmt`` is ``lines``, ``csv`` or ``parquet`` (see the module docstring for the columns).
     ``native``: Spark's own sources read the files they can (False: the Python reader reads
-    every file); the rows are the same either way. A native read's jobs run under
+    every file; None: native for the formats in :data:`NATIVE_FORMATS`); the rows are the
+    same either way. A native read's jobs run under
     :func:`~trident_assets.spark.file_native.whole_file_conf` (a file split across tasks
     fails the job, naming it).
 
@@ -281,7 +289,9 @@ def read_files(
         _check_csv(location, entries, scheme, txid)
     elif fmt == "parquet":
         _check_parquet(location, entries, scheme, txid)
-    native = native and len(entries) <= NATIVE_MAX_FILES
+    native = (fmt in NATIVE_FORMATS if native is None else native) and (
+        len(entries) <= NATIVE_MAX_FILES
+    )
     mine = [e for e in entries if native and reads_natively(location, e, fmt)]
     rest = [e for e in entries if not (native and reads_natively(location, e, fmt))]
     frames = []

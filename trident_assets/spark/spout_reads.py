@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trident_assets.spark import file_reader
 from trident_assets.spark.file_native import whole_file_conf
 from trident_assets.spark.file_reader import read_files
 from trident_assets.spark.log_reader import read_ranges, read_ranges_tagged
@@ -92,10 +93,12 @@ class FileReads:
     def read_conf(self, log: Any, plans: Sequence[tuple[int, BatchPlan]]) -> dict[str, str]:
         """Spark settings for the jobs reading ``plans``: each file read whole, by one task.
 
-        A native read numbers a file's lines by their position in its task
-        (:mod:`~trident_assets.spark.file_native`).
+        For lines files read natively (:data:`~.file_reader.NATIVE_FORMATS`), whose lines are
+        numbered by their position in their task (:mod:`~trident_assets.spark.file_native`);
+        none otherwise (a Parquet row's number is its row index however Spark splits a file).
         """
-        return whole_file_conf()
+        fmt = self.spout.format
+        return whole_file_conf() if fmt != "parquet" and fmt in file_reader.NATIVE_FORMATS else {}
 
     def read(self, spark: Any, log: Any, plan: BatchPlan, *, inline: bool = True) -> Any:
         """The records of ``plan``'s files as a DataFrame (``inline``: the log's option).
