@@ -15,7 +15,6 @@ from trident_assets.examples.location_db import (
     LocationUpdater,
     QueryLocation,
     build_location_db,
-    ensure_topics,
     produce_seed,
 )
 from trident_assets.log.store import PartitionedLog
@@ -72,7 +71,6 @@ def test_location_db_updates_in_bulk_and_queries_committed_locations(
     """The example on DuckDB and on PostgreSQL state (its SQL is what both accept)."""
     log = PartitionedLog(tmp_path / "log")
     produce_seed(log)  # moves 1 Paris, 2 Oslo, 1 Rome, 3 Lima, 4 Kyiv; lookups 1, 2, 5
-    ensure_topics(log)  # idempotent
     assert log.topics() == ["location_queries", "locations"]
     topo = build_location_db(max_batch_size=None)
     updater, query = _instrument(topo)
