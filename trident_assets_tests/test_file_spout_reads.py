@@ -148,7 +148,8 @@ def test_a_file_whose_size_or_time_differs_from_its_record_fails_the_native_read
     late = FileEntry(
         "p.parquet", p.stat().st_size, T0_NS + 7_000_000, fingerprint_bytes(p.read_bytes())
     )
-    frame = read_files(spark, location, [late], ParquetScheme({"word": "string"}), "parquet")
+    scheme = ParquetScheme({"word": "string"})
+    frame = read_files(spark, location, [late], scheme, "parquet", native=True)
     with pytest.raises(Exception, match=re.escape(f"file file://{p} changed after it was")):
         frame.collect()
 
