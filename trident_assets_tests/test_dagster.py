@@ -22,6 +22,7 @@ from trident_assets.dagster.resources import TridentResource
 from trident_assets.dagster.sensors import decide_next
 from trident_assets.errors import ConfigError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
+from trident_assets_tests.stacks import package_frames
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -237,12 +238,7 @@ def test_one_commit_function_on_the_stack_from_the_op_to_the_store(world, monkey
     assert job.execute_in_process(partition_key="0000000001", instance=instance).success
     ((stack, in_transaction),) = seen  # the one state of word_count, applied once
     assert in_transaction
-    package = Path(state_apply.__file__).parents[1]
-    frames = [
-        (Path(f.filename).relative_to(package.parent).as_posix(), f.name)
-        for f in stack
-        if Path(f.filename).is_relative_to(package)
-    ]
+    frames = package_frames(stack)
     assert [f for f in frames if "commit" in f[1].lower()] == [
         ("trident_assets/runtime/commit.py", "commit"),
         ("trident_assets/core/commit.py", "commit_batch"),

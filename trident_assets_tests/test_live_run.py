@@ -35,6 +35,7 @@ from trident_assets.dagster.sensors import decide_next
 from trident_assets.errors import ConfigError
 from trident_assets.examples.word_count import SENTENCES, build_word_count
 from trident_assets_tests.conftest import JVM_ENV
+from trident_assets_tests.stacks import package_frames
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = LiveSettings(poll_interval_s=0.05, idle_s=30, check_every_s=600)
@@ -476,12 +477,7 @@ def test_a_live_commit_has_the_one_commit_function_on_its_stack(
     assert _live_job(home, replace(FAST, max_txids=1)).execute_in_process(instance=instance).success
     ((stack, in_transaction),) = seen  # the one state of word_count, applied once
     assert in_transaction
-    package = Path(state_apply.__file__).parents[1]
-    frames = [
-        (Path(f.filename).relative_to(package.parent).as_posix(), f.name)
-        for f in stack
-        if Path(f.filename).is_relative_to(package)
-    ]
+    frames = package_frames(stack)
     assert [f for f in frames if "commit" in f[1].lower()] == [
         ("trident_assets/runtime/commit.py", "commit"),
         ("trident_assets/core/commit.py", "commit_batch"),
