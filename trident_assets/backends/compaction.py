@@ -1,4 +1,4 @@
-"""When to compact a map's append-only log (see :meth:`SqlStateStore.compact`).
+"""When to compact a map's append-only log (see :meth:`StateStore.compact`).
 
 Every batch appends one version per key it writes, so a map's log holds its live keys plus
 superseded versions. Compaction rewrites the log to the live keys; it costs one pass over

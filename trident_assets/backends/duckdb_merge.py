@@ -44,7 +44,7 @@ from trident_assets.backends.merge_checks import (
     value_sql_type,
 )
 from trident_assets.backends.merge_sql import read_back, run_merge, sorted_by_keys
-from trident_assets.backends.sql_store import SqlStateStore
+from trident_assets.backends.sql_store import StateStore
 from trident_assets.core.aggregators import CombinerAggregator, apply_combiner
 from trident_assets.core.maps import NonTransactionalMap, OpaqueMap, TransactionalMap
 from trident_assets.core.protocols import Key
@@ -73,7 +73,7 @@ class MergeResult:
 
 
 def apply_partials(
-    store: SqlStateStore,
+    store: StateStore,
     table: str,
     batch: pa.Table,
     *,
@@ -164,7 +164,7 @@ _WRAPPERS: dict[StateType, Callable[[Any], Any]] = {
 
 
 def apply_partials_python(
-    store: SqlStateStore,
+    store: StateStore,
     table: str,
     batch: pa.Table,
     *,

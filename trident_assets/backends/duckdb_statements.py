@@ -20,7 +20,7 @@ __all__ = ["DuckDBStatements"]
 
 
 class DuckDBStatements:
-    """The primitives :class:`~trident_assets.backends.sql_store.SqlStateStore` builds on.
+    """The primitives :class:`~trident_assets.backends.sql_store.StateStore` builds on.
 
     The store provides ``conn`` (its open connection), ``_conn`` (None once closed) and
     ``_stale_views`` (views to unregister once an aborted transaction has rolled back).

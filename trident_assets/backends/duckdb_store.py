@@ -63,7 +63,7 @@ from trident_assets.backends.marker_file import (
 )
 from trident_assets.backends.sql_catalog import SqlTransaction
 from trident_assets.backends.sql_dialect import DUCKDB, Dialect
-from trident_assets.backends.sql_store import SqlStateStore
+from trident_assets.backends.sql_store import StateStore
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError, StateLayoutError, TridentError
 from trident_assets.names import CATALOG_TABLE, COMMITS_TABLE
@@ -97,7 +97,7 @@ class DuckDBTransaction(SqlTransaction):
         self.marked[scope] = txid
 
 
-class DuckDBStore(DuckDBStatements, SqlStateStore):
+class DuckDBStore(DuckDBStatements, StateStore):
     """A DuckDB database file holding map tables and commit markers (the core's ``CommitStore``).
 
     Opening waits for another process's lock on the file (retrying with backoff) for up to

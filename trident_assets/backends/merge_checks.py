@@ -12,7 +12,7 @@ from typing import Literal
 import pyarrow as pa
 
 from trident_assets.backends.map_layout import MapLayout, kind_for_state_type
-from trident_assets.backends.sql_store import SqlStateStore
+from trident_assets.backends.sql_store import StateStore
 from trident_assets.core.values import StateType
 from trident_assets.errors import AggregationError, ConfigError, StateLayoutError
 from trident_assets.names import validate_identifier
@@ -180,7 +180,7 @@ def value_sql_type(table: str, schema: pa.Schema, value_column: str, combine: Co
 
 
 def resolve_layout(
-    store: SqlStateStore,
+    store: StateStore,
     table: str,
     keys: list[str],
     key_types: list[str],

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from trident_assets.backends.map_layout import MapLayout, log_table, quote_ident, seq_name
 from trident_assets.backends.merge_checks import Combine
-from trident_assets.backends.sql_store import SqlStateStore
+from trident_assets.backends.sql_store import StateStore
 from trident_assets.errors import StaleTxidError, StateLayoutError
 from trident_assets.names import SEQ_COLUMN, validate_identifier
 
@@ -37,7 +37,7 @@ def _combine_sql(combine: Combine, stored: str, partial: str) -> str:
 
 
 def merge_sql(
-    store: SqlStateStore,
+    store: StateStore,
     layout: MapLayout,
     view: str,
     value_column: str,
@@ -129,7 +129,7 @@ def _stale_message(exc: Exception) -> str:
 
 
 def run_merge(
-    store: SqlStateStore,
+    store: StateStore,
     layout: MapLayout,
     view: str,
     value_column: str,
@@ -216,7 +216,7 @@ def sorted_by_keys(batch: pa.Table, keys: list[str], key_types: list[str]) -> tu
     return ordered, n < 2 or not pc.any(same).as_py()
 
 
-def read_back(store: SqlStateStore, layout: MapLayout, view: str) -> pa.Table:
+def read_back(store: StateStore, layout: MapLayout, view: str) -> pa.Table:
     """The key columns and ``curr`` of the stored keys that ``view`` holds."""
     cols = ", ".join(quote_ident(c) for c in layout.key_columns)
     latest = store.latest_sql(layout, quote_ident(view))

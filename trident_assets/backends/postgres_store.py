@@ -1,6 +1,6 @@
 """PostgreSQL state store: the DuckDB store's layout and semantics on a server database.
 
-Every shared statement is :class:`~trident_assets.backends.sql_store.SqlStateStore`'s;
+Every shared statement is :class:`~trident_assets.backends.sql_store.StateStore`'s;
 :mod:`~trident_assets.backends.sql_dialect` spells the differences (an index on each log's
 ``(keys, _trident_seq)`` makes a batch's lookups follow the batch).
 
@@ -39,7 +39,7 @@ from trident_assets.backends.map_layout import check_scope
 from trident_assets.backends.postgres_config import is_postgres_dsn
 from trident_assets.backends.sql_catalog import SqlTransaction
 from trident_assets.backends.sql_dialect import PG_ERROR_FUNCTION, POSTGRES, Dialect
-from trident_assets.backends.sql_store import SqlStateStore
+from trident_assets.backends.sql_store import StateStore
 from trident_assets.errors import ConfigError, StateLayoutError, StoreLockedError, TridentError
 from trident_assets.names import CATALOG_TABLE, COMMITS_TABLE, validate_identifier
 
@@ -99,7 +99,7 @@ class PostgresTransaction(SqlTransaction):
         return self.store.last_committed(scope)
 
 
-class PostgresStore(SqlStateStore):
+class PostgresStore(StateStore):
     """Map tables and commit markers in a PostgreSQL database (the core's ``CommitStore``).
 
     Example:

@@ -2,7 +2,7 @@
 
 :class:`SqlCatalogStore` declares the primitives a concrete store provides and holds what
 DuckDB and PostgreSQL do the same way on top of them; its subclass
-:class:`~trident_assets.backends.sql_store.SqlStateStore` adds reads and compaction.
+:class:`~trident_assets.backends.sql_store.StateStore` adds reads and compaction.
 """
 
 from __future__ import annotations

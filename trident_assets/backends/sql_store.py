@@ -1,10 +1,11 @@
-"""What every SQL state store reads the same way: map tables now or as of a txid; compaction.
+"""The state store's interface and what every SQL store reads the same way; compaction.
 
-:class:`SqlStateStore` adds these to :class:`~trident_assets.backends.sql_catalog.
-SqlCatalogStore` (the primitives, commit markers and catalog); its subclasses are
-:class:`~trident_assets.backends.duckdb_store.DuckDBStore` and
-:class:`~trident_assets.backends.postgres_store.PostgresStore`. The txid rules live elsewhere
-(the core's map wrappers and commit protocol, and the merge statement): a store only stores.
+:class:`StateStore` adds reads (map tables now or as of a txid) and compaction to
+:class:`~trident_assets.backends.sql_catalog.SqlCatalogStore` (the primitives, commit markers
+and catalog); its subclasses are :class:`~trident_assets.backends.duckdb_store.DuckDBStore`
+and :class:`~trident_assets.backends.postgres_store.PostgresStore`. The txid rules live
+elsewhere (the core's map wrappers and commit protocol, and the merge statement): a store only
+stores.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
 from trident_assets.names import COMPACTIONS_TABLE, SEQ_COLUMN, validate_identifier
 
-__all__ = ["SqlStateStore"]
+__all__ = ["StateStore"]
 
 
-class SqlStateStore(SqlCatalogStore):
-    """The shared half of a SQL state store; subclasses provide the connection primitives.
+class StateStore(SqlCatalogStore):
+    """A transactional store of versioned map tables, commit markers and side tables.
 
-    A store holds one connection and is not thread-safe: use one store per thread or process.
+    Contract: every write made inside :meth:`transaction` commits or rolls back with the
+    commit marker written there (``mark_committed``); readers outside a transaction see the
+    last committed state only; a store object holds one connection and is not thread-safe
+    (use one store per thread or process). Subclasses provide the connection primitives.
     """
 
     # -- compaction ----------------------------------------------------------------------------
