@@ -15,10 +15,12 @@ import pytest
 
 from trident_assets.backends import join_state
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.join_pending_table import pending_count, read_pending
+from trident_assets.backends.join_pending_table import pending_count
 from trident_assets.backends.join_state import apply_join_sides
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.join import (
+    ARRIVED_TS,
+    ARRIVED_TXID,
     DuplicateJoinSideError,
     JoinInputError,
     SingleJoin,
@@ -67,6 +69,27 @@ class Bulk:
 
     def pending(self) -> dict[Any, Any]:
         return read_pending(self.store, self.spec, "pending")
+
+
+def read_pending(store: Any, spec: SingleJoin, table: str) -> dict[Any, dict[str, Any]]:
+    """The pending entries in the core's layout (key -> entry dict), read whole.
+
+    A side's row is a struct (DuckDB) or its JSON text (PostgreSQL).
+    """
+    if not store.has_table(table):
+        return {}
+    out: dict[Any, dict[str, Any]] = {}
+    for row in store.fetch_arrow(f'SELECT * FROM "{table}"').to_pylist():
+        key = tuple(row[f"key_{f}"] for f in spec.join_fields or ())
+        entry: dict[str, Any] = {ARRIVED_TXID: row[ARRIVED_TXID], ARRIVED_TS: row[ARRIVED_TS]}
+        for side, fields in spec.inputs:
+            value = row[f"side_{side}"]
+            if isinstance(value, str):
+                value = json.loads(value)
+            if value is not None:
+                entry[side] = [value[f] for f in fields]
+        out[key] = entry
+    return out
 
 
 def expired_rows(table: pa.Table) -> list[tuple[Any, ...]]:

@@ -8,7 +8,6 @@ last applied txid, the event-time watermark and the number of pending entries.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
@@ -16,7 +15,6 @@ import pyarrow as pa
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.join_batch_columns import key_expressions, quoted, value_column
 from trident_assets.core.join_spec import ARRIVED_TS, ARRIVED_TXID, SingleJoin
-from trident_assets.core.protocols import Key
 from trident_assets.errors import StateLayoutError
 from trident_assets.names import JOIN_META_TABLE, validate_identifier
 
@@ -28,7 +26,6 @@ __all__ = [
     "key_column",
     "pending_count",
     "read_meta",
-    "read_pending",
     "side_column",
     "stored_columns",
     "write_meta",
@@ -152,25 +149,3 @@ def pending_count(store: Any, table: str) -> int:
     if _columns(store, table) is None:
         return 0
     return int(store.fetch_rows(f"SELECT count(*) FROM {quoted(table)}")[0][0])
-
-
-def read_pending(store: Any, spec: SingleJoin, table: str) -> dict[Key, dict[str, Any]]:
-    """Return the pending entries in the core's layout (key -> entry dict), for inspection.
-
-    Reads the whole table: meant for tests, debugging and small states, not the batch path.
-    A side's row is a struct (DuckDB) or its JSON text (PostgreSQL).
-    """
-    if _columns(store, table) is None:
-        return {}
-    out: dict[Key, dict[str, Any]] = {}
-    for row in store.fetch_arrow(f"SELECT * FROM {quoted(table)}").to_pylist():
-        key = tuple(row[f"key_{f}"] for f in spec.join_fields or ())
-        entry: dict[str, Any] = {ARRIVED_TXID: row[ARRIVED_TXID], ARRIVED_TS: row[ARRIVED_TS]}
-        for side, fields in spec.inputs:
-            value = row[f"side_{side}"]
-            if isinstance(value, str):
-                value = json.loads(value)
-            if value is not None:
-                entry[side] = [value[f] for f in fields]
-        out[key] = entry
-    return out
