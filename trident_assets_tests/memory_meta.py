@@ -10,7 +10,7 @@ __all__ = ["MemorySpoutMetaStore"]
 
 
 class MemorySpoutMetaStore:
-    """An in-memory :class:`~trident_assets.spouts.metastore.SpoutMetaStore`."""
+    """An in-memory :class:`~trident_assets.spouts.source.SpoutMetaStore`."""
 
     def __init__(self) -> None:
         """Start empty."""

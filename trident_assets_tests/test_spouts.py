@@ -6,8 +6,7 @@ import pytest
 
 from trident_assets import BatchUnavailableError, ConfigError, OutOfOrderCommitError
 from trident_assets.spouts.config import SpoutConfig, SpoutKind, StartPosition
-from trident_assets.spouts.coordinator import BatchCoordinator
-from trident_assets.spouts.planner import fair_split
+from trident_assets.spouts.coordinator import BatchCoordinator, fair_split
 from trident_assets.spouts.ranges import PartitionRange
 from trident_assets.spouts.source import assign_round_robin
 from trident_assets.testing import MemorySource

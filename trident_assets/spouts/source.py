@@ -1,4 +1,10 @@
-"""What a spout needs of a replayable partitioned log, and round-robin partition assignment."""
+"""What the batch coordinator needs: a replayable partitioned log and a batch metadata store.
+
+Batch metadata (our ZooKeeper): per (topology, spout, txid, partition) ranges, ``committed``
+once the batch's state commit included them. The state store keeps them
+(:mod:`~trident_assets.backends.duckdb_spout_meta`), so metadata and state commit in one
+transaction. Also: round-robin partition assignment.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from trident_assets.errors import ConfigError
-from trident_assets.spouts.ranges import partition_sort_key
+from trident_assets.spouts.ranges import PartitionRange, partition_sort_key
 
-__all__ = ["PartitionedSource", "assign_round_robin"]
+__all__ = ["PartitionedSource", "SpoutMetaStore", "assign_round_robin"]
 
 
 class PartitionedSource(Protocol):
@@ -28,6 +34,36 @@ class PartitionedSource(Protocol):
 
     def offset_for_timestamp(self, partition: str, timestamp_ms: int) -> int | None:
         """Return the first offset whose timestamp is >= ``timestamp_ms``, or None."""
+
+
+class SpoutMetaStore(Protocol):
+    """Durable batch metadata of spouts."""
+
+    def ranges(
+        self, topology: str, spout: str, txid: int
+    ) -> tuple[list[PartitionRange], bool] | None:
+        """Return the recorded ranges of ``txid`` and whether they are committed, or None."""
+
+    def record(
+        self,
+        topology: str,
+        spout: str,
+        txid: int,
+        ranges: Sequence[PartitionRange],
+        committed: bool,
+    ) -> None:
+        """Replace the ranges recorded for ``txid``."""
+
+    def latest_before(
+        self, topology: str, spout: str, txid: int, committed_only: bool
+    ) -> dict[str, PartitionRange]:
+        """For each partition, its range in the greatest recorded txid below ``txid``."""
+
+    def last_committed_txid(self, topology: str, spout: str) -> int | None:
+        """Return the greatest committed txid, or None."""
+
+    def cleanup_before(self, topology: str, spout: str, txid: int) -> int:
+        """Delete committed rows below ``txid`` except each partition's newest; return the count."""
 
 
 def assign_round_robin(partitions: Sequence[str], task_index: int, num_tasks: int) -> list[str]:
