@@ -46,7 +46,6 @@ from trident_assets.errors import ConfigError
 from trident_assets.log.files import DEFAULT_LOCK_TIMEOUT_S
 from trident_assets.log.names import validate_partition
 from trident_assets.log.producer import Partitioner, Producer
-from trident_assets.log.reads import offset_at_or_after, range_segments, read_segments
 from trident_assets.log.records import (
     LOG_SCHEMA,
     PartitionInfo,
@@ -54,7 +53,14 @@ from trident_assets.log.records import (
     check_offset,
     to_body,
 )
-from trident_assets.log.segments import list_segments, next_offset, read_log_start
+from trident_assets.log.segments import (
+    list_segments,
+    next_offset,
+    offset_at_or_after,
+    range_segments,
+    read_log_start,
+    read_segments,
+)
 from trident_assets.log.topics import (
     add_partitions,
     create_topic,
