@@ -20,6 +20,13 @@ txid to delete what stayed removed, and deletes the index of txids expired befor
 ever listed or scanned, so memcached serves as well as a Redis Cluster.
 
 :class:`JoinPartition` is the executor's side of one txid (picklable, shipped with the job).
+
+**The job's rows** (:data:`OUTPUT_COLUMNS` and the sides' structs ``__v<i>``) are read by
+:func:`read_job_rows` with DuckDB on the driver, with the statements of
+:mod:`~trident_assets.backends.duckdb_join`: the joined tuples ordered by completing side and
+batch position, the expired halves by arrival txid, key and side (``values_json`` from
+DuckDB's ``to_json``, key columns typed as the sides' common type), and the first duplicate
+side raised as :class:`~trident_assets.core.join.DuplicateJoinSideError`.
 """
 
 from __future__ import annotations
@@ -29,13 +36,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
-from trident_assets.backends.join_batch_columns import ORD_COLUMN, SIDE_COLUMN, value_column
+from trident_assets.backends.join_batch_columns import ORD_COLUMN, SIDE_COLUMN, quoted, value_column
 from trident_assets.backends.kv_backing import open_backing
 from trident_assets.backends.kv_target import KeyValueTarget, target_of
 from trident_assets.backends.redis_cluster_map import RedisClusterBackingMap
-from trident_assets.core.join import ARRIVED_TXID, SingleJoin
+from trident_assets.core.join import (
+    ARRIVED_TXID,
+    DuplicateJoinSideError,
+    SingleJoin,
+    expired_fields,
+)
 from trident_assets.core.join_partition import JoinRow, fold_keys
 from trident_assets.core.protocols import Key
 from trident_assets.core.values import OpaqueValue, StateType
@@ -45,9 +58,11 @@ __all__ = [
     "OUTPUT_COLUMNS",
     "SHARDS",
     "SHARD_COLUMN",
+    "JoinJobResult",
     "JoinPartition",
     "JoinTargets",
     "join_targets",
+    "read_job_rows",
 ]
 
 SHARDS = 64
@@ -312,3 +327,67 @@ class _Output:
         names += [value_column(i) for i in range(len(self.types))]
         names += [n for n, _ in OUTPUT_COLUMNS[3:]]
         return pa.record_batch([arrays[n] for n in names], names=names)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinJobResult:
+    """The batch's joined tuples, expired halves, distinct keys and pending-count change."""
+
+    joined: pa.Table
+    expired: pa.Table
+    keys_in: int
+    delta: int
+
+
+def _joined_sql(spec: SingleJoin) -> str:
+    cols = []
+    for field, (side, _) in spec.locations.items():
+        cols.append(f"{value_column(spec.sides.index(side))}.{quoted(field)} AS {quoted(field)}")
+    return f"SELECT {', '.join(cols)} FROM r WHERE __kind = 'j' ORDER BY __s, __o"
+
+
+def _expired_sql(spec: SingleJoin) -> str:
+    parts = []
+    for i, side in enumerate(spec.sides):
+        v = value_column(i)
+        keys = ", ".join(f"{v}.{quoted(f)} AS {quoted(f)}" for f in spec.join_fields or ())
+        parts.append(
+            f"SELECT {keys}, '{side}' AS side, __arrived AS arrived_txid, __arrived_ts AS "
+            f"arrived_ts, __reason AS reason, CAST(to_json({v}) AS VARCHAR) AS values_json, "
+            f"{i} AS __i FROM r WHERE __kind = 'x' AND __s = {i}"
+        )
+    order = ", ".join(quoted(f) for f in spec.join_fields or ())
+    cols = ", ".join(quoted(f) for f in expired_fields(spec))
+    return f"SELECT {cols} FROM ({' UNION ALL '.join(parts)}) ORDER BY arrived_txid, {order}, __i"
+
+
+def read_job_rows(spec: SingleJoin, rows: pa.Table, txid: int) -> JoinJobResult:
+    """The job's ``rows`` as the batch's result.
+
+    Raises:
+        DuplicateJoinSideError: a partition found a side arriving twice for a pending key
+            (the first in side and batch order over all partitions).
+    """
+    con = duckdb.connect()
+    try:
+        con.register("r", rows)
+        dup = con.execute(
+            "SELECT __s, __o, __arrived FROM r WHERE __kind = 'd' ORDER BY __s, __o LIMIT 1"
+        ).fetchall()
+        if dup:
+            side, ord_, arrived = dup[0]
+            v = value_column(side)
+            fields = ", ".join(f"{v}.{quoted(f)}" for f in spec.join_fields or ())
+            key = con.execute(
+                f"SELECT {fields} FROM r WHERE __kind = 'd' AND __s = ? AND __o = ?", [side, ord_]
+            ).fetchall()[0]
+            raise DuplicateJoinSideError(tuple(key), spec.sides[side], arrived, txid)
+        joined = con.sql(_joined_sql(spec)).to_arrow_table()
+        expired = con.sql(_expired_sql(spec)).to_arrow_table()
+        keys_in, delta = con.execute(
+            "SELECT COALESCE(sum(__keys_in), 0), COALESCE(sum(__delta), 0) FROM r "
+            "WHERE __kind = 'n'"
+        ).fetchall()[0]
+    finally:
+        con.close()
+    return JoinJobResult(joined, expired, int(keys_in), int(delta))

@@ -14,9 +14,9 @@ collected (only its latest event time is, when the join has ``event_time``). The
    reads and writes, Redis writes acknowledged by replicas), returning the joined tuples,
    the expired halves and its counts;
 3. reads those rows as the DuckDB join gives them (same order, types and duplicate error:
-   :mod:`~trident_assets.backends.kv_join_output`), records the txid in the clock and meta
-   row, and returns the joined tuples as the join's new values and the expired halves as
-   its ``<join>_expired`` output, both written in the same transaction.
+   :func:`~trident_assets.backends.kv_join_records.read_job_rows`), records the txid in the
+   clock and meta row, and returns the joined tuples as the join's new values and the expired
+   halves as its ``<join>_expired`` output, both written in the same transaction.
 
 The commit marker moves after every partition succeeded; a txid that failed after some
 partitions wrote runs again and recomputes from each record's ``prev``.
@@ -35,13 +35,13 @@ from trident_assets.backends.join_batch_columns import (
 )
 from trident_assets.backends.join_pending_table import read_meta
 from trident_assets.backends.kv_join_clock import advance_clock, due_txids
-from trident_assets.backends.kv_join_output import read_job_rows
 from trident_assets.backends.kv_join_records import (
     OUTPUT_COLUMNS,
     SHARD_COLUMN,
     SHARDS,
     JoinPartition,
     join_targets,
+    read_job_rows,
 )
 from trident_assets.backends.kv_target import MEMCACHED
 from trident_assets.backends.memcached_map import check_sentinels
