@@ -21,12 +21,8 @@ ever listed or scanned, so memcached serves as well as a Redis Cluster.
 
 :class:`JoinPartition` is the executor's side of one txid (picklable, shipped with the job).
 
-**The job's rows** (:data:`OUTPUT_COLUMNS` and the sides' structs ``__v<i>``) are read by
-:func:`read_job_rows` with DuckDB on the driver, with the statements of
-:mod:`~trident_assets.backends.duckdb_join`: the joined tuples ordered by completing side and
-batch position, the expired halves by arrival txid, key and side (``values_json`` from
-DuckDB's ``to_json``, key columns typed as the sides' common type), and the first duplicate
-side raised as :class:`~trident_assets.core.join.DuplicateJoinSideError`.
+The driver reads the job's rows back with :func:`read_job_rows`, as the join kept in DuckDB
+gives them.
 """
 
 from __future__ import annotations
@@ -362,7 +358,11 @@ def _expired_sql(spec: SingleJoin) -> str:
 
 
 def read_job_rows(spec: SingleJoin, rows: pa.Table, txid: int) -> JoinJobResult:
-    """The job's ``rows`` as the batch's result.
+    """The job's ``rows`` as the batch's result, read with DuckDB as the join kept in DuckDB does.
+
+    The joined tuples come ordered by completing side and batch position, the expired halves
+    by arrival txid, key and side (``values_json`` from DuckDB's ``to_json``, key columns typed
+    as the sides' common type).
 
     Raises:
         DuplicateJoinSideError: a partition found a side arriving twice for a pending key
