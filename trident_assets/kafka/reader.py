@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from trident_assets.log.records import SPARK_ARROW_SCHEMA, log_spark_schema
 from trident_assets.spouts.source import assign_round_robin
 
 __all__ = [
@@ -38,22 +39,6 @@ KafkaRange = tuple[str, int, int, int]
 """``(topic, partition, first_offset, next_offset)``: offsets ``[first, next)``."""
 
 _ROWS_PER_BATCH = 8192
-
-
-def arrow_log_schema() -> pa.Schema:
-    """The Arrow schema matching ``log_spark_schema()`` (what ``mapInArrow`` must emit)."""
-    header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-    return pa.schema(
-        [
-            pa.field("topic", pa.string()),
-            pa.field("partition", pa.int32()),
-            pa.field("offset", pa.int64()),
-            pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-            pa.field("key", pa.binary()),
-            pa.field("value", pa.binary()),
-            pa.field("headers", pa.list_(header)),
-        ]
-    )
 
 
 def _consumer(config: Mapping[str, Any], eof: bool) -> Any:
@@ -77,7 +62,7 @@ class _Rows:
     """Column buffers flushed as Arrow record batches."""
 
     def __init__(self) -> None:
-        self.schema = arrow_log_schema()
+        self.schema = SPARK_ARROW_SCHEMA
         self.cols: list[list[Any]] = [[] for _ in self.schema]
 
     def __len__(self) -> int:
@@ -243,8 +228,6 @@ def read_kafka_ranges(
     default the session's parallelism, never more than the partitions with data;
     ``timeout_s``: how long a task waits for the broker without progress.
     """
-    from trident_assets.log.records import log_spark_schema
-
     schema = log_spark_schema()
     todo = [(str(t), int(p), int(f), int(n)) for t, p, f, n in ranges if int(n) > int(f)]
     if not todo:

@@ -19,6 +19,7 @@ __all__ = [
     "HEADERS_TYPE",
     "LOG_SCHEMA",
     "SEGMENT_PATTERN",
+    "SPARK_ARROW_SCHEMA",
     "PartitionInfo",
     "Record",
     "Segment",
@@ -51,6 +52,21 @@ LOG_SCHEMA = pa.schema(
 ``TimestampType`` (usable in windows) and Arrow as ``timestamp[ms, UTC]``; its integer value
 is Kafka's epoch-millisecond timestamp.
 """
+
+SPARK_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
+"""The Arrow spelling of :func:`log_spark_schema` (what ``mapInArrow`` emits). Every field is
+nullable because Spark reads Parquet files that way; the log never stores nulls in ``topic``,
+``partition``, ``offset``, ``timestamp`` or ``value``."""
 
 _BODY_SCHEMA = pa.schema([LOG_SCHEMA.field(n) for n in ("key", "value", "timestamp", "headers")])
 
@@ -261,30 +277,8 @@ def log_spark_schema() -> Any:
 
     Columns: ``topic`` string, ``partition`` int, ``offset`` bigint, ``timestamp`` timestamp
     (UTC instant), ``key`` binary, ``value`` binary,
-    ``headers`` array<struct<key: string, value: binary>>. Every field is nullable in the
-    Spark schema because Spark reads Parquet files that way; the log never stores nulls in
-    ``topic``, ``partition``, ``offset``, ``timestamp`` or ``value``.
+    ``headers`` array<struct<key: string, value: binary>>: :data:`SPARK_ARROW_SCHEMA`.
     """
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    return StructType(
-        [
-            StructField("topic", StringType()),
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
-            StructField("timestamp", TimestampType()),
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("headers", ArrayType(header)),
-        ]
-    )
+    return from_arrow_schema(SPARK_ARROW_SCHEMA)
