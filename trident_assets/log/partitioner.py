@@ -7,9 +7,9 @@ as it would in a Kafka topic with the same number of partitions. Records without
 spread round robin by the producer (Kafka >= 2.4 uses "sticky" batches instead; for an
 embedded log the per-record round robin spreads more evenly and is deterministic).
 
-Two implementations are kept: :func:`murmur2` (scalar, pure Python, a line-by-line port of
-the Java) and :func:`murmur2_many` (vectorised with NumPy over an Arrow binary buffer, used
-by the producer). Tests check both against vectors computed with the Java code.
+One implementation, :func:`murmur2_many` (the Java's steps vectorised with NumPy over an Arrow
+binary buffer), serves every key: :func:`murmur2` and :func:`kafka_partition` are its one-key
+forms. Tests check it against vectors computed with the Java code.
 """
 
 from __future__ import annotations
@@ -29,31 +29,9 @@ _MASK32 = 0xFFFFFFFF
 def murmur2(data: bytes) -> int:
     """Return Kafka's 32-bit murmur2 hash of ``data`` as a signed int (as Java returns it).
 
-    E.g. ``murmur2(b"21") == -973932308``.
+    E.g. ``murmur2(b"21") == -973932308``; the one-key form of :func:`murmur2_many`.
     """
-    length = len(data)
-    h = (_SEED ^ length) & _MASK32
-    blocks = length // 4
-    for i in range(blocks):
-        i4 = i * 4
-        k = data[i4] | (data[i4 + 1] << 8) | (data[i4 + 2] << 16) | (data[i4 + 3] << 24)
-        k = (k * _M) & _MASK32
-        k ^= k >> 24
-        k = (k * _M) & _MASK32
-        h = ((h * _M) & _MASK32) ^ k
-    tail = length & ~3
-    rem = length % 4
-    if rem == 3:
-        h ^= data[tail + 2] << 16
-    if rem >= 2:
-        h ^= data[tail + 1] << 8
-    if rem >= 1:
-        h ^= data[tail]
-        h = (h * _M) & _MASK32
-    h ^= h >> 13
-    h = (h * _M) & _MASK32
-    h ^= h >> 15
-    return h - 0x1_0000_0000 if h & 0x8000_0000 else h  # as a signed 32-bit int
+    return int(murmur2_many([data])[0])
 
 
 def to_positive(number: int) -> int:
