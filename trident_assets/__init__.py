@@ -47,52 +47,25 @@ from trident_assets.core.values import OpaqueValue, StateType, TransactionalValu
 from trident_assets.errors import *  # noqa: F403 (every error class: errors.__all__)
 
 if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
-    from trident_assets.backends.duckdb_store import (
-        DuckDBStore,
-    )
-    from trident_assets.backends.window_store import (
-        read_finals,
-        read_open,
-    )
-    from trident_assets.core.retry import (
-        ExponentialBackoff,
-    )
+    from trident_assets.backends.duckdb_store import DuckDBStore
+    from trident_assets.backends.window_store import read_finals, read_open
+    from trident_assets.core.retry import ExponentialBackoff
     from trident_assets.dagster.component import TopologyComponent
-    from trident_assets.dagster.factory import (
-        trident_definitions,
-    )
-    from trident_assets.dagster.io_manager import (
-        TridentIOManager,
-    )
-    from trident_assets.dagster.resources import (
-        TridentResource,
-    )
+    from trident_assets.dagster.factory import trident_definitions
+    from trident_assets.dagster.io_manager import TridentIOManager
+    from trident_assets.dagster.resources import TridentResource
     from trident_assets.kafka.sink import (
         FieldTopicSelector,
         FixedTopicSelector,
         KafkaUpdater,
         SinkMode,
     )
-    from trident_assets.kafka.spout import (
-        KafkaSpout,
-    )
-    from trident_assets.log.store import (
-        PartitionedLog,
-    )
-    from trident_assets.runtime.outcomes import (
-        BatchOutcome,
-        StateOutcome,
-    )
-    from trident_assets.spark.executor import (
-        TopologyRunner,
-    )
-    from trident_assets.spark.file_schemes import (
-        CsvScheme,
-        ParquetScheme,
-    )
-    from trident_assets.spark.rebuild import (
-        rebuild_state,
-    )
+    from trident_assets.kafka.spout import KafkaSpout
+    from trident_assets.log.store import PartitionedLog
+    from trident_assets.runtime.outcomes import BatchOutcome, StateOutcome
+    from trident_assets.spark.executor import TopologyRunner
+    from trident_assets.spark.file_schemes import CsvScheme, ParquetScheme
+    from trident_assets.spark.rebuild import rebuild_state
     from trident_assets.spark.schemes import (
         JsonScheme,
         KeyValueScheme,
@@ -100,32 +73,14 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
         Scheme,
         StringScheme,
     )
-    from trident_assets.spark.session import (
-        build_spark_session,
-    )
-    from trident_assets.spouts.config import (
-        SpoutConfig,
-        SpoutKind,
-        StartPosition,
-    )
-    from trident_assets.spouts.file_spout import (
-        FileSpout,
-    )
-    from trident_assets.spouts.log_spout import (
-        LogSpout,
-    )
-    from trident_assets.stream.assemblies import (
-        Assembly,
-        FirstN,
-    )
-    from trident_assets.stream.batch_join import (
-        JoinType,
-    )
+    from trident_assets.spark.session import build_spark_session
+    from trident_assets.spouts.config import SpoutConfig, SpoutKind, StartPosition
+    from trident_assets.spouts.file_spout import FileSpout
+    from trident_assets.spouts.log_spout import LogSpout
+    from trident_assets.stream.assemblies import Assembly, FirstN
+    from trident_assets.stream.batch_join import JoinType
     from trident_assets.stream.kv_specs import MemcachedState, RedisClusterState
-    from trident_assets.stream.lakehouse_specs import (
-        DeltaTable,
-        IcebergTable,
-    )
+    from trident_assets.stream.lakehouse_specs import DeltaTable, IcebergTable
     from trident_assets.stream.operations import (
         Filter,
         FilterNull,
@@ -142,16 +97,8 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
         SqlFlatMap,
         SqlMap,
     )
-    from trident_assets.stream.queries import (
-        MapGet,
-        QueryFunction,
-        SnapshotGet,
-        TupleCollectionGet,
-    )
-    from trident_assets.stream.static_state import (
-        StaticFile,
-        StaticTable,
-    )
+    from trident_assets.stream.queries import MapGet, QueryFunction, SnapshotGet, TupleCollectionGet
+    from trident_assets.stream.static_state import StaticFile, StaticTable
     from trident_assets.stream.topology import (
         ExactlyOnceWarning,
         GroupedStream,
@@ -163,71 +110,43 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names
     )
 
 _LAZY = {
-    "Assembly": "trident_assets.stream.assemblies",
-    "BatchOutcome": "trident_assets.runtime.outcomes",
-    "CsvScheme": "trident_assets.spark.file_schemes",
-    "DeltaTable": "trident_assets.stream.lakehouse_specs",
-    "DuckDBStore": "trident_assets.backends.duckdb_store",
-    "ExactlyOnceWarning": "trident_assets.stream.topology",
-    "ExponentialBackoff": "trident_assets.core.retry",
-    "FieldTopicSelector": "trident_assets.kafka.sink",
-    "FileSpout": "trident_assets.spouts.file_spout",
-    "Filter": "trident_assets.stream.operations",
-    "FilterNull": "trident_assets.stream.operations",
-    "FirstN": "trident_assets.stream.assemblies",
-    "FixedTopicSelector": "trident_assets.kafka.sink",
-    "FlatMapFunction": "trident_assets.stream.operations",
-    "Function": "trident_assets.stream.operations",
-    "GroupedStream": "trident_assets.stream.topology",
-    "IcebergTable": "trident_assets.stream.lakehouse_specs",
-    "JoinType": "trident_assets.stream.batch_join",
-    "JsonScheme": "trident_assets.spark.schemes",
-    "KafkaSpout": "trident_assets.kafka.spout",
-    "KafkaUpdater": "trident_assets.kafka.sink",
-    "KeyValueScheme": "trident_assets.spark.schemes",
-    "LogSpout": "trident_assets.spouts.log_spout",
-    "MemcachedState": "trident_assets.stream.kv_specs",
-    "MapFunction": "trident_assets.stream.operations",
-    "MapGet": "trident_assets.stream.queries",
-    "PandasFlatMap": "trident_assets.stream.operations",
-    "PandasMap": "trident_assets.stream.operations",
-    "ParquetScheme": "trident_assets.spark.file_schemes",
-    "PartitionedLog": "trident_assets.log.store",
-    "read_finals": "trident_assets.backends.window_store",
-    "read_open": "trident_assets.backends.window_store",
-    "PyFilter": "trident_assets.stream.operations",
-    "PyFlatMap": "trident_assets.stream.operations",
-    "PyFunction": "trident_assets.stream.operations",
-    "PyMap": "trident_assets.stream.operations",
-    "QueryFunction": "trident_assets.stream.queries",
-    "RawScheme": "trident_assets.spark.schemes",
-    "RedisClusterState": "trident_assets.stream.kv_specs",
-    "Scheme": "trident_assets.spark.schemes",
-    "SinkMode": "trident_assets.kafka.sink",
-    "SnapshotGet": "trident_assets.stream.queries",
-    "Split": "trident_assets.stream.operations",
-    "SpoutConfig": "trident_assets.spouts.config",
-    "SpoutKind": "trident_assets.spouts.config",
-    "SqlFlatMap": "trident_assets.stream.operations",
-    "SqlMap": "trident_assets.stream.operations",
-    "StartPosition": "trident_assets.spouts.config",
-    "StateOutcome": "trident_assets.runtime.outcomes",
-    "StateSpec": "trident_assets.stream.topology",
-    "StateUpdater": "trident_assets.stream.topology",
-    "StaticFile": "trident_assets.stream.static_state",
-    "StaticTable": "trident_assets.stream.static_state",
-    "Stream": "trident_assets.stream.topology",
-    "StringScheme": "trident_assets.spark.schemes",
-    "TopologyRunner": "trident_assets.spark.executor",
-    "TopologyComponent": "trident_assets.dagster.component",
-    "TridentIOManager": "trident_assets.dagster.io_manager",
-    "TridentResource": "trident_assets.dagster.resources",
-    "TridentState": "trident_assets.stream.topology",
-    "TridentTopology": "trident_assets.stream.topology",
-    "TupleCollectionGet": "trident_assets.stream.queries",
-    "build_spark_session": "trident_assets.spark.session",
-    "rebuild_state": "trident_assets.spark.rebuild",
-    "trident_definitions": "trident_assets.dagster.factory",
+    name: f"trident_assets.{module}"
+    for module, names in {
+        "backends.duckdb_store": "DuckDBStore",
+        "backends.window_store": "read_finals read_open",
+        "core.retry": "ExponentialBackoff",
+        "dagster.component": "TopologyComponent",
+        "dagster.factory": "trident_definitions",
+        "dagster.io_manager": "TridentIOManager",
+        "dagster.resources": "TridentResource",
+        "kafka.sink": "FieldTopicSelector FixedTopicSelector KafkaUpdater SinkMode",
+        "kafka.spout": "KafkaSpout",
+        "log.store": "PartitionedLog",
+        "runtime.outcomes": "BatchOutcome StateOutcome",
+        "spark.executor": "TopologyRunner",
+        "spark.file_schemes": "CsvScheme ParquetScheme",
+        "spark.rebuild": "rebuild_state",
+        "spark.schemes": "JsonScheme KeyValueScheme RawScheme Scheme StringScheme",
+        "spark.session": "build_spark_session",
+        "spouts.config": "SpoutConfig SpoutKind StartPosition",
+        "spouts.file_spout": "FileSpout",
+        "spouts.log_spout": "LogSpout",
+        "stream.assemblies": "Assembly FirstN",
+        "stream.batch_join": "JoinType",
+        "stream.kv_specs": "MemcachedState RedisClusterState",
+        "stream.lakehouse_specs": "DeltaTable IcebergTable",
+        "stream.operations": (
+            "Filter FilterNull FlatMapFunction Function MapFunction PandasFlatMap PandasMap "
+            "PyFilter PyFlatMap PyFunction PyMap Split SqlFlatMap SqlMap"
+        ),
+        "stream.queries": "MapGet QueryFunction SnapshotGet TupleCollectionGet",
+        "stream.static_state": "StaticFile StaticTable",
+        "stream.topology": (
+            "ExactlyOnceWarning GroupedStream StateSpec StateUpdater Stream TridentState "
+            "TridentTopology"
+        ),
+    }.items()
+    for name in names.split()
 }
 """Names imported on first access (Spark, Dagster, DuckDB stay out of ``import trident_assets``)."""
 
