@@ -26,7 +26,7 @@ from trident_assets.spark.execution import SparkExecution
 from trident_assets.spark.frame_schemas import EmptyTables
 from trident_assets.spark.quarantine_runs import quarantine, replay_quarantined
 from trident_assets.spark.spilled import Spill, open_spill
-from trident_assets.spark.user_errors import user_code_errors
+from trident_assets.spark.user_errors import worker_errors
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
@@ -73,7 +73,7 @@ class TopologyRunner(Runner):
 
     def engine_errors(self) -> contextlib.AbstractContextManager[None]:
         """A user function's failure on a Spark worker, re-raised as its UserCodeError."""
-        return user_code_errors()
+        return worker_errors()
 
     quarantine = quarantine
     """Set a poison batch aside: :func:`~trident_assets.spark.quarantine_runs.quarantine`."""

@@ -48,9 +48,8 @@ from trident_assets.backends.memcached_map import check_sentinels
 from trident_assets.core.join import SingleJoin, expiry_cutoff
 from trident_assets.errors import StaleTxidError
 from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
-from trident_assets.spark.kv_state import store_errors
 from trident_assets.spark.single_join import join_batch_frame
-from trident_assets.spark.user_errors import user_code_errors
+from trident_assets.spark.user_errors import worker_errors
 from trident_assets.stream.state_kinds import SINGLE_JOIN
 
 if TYPE_CHECKING:
@@ -157,7 +156,7 @@ def apply_kv_join(run: BatchContext, state: TridentState, batch: KeyValueJoinBat
     parts = max(1, min(SHARDS, int(spark.conf.get("spark.sql.shuffle.partitions"))))
     marked = frame.unionByName(markers, allowMissingColumns=True).repartition(parts, SHARD_COLUMN)
     rows = marked.mapInArrow(job, _schema(frame, len(spec.sides)))
-    with user_code_errors(), store_errors():
+    with worker_errors():
         collected = rows.toArrow()
     result = read_job_rows(spec, collected, txid)
     after = pending + result.delta

@@ -18,10 +18,7 @@ holds after the batch, read from a Redis Cluster's key counters; memcached canno
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import re
 from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -36,12 +33,6 @@ from trident_assets.core.aggregators import apply_combiner
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import map_state_of
 from trident_assets.core.user_code import guard
-from trident_assets.errors import (
-    KeyValueStoreError,
-    StaleTxidError,
-    StateLayoutError,
-    TridentError,
-)
 from trident_assets.runtime.outcomes import (
     PREVIEW_ROWS,
     Applied,
@@ -56,7 +47,7 @@ from trident_assets.spark.aggregation import (
     skips_nulls,
     state_partials,
 )
-from trident_assets.spark.user_errors import user_code_errors
+from trident_assets.spark.user_errors import worker_errors
 
 if TYPE_CHECKING:
     from trident_assets.core.protocols import Key
@@ -69,7 +60,6 @@ __all__ = [
     "kv_input",
     "kv_map",
     "read_kv_state",
-    "store_errors",
 ]
 
 COUNTS_SCHEMA = "written long, skipped long, preview string"
@@ -132,7 +122,7 @@ def kv_input(run: BatchContext, state: TridentState) -> StateInput:
     if run.is_empty(node):
         return StateInput(partials, nulls=0)
     counted = parent.agg(F.count(F.when(F.col(column).isNull(), F.lit(1))))
-    with user_code_errors():
+    with worker_errors():
         nulls = int(counted.collect()[0][0])
     return StateInput(partials, nulls=nulls)
 
@@ -235,37 +225,6 @@ def kv_preview(state: TridentState, previews: list[str]) -> pa.Table:
     return top_rows(pa.table(columns), value, group, PREVIEW_ROWS)
 
 
-_WORKER_ERROR = re.compile(
-    r"trident_assets\.errors\.(KeyValueStoreError|StateLayoutError|StaleTxidError): (.+)"
-)
-_ERRORS: dict[str, type[TridentError]] = {
-    "KeyValueStoreError": KeyValueStoreError,
-    "StateLayoutError": StateLayoutError,
-    "StaleTxidError": StaleTxidError,
-}
-
-
-@contextlib.contextmanager
-def store_errors() -> Iterator[None]:
-    """Re-raise a partition's store error (a server refusing, a stale txid) as what it was.
-
-    Spark wraps an executor's exception in its own; the batch failed and nothing of it was
-    committed either way. The error is raised alone (Spark's trace goes to the
-    ``trident_assets.spark`` logger at DEBUG).
-    """
-    try:
-        yield
-    except TridentError:
-        raise
-    except Exception as exc:
-        found = _WORKER_ERROR.findall(str(exc))
-        if not found:
-            raise
-        name, message = found[-1]
-        logging.getLogger("trident_assets.spark").debug("a key-value partition failed: %s", exc)
-        raise _ERRORS[name](message) from None
-
-
 def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> Applied:
     """Apply the batch's partials on the executors; the driver only sums their counts.
 
@@ -302,7 +261,7 @@ def apply_kv_state(run: BatchContext, state: TridentState, partials: Any) -> App
         F.coalesce(F.sum("skipped"), F.lit(0)).alias("skipped"),
         F.collect_list("preview").alias("previews"),
     )
-    with user_code_errors(), store_errors():
+    with worker_errors():
         written, skipped, previews = counts.collect()[0]
     keys_in = int(written) + int(skipped)
     size = state_size(target, run.txid)

@@ -22,7 +22,7 @@ from trident_assets.runtime.outcomes import Prepared
 from trident_assets.runtime.txid_loop import LoopRunner
 from trident_assets.spark.batch_run import BatchRun
 from trident_assets.spark.execution import SparkRunner, SparkTxid
-from trident_assets.spark.user_errors import user_code_errors
+from trident_assets.spark.user_errors import worker_errors
 from trident_assets.spouts.ranges import BatchPlan, PartitionRange
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def replay_quarantined(runner: QuarantineRunner, txid: int | None = None) -> Bat
                 msg = f"quarantined txid {source} can no longer be reprocessed: {exc}"
                 raise BatchUnavailableError(msg) from None
             read[sid] = BatchPlan.of(runner.scope, sid, new, kind, ranges, replay=True)
-    with user_code_errors():
+    with worker_errors():
         t_spark = time.perf_counter()
         run = BatchRun.alone(runner, new, read)
         prepared = replace(run.prepare(), recorded=recorded, replays=source)
