@@ -72,7 +72,7 @@ class TopologyRunner(Runner):
     """Apply committed ``txid`` to a state being built from the log: :func:`.catch_up_one`."""
 
     def engine_errors(self) -> contextlib.AbstractContextManager[None]:
-        """A user function's failure on a Spark worker, re-raised as its UserCodeError."""
+        """A Spark worker's failure, re-raised as the error it was (a store's or the user's)."""
         return worker_errors()
 
     quarantine = quarantine
