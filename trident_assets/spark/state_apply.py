@@ -7,6 +7,10 @@
   also kept per txid (``TridentState.partials_table``);
 * reducers: every tuple of a key folded through the state's MapState (Trident's
   ``MapReducerAggregator`` over an opaque, transactional or non-transactional map);
+* distinct counts: each key's values first seen at the txid, recorded in the state's seen
+  table (:func:`~trident_assets.backends.distinct_values.add_values`) and counted into the
+  map like a ``Count``'s partials (kept per txid when grouped, as a combiner's), from the
+  batch's distinct (key..., value) pairs with a non-null value (:func:`distinct_pairs`);
 * ``partition_persist``: the user's ``StateUpdater.update_state`` over the whole batch;
 * single joins: :func:`~trident_assets.spark.single_join.apply_join_state`;
 * Trident windows: :func:`~trident_assets.spark.trident_windows.apply_window_state`;
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from trident_assets.backends.distinct_values import add_values
 from trident_assets.backends.duckdb_merge import MergeResult
 from trident_assets.backends.map_layout import quote_ident
 from trident_assets.backends.spilled_partials import SpilledPartials
@@ -31,7 +36,7 @@ from trident_assets.backends.state_batches import (
     apply_state_files,
     state_total,
 )
-from trident_assets.core.aggregators import apply_reducer
+from trident_assets.core.aggregators import Count, apply_reducer
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.maps import map_state_of
 from trident_assets.core.user_code import call_batch, guard
@@ -44,6 +49,7 @@ from trident_assets.runtime.outcomes import (
     head_rows,
     top_rows,
 )
+from trident_assets.spark.frame_schemas import empty_arrow
 from trident_assets.spark.kv_state import kv_map
 from trident_assets.stream.state_kinds import state_kind
 
@@ -54,9 +60,11 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "apply_distinct_count",
     "apply_map_state",
     "apply_reducer_map",
     "apply_updater_state",
+    "distinct_pairs",
     "map_applied",
     "reducer_input",
     "updater_input",
@@ -250,3 +258,33 @@ def apply_reducer_state(
         {**{k: [u[i] for u in unique] for i, k in enumerate(keys)}, state.value_field: new}
     )
     return MergeResult(len(unique), len(unique), 0, new_values)
+
+
+def _distinct_keys(state: TridentState) -> list[str]:
+    return list(state.group) or [GLOBAL_COLUMN]
+
+
+def distinct_pairs(run: BatchContext, state: TridentState) -> StateInput:
+    """The batch's distinct (key..., value) pairs with a non-null value, as Arrow."""
+    from pyspark.sql import functions as F
+
+    parent_node = state.node.parents[0]
+    value = state.node.args["inputs"][0]
+    parent = run.frame(parent_node)
+    if not state.group:
+        parent = parent.withColumn(GLOBAL_COLUMN, F.lit(GLOBAL_KEY[0]))
+    pairs = parent.select(*_distinct_keys(state), value).where(F.col(value).isNotNull()).distinct()
+    table = empty_arrow(pairs) if run.is_empty(parent_node) else pairs.toArrow()
+    return StateInput(table, pa.int64())
+
+
+def apply_distinct_count(run: BatchContext, state: TridentState, pairs: pa.Table) -> Applied:
+    """Count each key's values first seen at this txid into the state (exactly once)."""
+    store, txid, keys = run.runner.store, run.txid, _distinct_keys(state)
+    out, value = state.node.args["output"], state.node.args["inputs"][0]
+    parts = add_values(store, state.table, pairs, keys, value, out, txid)
+    target = StateTarget(state.table, tuple(keys), out, state.spec.state_type, Count())
+    result = apply_state_batch(store, target, parts, txid)
+    if not state.group:
+        return map_applied(store, state, result)
+    return map_applied(store, state, result, parts, top_rows(parts, out, keys))  # partials asset

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from trident_assets.backends.window_store import last_watermark_us
 from trident_assets.runtime.outcomes import Applied, StateInput
 from trident_assets.spark.batch_context import PartialsJob
-from trident_assets.spark.distinct_count import apply_distinct_count, distinct_pairs
 from trident_assets.spark.event_window_chunks import WindowSlice, window_chunk_job
 from trident_assets.spark.event_windows import apply_window_state as apply_event_window
 from trident_assets.spark.event_windows import window_input
@@ -27,9 +26,11 @@ from trident_assets.spark.kv_state import apply_kv_state, kv_input
 from trident_assets.spark.partials import combiner_partials
 from trident_assets.spark.single_join import apply_join_state, join_batch_table
 from trident_assets.spark.state_apply import (
+    apply_distinct_count,
     apply_map_state,
     apply_reducer_map,
     apply_updater_state,
+    distinct_pairs,
     reducer_input,
     updater_input,
 )

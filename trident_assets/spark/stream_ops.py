@@ -1,12 +1,13 @@
-"""The Spark side of map, flat_map, partition_aggregate, merge, join, FirstN and static queries.
+"""The Spark side of map, flat_map, partition_aggregate, merge, join, FirstN, min/max, queries.
 
 :class:`~trident_assets.spark.batch_run.BatchRun` builds these node kinds through
 :func:`build`. Everything runs as DataFrame transforms (column expressions, joins, windows)
 or as Python over Arrow batches on the executors (``mapInArrow``/``mapInPandas``); a static
 state is read with one SQL statement per batch and the result joined back in Spark.
-Repartitioning, ``min_by``/``max_by``/``min``/``max`` and ``chained_agg`` are dispatched here
-to :mod:`~trident_assets.spark.partitioning`, :mod:`~trident_assets.spark.comparison` and
-:mod:`~trident_assets.spark.chained`.
+Repartitioning and ``chained_agg`` are dispatched here to
+:mod:`~trident_assets.spark.partitioning` and :mod:`~trident_assets.spark.chained`;
+``min_by``/``max_by``/``min``/``max`` (:mod:`trident_assets.stream.comparison`) keep one
+winning tuple per Spark partition (:func:`comparison_frame`).
 """
 
 from __future__ import annotations
@@ -18,17 +19,16 @@ from typing import Any
 import pyarrow as pa
 
 from trident_assets.core.aggregators import CombinerAggregator, is_sql_combiner
-from trident_assets.core.user_code import guard, retrieve_batch, with_step
+from trident_assets.core.user_code import call, guard, retrieve_batch, with_step
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.spark.aggregation import sql_expr
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.chained import chained_frame
-from trident_assets.spark.comparison import comparison_frame
 from trident_assets.spark.partitioning import repartition_frame
 from trident_assets.stream.assemblies import first_n_frame
 from trident_assets.stream.batch_join import JoinPlan, JoinType
 from trident_assets.stream.chained import CHAINED_AGG
-from trident_assets.stream.comparison import COMPARISON
+from trident_assets.stream.comparison import COMPARISON, Comparator
 from trident_assets.stream.graph import Node, PersistedState
 from trident_assets.stream.partitioning import REPARTITION
 from trident_assets.stream.queries import MapGet, SnapshotGet
@@ -36,6 +36,7 @@ from trident_assets.stream.queries import MapGet, SnapshotGet
 __all__ = [
     "NODE_KINDS",
     "build",
+    "comparison_frame",
     "join_frames",
     "partition_aggregate_frame",
     "static_query",
@@ -101,10 +102,9 @@ def partition_aggregate_frame(
     from pyspark.sql.types import StructType
 
     if is_sql_combiner(agg):
-        pid = "__trident_pid"
-        tagged = df.withColumn(pid, F.spark_partition_id())
+        tagged = df.withColumn(_PID, F.spark_partition_id())
         expr = sql_expr(agg, inputs[0]).alias(output)
-        return tagged.groupBy(pid, *group).agg(expr).select(*group, output)
+        return tagged.groupBy(_PID, *group).agg(expr).select(*group, output)
     key_types = [df.schema[g].dataType.simpleString() for g in group]
     ddl = ", ".join(
         [
@@ -136,6 +136,73 @@ def partition_aggregate_frame(
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return df.select(*dict.fromkeys((*group, *inputs))).mapInArrow(fold, ddl)
+
+
+# -- min_by, max_by, min, max ----------------------------------------------------------------------
+
+_PID = "__trident_pid"
+_SEQ = "__trident_seq"
+_BEST = "__trident_best"
+
+
+def comparison_frame(
+    df: Any, field: str | None, comparator: Comparator | None, largest: bool, step: str
+) -> Any:
+    """The best tuple of each partition of ``df`` (same columns).
+
+    Without a comparator: ``max_by``/``min_by`` over ``(field, ±arrival ordinal)`` grouped by
+    ``spark_partition_id()``, so the later of equal tuples wins. With one: a fold of each
+    partition's Arrow batches in ``mapInArrow``.
+    """
+    if comparator is None:
+        assert field is not None
+        return _by_expression(df, field, largest)
+    return _by_comparator(df, field, comparator, largest, step)
+
+
+def _by_expression(df: Any, field: str, largest: bool) -> Any:
+    from pyspark.sql import functions as F
+
+    columns = list(df.columns)
+    tagged = (
+        df.where(F.col(field).isNotNull())
+        .withColumn(_PID, F.spark_partition_id())
+        .withColumn(_SEQ, F.monotonically_increasing_id())
+    )
+    # ties: the larger ordinal (later tuple) wins; for min, order by -ordinal
+    seq = F.col(_SEQ) if largest else -F.col(_SEQ)
+    pick = F.max_by if largest else F.min_by
+    row = F.struct(*[F.col(c) for c in columns])
+    best = tagged.groupBy(_PID).agg(pick(row, F.struct(F.col(field), seq)).alias(_BEST))
+    return best.select(*[F.col(_BEST)[c].alias(c) for c in columns])
+
+
+def _by_comparator(
+    df: Any, field: str | None, comparator: Comparator, largest: bool, step: str
+) -> Any:
+    names = list(df.columns)
+
+    def fold(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        best: pa.RecordBatch | None = None
+        best_key: Any = None
+        for batch in batches:
+            if field is not None:
+                keys: Iterable[Any] = batch.column(field).to_pylist()
+            else:
+                keys = zip(*[batch.column(n).to_pylist() for n in names], strict=True)
+            for i, key in enumerate(keys):
+                if field is not None and key is None:
+                    continue
+                if best is not None:
+                    order = call(step, comparator, (best_key, key))
+                    # Trident keeps the previous one only when it is strictly better
+                    if (order > 0) if largest else (order < 0):
+                        continue
+                best, best_key = batch.slice(i, 1), key
+        if best is not None:
+            yield best
+
+    return df.mapInArrow(fold, df.schema)
 
 
 # -- merge and join --------------------------------------------------------------------------------
