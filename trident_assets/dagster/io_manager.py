@@ -29,7 +29,7 @@ from pydantic import ConfigDict, Field
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS
 from trident_assets.core.values import StateType
 from trident_assets.dagster.partitions import parse_txid
-from trident_assets.dagster.store_config import StoreConfig
+from trident_assets.dagster.resources import StoreConfig
 from trident_assets.errors import ConfigError
 from trident_assets.names import (
     MAP_LOG_PREFIX,

@@ -12,16 +12,51 @@ from typing import Any
 import dagster as dg
 from pydantic import ConfigDict, Field, field_validator
 
-from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS
-from trident_assets.dagster.store_config import StoreConfig
+from trident_assets.backends.postgres_config import state_location
+from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.errors import ConfigError
 from trident_assets.names import SPARK_REMOTE_ENV
 from trident_assets.spark.session import DEFAULT_SPARK_CONF, build_spark_session
 
-__all__ = ["CRASH_POINTS", "TridentResource"]
+__all__ = ["CRASH_POINTS", "StoreConfig", "TridentResource"]
 
 CRASH_POINTS = ("after_emit", "after_state_write", "before_commit", "after_commit")
 """The points of a batch where ``crash_at`` may kill the run process (chaos testing)."""
+
+
+class StoreConfig(dg.Config):
+    """``home``, and the state store in it (the DuckDB file) or in PostgreSQL (``state_dsn``)."""
+
+    home: str = Field(default=".trident", description="Directory holding the log and state.")
+    state_database: str | None = Field(
+        default=None, description="DuckDB state file; default <home>/state.duckdb."
+    )
+    state_dsn: str | None = Field(
+        default=None,
+        description="PostgreSQL state store, as postgresql://user[:password]@host:port/database; "
+        "when set, the state lives there instead of the DuckDB file (README, State in "
+        "PostgreSQL).",
+    )
+
+    @property
+    def database(self) -> Path:
+        """The DuckDB state file."""
+        return (
+            Path(self.state_database) if self.state_database else Path(self.home) / "state.duckdb"
+        )
+
+    @property
+    def state_location(self) -> str:
+        """Where the state store is: ``state_dsn`` when set, else the DuckDB file.
+
+        Raises:
+            ConfigError: ``state_dsn`` is set but is not a ``postgresql://`` URI.
+        """
+        return state_location(self.state_dsn, self.database)
+
+    def replica(self) -> Replica:
+        """The lock-free read replica every committed txid is published to (``<home>/replica``)."""
+        return Replica(Path(self.home) / "replica")
 
 
 class TridentResource(dg.ConfigurableResource, StoreConfig):
