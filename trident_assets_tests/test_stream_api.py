@@ -21,7 +21,7 @@ from trident_assets import (
 )
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.log.store import PartitionedLog
-from trident_assets.spark import tuple_collection
+from trident_assets.spark import state_query as tuple_collection
 from trident_assets.spark.executor import TopologyRunner
 from trident_assets.spark.partitioning import repartition_frame
 from trident_assets.spark.schemes import JsonScheme

@@ -2,25 +2,25 @@
 
 Trident's batch phase reads each state as committed before the batch. Every query reads
 it ONCE per batch, for the batch's distinct inputs, and the result is broadcast-joined back
-in Spark (:func:`query_frame`). ``TupleCollectionGet`` (every tuple of a state) is in
-:mod:`~trident_assets.spark.tuple_collection`, static states in
-:func:`~trident_assets.spark.stream_ops.static_query`.
+in Spark (:func:`query_frame`). ``TupleCollectionGet`` reads every tuple of the state with
+ONE SQL statement per batch and cross joins it with the stream (:func:`all_tuples_query`);
+static states are read by :func:`~trident_assets.spark.stream_ops.static_query`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.map_layout import sql_to_arrow
+from trident_assets.backends.map_layout import quote_ident, sql_to_arrow
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.core.user_code import retrieve_batch
 from trident_assets.spark.arrow_transfer import to_spark
 from trident_assets.spark.kv_state import close_kv_map
 from trident_assets.spark.state_apply import read_state
 from trident_assets.spark.stream_ops import static_query
-from trident_assets.spark.tuple_collection import all_tuples_query
 from trident_assets.stream.graph import PersistedState
 from trident_assets.stream.queries import MapGet, SnapshotGet, TupleCollectionGet
 from trident_assets.stream.state_kinds import state_kind
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["query_frame", "value_type"]
+__all__ = ["all_tuples_query", "query_frame", "read_all_tuples", "value_type"]
 
 
 def query_frame(run: BatchContext, parent: Any, a: dict[str, Any]) -> Any:
@@ -136,3 +136,62 @@ def bulk_lookup(
             f'SELECT {select}, {value} AS "{out}" FROM "{name}" AS k '
             f"LEFT JOIN ({latest}) AS t ON {conds}"
         )
+
+
+def read_all_tuples(store: Any, state: Any, outputs: Sequence[str]) -> pa.Table | None:
+    """Every (key..., value) tuple of ``state`` named ``outputs``; None if it has no table yet.
+
+    A map state yields its keys and current value (a global state: its value only); a static
+    state its key columns and value column.
+    """
+    if state_kind(state.node).static:
+        source = state.source
+        source.ensure(store, state.table)
+        columns = [*source.key_columns, source.value_column]
+    else:
+        layout = store.layout(state.table)
+        if layout is None:
+            return None
+        keys = list(layout.key_columns) if state.group else []
+        columns = [*keys, "curr"]
+    select = ", ".join(
+        f"{quote_ident(c)} AS {quote_ident(o)}" for c, o in zip(columns, outputs, strict=True)
+    )
+    return store.fetch_arrow(f"SELECT {select} FROM {quote_ident(state.table)}")
+
+
+def all_tuples_query(
+    spark: Any,
+    store: Any,
+    parent: Any,
+    a: dict[str, Any],
+    *,
+    empty: bool,
+    feed: Any,
+    value_type: pa.DataType | None,
+) -> Any:
+    """``parent`` + ``a["outputs"]``: one row per (input tuple, state tuple) pair.
+
+    ``empty``: the stream has no tuples this batch (the state is not read). ``feed`` (the
+    DataFrame that writes the state, None for a static state) and ``value_type`` type the
+    output columns when the state has no table yet.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    state, outputs = a["state"], list(a["outputs"])
+    found = None if empty else read_all_tuples(store, state, outputs)
+    if found is None:
+        types = [feed.schema[g].dataType if feed is not None else None for g in state.group]
+        types.append(None if value_type is None else from_arrow_type(value_type))
+        typed = [
+            (F.lit(None) if t is None else F.lit(None).cast(t)).alias(o)
+            for t, o in zip(types, outputs, strict=True)
+        ]
+        return parent.where(F.lit(False)).select(*parent.columns, *typed)
+    tuples = to_spark(spark, found) if found.num_rows else None
+    if tuples is None:
+        schema = found.schema
+        typed = [F.lit(None).cast(from_arrow_type(schema.field(o).type)).alias(o) for o in outputs]
+        return parent.where(F.lit(False)).select(*parent.columns, *typed)
+    return parent.crossJoin(F.broadcast(tuples))
