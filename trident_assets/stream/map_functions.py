@@ -14,14 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from trident_assets.core.user_code import call, call_many, failure
+from trident_assets.core.user_code import call, failure
 from trident_assets.errors import ConfigError
 from trident_assets.names import validate_identifier
 from trident_assets.stream.typed_outputs import (
     arrow_schema,
-    as_values,
+    call_rows,
     check_typed,
-    output_arrays,
     output_ddl,
     output_types_of,
     typed_outputs,
@@ -209,28 +208,13 @@ class _RowFunction(_PythonFunction):
         types = output_types_of(self.output_types, df, outputs)
         ddl = output_ddl(outputs, types)
         schema = arrow_schema(ddl)
-        fn, flat, width = self.fn, self.flat, len(outputs)
-        label = f"{step} [{type(self).__name__}]"
+        fn, flat, label = self.fn, self.flat, f"{step} [{type(self).__name__}]"
 
         def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
             for batch in batches:
                 rows = list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
-                if flat:
-                    pairs = [
-                        (as_values(r, width, label, fn, row), row)
-                        for row in rows
-                        for r in call_many(label, fn, row)
-                    ]
-                    out = [values for values, _ in pairs]
-                    origins = [row for _, row in pairs]
-                else:
-                    out = [as_values(call(label, fn, row), width, label, fn, row) for row in rows]
-                    origins = rows
-                columns = [list(c) for c in zip(*out, strict=True)] if out else [[]] * width
-                yield pa.RecordBatch.from_arrays(
-                    output_arrays(columns, list(schema), types, label, fn, origins),
-                    schema=schema,
-                )
+                arrays, _ = call_rows(label, fn, rows, flat, list(schema), types)
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
         return df.mapInArrow(run, ddl)
 

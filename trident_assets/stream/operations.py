@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from trident_assets.core.user_code import call, call_many
+from trident_assets.core.user_code import call
 from trident_assets.errors import ConfigError
 from trident_assets.stream.map_functions import (
     FlatMapFunction,
@@ -30,8 +30,7 @@ from trident_assets.stream.map_functions import (
 )
 from trident_assets.stream.typed_outputs import (
     arrow_schema,
-    as_values,
-    output_arrays,
+    call_rows,
     output_ddl,
     typed_outputs,
 )
@@ -152,22 +151,13 @@ class PyFunction(Function):
         schema = arrow_schema(result_type)
         added_fields = list(arrow_schema(added))
         positions = [df.columns.index(c) for c in inputs]
-        fn, width, label = self.fn, len(outputs), f"{step} [PyFunction]"
+        fn, label = self.fn, f"{step} [PyFunction]"
 
         def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
             for batch in batches:
-                args = zip(*(batch.column(i).to_pylist() for i in positions), strict=True)
-                rows: list[int] = []
-                origins: list[tuple[Any, ...]] = []
-                out: list[tuple[Any, ...]] = []
-                for index, values in enumerate(args):
-                    for result in call_many(label, fn, values):
-                        out.append(as_values(result, width, label, fn, values))
-                        rows.append(index)
-                        origins.append(values)
+                args = list(zip(*(batch.column(i).to_pylist() for i in positions), strict=True))
+                added_arrays, rows = call_rows(label, fn, args, True, added_fields, types)
                 kept = batch.take(pa.array(rows, pa.int64()))
-                columns = [list(c) for c in zip(*out, strict=True)] if out else [[]] * width
-                added_arrays = output_arrays(columns, added_fields, types, label, fn, origins)
                 yield pa.RecordBatch.from_arrays([*kept.columns, *added_arrays], schema=schema)
 
         return df.mapInArrow(run, result_type)

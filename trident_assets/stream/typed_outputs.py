@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from trident_assets.core.user_code import failure, short_repr
+from trident_assets.core.user_code import call, call_many, failure, short_repr
 from trident_assets.errors import ConfigError
 from trident_assets.stream.fields import as_fields
 from trident_assets.stream.sql_types import check_spark_type
@@ -19,6 +19,7 @@ from trident_assets.stream.sql_types import check_spark_type
 __all__ = [
     "arrow_schema",
     "as_values",
+    "call_rows",
     "check_typed",
     "output_arrays",
     "output_ddl",
@@ -103,6 +104,28 @@ def as_values(
         why = f"expected {width} output values, got {len(out)}: {out!r}"
         raise failure(step, fn, "input tuple", values, why)
     return out
+
+
+def call_rows(
+    step: str,
+    fn: Any,
+    rows: Sequence[tuple[Any, ...]],
+    flat: bool,
+    fields: Sequence[Any],
+    types: Sequence[str],
+) -> tuple[list[Any], list[int]]:
+    """``fn`` over ``rows``: its :func:`output_arrays` and each output tuple's row index.
+
+    ``flat``: ``fn`` returns an iterable of output tuples (else one output tuple).
+    """
+    out: list[tuple[Any, ...]] = []
+    index: list[int] = []
+    for i, row in enumerate(rows):
+        for result in call_many(step, fn, row) if flat else (call(step, fn, row),):
+            out.append(as_values(result, len(fields), step, fn, row))
+            index.append(i)
+    columns = [list(c) for c in zip(*out, strict=True)] if out else [[]] * len(fields)
+    return output_arrays(columns, fields, types, step, fn, [rows[i] for i in index]), index
 
 
 def output_arrays(
