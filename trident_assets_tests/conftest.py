@@ -244,6 +244,9 @@ EXTENDED: dict[str, str] = {
     "test_code_shipping.py::test_topologies_through_spark_connect": "a Spark Connect server",
     "test_chaos_live.py": "a live soak SIGKILLed repeatedly",
     "test_chaos.py::test_short_chaos_soak_both_spout_kinds_exactly_once": "a soak with kills",
+    "test_chaos.py::test_short_chaos_soak_publishing_a_lakehouse_table_exactly_once": (
+        "a soak with kills, publishing a table"
+    ),
     "test_class_cache.py::test_trident_class_cache_builds_an_archive_the_next_driver_jvm_loads": (
         "dumps a class archive from a JVM"
     ),

@@ -446,3 +446,26 @@ def test_short_chaos_soak_both_spout_kinds_exactly_once(
         assert cmp["replica_mismatched"] == 0, "the read replica equals the state"
         assert cmp["replica_txid"] == cmp["last_txid"]
     assert {f["topology"] for f in result["figures"]} == {"wc_opaque", "wc_transactional"}
+
+
+@pytest.mark.timeout(1800)  # a loaded machine; nothing here asserts a duration
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_short_chaos_soak_publishing_a_lakehouse_table_exactly_once(
+    tmp_path: Path, fmt: str
+) -> None:
+    """The soak with the counts published to a table: kills may land after the table commit
+    and after the marker, and a new worker catches the table up before its first batch."""
+    result = run_soak(
+        tmp_path, "--batches", "4", "--kills", "4", "--kind", "opaque", "--seed", "5",
+        "--publish", fmt, *CI_PRODUCER, env=soak_env(),
+    )  # fmt: skip
+    assert result["ok"] is True
+    assert result["publish"] == fmt
+    assert result["kills"] == 4
+    assert result["problems"] == []
+    (fig,), (cmp,) = result["figures"], result["comparisons"]
+    assert fig["batches"] >= 4
+    assert (cmp["lost"], cmp["double_counted"], cmp["keys_mismatched"]) == (0, 0, 0)
+    assert cmp["keys_truth"] == cmp["keys_state"] > 0
+    assert cmp["dead_letters"] == cmp["malformed_in_log"] == result["produced"]["bad"]
+    assert (cmp["table_mismatched"], cmp["table_problem"]) == (0, "")
