@@ -1,22 +1,13 @@
-"""``dagster dev`` as a child of ``trident ui``: its log without idle ticks, its group stopped."""
+"""``dagster dev`` as a child of ``trident ui``: its log without idle ticks."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import IO
 
-__all__ = ["STRAGGLER_SIGNAL_S", "IdleTickFilter", "copy_filtered", "stop_process_group"]
-
-STRAGGLER_SIGNAL_S = 2.0
-"""After a stopped group's leader exited: seconds between repeats of the stop signal."""
-
+__all__ = ["IdleTickFilter", "copy_filtered"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SENSOR_LINE = re.compile(r" - dagster\.daemon\.SensorDaemon - [A-Z]+ - (.*)$")
@@ -86,40 +77,3 @@ def copy_filtered(source: IO[bytes], keep: Callable[[str], bool]) -> None:
         except (OSError, ValueError):  # stdout closed: keep draining so dagster never blocks
             shown = False
     source.close()
-
-
-def stop_process_group(
-    proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 60.0
-) -> None:
-    """Stop ``proc`` (leader of its own process group) and wait until nothing of the group runs.
-
-    ``sig`` goes to the group unless the leader has exited already; whatever still runs after
-    ``timeout_s`` gets SIGKILL. ``dagster dev`` exits before its webserver, daemon and code
-    servers have: they are in its group. Once the leader has exited, ``sig`` goes to the group
-    again every :data:`STRAGGLER_SIGNAL_S`: a process started after the first signal (``dagster
-    dev`` may restart a code server while it shuts down) never got it, and would otherwise run
-    until its own heartbeat times out.
-    """
-    if proc.poll() is None:
-        os.killpg(proc.pid, sig)
-    deadline = time.monotonic() + timeout_s
-    resignal = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            now = time.monotonic()
-            if resignal is None:
-                resignal = now + STRAGGLER_SIGNAL_S
-            elif now >= resignal:
-                resignal = now + STRAGGLER_SIGNAL_S
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    proc.wait(30)

@@ -24,10 +24,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from trident_assets.cli.dagster_dev import IdleTickFilter, copy_filtered, stop_process_group
+from trident_assets.cli.dagster_dev import IdleTickFilter, copy_filtered
 from trident_assets.dagster.live_stop import clear_stop, request_stop, wait_live_runs_ended
 from trident_assets.errors import ConfigError
 from trident_assets.names import LIVE_ENV, SPARK_REMOTE_ENV
+from trident_assets.spark.local_servers import (
+    die_with_parent,
+    start_connect_server,
+    stop_process_group,
+)
 
 __all__ = [
     "SPARK_REMOTE_ENV",
@@ -204,7 +209,6 @@ def serve_ui(
         TridentError: the Spark Connect server did not start (see its log).
     """
     from trident_assets.home_lock import acquire_home_lock
-    from trident_assets.spark.local_servers import die_with_parent, start_connect_server
 
     lock = acquire_home_lock(home, f"trident ui on port {port}")
     try:

@@ -11,6 +11,7 @@ Example (a shell)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -33,9 +34,12 @@ __all__ = [
     "own_view",
     "start_connect_server",
     "start_standalone",
+    "stop_process_group",
 ]
 
 START_TIMEOUT_S = 120.0
+STRAGGLER_SIGNAL_S = 2.0
+"""After a stopped group's leader exited: seconds between repeats of the stop signal."""
 
 
 def spark_home() -> Path:
@@ -65,17 +69,47 @@ class SparkServer:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the server's whole process group (the JVM and its Python workers) by PID."""
-        if self.process.poll() is None:
-            pgid = os.getpgid(self.process.pid)
-            os.killpg(pgid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(pgid, signal.SIGKILL)
-                self.process.wait(timeout_s)
+        stop_process_group(self.process, timeout_s=timeout_s)
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def stop_process_group(
+    proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 60.0
+) -> None:
+    """Stop ``proc`` (leader of its own process group) and wait until nothing of the group runs.
+
+    ``sig`` goes to the group unless the leader has exited already; whatever still runs after
+    ``timeout_s`` gets SIGKILL. ``dagster dev`` exits before its webserver, daemon and code
+    servers have: they are in its group. Once the leader has exited, ``sig`` goes to the group
+    again every :data:`STRAGGLER_SIGNAL_S`: a process started after the first signal (``dagster
+    dev`` may restart a code server while it shuts down) never got it, and would otherwise run
+    until its own heartbeat times out.
+    """
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+    deadline = time.monotonic() + timeout_s
+    resignal = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            now = time.monotonic()
+            if resignal is None:
+                resignal = now + STRAGGLER_SIGNAL_S
+            elif now >= resignal:
+                resignal = now + STRAGGLER_SIGNAL_S
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait(30)
 
 
 def die_with_parent() -> None:
