@@ -22,7 +22,7 @@ from typing import Any
 from trident_assets.names import DEAD_LETTERS_TABLE, validate_identifier
 from trident_assets.status import status_rows
 
-__all__ = ["DEAD_LETTER_TXIDS", "Overview", "bars_markdown", "topology_overview"]
+__all__ = ["DEAD_LETTER_TXIDS", "Overview", "bars_markdown", "markdown_cell", "topology_overview"]
 
 DEAD_LETTER_TXIDS = 20
 """How many of the latest txids with dead letters the overview shows."""
@@ -87,7 +87,7 @@ class Overview:
             return "_no dead letters_"
         lines = ["| txid | reasons (how many) |", "|---|---|"]
         for txid, _, reasons in self.dead_letters:
-            said = "; ".join(f"{_cell(r)} ({n})" for r, n in reasons)
+            said = "; ".join(f"{markdown_cell(r)} ({n})" for r, n in reasons)
             lines.append(f"| {txid} | {said} |")
         return "\n".join(lines)
 
@@ -162,9 +162,13 @@ def _per_minute(times: Sequence[datetime]) -> list[tuple[datetime, int]]:
     ]
 
 
-def _cell(text: str) -> str:
-    short = text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
-    return short.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+def markdown_cell(value: Any, limit: int = REASON_CHARS) -> str:
+    """``value`` as the text of a Markdown table cell, cut to ``limit`` characters with ``…``."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    text = "" if value is None else str(value)
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def bars_markdown(label: str, value: str, rows: Sequence[tuple[str, int]]) -> str:

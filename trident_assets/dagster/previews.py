@@ -12,19 +12,12 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
+from trident_assets.overview import markdown_cell
+
 __all__ = ["column_schema", "markdown_table", "preview_metadata"]
 
 MAX_CELL = 60
 """Characters shown per cell of a Markdown preview (longer values are cut with ``…``)."""
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", errors="replace")
-    text = "" if value is None else str(value)
-    if len(text) > MAX_CELL:
-        text = text[: MAX_CELL - 1] + "…"
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def markdown_table(table: pa.Table) -> str:
@@ -36,10 +29,10 @@ def markdown_table(table: pa.Table) -> str:
         |---|---|
         | the | 3 |
     """
-    head = "| " + " | ".join(_cell(c) for c in table.column_names) + " |"
+    head = "| " + " | ".join(markdown_cell(c, MAX_CELL) for c in table.column_names) + " |"
     rule = "|" + "|".join("---" for _ in table.column_names) + "|"
     body = [
-        "| " + " | ".join(_cell(row[c]) for c in table.column_names) + " |"
+        "| " + " | ".join(markdown_cell(row[c], MAX_CELL) for c in table.column_names) + " |"
         for row in table.to_pylist()
     ]
     return "\n".join([head, rule, *body])

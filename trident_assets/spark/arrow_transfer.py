@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["MAX_ROWS_CONF", "max_rows_for", "to_spark"]
+__all__ = ["MAX_ROWS_CONF", "is_connect", "max_rows_for", "to_spark"]
 
 MAX_ROWS_CONF = "trident.transfer.maxRows"
 """Spark conf key: rows per slice (``0``: never slice). Default: :data:`CONNECT_MAX_ROWS`
@@ -28,7 +28,8 @@ CONNECT_MAX_ROWS = 500_000
 """Rows per slice under Spark Connect (about 10 MB of Arrow for a short key and a bigint)."""
 
 
-def _is_connect(spark: Any) -> bool:
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
@@ -40,7 +41,7 @@ def max_rows_for(spark: Any) -> int:
     configured = spark.conf.get(MAX_ROWS_CONF, None)
     if configured:
         return max(0, int(configured))
-    return CONNECT_MAX_ROWS if _is_connect(spark) else 0
+    return CONNECT_MAX_ROWS if is_connect(spark) else 0
 
 
 def to_spark(spark: Any, table: pa.Table, *, max_rows: int | None = None) -> Any:

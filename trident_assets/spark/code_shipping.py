@@ -25,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trident_assets.spark.arrow_transfer import is_connect
+
 __all__ = ["package_zip", "ship_package", "ship_user_modules", "topology_code", "user_modules"]
 
 _PACKAGE = "trident_assets"
@@ -106,10 +108,6 @@ def package_zip(directory: Path | None = None) -> Path:
     return target
 
 
-def _is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def ship_package(spark: Any) -> str:
     """Give the session's workers trident_assets; return how (``local``, ``pyfile``, ``artifact``).
 
@@ -117,7 +115,7 @@ def ship_package(spark: Any) -> str:
     """
     if id(spark) in _shipped:
         return "shipped"
-    if _is_connect(spark):
+    if is_connect(spark):
         spark.addArtifacts(str(package_zip()), pyfile=True)
         how = "artifact"
     elif spark.sparkContext.master.startswith("local"):
