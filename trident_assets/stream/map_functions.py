@@ -63,9 +63,11 @@ class _FreshFunction(ABC):
     stream's fields unless others are declared), as Trident's ``map``/``flatMap``.
     """
 
+    _fields: tuple[str, ...] = ()
+
     def referenced_fields(self) -> tuple[str, ...]:
         """Fields the function names explicitly (checked against the stream at declaration)."""
-        return ()
+        return self._fields
 
     def default_outputs(self, fields: Sequence[str]) -> tuple[str, ...]:
         """The output fields when none are declared: the stream's (Trident keeps them)."""
@@ -107,10 +109,6 @@ class SqlMap(MapFunction):
             dict.fromkeys(f for e in expressions for f in _sql_fields(e, "SqlMap"))
         )
 
-    def referenced_fields(self) -> tuple[str, ...]:
-        """The ``{field}`` references."""
-        return self._fields
-
     def validate(self, fields: Sequence[str], outputs: Sequence[str]) -> None:
         """One expression per output field."""
         if len(outputs) != len(self.expressions):
@@ -141,10 +139,6 @@ class SqlFlatMap(FlatMapFunction):
         """The array-valued SQL expression."""
         self._fields = _sql_fields(expression, "SqlFlatMap")
         self.expression = expression
-
-    def referenced_fields(self) -> tuple[str, ...]:
-        """The ``{field}`` references."""
-        return self._fields
 
     def apply(self, df: Any, outputs: Sequence[str], step: str = "flat_map") -> Any:
         """``explode`` (one output) or ``inline`` (struct elements) of the array."""
