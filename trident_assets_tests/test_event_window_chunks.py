@@ -275,6 +275,36 @@ def test_a_commit_that_fails_reads_the_open_windows_again_from_the_store(
     assert got == ref_rows
 
 
+def test_a_chunks_commit_reads_the_watermark_row_once_per_txid(
+    spark: Any, tmp_path: Path, one_batch_runs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's txid decides its late records and applies its windows against one read of
+    the committed watermark row, inside its commit transaction: one read per txid, the
+    one-batch path's rows exactly."""
+    from trident_assets.backends import window_store
+
+    ref_outcomes, ref_rows, _ = one_batch_runs(TUMBLING)
+    reads: list[int] = []
+    real = window_store._last
+
+    def counted(store: Any, state: Any) -> Any:
+        reads.append(store.last_committed("clicks") or 0)
+        return real(store, state)
+
+    monkeypatch.setattr(window_store, "_last", counted)
+    log = new_log(tmp_path / "log", records(7))
+    topo = topology(TUMBLING)
+    with ta.DuckDBStore(tmp_path / "state.duckdb") as store:
+        runner = ta.TopologyRunner(topo, spark, store, log, max_spout_pending=4)
+        outcomes = list(runner.run_batches(list(range(1, TXIDS + 1))))
+        got = outcome_rows(store, topo.states["page_views"])
+    assert [o.windows for o in outcomes] == ref_outcomes
+    assert got == ref_rows
+    # one read per txid's commit (made while txid - 1 is the last committed) and one per
+    # chunk planned (chunks of 4: txids 1-4 and 5-8 before txid 1 commits, 9-12 after txid 4)
+    assert sorted(reads) == sorted([*range(TXIDS), 0, 0, 4])
+
+
 def _last_job(spark: Any) -> int:
     """The id of the session's latest Spark job (ids only grow; -1 before any)."""
     return max(spark.sparkContext.statusTracker().getJobIdsForGroup(), default=-1)

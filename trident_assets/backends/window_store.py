@@ -45,6 +45,8 @@ __all__ = [
     "WindowBatch",
     "WindowOutcome",
     "apply_window_batch",
+    "Committed",
+    "last_committed",
     "last_max_event_us",
     "last_watermark_us",
     "StoredWindow",
@@ -63,7 +65,17 @@ def _as_time(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + timedelta(microseconds=micros)
 
 
-def _last(store: StateStore, state: WindowedState) -> tuple[int | None, int | None, int | None]:
+Committed = tuple[int | None, int | None, int | None]
+"""``(max event time, watermark, txid)`` of a windowed state's last committed txid (times in
+epoch microseconds; all None before any)."""
+
+
+def last_committed(store: StateStore, state: WindowedState) -> Committed:
+    """``state``'s :data:`Committed` row: its last committed txid's watermark row."""
+    return _last(store, state)
+
+
+def _last(store: StateStore, state: WindowedState) -> Committed:
     """``(max event time, watermark, txid)`` of the last committed txid (times in epoch us)."""
     if not store.has_table(WATERMARKS):
         return None, None, None
@@ -99,6 +111,9 @@ class WindowBatch:
     """The batch's largest event time (None: no readable event time)."""
     decided_watermark_us: int | None
     """The watermark the batch's late records were decided against."""
+    committed: Committed | None = None
+    """The state's :func:`last_committed` row, when already read inside this commit's
+    transaction (None: read it again)."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +258,8 @@ def apply_window_batch(
     spec = state.windowed
     keys, out, open_t, finals_t = _names(state)
     k = "".join(f"{c}, " for c in keys)
-    top, wm_before, last = _last(store, state)
+    committed = batch.committed if batch.committed is not None else _last(store, state)
+    top, wm_before, last = committed
     if wm_before != batch.decided_watermark_us:
         msg = (
             f"windowed state {state.spec.name!r}: the watermark changed while txid {txid} was "

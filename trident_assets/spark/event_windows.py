@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trident_assets.backends.window_store import (
+    Committed,
     WindowBatch,
     apply_window_batch,
     last_watermark_us,
@@ -262,11 +263,14 @@ def _split(table: pa.Table, state: WindowedState) -> tuple[pa.Table, pa.Table, i
     return partials, letters, top, int(partly)
 
 
-def apply_window_state(run: BatchContext, state: WindowedState, table: pa.Table) -> Applied:
+def apply_window_state(
+    run: BatchContext, state: WindowedState, table: pa.Table, committed: Committed | None = None
+) -> Applied:
     """Apply the batch inside the open commit transaction.
 
     ``table``: :func:`window_input`'s, or a chunk's resolved
-    :class:`~trident_assets.spark.event_window_chunks.WindowSlice`.
+    :class:`~trident_assets.spark.event_window_chunks.WindowSlice`; ``committed``: the
+    state's last watermark row when read in this transaction already (it resolved the slice).
 
     Returns what it did: the windows this txid made final (its new values), its dead
     letters (late records) and its ``WindowOutcome``.
@@ -275,7 +279,9 @@ def apply_window_state(run: BatchContext, state: WindowedState, table: pa.Table)
     partials, letters, top, partly = _split(table, state)
     raw = (table.schema.metadata or {}).get(b"watermark_us", b"")
     decided = int(raw) if raw else None
-    result = apply_window_batch(store, state, run.txid, WindowBatch(partials, top, decided))
+    result = apply_window_batch(
+        store, state, run.txid, WindowBatch(partials, top, decided, committed)
+    )
     name = state.spec.name
     late = int(pc.sum(pc.starts_with(letters.column("reason"), "late record")).as_py() or 0)
     outcome = StateOutcome(

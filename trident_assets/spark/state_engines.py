@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trident_assets.backends.window_store import last_watermark_us
+from trident_assets.backends.window_store import last_committed
 from trident_assets.runtime.outcomes import Applied, StateInput
 from trident_assets.spark.batch_context import PartialsJob
 from trident_assets.spark.event_window_chunks import WindowSlice, window_chunk_job
@@ -72,8 +72,10 @@ class StateEngine:
 
 def _apply_event_window(run: BatchContext, state: TridentState, batch: Any) -> Applied:
     """A chunk's window rows are decided on the watermark committed before the txid."""
-    if isinstance(batch, WindowSlice):
-        batch = batch.resolve(last_watermark_us(run.runner.store, state))  # type: ignore[arg-type]
+    if isinstance(batch, WindowSlice):  # the watermark row read once, in this transaction
+        committed = last_committed(run.runner.store, state)  # type: ignore[arg-type]
+        table = batch.resolve(committed[1])
+        return apply_event_window(run, state, table, committed)  # type: ignore[arg-type]
     return apply_event_window(run, state, batch)  # type: ignore[arg-type]
 
 
