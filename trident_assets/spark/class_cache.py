@@ -71,6 +71,7 @@ def archive_options() -> str:
 
 
 _WORKLOAD = """
+import shutil
 import sys
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -95,6 +96,40 @@ ranked = parsed.select(
     F.row_number().over(Window.partitionBy("word").orderBy("v.id")).alias("r"),
 )
 ranked.mapInArrow(lambda batches: batches, ranked.schema).groupBy("k").count().toArrow()
+
+# trident_assets' own catch-up jobs: an event-time window and a word count over the log, in
+# chunks of several txids (its log scan, decode, Arrow transfers, observation, commits)
+import tempfile
+import trident_assets as ta
+from trident_assets.spouts.config import SpoutConfig
+
+home = tempfile.mkdtemp(prefix="trident-class-cache-")
+log = ta.PartitionedLog(f"{home}/log")
+log.create_topic("words", 2)
+topo = ta.TridentTopology("class_cache")
+spout = ta.LogSpout(
+    "words", ta.StringScheme("line", with_metadata=True), SpoutConfig(max_batch_size=200)
+)
+split = topo.new_stream("lines", spout).each("line", ta.Split(), "word")
+split.project(["word", "timestamp"]).group_by("word").window_aggregate(
+    ta.EventWindow.tumbling("1 minute", time_field="timestamp", allowed_lateness="10 s"),
+    ta.Count(),
+    "n",
+    spec=ta.StateSpec("per_minute"),
+)
+split.group_by("word").persistent_aggregate(ta.StateSpec("counts"), "word", ta.Count(), "count")
+for b in range(4):
+    producer = log.producer("words", "round_robin")
+    for i in range(200):
+        producer.send(f"a b{i % 7} c{(i + b) % 5}".encode())
+    producer.flush()
+spark.conf.set("trident.codegen.minRecords", "0")  # as a large chunk: generated code
+spark.conf.set("trident.log.inlineMaxRecords", "0")  # and the log's files read by Spark
+store = ta.DuckDBStore(f"{home}/state.duckdb")
+runner = ta.TopologyRunner(topo, spark, store, log, max_spout_pending=2)
+list(runner.run_batches([1, 2, 3, 4]))
+store.close()
+shutil.rmtree(home, ignore_errors=True)
 gateway = spark.sparkContext._gateway
 spark.stop()
 proc = getattr(gateway, "proc", None)
@@ -108,8 +143,10 @@ def build_archive(path: Path | None = None, *, timeout_s: float = 600.0) -> Path
     """Dump the archive (replacing an existing one) from a child process's Spark workload.
 
     The child starts local Spark with ``-XX:ArchiveClassesAtExit``, runs a small job (Parquet,
-    JSON, a shuffle, a join, a window function, a Python Arrow map, Arrow both ways) and
-    exits; the archive is written to a temporary
+    JSON, a shuffle, a join, a window function, a Python Arrow map, Arrow both ways) and a
+    small catch-up of trident_assets' own (an event-time window and a word count over the
+    embedded log, two txids per Spark job, committed to DuckDB), so the classes the first
+    jobs of a run load come from the archive too, and exits; the archive is written to a temporary
     file that then replaces ``path`` (default :func:`archive_path`) atomically, so a JVM
     starting meanwhile sees either the old archive or the new one.
 
