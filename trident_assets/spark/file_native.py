@@ -1,8 +1,7 @@
 r"""Native Spark reads of a file spout's local files: Spark's own file sources, no Python task.
 
-Each file is its own scan (the scans are unioned), so a task never reads two files:
-
-* lines (JSON lines, text, CSV): Spark's ``text`` source with ``lineSep`` ``\n`` gives one
+* lines (JSON lines, text, CSV): each file is its own scan (the scans are unioned), so a
+  task never reads two files. Spark's ``text`` source with ``lineSep`` ``\n`` gives one
   row per line, in order, with its exact bytes (a ``\r`` before the ``\n`` kept, no
   decoding). The line number is the row's position in its task + 1 (the lower 33 bits of
   ``monotonically_increasing_id``), exact only when the task read the whole file: every
@@ -10,13 +9,16 @@ Each file is its own scan (the scans are unioned), so a task never reads two fil
   recorded size (:func:`whole_file_conf` keeps Spark from splitting a file; a file read in
   pieces fails the job, naming it, never numbering a line wrong). A trailing ``\r`` is
   removed; empty lines (and a CSV file's header, line 1) are skipped but counted;
-* Parquet: Spark's Parquet reader with the declared schema, the row number from
-  ``_metadata.row_index`` (+1), exact however Spark splits the file.
+* Parquet: one scan of up to :data:`SCAN_FILES` files, Spark's Parquet reader with the
+  declared schema, the row number from ``_metadata.row_index`` (+1), exact however Spark
+  splits or packs the files.
 
-Every row also checks that its file's size and modification time (Spark's ``_metadata``)
-are the recorded ones: a file changed after the driver checked its fingerprint fails the
-job, naming it. Provenance (``topic``: the file's URL, ``timestamp``: its recorded
-modification time) is a literal of its scan.
+Every row looks its file up (``_metadata.file_path``) in one map literal of its scan's
+files, and checks that the file's size and modification time (Spark's ``_metadata``) are
+the recorded ones: a file changed after the driver checked its fingerprint fails the job,
+naming it. Provenance (``topic``: the file's URL, ``timestamp``: its recorded modification
+time) comes from the same map. Being one literal, not a literal per value, the map keeps
+the generated code the same from file to file and txid to txid (compiled once).
 """
 
 from __future__ import annotations
@@ -32,17 +34,23 @@ if TYPE_CHECKING:
     from trident_assets.spouts.file_listing import FileEntry, Location
 
 __all__ = [
-    "NATIVE_MAX_FILES",
+    "SCAN_FILES",
     "changed_message",
     "native_frame",
     "reads_natively",
+    "spark_path",
     "split_message",
     "whole_file_conf",
 ]
 
-NATIVE_MAX_FILES = 256
-"""A read of more files than this goes to the Python reader: each native file is a scan of
-its own, planned on the driver (a few milliseconds each)."""
+SCAN_FILES = 16
+LINE_SCAN_FILES = 1
+"""Files per scan: each row looks its file up among its scan's files (a map literal)."""
+
+_UNRECORDED = (
+    " was read by Spark but is not one of the files recorded for the txid (Spark named "
+    "it differently); read such files with native=False"
+)
 
 _ROW_BITS = (1 << 33) - 1
 """``monotonically_increasing_id``'s lower bits: the row's position in its task."""
@@ -97,71 +105,121 @@ def native_frame(
 ) -> Any:
     """The records of ``entries`` (all :func:`reads_natively`), as the Python reader's columns.
 
-    ``ddl`` is the declared Parquet fields (ignored for lines).
+    Parquet: one scan per :data:`SCAN_FILES` files; lines: one scan per file. ``ddl`` is the
+    declared Parquet fields (ignored for lines).
     """
-    frames = [_one(spark, location, entry, fmt, ddl) for entry in entries]
+    per_scan = SCAN_FILES if fmt == "parquet" else LINE_SCAN_FILES
+    frames = [
+        _scan(spark, location, entries[i : i + per_scan], fmt, ddl)
+        for i in range(0, len(entries), per_scan)
+    ]
     return reduce(lambda a, b: a.union(b), frames)
 
 
-def _one(spark: Any, location: Location, entry: FileEntry, fmt: str, ddl: str) -> Any:
+def spark_path(location: Location, entry: FileEntry) -> str:
+    """The path Spark's ``_metadata.file_path`` gives a local file :func:`reads_natively`."""
+    return "file:" + location.full(entry.path)
+
+
+def _facts(location: Location, entries: list[FileEntry]) -> Any:
+    """A map literal: Spark's path of each file -> what its rows are checked and tagged with.
+
+    One literal (not a literal per value), so the generated code is the same for every read;
+    built from one SQL expression (one call to the JVM, not a few per file).
+    """
     from pyspark.sql import functions as F
 
-    uri = location.uri(entry.path)
+    pairs = []
+    for entry in entries:
+        uri = location.uri(entry.path)
+        before, after = changed_message(uri, entry, "\0").split("\0")
+        fact = (
+            f"named_struct('topic', {_sql(uri)}, 'size', {int(entry.size)}L, "
+            f"'mtime_ms', {entry.mtime_ns // 1_000_000}L, 'mtime_us', {entry.mtime_ns // 1000}L, "
+            f"'before', {_sql(before)}, 'after', {_sql(after)}, "
+            f"'split', {_sql(split_message(uri))})"
+        )
+        pairs.append(f"{_sql(spark_path(location, entry))}, {fact}")
+    return F.expr(f"map({', '.join(pairs)})")
+
+
+def _sql(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _scan(spark: Any, location: Location, entries: list[FileEntry], fmt: str, ddl: str) -> Any:
+    from pyspark.sql import functions as F
+
+    from trident_assets.spark.log_reader import driver_side_listing
+
+    uris = [location.uri(e.path) for e in entries]
+    with driver_side_listing(spark, len(uris)):
+        if fmt == "parquet":
+            frame = spark.read.schema(ddl).parquet(*uris)
+        else:
+            frame = spark.read.format("text").option("lineSep", "\n").load(uris)
     meta = F.col("_metadata")
-    size = meta.getField("file_size")
-    changed = (size != F.lit(entry.size)) | (
-        F.unix_millis(meta.getField("file_modification_time")) != F.lit(entry.mtime_ns // 1_000_000)
+    path, size = meta.getField("file_path"), meta.getField("file_size")
+    data = (
+        [F.col(f"`{f}`").alias(FILE_COLUMN_PREFIX + f) for f in frame.columns]
+        if fmt == "parquet"
+        else [F.col("value").alias("__text")]
     )
-    refused = F.raise_error(
-        F.concat(
-            F.lit(changed_message(uri, entry, "\0").split("\0")[0]),
-            size.cast("string"),
-            F.lit(changed_message(uri, entry, "\0").split("\0")[1]),
-        )
+    offset = (
+        meta.getField("row_index") + 1
+        if fmt == "parquet"
+        else F.monotonically_increasing_id().bitwiseAND(F.lit(_ROW_BITS)) + 1
     )
+    located = frame.select(
+        *data,
+        offset.alias("offset"),
+        F.try_element_at(_facts(location, entries), path).alias("__fact"),
+        path.alias("__path"),
+        size.alias("__size"),
+        F.unix_millis(meta.getField("file_modification_time")).alias("__mtime_ms"),
+        *(
+            []
+            if fmt == "parquet"
+            else [
+                (
+                    (meta.getField("file_block_start") != 0)
+                    | (meta.getField("file_block_length") != size)
+                ).alias("__split")
+            ]
+        ),
+    )
+    fact = F.col("__fact")
+    check = F.when(
+        fact.isNull(),
+        F.raise_error(F.concat(F.lit("file "), F.col("__path"), F.lit(_UNRECORDED))),
+    ).when(
+        (F.col("__size") != fact["size"]) | (F.col("__mtime_ms") != fact["mtime_ms"]),
+        F.raise_error(F.concat(fact["before"], F.col("__size").cast("string"), fact["after"])),
+    )
+    if fmt != "parquet":
+        check = check.when(F.col("__split"), F.raise_error(fact["split"]))
     provenance = [
-        F.lit(uri).alias("topic"),
+        fact["topic"].alias("topic"),
         F.lit(0).cast("int").alias("partition"),
+        F.col("offset"),
+        F.timestamp_micros(fact["mtime_us"]).alias("timestamp"),
     ]
-    timestamp = F.timestamp_micros(F.lit(entry.mtime_ns // 1000)).alias("timestamp")
+    checked = located.where(check.otherwise(F.lit(True)))
     if fmt == "parquet":
-        frame = spark.read.schema(ddl).parquet(uri)
-        fields = [F.col(f"`{f}`").alias(FILE_COLUMN_PREFIX + f) for f in frame.columns]
-        checked = frame.where(F.when(changed, refused).otherwise(F.lit(True)))
-        return checked.select(
-            *provenance,
-            (meta.getField("row_index") + 1).alias("offset"),
-            timestamp,
-            F.lit(None).cast("binary").alias("value"),
-            *fields,
-        )
-    frame = spark.read.format("text").option("lineSep", "\n").load(uri)
-    start, length = meta.getField("file_block_start"), meta.getField("file_block_length")
-    split = (start != 0) | (length != F.lit(entry.size))
-    numbered = frame.select(
-        F.col("value").cast("binary").alias("line"),
-        (F.monotonically_increasing_id().bitwiseAND(F.lit(_ROW_BITS)) + 1).alias("offset"),
-        F.when(changed, refused)
-        .when(split, F.raise_error(F.lit(split_message(uri))))
-        .otherwise(F.lit(True))
-        .alias("whole"),
-    )
-    line = F.col("line")
-    stripped = (
-        F.when(F.substring(line, -1, 1) == F.lit(b"\r"), line.substr(F.lit(1), F.length(line) - 1))
-        .otherwise(line)
-        .alias("value")
-    )
-    kept = numbered.select("offset", "whole", stripped)
-    keep = F.col("whole") & (F.length("value") > 0)
+        fields = [F.col(f"`{FILE_COLUMN_PREFIX}{f}`") for f in frame.columns]
+        return checked.select(*provenance, F.lit(None).cast("binary").alias("value"), *fields)
+    text = F.col("__text")
+    line = text.cast("binary")
+    crlf = text.endswith("\r")  # bytes compared; the cut on bytes (a string cut counts chars)
+    stripped = F.when(crlf, line.substr(F.lit(1), F.length(line) - 1)).otherwise(line)
+    keep = ~text.isin("", "\r")
     if fmt == "csv":
         keep = keep & (F.col("offset") > 1)
     schema = log_spark_schema()
-    return kept.where(keep).select(
+    return checked.where(keep).select(
         *provenance,
-        "offset",
-        timestamp,
         F.lit(None).cast("binary").alias("key"),
-        "value",
+        stripped.alias("value"),
         F.lit(None).cast(schema["headers"].dataType).alias("headers"),
     )

@@ -1,15 +1,15 @@
 r"""Spark reads of a file spout's batch: the executors read the files, the driver only plans.
 
 A read may ask for Spark's own sources (:mod:`~trident_assets.spark.file_native`: the
-text source for lines, one task per file, and the Parquet reader) for local files; by
-default (:data:`NATIVE_FORMATS`), and always for a file on another filesystem, one whose
-path Spark would read differently, a lines file named as compressed, or any file of a read
-of more than :data:`~trident_assets.spark.file_native.NATIVE_MAX_FILES` files, the files
-are read by Python tasks: the files are dealt to Spark tasks (largest first, each to
-the task with the fewest bytes so far); each task reads its files whole (local files with
-``open``, others through ``pyarrow.fs`` or ``fsspec``), checks each against its recorded
-size and content fingerprint (a file changed since it was numbered fails the job, naming
-it) and yields Arrow batches (``mapInArrow``). Either way the rows are the same:
+text source for lines, one task per file, and the Parquet reader, one scan for many files)
+for local files; by default (:data:`NATIVE_FORMATS`), and always for a file on another
+filesystem, one whose path Spark would read differently or a lines file named as
+compressed, the files are read by Python tasks: the files are dealt to Spark tasks (largest
+first, each to the task with the fewest bytes so far); each task reads its files whole
+(local files with ``open``, others through ``pyarrow.fs`` or ``fsspec``), checks each
+against its recorded size and content fingerprint (a file changed since it was numbered
+fails the job, naming it) and yields Arrow batches (``mapInArrow``). Either way the rows
+are the same:
 
 * lines (JSON lines, text, and CSV after its header): the log's record schema, one row per
   non-empty line: ``topic`` the file's URL, ``partition`` 0, ``offset`` the line number
@@ -34,7 +34,6 @@ from trident_assets.errors import BatchUnavailableError, ConfigError
 from trident_assets.kafka.reader import default_parallelism
 from trident_assets.log.records import log_spark_schema
 from trident_assets.spark.file_native import (
-    NATIVE_MAX_FILES,
     changed_message,
     native_frame,
     reads_natively,
@@ -50,10 +49,8 @@ if TYPE_CHECKING:
 __all__ = ["NATIVE_FORMATS", "read_files"]
 
 NATIVE_FORMATS: tuple[str, ...] = ()
-"""The formats read by Spark's own sources unless a read says otherwise: none. Measured
-slower than the Python reader on the file spout benchmark's files (a profile of 8 files of
-2M words, 2 txids in one job: JSON lines 16.5 s natively against 13.0 s, Parquet 10.4 s
-against 9.1 s; see docs/benchmarks.md, "Files in and lakehouse tables out")."""
+"""The formats read by Spark's own sources unless a read says otherwise: none (see
+docs/benchmarks.md, "Files in and lakehouse tables out")."""
 
 ROWS_PER_BATCH = 1 << 16
 """Rows per Arrow batch a task yields."""
@@ -289,9 +286,7 @@ def read_files(
         _check_csv(location, entries, scheme, txid)
     elif fmt == "parquet":
         _check_parquet(location, entries, scheme, txid)
-    native = (fmt in NATIVE_FORMATS if native is None else native) and (
-        len(entries) <= NATIVE_MAX_FILES
-    )
+    native = fmt in NATIVE_FORMATS if native is None else native
     mine = [e for e in entries if native and reads_natively(location, e, fmt)]
     rest = [e for e in entries if not (native and reads_natively(location, e, fmt))]
     frames = []

@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_INLINE_MAX_RECORDS",
     "INLINE_MAX_BYTES",
     "INLINE_MAX_RECORDS_CONF",
+    "driver_side_listing",
     "inline_max_records",
     "read_ranges",
     "read_ranges_tagged",
@@ -307,13 +308,13 @@ def _scan(
     if not files:
         return None, [], True
     uris = [_file_uri(log, p) for p in files]
-    with _driver_side_listing(spark, len(uris)):
+    with driver_side_listing(spark, len(uris)):
         df = spark.read.schema(schema).parquet(*uris)
     return df, indices, whole
 
 
 @contextmanager
-def _driver_side_listing(spark: Any, paths: int) -> Iterator[None]:
+def driver_side_listing(spark: Any, paths: int) -> Iterator[None]:
     """Let Spark check an explicit file list on the driver instead of launching a listing job.
 
     Spark lists more than ``parallelPartitionDiscovery.threshold`` (32) paths with a
