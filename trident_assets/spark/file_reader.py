@@ -130,12 +130,14 @@ def _provenance(uri: str, mtime_ns: int, numbers: Any) -> dict[str, Any]:
 
 def _lines(data: bytes, skip_header: bool) -> tuple[Any, Any]:
     """``(line bytes, line numbers from 1)`` of the non-empty lines (minus the header)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     pieces = pc.list_flatten(pc.split_pattern(pa.array([data], pa.large_binary()), b"\n"))
-    numbers = pa.array(range(1, len(pieces) + 1), pa.int64())
-    pieces = pc.replace_substring_regex(pieces, pattern=b"\r$", replacement=b"")
+    numbers = pa.array(np.arange(1, len(pieces) + 1, dtype=np.int64))
+    if pc.any(pc.ends_with(pieces, b"\r")).as_py():  # a regex over every line only then
+        pieces = pc.replace_substring_regex(pieces, pattern=b"\r$", replacement=b"")
     keep = pc.greater(pc.binary_length(pieces), 0)
     if skip_header:
         keep = pc.and_(keep, pc.greater(numbers, 1))
