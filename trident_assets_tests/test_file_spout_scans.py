@@ -114,9 +114,10 @@ def test_many_parquet_files_are_read_in_one_scan_numbered_by_row_and_checked_eac
     assert native.columns == python.columns
     assert _rows(native, *native.columns) == expected
     assert _rows(python, *python.columns) == expected
+    late = T0_NS + 7_000_000  # Spark knows a modification time to the millisecond
     moved = [
         *entries[:2],
-        FileEntry(entries[2].path, entries[2].size, T0_NS, entries[2].fingerprint),
+        FileEntry(entries[2].path, entries[2].size, late, entries[2].fingerprint),
     ]
     frame = read_files(spark, location, moved, scheme, "parquet", native=True)
     changed = f"file file://{tmp_path}/2.parquet changed after it was recorded for its txid"
