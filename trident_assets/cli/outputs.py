@@ -22,7 +22,7 @@ from trident_assets.cli.common import (
     emit,
     open_state,
 )
-from trident_assets.cli.stored import topologies
+from trident_assets.cli.replica import topologies
 from trident_assets.names import DEAD_LETTERS_TABLE, check_topology, validate_identifier
 
 if TYPE_CHECKING:

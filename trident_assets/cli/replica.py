@@ -1,4 +1,4 @@
-"""What the read commands read: the lock-free replica of a home, as the IO manager reads it.
+"""What the read commands read: the lock-free replica of a home, else the state file.
 
 A batch that commits holds the DuckDB state file's lock; a reader opening the file then fails
 (or, while it has the file open, makes the batch wait). The replica (``<home>/replica``,
@@ -6,7 +6,8 @@ A batch that commits holds the DuckDB state file's lock; a reader opening the fi
 lock, with the IO manager's as-of rules: a txid is readable once it is published, and as of
 any txid from the oldest one the replica's compaction kept. ``trident state scan/get``,
 ``trident outputs`` and ``trident dead-letters`` read it whenever the home has one and no
-other ``--database`` is given; otherwise they open the state store read-only.
+other ``--database`` is given; otherwise they open the state store read-only, whose states
+they name by topology and state name (:func:`topologies`, :class:`StateRef`).
 """
 
 from __future__ import annotations
@@ -15,21 +16,28 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_assets.backends.duckdb_open import quiet_connect
-from trident_assets.backends.replica import Replica
 from trident_assets.core.caching import GLOBAL_KEY
 from trident_assets.errors import ConfigError, HistoryUnavailableError, StateLayoutError
 from trident_assets.names import check_topology, find_named, validate_identifier
 
+if TYPE_CHECKING:
+    from trident_assets.backends.map_layout import MapLayout
+    from trident_assets.backends.replica import Replica
+    from trident_assets.backends.state_store import StateStore
+
 __all__ = [
     "PublishedState",
+    "StateRef",
+    "check_txid",
+    "find_state_or_none",
     "home_replica",
     "read_state",
+    "topologies",
     "value_name",
 ]
 
@@ -42,6 +50,8 @@ def home_replica(home: Path, database: str | None) -> Replica | None:
         own = home / "state.duckdb"
         if not (own.exists() and Path(database).resolve() == own.resolve()):
             return None
+    from trident_assets.backends.replica import Replica
+
     replica = Replica(home / "replica")
     return replica if replica.scopes() else None
 
@@ -236,6 +246,8 @@ def output_rows(
         chosen = list(files.values())
     if not chosen:
         return _empty_like(files[high]), low, high
+    from trident_assets.backends.duckdb_open import quiet_connect
+
     with quiet_connect() as conn:
         data = conn.sql(
             "SELECT * FROM read_parquet(?, union_by_name = true)",
@@ -304,6 +316,8 @@ def dead_letter_rows(
             files += [f for f in sorted(folder.glob("*.parquet")) if int(f.stem) <= last]
     if not files:
         return [], 0
+    from trident_assets.backends.duckdb_open import quiet_connect
+
     with quiet_connect() as conn:
         conn.register(
             "dead",
@@ -319,3 +333,69 @@ def dead_letter_rows(
             params=[n],
         ).to_arrow_table()
     return rows.to_pylist(), int(total)
+
+
+@dataclass(frozen=True)
+class StateRef:
+    """One state of a topology, as stored."""
+
+    topology: str
+    state: str
+    layout: MapLayout
+
+
+def topologies(store: StateStore) -> dict[str, dict[str, StateRef]]:
+    """Return the topologies of a store (commit scopes and map owners) and their states.
+
+    A map table is ``<topology>__<state>``; the longest committed topology name that prefixes
+    it owns it, else the part before the first ``__``. A state written through the IO manager
+    is its own commit scope: table ``<state>``, listed as topology ``<state>``, state ``<state>``.
+    """
+    scopes = sorted(store.scopes(), key=len, reverse=True)
+    found: dict[str, dict[str, StateRef]] = {name: {} for name in sorted(store.scopes())}
+    for table in store.tables():
+        owner = next((s for s in scopes if table.startswith(f"{s}__")), None)
+        if owner is None and table in scopes:  # a state asset (the IO manager's)
+            layout = store.layout(table)
+            if layout is not None:
+                found[table][table] = StateRef(table, table, layout)
+            continue
+        if owner is None:
+            owner, sep, _ = table.partition("__")
+            if not sep:
+                continue
+        state = table[len(owner) + 2 :]
+        layout = store.layout(table)
+        if layout is not None and state:
+            found.setdefault(owner, {})[state] = StateRef(owner, state, layout)
+    return found
+
+
+def check_txid(store: StateStore, ref: StateRef, txid: int | None) -> None:
+    """Refuse reading ``ref`` as of ``txid`` where the store has no exact answer (None: now).
+
+    Raises:
+        ConfigError, StateLayoutError, HistoryUnavailableError: see
+            :func:`check_as_of`.
+    """
+    if txid is not None:
+        last, plain = store.last_committed(ref.topology), ref.layout.kind == "plain"
+        oldest = lambda: store.oldest_readable_txid(ref.layout.table)  # noqa: E731
+        check_as_of(ref.topology, ref.state, txid, last, plain=plain, oldest=oldest)
+
+
+def find_state_or_none(store: StateStore, topology: str, state: str) -> StateRef | None:
+    """``topology``'s ``state``, or None when the store holds an event-window ``state`` instead.
+
+    Raises:
+        ConfigError: an invalid name, or no such topology or state (the message lists those
+            that exist).
+    """
+    from trident_assets.backends.window_store import stored_windows
+
+    try:
+        return find_named(topologies(store), topology, state, f"state file {store.path}")
+    except ConfigError:
+        if any((w.topology, w.state) == (topology, state) for w in stored_windows(store)):
+            return None
+        raise

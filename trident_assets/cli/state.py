@@ -34,8 +34,8 @@ from trident_assets.cli.kv_state import (
     kv_scan,
     largest_first,
 )
+from trident_assets.cli.replica import StateRef, check_txid, find_state_or_none
 from trident_assets.cli.state_admin import ADMIN_COMMANDS
-from trident_assets.cli.stored import StateRef, check_txid, find_state_or_none
 from trident_assets.cli.windows import event_windows_instead
 from trident_assets.errors import ConfigError
 
