@@ -36,7 +36,7 @@ from trident_assets.cli.kv_state import (
 )
 from trident_assets.cli.replica import StateRef, check_txid, find_state_or_none
 from trident_assets.cli.state_admin import ADMIN_COMMANDS
-from trident_assets.cli.windows import event_windows_instead
+from trident_assets.cli.windows import EventWindows, event_windows_instead
 from trident_assets.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -207,35 +207,17 @@ def state_scan(
     it has one, else the state file read-only. A state kept in a Redis Cluster is read from
     its servers (latest values), found through --module (memcached cannot list its keys).
     """
-    from trident_assets.cli.replica import find_published, home_replica, read_state
-
     with cli_errors():
         kv = declared_kv_state(modules, topology, state)
         if kv is not None:
             kv_scan(kv, txid, limit, fmt)
             return
     with cli_errors(), kv_hinted(home, database, topology, state):
-        replica = home_replica(home, database)
-        windows = None
-        if replica is not None:
-            try:
-                ref: Any = find_published(replica, topology, state)
-            except ConfigError:
-                windows = event_windows_instead(home, database, wait, topology, state, txid)
-            else:
-                data, at = read_state(replica, ref, txid)
-        else:
-            with open_state(home, database, wait) as store:
-                ref = find_state_or_none(store, topology, state)
-                if ref is not None:
-                    check_txid(store, ref, txid)
-                    data = store.scan(ref.layout.table, as_of=txid)
-                    at = txid if txid is not None else store.last_committed(topology)
-            if ref is None:
-                windows = event_windows_instead(home, database, wait, topology, state, txid)
-        if windows is not None:
-            windows.emit(limit or (20 if fmt is Format.table else None), fmt)
+        found = _read(home, database, wait, topology, state, txid)
+        if isinstance(found, EventWindows):
+            found.emit(limit or (20 if fmt is Format.table else None), fmt)
             return
+    ref, data, at, replica = found
     rows = [{**r, "value": _value(ref, r["value"])} for r in data.to_pylist()]
     rows.sort(key=lambda r: largest_first(r["value"]))
     shown = rows[: limit or (20 if fmt is Format.table else len(rows))]
@@ -244,6 +226,50 @@ def state_scan(
     if len(shown) < len(rows):
         title += f" (largest {len(shown)} shown)"
     _emit_state(shown, data.column_names, ref, _namer(home, database, replica), fmt, title)
+
+
+def _read(
+    home: Path,
+    database: str | None,
+    wait: float,
+    topology: str,
+    state: str,
+    txid: int | None,
+    key: list[str] | None = None,
+) -> tuple[Any, Any, int | None, Any] | EventWindows:
+    """``state`` as of ``txid``: ``(ref, rows, txid read at, replica)``, or its windows.
+
+    ``key``: only its rows (``[]``: a global state's value). Replica first, else the file.
+    """
+    from trident_assets.cli.replica import check_key, find_published, home_replica, read_state
+    from trident_assets.core.caching import GLOBAL_KEY
+
+    wanted = None if key is None else key or list(GLOBAL_KEY)
+    replica = home_replica(home, database)
+    if replica is not None:
+        try:
+            ref: Any = find_published(replica, topology, state)
+        except ConfigError:
+            return event_windows_instead(home, database, wait, topology, state, txid)
+        if key == [] and not ref.is_global:
+            raise _not_global(topology, state, ref.key_columns)
+        data, at = read_state(replica, ref, txid, wanted)
+        return ref, data, at, replica
+    with open_state(home, database, wait) as store:
+        ref = find_state_or_none(store, topology, state)
+        if ref is not None:
+            if key == [] and ref.layout.arity != 1:
+                raise _not_global(topology, state, ref.layout.key_columns)
+            check_txid(store, ref, txid)
+            if wanted is not None:
+                check_key(topology, state, ref.layout.key_columns, wanted)
+            data = store.scan(ref.layout.table, as_of=txid, key=wanted)
+            if key == [] and data.num_rows == 0 and txid is None:
+                raise _not_global(topology, state, ref.layout.key_columns)
+            at = txid if txid is not None else store.last_committed(topology)
+    if ref is None:
+        return event_windows_instead(home, database, wait, topology, state, txid)
+    return ref, data, at, None
 
 
 def _namer(home: Path, database: str | None, replica: Any) -> Any:
@@ -300,9 +326,6 @@ def state_get(
     in a Redis Cluster or memcached is read from its servers (latest value), found through
     --module.
     """
-    from trident_assets.cli.replica import check_key, find_published, home_replica, read_state
-    from trident_assets.core.caching import GLOBAL_KEY
-
     omitted = not key
     with cli_errors():
         kv = declared_kv_state(modules, topology, state)
@@ -310,35 +333,11 @@ def state_get(
             kv_get(kv, key or [], txid, fmt)
             return
     with cli_errors(), kv_hinted(home, database, topology, state):
-        replica = home_replica(home, database)
-        try:
-            published = find_published(replica, topology, state) if replica else None
-        except ConfigError:
-            windows = event_windows_instead(home, database, wait, topology, state, txid)
-            windows.emit_key(key or [], fmt)
+        found = _read(home, database, wait, topology, state, txid, key or [])
+        if isinstance(found, EventWindows):
+            found.emit_key(key or [], fmt)
             return
-        if replica is not None:
-            ref: Any = published
-            if omitted and not ref.is_global:
-                raise _not_global(topology, state, ref.key_columns)
-            key = key or list(GLOBAL_KEY)
-            data, _ = read_state(replica, ref, txid, key)
-        else:
-            with open_state(home, database, wait) as store:
-                ref = find_state_or_none(store, topology, state)
-                if ref is None:
-                    store.close()
-                    windows = event_windows_instead(home, database, wait, topology, state, txid)
-                    windows.emit_key(key or [], fmt)
-                    return
-                if omitted and ref.layout.arity != 1:
-                    raise _not_global(topology, state, ref.layout.key_columns)
-                key = key or list(GLOBAL_KEY)
-                check_txid(store, ref, txid)
-                check_key(topology, state, ref.layout.key_columns, key)
-                data = store.scan(ref.layout.table, as_of=txid, key=key)
-                if omitted and data.num_rows == 0 and txid is None:
-                    raise _not_global(topology, state, ref.layout.key_columns)
+        ref, data, _, replica = found
         if data.num_rows == 0:
             at = f" as of txid {txid}" if txid is not None else ""
             if omitted:
