@@ -3,7 +3,9 @@
 Errors: a :class:`~trident_assets.errors.TridentError` (bad input, a missing home, topology or
 state, a locked or foreign state file) is printed as one ``error: ...`` line on stderr and
 exits 1; typer's usage errors (unknown option, missing argument, bad value) exit 2. Commands
-that read never create anything: a missing home is an error, not a new directory.
+that read never create anything: a missing home is an error, not a new directory. Commands
+that run Spark or Dagster keep their own output readable: the engines' logs go to a file
+(:func:`engine_logs_to`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import enum
 import importlib
 import importlib.util
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -20,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -44,6 +47,7 @@ __all__ = [
     "cli_errors",
     "code_location",
     "emit",
+    "engine_logs_to",
     "find_module",
     "import_module",
     "module_topologies",
@@ -402,3 +406,32 @@ def emit(
         for row in rows:
             table.add_row(*["" if row.get(c) is None else str(_plain(row.get(c))) for c in columns])
         console.print(table)
+
+
+@contextmanager
+def engine_logs_to(log_path: Path, verbose: bool) -> Iterator[IO[str]]:
+    """Yield the stream the story is printed to.
+
+    Unless ``verbose``, everything else written to stdout or stderr meanwhile (Dagster's logs,
+    warnings, the Spark JVM's log4j lines, child processes) goes to ``log_path``.
+    """
+    if verbose:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    story = os.fdopen(os.dup(saved[0]), "w", buffering=1)
+    with open(log_path, "ab", buffering=0) as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield story
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            story.close()

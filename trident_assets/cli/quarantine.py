@@ -30,11 +30,11 @@ from trident_assets.cli.common import (
     cli_errors,
     code_location,
     emit,
+    engine_logs_to,
     module_topologies,
     open_state,
     require_home,
 )
-from trident_assets.cli.console import engine_logs_to
 from trident_assets.errors import ConfigError, StoreLockedError
 from trident_assets.planner import check_quarantine
 
