@@ -287,6 +287,9 @@ EXTENDED: dict[str, str] = {
     "test_file_spout_listing.py::test_planning_a_txid_over_100000_files_costs_the_same_after_many_txids": (  # noqa: E501
         "a folder of 100,000 files"
     ),
+    "test_file_spout_reads.py::test_files_above_sparks_split_size_are_read_whole_with_exact_line_numbers": (  # noqa: E501
+        "files above Spark's split size, each way (the scans' line numbers stay in `make test`)"
+    ),
     "test_bench_smoke.py": "the benchmarks at a small size",
     "test_bench_files.py": "the file benchmarks at a small size, in children",
     "test_bench_event_windows.py::test_ours_and_spark_ss_windows_agree": "Spark SS's windows",
