@@ -41,8 +41,7 @@ from trident_assets.errors import TridentError
 from trident_assets.log.timestamps import UNKNOWN
 from trident_assets.spark.batch_context import ChunkPartials
 from trident_assets.spark.column_cache import reuse
-from trident_assets.spark.observed import count_dead
-from trident_assets.spark.traced import traced_frame
+from trident_assets.spark.observed import count_dead, observed_frame
 from trident_assets.spark.txid_tags import TXID_COLUMN, split_by_txid
 from trident_assets.spark.window_columns import (
     DEAD,
@@ -234,8 +233,6 @@ def window_chunk_job(
     spout's dead letters too (``counted_dead``), so they cost a job of their own only when
     there are any.
     """
-    from pyspark.sql import Observation
-
     from trident_assets.planner import is_live
     from trident_assets.spark.frame_schemas import empty_arrow
 
@@ -256,14 +253,13 @@ def window_chunk_job(
         tagged = frames.tagged(parent)
         none = empty_arrow(_chunk_frame(tagged, state, bounds)).drop_columns([TXID_COLUMN])
         return lambda: ChunkPartials({txid: WindowSlice(state, none) for txid in txids}), after
-    observation = Observation()
     # each tuple with its record (a dead letter's provenance); its decode counts dead letters
-    traced = traced_frame(frames.tagged_raw, parent, (TXID_COLUMN,), observation)
-    df = _chunk_frame(frames.tagged(parent) if traced is None else traced, state, bounds)
+    traced = observed_frame(frames.tagged_raw, parent, SOURCE, (TXID_COLUMN,))
+    df = _chunk_frame(frames.tagged(parent) if traced is None else traced[0], state, bounds)
 
     def run() -> ChunkPartials:
         split = split_by_txid(df.toArrow(), txids)
-        counted = {} if traced is None else count_dead((sid, observation))
+        counted = {} if traced is None else count_dead(traced[1])
         slices = {txid: WindowSlice(state, rows) for txid, rows in split.items()}
         return ChunkPartials(dict(slices), counted_dead=counted)
 

@@ -86,7 +86,7 @@ def window_input(run: BatchContext, state: WindowedState) -> StateInput:
     node = state.node.parents[0]
     # each tuple with its source record (a dead letter's provenance), where one spout's
     # records reach the window row by row; None otherwise
-    traced = observed_frame(run, node, SOURCE)
+    traced = observed_frame(run.raw, node, SOURCE)
     observed = None
     if traced is not None and w.kind != "session" and run.uncounted_spout(state.node) is not None:
         observed = traced  # its one scan counts the spout's dead letters too

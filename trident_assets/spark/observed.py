@@ -4,11 +4,13 @@ Rebuilt from the spout with an ``Observation`` on the scheme's decode: the actio
 computes a state over it counts the records that failed too, so the batch phase runs
 a dead-letter job only when there are any (usually none), instead of reading the batch
 again. The plan must read the observed records once (an observation counted twice would
-count them twice).
+count them twice). Each tuple may carry its source record along (an event-time window's
+dead letter names the record it came from: topic, partition, offset).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.spark.node_frames import NodeFrames
@@ -16,7 +18,6 @@ from trident_assets.spark.observation import observed_metrics
 from trident_assets.stream.trident_windows import ORDERED_KINDS
 
 if TYPE_CHECKING:
-    from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.graph import Node
 
 __all__ = ["RECORD_COLUMNS", "Observed", "count_dead", "observed_frame"]
@@ -29,12 +30,13 @@ Observed = tuple[str, Any]
 
 
 def observed_frame(
-    run: BatchContext, node: Node, keep: tuple[str, ...]
+    raw: Callable[[Node], Any], node: Node, keep: tuple[str, ...], tag: tuple[str, ...] = ()
 ) -> tuple[Any, Observed] | None:
     """``node``'s DataFrame rebuilt from its spout, which counts the spout's dead letters.
 
-    ``keep``: names under which the record's :data:`RECORD_COLUMNS` are carried along (as
-    many, in order), or none. The spout's decode
+    ``raw``: a spout node's raw records (carrying the ``tag`` columns, e.g. a chunk's txid
+    tag, which are carried along too). ``keep``: names under which the record's
+    :data:`RECORD_COLUMNS` are carried along (as many, in order), or none. The spout's decode
     carries an ``Observation``: the first action over the returned DataFrame counts the
     records that failed (see :func:`count_dead`). None when ``node`` is not reached from one
     spout through ``each``, ``filter``, ``project`` and ``peek`` only.
@@ -43,21 +45,23 @@ def observed_frame(
 
     if node.kind not in ORDERED_KINDS:
         return None
+    carried = (*tag, *keep)
     if node.kind == "spout":
-        raw = run.raw(node)
+        frame = raw(node)
         if keep:  # SQL text: one JVM round trip per expression, not one per function call
-            raw = raw.selectExpr(
+            frame = frame.selectExpr(
                 "*", *[f"`{c}` AS `{k}`" for c, k in zip(RECORD_COLUMNS, keep, strict=True)]
             )
         observation = Observation()
-        good, _dead = node.args["spout"].scheme.decode(raw, keep=keep, observation=observation)
+        scheme = node.args["spout"].scheme
+        good, _dead = scheme.decode(frame, keep=carried, observation=observation)
         return good, (node.args["spout_id"], observation)
     if len(node.parents) != 1:
         return None
-    parent = observed_frame(run, node.parents[0], keep)
+    parent = observed_frame(raw, node.parents[0], keep, tag)
     if parent is None:
         return None
-    built = NodeFrames.row_wise(node, parent[0], keep=keep)
+    built = NodeFrames.row_wise(node, parent[0], keep=carried)
     return None if built is None else (built, parent[1])
 
 

@@ -53,7 +53,7 @@ _SOURCE = ORDER_COLUMNS[:3]
 
 def _tagged(run: BatchContext, node: Node) -> tuple[Any, Observed]:
     """``node``'s DataFrame carrying each tuple's source record columns; its :data:`Observed`."""
-    observed = observed_frame(run, node, _SOURCE)
+    observed = observed_frame(run.raw, node, _SOURCE)
     if observed is None:  # refused at declaration (stream.trident_windows)
         msg = f"a count window cannot order tuples through {node.label}"
         raise AssertionError(msg)
@@ -106,7 +106,7 @@ def window_batch_table(run: BatchContext, state: TridentState) -> StateInput:
         frame = run.frame(parent)
         partial = combine_partials(frame, (), column, agg, PARTIAL_COLUMN)
         return StateInput(partial.crossJoin(frame.agg(counted)).toArrow())
-    built = observed_frame(run, parent, ())
+    built = observed_frame(run.raw, parent, ())
     frame = run.frame(parent) if built is None else built[0]
     table = frame.agg(_global_partial(agg, column).alias(PARTIAL_COLUMN), counted).toArrow()
     return StateInput(table, counted_dead={} if built is None else count_dead(built[1]))
