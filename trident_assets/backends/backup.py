@@ -52,7 +52,7 @@ from trident_assets.backends.map_layout import log_table
 from trident_assets.backends.marker_file import CommitMarkerFile, lost_commits
 from trident_assets.backends.replica import NEW_VALUES_KEPT, PARTIALS_KEPT, Replica
 from trident_assets.backends.sql_dialect import DUCKDB
-from trident_assets.backends.state_drop import DERIVED_SUFFIXES
+from trident_assets.backends.state_drop import DERIVED_SUFFIXES, table_owner
 from trident_assets.backends.window_store import stored_windows
 from trident_assets.errors import ConfigError, StateLayoutError
 from trident_assets.log.files import fsync_path
@@ -256,15 +256,9 @@ def _write_base(replica: Replica, table: str, txid: int, rows: pa.Table) -> None
 
 
 def _owner(table: str, scopes: dict[str, int]) -> int | None:
-    """The committed txid of the scope owning ``table``.
-
-    The longest scope prefixing it (a topology's tables), else the scope of its own name (a
-    state written through the IO manager).
-    """
-    owners = [s for s in scopes if table.startswith(f"{s}__")]
-    if owners:
-        return scopes[max(owners, key=len)]
-    return scopes.get(table)
+    """The committed txid of the scope owning ``table`` (:func:`table_owner`), if any."""
+    owned = table_owner(table, scopes)
+    return None if owned is None else scopes.get(owned[0])
 
 
 def _is_row_table(name: str) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ __all__ = [
     "find_stored_state",
     "plan_drop",
     "stored_states",
+    "table_owner",
 ]
 
 DERIVED_SUFFIXES = ("new_values", "partials")
@@ -96,8 +98,8 @@ class DroppedState:
     replica_dirs: tuple[Path, ...]
 
 
-def _owner(table: str, scopes: list[str]) -> tuple[str, str] | None:
-    """(topology, state) owning ``table``.
+def table_owner(table: str, scopes: Collection[str]) -> tuple[str, str] | None:
+    """(topology, state) owning ``table``, among the committed topologies ``scopes``.
 
     The longest committed topology prefixing it, else the part before the first ``__`` (as
     ``trident state list`` has always named states); a table that is a commit scope itself
@@ -121,7 +123,7 @@ def stored_states(store: StateStore) -> dict[str, dict[str, StoredState]]:
 
     A state is found by its map table (the catalog), a join's pending table
     (``_trident_join_meta``) or its contract; a contract names its owner exactly, tables are
-    owned as :func:`_owner` says. Nothing is written.
+    owned as :func:`table_owner` says. Nothing is written.
     """
     scopes = list(store.scopes())
     found: dict[str, dict[str, StoredState]] = {name: {} for name in sorted(scopes)}
@@ -132,7 +134,7 @@ def stored_states(store: StateStore) -> dict[str, dict[str, StoredState]]:
         listed = store.fetch_rows(f"SELECT table_name FROM {meta}") if store.has_table(meta) else []
         kinds |= {str(t): kind for (t,) in listed if t not in kinds and store.has_table(t)}
     for table, kind in sorted(kinds.items()):
-        owner = by_table.get(table) or _owner(table, scopes)
+        owner = by_table.get(table) or table_owner(table, scopes)
         if owner is None:
             continue
         topology, state = owner

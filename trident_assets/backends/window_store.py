@@ -72,11 +72,6 @@ epoch microseconds; all None before any)."""
 
 def last_committed(store: StateStore, state: WindowedState) -> Committed:
     """``state``'s :data:`Committed` row: its last committed txid's watermark row."""
-    return _last(store, state)
-
-
-def _last(store: StateStore, state: WindowedState) -> Committed:
-    """``(max event time, watermark, txid)`` of the last committed txid (times in epoch us)."""
     if not store.has_table(WATERMARKS):
         return None, None, None
     micros = store.dialect.micros_of
@@ -93,12 +88,12 @@ def _last(store: StateStore, state: WindowedState) -> Committed:
 
 def last_max_event_us(store: StateStore, state: WindowedState) -> int | None:
     """The largest event time ``state`` committed, in epoch microseconds (None before any)."""
-    return _last(store, state)[0]
+    return last_committed(store, state)[0]
 
 
 def last_watermark_us(store: StateStore, state: WindowedState) -> int | None:
     """The committed watermark of ``state`` in epoch microseconds (None before any event)."""
-    return _last(store, state)[1]
+    return last_committed(store, state)[1]
 
 
 @dataclass(frozen=True)
@@ -258,7 +253,7 @@ def apply_window_batch(
     spec = state.windowed
     keys, out, open_t, finals_t = _names(state)
     k = "".join(f"{c}, " for c in keys)
-    committed = batch.committed if batch.committed is not None else _last(store, state)
+    committed = batch.committed if batch.committed is not None else last_committed(store, state)
     top, wm_before, last = committed
     if wm_before != batch.decided_watermark_us:
         msg = (

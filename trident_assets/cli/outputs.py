@@ -22,15 +22,13 @@ from trident_assets.cli.common import (
     emit,
     open_state,
 )
-from trident_assets.cli.replica import topologies
+from trident_assets.cli.replica import OUTPUT_INFIX, topologies
 from trident_assets.names import DEAD_LETTERS_TABLE, check_topology, validate_identifier
 
 if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
 
 __all__ = ["dead_letters", "outputs"]
-
-_OUTPUT_INFIX = "__out_"
 
 
 def _tables(store: StateStore) -> set[str]:
@@ -49,7 +47,7 @@ def _check_topology(store: StateStore, topology: str) -> None:
 def _output_table(store: StateStore, topology: str, output: str) -> str:
     _check_topology(store, topology)
     validate_identifier(output, "output")
-    prefix = f"{topology}{_OUTPUT_INFIX}"
+    prefix = f"{topology}{OUTPUT_INFIX}"
     tables = _tables(store)
     table = f"{prefix}{output}"
     if table not in tables:

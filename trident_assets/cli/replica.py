@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from trident_assets.backends.state_store import StateStore
 
 __all__ = [
+    "OUTPUT_INFIX",
     "PublishedState",
     "StateRef",
     "check_txid",
@@ -41,7 +42,7 @@ __all__ = [
     "value_name",
 ]
 
-_OUTPUT_INFIX = "__out_"
+OUTPUT_INFIX = "__out_"
 
 
 def home_replica(home: Path, database: str | None) -> Replica | None:
@@ -75,24 +76,18 @@ class PublishedState:
         return len(self.key_columns)
 
 
-def _owner(table: str, scopes: list[str]) -> str | None:
-    """The scope owning ``table``: the longest prefixing it, else its own (a state asset)."""
-    owners = [s for s in scopes if table.startswith(f"{s}__")]
-    if owners:
-        return max(owners, key=len)
-    return table if table in scopes else None
-
-
 def published_states(replica: Replica) -> dict[str, dict[str, PublishedState]]:
     """Per published topology, its map states (empty for a topology with none)."""
+    from trident_assets.backends.state_drop import table_owner
+
     scopes = replica.scopes()
     found: dict[str, dict[str, PublishedState]] = {name: {} for name in scopes}
     for table in replica.tables():
         layout = replica.layout(table)
-        owner = _owner(table, list(scopes))
-        if layout is None or owner is None:
+        owned = table_owner(table, scopes)
+        if layout is None or owned is None or owned[0] not in found:
             continue
-        state = table[len(owner) + 2 :] if table != owner else table
+        owner, state = owned
         found[owner][state] = PublishedState(
             topology=owner,
             state=state,
@@ -230,7 +225,7 @@ def output_rows(
     validate_identifier(output, "output")
     scopes = replica.scopes()
     check_topology(topology, scopes, str(replica.root))
-    prefix = f"{topology}{_OUTPUT_INFIX}"
+    prefix = f"{topology}{OUTPUT_INFIX}"
     table = f"{prefix}{output}"
     tables = replica.tables()
     last = scopes[topology]
@@ -245,17 +240,16 @@ def output_rows(
     if txid is None:
         chosen = list(files.values())
     if not chosen:
-        return _empty_like(files[high]), low, high
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(files[high]).empty_table(), low, high
     from trident_assets.backends.duckdb_open import quiet_connect
 
     with quiet_connect() as conn:
         data = conn.sql(
-            "SELECT * FROM read_parquet(?, union_by_name = true)",
+            "SELECT * FROM read_parquet(?, union_by_name = true) ORDER BY ALL",
             params=[[str(f) for f in chosen]],
         ).to_arrow_table()
-        order = ", ".join(str(i) for i in range(1, data.num_columns + 1))
-        conn.register("data", data)
-        data = conn.sql(f"SELECT * FROM data ORDER BY {order}").to_arrow_table()
     return data, low, high
 
 
@@ -285,12 +279,6 @@ def check_kept(
             f"(older txids are dropped as batches commit); txid {txid} is gone"
         )
         raise ConfigError(msg)
-
-
-def _empty_like(path: Path) -> pa.Table:
-    import pyarrow.parquet as pq
-
-    return pq.read_schema(path).empty_table()
 
 
 def dead_letter_rows(
@@ -351,23 +339,14 @@ def topologies(store: StateStore) -> dict[str, dict[str, StateRef]]:
     it owns it, else the part before the first ``__``. A state written through the IO manager
     is its own commit scope: table ``<state>``, listed as topology ``<state>``, state ``<state>``.
     """
-    scopes = sorted(store.scopes(), key=len, reverse=True)
-    found: dict[str, dict[str, StateRef]] = {name: {} for name in sorted(store.scopes())}
+    from trident_assets.backends.state_drop import table_owner
+
+    scopes = store.scopes()
+    found: dict[str, dict[str, StateRef]] = {name: {} for name in sorted(scopes)}
     for table in store.tables():
-        owner = next((s for s in scopes if table.startswith(f"{s}__")), None)
-        if owner is None and table in scopes:  # a state asset (the IO manager's)
-            layout = store.layout(table)
-            if layout is not None:
-                found[table][table] = StateRef(table, table, layout)
-            continue
-        if owner is None:
-            owner, sep, _ = table.partition("__")
-            if not sep:
-                continue
-        state = table[len(owner) + 2 :]
-        layout = store.layout(table)
-        if layout is not None and state:
-            found.setdefault(owner, {})[state] = StateRef(owner, state, layout)
+        owned, layout = table_owner(table, scopes), store.layout(table)
+        if owned is not None and layout is not None:
+            found.setdefault(owned[0], {})[owned[1]] = StateRef(*owned, layout)
     return found
 
 
