@@ -11,9 +11,9 @@ from __future__ import annotations
 import uuid
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -30,7 +30,6 @@ from trident_assets.kafka import (
     KafkaUpdater,
     SinkMode,
     backoff_for,
-    run_with_retries,
 )
 from trident_assets.kafka.reader import read_kafka_ranges
 from trident_assets.spark.executor import TopologyRunner
@@ -623,6 +622,35 @@ def test_word_count_from_kafka_over_several_batches(
 def test_word_count_source_option_is_validated() -> None:
     with pytest.raises(ConfigError, match="source must be"):
         build_word_count(source="kafka")
+
+
+T = TypeVar("T")
+
+
+def run_with_retries(
+    run: Callable[[int], T],
+    txid: int,
+    backoff: ExponentialBackoff,
+    *,
+    sleep: Callable[[float], None],
+) -> T:
+    """Run batch ``txid``, replaying it after failures as the coordinator sensor does.
+
+    Failure ``n`` (1, 2, ...) waits ``backoff.delay(n)`` before replay ``n``; once
+    ``backoff.should_retry(n)`` is False the last error is raised. Failures a replay cannot
+    fix (bad configuration, a batch run out of order) are raised at once.
+    """
+    failures = 0
+    while True:
+        try:
+            return run(txid)
+        except (ConfigError, OutOfOrderCommitError):
+            raise
+        except Exception:
+            failures += 1
+            if not backoff.should_retry(failures):
+                raise
+            sleep(backoff.delay(failures))
 
 
 def test_retry_uses_storms_backoff_for_replays() -> None:

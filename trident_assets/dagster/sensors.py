@@ -36,7 +36,7 @@ from trident_assets.dagster.live_stop import stop_reason
 from trident_assets.dagster.partitions import range_tags, txid_key, txid_partitions
 from trident_assets.dagster.resources import TridentResource
 from trident_assets.errors import ConfigError
-from trident_assets.kafka.retry import backoff_for
+from trident_assets.kafka.spout import backoff_for
 from trident_assets.log.files import UnknownTopicError
 from trident_assets.planner import quarantine_refusal
 from trident_assets.spouts.ranges import partition_sort_key

@@ -1,6 +1,5 @@
 """Kafka: spouts reading topics in parallel on Spark, and a sink (Storm's KafkaBolt)."""
 
-from trident_assets.kafka.retry import backoff_for, run_with_retries
 from trident_assets.kafka.sink import (
     FieldTopicSelector,
     FixedTopicSelector,
@@ -9,7 +8,7 @@ from trident_assets.kafka.sink import (
     SinkMode,
 )
 from trident_assets.kafka.source import KafkaSource
-from trident_assets.kafka.spout import GapPolicy, KafkaSpout
+from trident_assets.kafka.spout import GapPolicy, KafkaSpout, backoff_for
 
 __all__ = [
     "FieldTopicSelector",
@@ -21,5 +20,4 @@ __all__ = [
     "KafkaUpdater",
     "SinkMode",
     "backoff_for",
-    "run_with_retries",
 ]

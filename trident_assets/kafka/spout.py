@@ -29,12 +29,25 @@ from trident_assets.spouts.ranges import BatchPlan
 if TYPE_CHECKING:
     from trident_assets.spark.schemes import Scheme
 
-__all__ = ["GapPolicy", "KafkaSpout"]
+__all__ = ["GapPolicy", "KafkaSpout", "backoff_for"]
 
 GapPolicy = Literal["fail", "dead_letter"]
 
 _RESERVED = ("group.id", "enable.auto.commit", "auto.offset.reset", "enable.partition.eof")
 _GAPS_SHOWN = 5
+
+
+def backoff_for(topology: Any) -> ExponentialBackoff | None:
+    """The retry policy of the topology's spouts: the first spout's that declares ``retry``.
+
+    The Dagster coordinator sensor replays failed batches with it. Returns None when no spout
+    declares one (the caller's default applies).
+    """
+    for node in topology.spouts.values():
+        retry = getattr(node.args["spout"], "retry", None)
+        if isinstance(retry, ExponentialBackoff):
+            return retry
+    return None
 
 
 class KafkaSpout:
