@@ -11,6 +11,17 @@ from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.errors import ConfigError
 
 
+def next_attempt_at(b: ExponentialBackoff, num_fails: int, now: float) -> float | None:
+    """The time of the next attempt after failure ``num_fails`` at ``now``; None: give up.
+
+    The message is ready for retry at any time ``>= now + delay(num_fails)``; once the retries
+    are used up (``should_retry`` is False) the caller gives up, as Storm acks the message.
+    """
+    if not b.should_retry(num_fails):
+        return None
+    return now + b.delay(num_fails)
+
+
 def test_defaults_are_storms_default_retry_service() -> None:
     b = ExponentialBackoff()
     assert (b.initial_delay_s, b.delay_period_s, b.max_retries, b.max_delay_s) == (
@@ -32,7 +43,7 @@ def test_storm_test_expects_four_seconds_times_two_to_the_n_minus_one() -> None:
     assert [b.delay(n) for n in (2, 3, 4)] == [8.0, 16.0, 32.0]
     now = 1000.0
     for n, expected in ((2, 8.0), (3, 16.0), (4, 32.0)):
-        ready_at = b.next_attempt_at(n, now)
+        ready_at = next_attempt_at(b, n, now)
         assert ready_at == now + expected
         assert now + expected - 1 < ready_at  # not ready one second early
         now = ready_at
@@ -42,7 +53,7 @@ def test_first_failure_uses_the_initial_delay_and_is_capped_too() -> None:
     # testMaxDelay: initial 500 s, max delay 2 s -> ready after 2 s
     b = ExponentialBackoff(500.0, 0.0, 1, 2.0)
     assert b.delay(1) == 2.0
-    assert b.next_attempt_at(1, 10.0) == 12.0
+    assert next_attempt_at(b, 1, 10.0) == 12.0
     assert ExponentialBackoff(1.0, 0.0, 1, 1.0).delay(1) == 1.0
     assert ExponentialBackoff(0.25, 3.0, None, 100.0).delay(1) == 0.25
 
@@ -66,15 +77,15 @@ def test_max_retries_gives_up_after_the_limit() -> None:
     # testMaxRetries: maxRetries 3 -> the 3rd failure is retried, the 4th is not
     b = ExponentialBackoff(0.0, 0.0, 3, 0.0)
     assert [b.should_retry(n) for n in (1, 2, 3, 4, 5)] == [True, True, True, False, False]
-    assert b.next_attempt_at(3, 7.0) == 7.0
-    assert b.next_attempt_at(4, 7.0) is None
+    assert next_attempt_at(b, 3, 7.0) == 7.0
+    assert next_attempt_at(b, 4, 7.0) is None
     assert b.delay(4) == 0.0  # the delay itself ignores max_retries
 
 
 def test_zero_retries_never_retries() -> None:
     b = ExponentialBackoff(max_retries=0)
     assert not b.should_retry(1)
-    assert b.next_attempt_at(1, 0.0) is None
+    assert next_attempt_at(b, 1, 0.0) is None
 
 
 @pytest.mark.parametrize(
@@ -103,7 +114,7 @@ def test_failure_numbers_count_from_one(bad: object) -> None:
     with pytest.raises(ConfigError, match="num_fails counts failures from 1"):
         b.should_retry(bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="num_fails counts failures from 1"):
-        b.next_attempt_at(bad, 0.0)  # type: ignore[arg-type]
+        next_attempt_at(b, bad, 0.0)  # type: ignore[arg-type]
 
 
 def test_integer_settings_are_accepted_and_delays_are_floats() -> None:

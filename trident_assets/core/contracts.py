@@ -87,12 +87,6 @@ class StateContract:
             data["aggregator_params"] = tuple(tuple(p) for p in data["aggregator_params"])
         return cls(**data)
 
-    def aggregator_text(self) -> str:
-        """The aggregator as a human reads it: ``pkg.Sum(field='n')`` plus ``@version``."""
-        params = ", ".join(f"{k}={v}" for k, v in self.aggregator_params)
-        text = f"{self.aggregator}({params})"
-        return f"{text}@{self.version}" if self.version is not None else text
-
 
 CONTRACT_FIELDS: tuple[str, ...] = (
     "topology",
@@ -132,11 +126,6 @@ class ContractComparison:
     """The result of :func:`compare`."""
 
     differences: tuple[FieldDifference, ...]
-
-    @property
-    def identical(self) -> bool:
-        """True when no compared field differs."""
-        return not self.differences
 
     @property
     def compatible(self) -> bool:

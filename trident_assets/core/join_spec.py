@@ -213,15 +213,3 @@ class SingleJoin:
     def meta_key(self) -> Key:
         """The bookkeeping key: ``(META_KEY_TAG, *join_fields)``, one longer than a join key."""
         return (META_KEY_TAG, *(self.join_fields or ()))
-
-    def fields_of(self, side: str) -> tuple[str, ...]:
-        """Return the fields of ``side``.
-
-        Raises:
-            JoinInputError: ``side`` is not an input of this join.
-        """
-        for name, fields in self.inputs:
-            if name == side:
-                return tuple(fields)
-        msg = f"{side!r} is not a side of this join; the sides are {name_list(self.sides)}"
-        raise JoinInputError(msg)

@@ -106,17 +106,3 @@ class ExponentialBackoff:
         """
         self._check_failure(num_fails)
         return self.max_retries is None or num_fails <= self.max_retries
-
-    def next_attempt_at(self, num_fails: int, now: float) -> float | None:
-        """Return the time of the next attempt after failure ``num_fails`` at ``now``.
-
-        The message is ready for retry at any time ``>= now + delay(num_fails)``. Returns None
-        when the retries are used up (``should_retry`` is False): the caller gives up, as Storm
-        acks the message.
-
-        Raises:
-            ConfigError: ``num_fails`` is not an integer >= 1.
-        """
-        if not self.should_retry(num_fails):
-            return None
-        return now + self.delay(num_fails)

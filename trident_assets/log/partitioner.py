@@ -23,7 +23,6 @@ __all__ = ["kafka_partition", "kafka_partitions", "murmur2", "murmur2_many", "to
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
-_MASK32 = 0xFFFFFFFF
 
 
 def murmur2(data: bytes) -> int:

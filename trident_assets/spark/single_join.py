@@ -1,6 +1,6 @@
 """Running a single join for one batch (declared by :mod:`trident_assets.stream.single_join`).
 
-Two halves around the commit: :func:`join_batch_table` collects the batch's rows of every
+Two halves around the commit: :func:`join_batch_input` collects the batch's rows of every
 side in one Spark job (before the commit transaction); :func:`apply_join_state` joins them
 with the pending halves in the store (:mod:`trident_assets.backends.join_state`: DuckDB or
 PostgreSQL) inside it.
@@ -17,29 +17,29 @@ from trident_assets.backends.duckdb_join import batch_event_time
 from trident_assets.backends.join_batch_columns import SIDE_COLUMN, TS_COLUMN, value_column
 from trident_assets.backends.join_state import apply_join_batch
 from trident_assets.core.join import SingleJoin
-from trident_assets.runtime.outcomes import Applied, StateOutcome
+from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
 from trident_assets.stream.state_kinds import SINGLE_JOIN
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext
     from trident_assets.stream.streams import TridentState
 
-__all__ = ["apply_join_state", "join_batch_frame", "join_batch_table"]
+__all__ = ["apply_join_state", "join_batch_frame", "join_batch_input"]
 
 
-def join_batch_table(run: BatchContext, state: TridentState) -> pa.Table:
+def join_batch_input(run: BatchContext, state: TridentState) -> StateInput:
     """The batch's rows of every side as one Arrow table (one Spark union, one transfer).
 
     Columns: ``__side`` (the side's index), ``__v<i>`` (a struct of side i's fields, NULL on
     the other sides' rows) and ``__ts`` (the event time in seconds, NULL without one).
     """
-    return join_batch_frame(run, state).toArrow()
+    return StateInput(join_batch_frame(run, state).toArrow())
 
 
 def join_batch_frame(run: BatchContext, state: TridentState) -> Any:
     """The batch's rows of every side as one Spark DataFrame, never collected.
 
-    The columns of :func:`join_batch_table`; the sides' rows in side order, each side's in
+    The columns of :func:`join_batch_input`'s table; the sides' rows in side order, each side's in
     its frame's order.
     """
     from pyspark.sql import functions as F

@@ -24,7 +24,7 @@ from trident_assets.spark.event_windows import window_input
 from trident_assets.spark.kv_join import apply_kv_join, kv_join_input
 from trident_assets.spark.kv_state import apply_kv_state, kv_input
 from trident_assets.spark.partials import combiner_partials
-from trident_assets.spark.single_join import apply_join_state, join_batch_table
+from trident_assets.spark.single_join import apply_join_state, join_batch_input
 from trident_assets.spark.state_apply import (
     apply_distinct_count,
     apply_map_state,
@@ -92,19 +92,12 @@ def _window_chunk(run: BatchContext, state: TridentState) -> PartialsJob:
     return PartialsJob(None, window, event_top=after)
 
 
-def _input(
-    compute: Callable[[BatchContext, Any], Any],
-) -> Callable[[BatchContext, TridentState], StateInput]:
-    """A batch input that finds nothing besides the input itself."""
-    return lambda run, state: StateInput(compute(run, state))
-
-
 ENGINES: dict[str, StateEngine] = {
     Combiner.name: StateEngine(None, apply_map_state, _combiner_chunk),
     Reducer.name: StateEngine(reducer_input, apply_reducer_map),
     DistinctCountKind.name: StateEngine(distinct_pairs, apply_distinct_count),
     Updater.name: StateEngine(updater_input, apply_updater_state),
-    SINGLE_JOIN: StateEngine(_input(join_batch_table), apply_join_state),
+    SINGLE_JOIN: StateEngine(join_batch_input, apply_join_state),
     TRIDENT_WINDOW: StateEngine(window_batch_table, apply_window_state),
     EVENT_WINDOW: StateEngine(window_input, _apply_event_window, _window_chunk),  # type: ignore[arg-type]
     KEY_VALUE: StateEngine(kv_input, apply_kv_state),

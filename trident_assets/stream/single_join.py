@@ -10,7 +10,7 @@ DuckDB table written in the batch's commit transaction, see
 * the expired halves, registered as output ``<name>_expired`` (the join fields, then
   ``side, arrived_txid, arrived_ts, reason, values_json``: one row per tuple Storm would fail).
 
-The running half (``join_batch_table``, ``apply_join_state``) is in
+The running half (``join_batch_input``, ``apply_join_state``) is in
 :mod:`trident_assets.spark.single_join`: declarations never import execution.
 """
 
@@ -42,11 +42,6 @@ __all__ = [
 
 SINGLE_JOIN_EXPIRED = "single_join_expired"
 """Node kind of a single join's expired-halves stream (built during the commit)."""
-
-
-def expired_output_name(name: str) -> str:
-    """Return the name of join ``name``'s expired output (``<name>_expired``)."""
-    return validate_identifier(f"{name}_expired", "expired output")
 
 
 def _check_column_lengths(name: str, spec: SingleJoin) -> None:
@@ -194,7 +189,7 @@ def declare_single_join(
     if name in topology.states:
         msg = f"topology {topology.name!r} already has a state {name!r}"
         raise ConfigError(msg)
-    expired_name = expired_output_name(name)
+    expired_name = validate_identifier(f"{name}_expired", "expired output")
     if expired_name in topology.outputs:
         msg = f"topology {topology.name!r} already has an output {expired_name!r}"
         raise ConfigError(msg)
