@@ -3,7 +3,7 @@
 Ours (``TopologyRunner`` catch-up) and the Spark Structured Streaming query (append mode) run
 in-process on the session's SparkSession over the same tiny corpus; their final windows must
 equal the numpy ground truth exactly, which must itself equal the plain-Python model of
-``trident_assets.core.event_windows.reference_windows``.
+``trident_assets_tests.event_window_model.reference_windows``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from bench import event_windows as ev
-from trident_assets.core.event_windows import EventWindow, reference_windows
+from trident_assets.core.event_windows import EventWindow
+from trident_assets_tests.event_window_model import reference_windows
 
 SPEC = ev.EvSpec(
     batches=4, sentences=60, vocab=30, words_per_sentence=3, batch_seconds=30, late=0.05, seed=5

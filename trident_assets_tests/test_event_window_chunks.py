@@ -5,7 +5,7 @@ A window whose time field is the record timestamp runs its txids in chunks
 against the committed watermark, from candidates the log's timestamp statistics flag before
 the job. Every result here is compared with the one-batch path (the same runner with
 pipelining off, which decides lateness in Spark before each commit) and with the plain-Python
-model (:func:`~trident_assets.core.event_windows.reference_windows`): finals, open windows,
+model (:func:`~trident_assets_tests.event_window_model.reference_windows`): finals, open windows,
 dead letters in their order, watermarks, new values and each txid's outcome.
 """
 
@@ -26,12 +26,13 @@ import pytest
 
 import trident_assets as ta
 from trident_assets.backends.window_store import WATERMARKS, read_finals, read_open
-from trident_assets.core.event_windows import EventWindow, reference_windows
+from trident_assets.core.event_windows import EventWindow
 from trident_assets.errors import TridentError
 from trident_assets.log.timestamps import max_timestamp_ms
 from trident_assets.spark.event_window_chunks import chunk_bounds, late_reason
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets.stream.graph import record_time_spout as _record_time_spout
+from trident_assets_tests.event_window_model import reference_windows
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_MS = int((datetime(2026, 1, 1) - datetime(1970, 1, 1)).total_seconds()) * 1000

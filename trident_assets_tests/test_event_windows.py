@@ -1,8 +1,9 @@
 """Event-time windows on Spark + DuckDB or PostgreSQL: exact windows, late records, exactly-once
 finals.
 
-Every expected window comes from the plain-Python model of
-:func:`trident_assets.core.event_windows.reference_windows` over the same records, or by hand.
+Every expected window comes from the plain-Python model
+(:func:`~trident_assets_tests.event_window_model.reference_windows`) over the same records, or
+by hand.
 Records are produced into a one-partition topic just before their txid runs, so txid ``i``
 reads exactly batch ``i``. The tests taking ``open_store`` run on both stores with the same
 expected values.
@@ -29,10 +30,11 @@ from trident_assets.backends.window_store import (
     read_finals,
     read_open,
 )
-from trident_assets.core.event_windows import EventWindow, reference_windows
+from trident_assets.core.event_windows import EventWindow
 from trident_assets.errors import ConfigError, FieldNotFoundError, StateContractError
 from trident_assets.spouts.config import SpoutConfig, SpoutKind
 from trident_assets_tests.conftest import OpenStore
+from trident_assets_tests.event_window_model import reference_windows
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = datetime(2026, 1, 1)

@@ -6,15 +6,14 @@ from datetime import timedelta
 
 import pytest
 
-from trident_assets.core.event_windows import (
-    EventWindow,
+from trident_assets.core.event_windows import EventWindow, parse_duration
+from trident_assets.errors import ConfigError
+from trident_assets_tests.event_window_model import (
     is_final,
-    parse_duration,
     reference_windows,
     sessionize,
     window_starts,
 )
-from trident_assets.errors import ConfigError
 
 S = 1_000_000
 M = 60 * S
