@@ -303,7 +303,7 @@ def test_outputs_per_txid(home: Path) -> None:
         "dropped as batches commit); txid 1 is gone\n",
     )
     assert run("outputs", "word_count", "words", "--txid", "9", home=home)[2] == (
-        "error: txid 9 of topology 'word_count' is not committed: the last is 3\n"
+        "error: txid 9 of topology 'word_count' is not committed: the last committed txid is 3\n"
     )
     assert run("outputs", "word_count", "counts", home=home)[2] == (
         "error: topology 'word_count' has no output 'counts' (or no batch produced it yet); "

@@ -19,7 +19,6 @@ Examples::
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -337,12 +336,3 @@ def verify(
             err=True,
         )
         raise typer.Exit(code=1)
-
-
-def main() -> None:  # pragma: no cover - convenience entry point
-    """Run the log CLI on its own (``python -m trident_assets.cli.log``)."""
-    log_app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

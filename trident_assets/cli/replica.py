@@ -270,9 +270,7 @@ def check_kept(
     Raises:
         ConfigError: ``txid`` is not committed (the last is ``last``), or no longer kept.
     """
-    if txid is not None and (last is None or txid > last):
-        msg = f"txid {txid} of topology {topology!r} is not committed: the last is {last}"
-        raise ConfigError(msg)
+    check_as_of(topology, output, txid, last, plain=False, oldest=lambda: None)
     if txid is not None and low is not None and txid < low:
         msg = (
             f"output {output!r} of {topology!r} keeps the rows of txids {low}..{high} "

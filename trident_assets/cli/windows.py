@@ -124,6 +124,7 @@ def read_event_windows(
         ConfigError: ``txid`` is not committed.
     """
     from trident_assets.backends.window_store import read_finals, read_open, stored_windows
+    from trident_assets.cli.replica import check_as_of
 
     validate_identifier(topology, "topology")
     validate_identifier(state, "state")
@@ -135,10 +136,7 @@ def read_event_windows(
         if found is None:
             return None
         last = store.last_committed(topology)
-        if txid is not None and (last is None or txid > last):
-            done = "nothing is committed yet" if last is None else f"the last is {last}"
-            msg = f"txid {txid} of topology {topology!r} is not committed: {done}"
-            raise ConfigError(msg)
+        check_as_of(topology, state, txid, last, plain=False, oldest=lambda: None)
         finals = read_finals(store, found)
         opened = read_open(store, found) if txid is None else []
     if txid is not None:

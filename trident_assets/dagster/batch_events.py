@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from datetime import datetime
+from graphlib import TopologicalSorter
 from typing import Any
 
 import dagster as dg
@@ -235,21 +236,8 @@ def dependency_order(topology: TridentTopology) -> list[str]:
     """
     graph = topology_graph(topology)
     role_of = {node.key: role for role, node in graph.items()}
-    ordered: list[str] = []
-    done: set[str] = set()
-
-    def visit(role: str) -> None:
-        if role in done:
-            return
-        done.add(role)
-        for dep in graph[role].deps:
-            if dep in role_of:
-                visit(role_of[dep])
-        ordered.append(role)
-
-    for role in graph:
-        visit(role)
-    return ordered
+    deps = {role: [role_of[d] for d in node.deps if d in role_of] for role, node in graph.items()}
+    return list(TopologicalSorter(deps).static_order())
 
 
 def backfill_events(
