@@ -1,12 +1,34 @@
-"""An in-memory spout metadata store: the reference model the spout tests run against."""
+"""In-memory test models: a spout metadata store (the spout tests' reference) and a counting map."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from trident_assets.backends.memory import MemoryBackingMap
+from trident_assets.core.protocols import Key
 from trident_assets.spouts.ranges import PartitionRange
 
-__all__ = ["MemorySpoutMetaStore"]
+__all__ = ["CountingBackingMap", "MemorySpoutMetaStore"]
+
+
+class CountingBackingMap(MemoryBackingMap[Any]):
+    """A dict backing map that counts the bulk calls it served."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.get_calls = 0
+        self.put_calls = 0
+
+    def multi_get(self, keys: Sequence[Key]) -> list[Any]:
+        """Return each key's value or None (one call counted)."""
+        self.get_calls += 1
+        return super().multi_get(keys)
+
+    def multi_put(self, keys: Sequence[Key], values: Sequence[Any]) -> None:
+        """Store each value (one call counted)."""
+        self.put_calls += 1
+        super().multi_put(keys, values)
 
 
 class MemorySpoutMetaStore:

@@ -30,6 +30,7 @@ from trident_assets.core.maps import NonTransactionalMap, OpaqueMap
 from trident_assets.core.protocols import Key
 from trident_assets.core.values import OpaqueValue
 from trident_assets.errors import ConfigError, StaleTxidError, StateLayoutError
+from trident_assets_tests.memory_meta import CountingBackingMap
 
 PENDING = "join_pending"
 SCOPE = "join"
@@ -70,7 +71,7 @@ class Harness:
     def __init__(self, spec: SingleJoin) -> None:
         self.spec = spec
         self.store = MemoryStore()
-        self.backing: MemoryBackingMap[Any] = self.store.map(PENDING)
+        self.backing = self.store.maps[PENDING] = CountingBackingMap()
         self.pending = CountingState(OpaqueMap(self.backing))
 
     def candidates(self, txid: int, batch_ts: float | None) -> list[Key]:

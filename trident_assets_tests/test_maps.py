@@ -17,6 +17,7 @@ from trident_assets import (
 )
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.aggregators import ReducerAggregator, apply_combiner, apply_reducer
+from trident_assets_tests.memory_meta import CountingBackingMap
 
 
 def single_get(state, key):
@@ -194,7 +195,7 @@ def test_multi_put_semantics() -> None:
 
 
 def test_one_backing_call_per_update_and_only_changed_keys_written() -> None:
-    backing = MemoryBackingMap()
+    backing = CountingBackingMap()
     backing.data = {("x",): TransactionalValue(2, 1)}
     state = TransactionalMap(backing)
     state.begin_commit(2)
@@ -217,7 +218,7 @@ class Concat(ReducerAggregator[str]):
 
 
 def test_reducer_groups_by_key_with_one_update() -> None:
-    backing = MemoryBackingMap()
+    backing = CountingBackingMap()
     state = OpaqueMap(backing)
     state.begin_commit(1)
     keys, new = apply_reducer(state, Concat(), [("a",), ("b",), ("a",)], [("x",), ("y",), ("z",)])

@@ -16,21 +16,17 @@ T = TypeVar("T")
 
 
 class MemoryBackingMap(Generic[T]):
-    """A backing map over a dict; records how many bulk calls it served."""
+    """A backing map over a dict."""
 
     def __init__(self) -> None:
         self.data: dict[Key, T] = {}
-        self.get_calls = 0
-        self.put_calls = 0
 
     def multi_get(self, keys: Sequence[Key]) -> list[T | None]:
         """Return each key's value or None."""
-        self.get_calls += 1
         return [self.data.get(tuple(k)) for k in keys]
 
     def multi_put(self, keys: Sequence[Key], values: Sequence[T]) -> None:
         """Store each value."""
-        self.put_calls += 1
         for key, value in zip(keys, values, strict=True):
             self.data[tuple(key)] = value
 
