@@ -32,7 +32,6 @@ from trident_assets.spark.class_cache import archive_options
 from trident_assets.spark.code_shipping import package_zip, user_modules
 from trident_assets.spark.local_servers import (
     SparkServer,
-    own_view,
     start_connect_server,
     start_standalone,
 )
@@ -70,6 +69,22 @@ sys.meta_path.insert(0, _OnlyShipped)
 TRANSFER_ROWS = 3
 """Under Connect, driver-side tables go to Spark in slices of this many rows (several slices
 per table); the standalone run keeps a classic session's default (one piece)."""
+
+
+def own_view(hidden: Path, keep: Path, stage: Path) -> list[str]:
+    """A command prefix: run in a mount namespace where ``hidden`` is empty but for ``keep``.
+
+    ``keep`` (inside ``hidden``) stays at its path, as a filesystem shared by driver and
+    executors would; everything else of ``hidden`` is out of reach, as on another machine.
+    ``stage`` is an empty directory outside ``hidden`` used while remounting (Linux, root:
+    ``unshare -m``).
+    """
+    script = (
+        f"mount --make-rprivate / && mount --bind '{keep}' '{stage}' && "
+        f"mount -t tmpfs tmpfs '{hidden}' && mkdir -p '{keep}' && "
+        f"mount --bind '{stage}' '{keep}' && exec \"$@\""
+    )
+    return ["unshare", "-m", "sh", "-c", script, "sh"]
 
 
 @dataclass(frozen=True)

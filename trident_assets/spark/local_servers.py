@@ -31,7 +31,6 @@ __all__ = [
     "StandaloneCluster",
     "die_with_parent",
     "free_port",
-    "own_view",
     "start_connect_server",
     "start_standalone",
     "stop_process_group",
@@ -250,8 +249,8 @@ def start_standalone(
     The executors run in the worker's work directory: they see the driver's files only by
     path (one machine), and import nothing from the driver's working directory. Master,
     worker and executors start from the class archive when there is one.
-    ``worker_prefix``: a command the worker runs under (e.g. :func:`own_view`: executors with
-    a filesystem view of their own).
+    ``worker_prefix``: a command the worker runs under (e.g. ``unshare``: executors with a
+    filesystem view of their own).
 
     Raises:
         TridentError: a server exited or did not listen within two minutes.
@@ -303,22 +302,6 @@ def _with_archive(options: str) -> str:
     if "SharedArchiveFile=" in options or "ArchiveClassesAtExit=" in options:
         return options
     return " ".join(p for p in (options.strip(), archive_options()) if p)
-
-
-def own_view(hidden: Path, keep: Path, stage: Path) -> list[str]:
-    """A command prefix: run in a mount namespace where ``hidden`` is empty but for ``keep``.
-
-    ``keep`` (inside ``hidden``) stays at its path, as a filesystem shared by driver and
-    executors would; everything else of ``hidden`` is out of reach, as on another machine.
-    ``stage`` is an empty directory outside ``hidden`` used while remounting (Linux, root:
-    ``unshare -m``).
-    """
-    script = (
-        f"mount --make-rprivate / && mount --bind '{keep}' '{stage}' && "
-        f"mount -t tmpfs tmpfs '{hidden}' && mkdir -p '{keep}' && "
-        f"mount --bind '{stage}' '{keep}' && exec \"$@\""
-    )
-    return ["unshare", "-m", "sh", "-c", script, "sh"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
