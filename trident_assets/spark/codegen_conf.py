@@ -10,12 +10,9 @@ code) run with both kinds of code generation off, for their duration only
 (:func:`~trident_assets.spark.scoped_conf.scoped_conf`). Either way the results are the same;
 only the speed differs.
 
-Measured on 2 cores by ``bench/codegen_batches.py`` (median s per batch after warm-up,
-interpreted / generated, two runs): a strict JSON scheme into a sliding event-time window
-0.73-0.85x at 500-2,000 records, 0.88x at 5,000, 0.93-1.03x at 10,000-20,000, 1.18x at
-50,000; the word count 0.82-0.94x at 500-1,000, 0.97-1.15x at 2,000-10,000, 1.33x at 50,000.
-Three Spark-heavy test files (many small batches of differently shaped topologies, so little
-compiled code is reused) took 80-83 s interpreted against 98-102 s generated.
+Measured by ``bench/codegen_batches.py`` on 2 cores (table in ``bench/PROFILE.md``):
+interpreted, a batch of 500-1,000 records takes 0.73-0.94x the time of generated code, one
+of 50,000 records 1.18-1.33x.
 """
 
 from __future__ import annotations
