@@ -6,23 +6,31 @@ for every txid of a chunk, in this order: none where the spout read nothing; a s
 that collected them along (a chunk of one: :meth:`~SpoutDeadLetters.fold_dead`); none
 where an Arrow kernel counted none, or where the ``Observation`` on the spout's decode saw
 none; otherwise a job of their own.
+
+On a small batch a job of their own costs about as much as the state's (a round trip,
+planning, scheduling), so a chunk of one folds them into the state's job:
+:func:`with_spout_dead` appends them to the job's rows, marked ``__kind = SPOUT_DEAD``, and
+:func:`take_spout_dead` splits the collected table again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from trident_assets.spark.column_cache import reuse
 from trident_assets.spark.node_frames import NodeFrames
 from trident_assets.spark.observation import observed_metrics
 from trident_assets.spark.scheme_base import DEAD_LETTER_COLUMNS
+from trident_assets.spark.window_columns import KIND, REASON, SPOUT_DEAD, SPOUT_DEAD_COLUMNS, VALUE
 
 if TYPE_CHECKING:
     from trident_assets.stream.graph import Node
 
-__all__ = ["SpoutDeadLetters"]
+__all__ = ["SpoutDeadLetters", "take_spout_dead", "with_spout_dead"]
 
 
 class SpoutDeadLetters(NodeFrames):
@@ -123,3 +131,42 @@ class SpoutDeadLetters(NodeFrames):
             return self.per_txid(self.to_arrow(f"dead letters:{sid}", dead))
 
         return run
+
+
+def with_spout_dead(df: Any, dead: Any, owner: Any) -> Any:
+    """``df``'s rows, then the spout's ``dead`` letters as rows of the same job.
+
+    Columns of one missing from the other are null there (``unionByName``). ``owner`` (the
+    state) keeps the select list's expressions from one txid to the next.
+    """
+    rows = dead.select(*reuse(owner, "spout_dead", None, dead, _spout_dead_rows))
+    return df.unionByName(rows, allowMissingColumns=True)
+
+
+def _spout_dead_rows() -> list[Any]:
+    """Select list of a spout dead letter's row in the job's table."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.lit(SPOUT_DEAD).alias(KIND),
+        *[F.col(name).alias(alias) for name, alias in SPOUT_DEAD_COLUMNS.items()],
+        F.col("reason").alias(REASON),
+        F.col("value").alias(VALUE),
+    ]
+
+
+def take_spout_dead(
+    schema: pa.Schema, table: pa.Table, drop: Sequence[str] = ()
+) -> tuple[pa.Table, pa.Table]:
+    """``(the job's own rows, the spout's dead letters)`` of a folded job's ``table``.
+
+    ``schema``: the dead letters' Arrow schema (what their own job's ``toArrow`` gives).
+    The own rows lose the spout dead letters' columns and ``drop``.
+    """
+    mine = pc.fill_null(pc.equal(table.column(KIND), SPOUT_DEAD), False)
+    rows = table.filter(mine)
+    source = {**SPOUT_DEAD_COLUMNS, "reason": REASON, "value": VALUE}
+    columns = [rows.column(source[f.name]).cast(f.type) for f in schema]
+    dead = pa.Table.from_arrays(columns, schema=schema)
+    gone = [*SPOUT_DEAD_COLUMNS.values(), *drop]
+    return table.filter(pc.invert(mine)).drop_columns(gone), dead

@@ -34,7 +34,7 @@ from trident_assets.backends.window_store import (
 from trident_assets.core.event_windows import EventWindow
 from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
 from trident_assets.spark.column_cache import reuse
-from trident_assets.spark.folded_dead import take_spout_dead, with_spout_dead
+from trident_assets.spark.dead_letter_jobs import take_spout_dead, with_spout_dead
 from trident_assets.spark.observed import count_dead, observed_frame
 from trident_assets.spark.window_columns import (
     DEAD,

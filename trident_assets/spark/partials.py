@@ -29,7 +29,7 @@ from trident_assets.core.user_code import guard
 from trident_assets.spark.aggregation import combine_partials, split_nulls, state_partials
 from trident_assets.spark.arrow_partials import combine_task_partials
 from trident_assets.spark.batch_context import ChunkPartials, PartialsJob
-from trident_assets.spark.folded_dead import take_spout_dead, with_spout_dead
+from trident_assets.spark.dead_letter_jobs import take_spout_dead, with_spout_dead
 from trident_assets.spark.kernel_plan import (
     arrow_kernel,
     arrow_kernels_on,
