@@ -51,7 +51,7 @@ def test_in_order_commits_apply_and_replays_are_reported_no_ops() -> None:
     second = count_batch(store, 2, {"a": 1, "b": 1})
     assert (second.applied, second.previous) == (True, 1)
     replay = count_batch(store, 1, {"a": 100})
-    assert replay.already_committed
+    assert not replay.applied  # already committed
     assert replay.previous == 2
     assert store.map("counts").data == {("a",): OpaqueValue(2, 3, 2), ("b",): OpaqueValue(2, 1)}
 

@@ -295,12 +295,12 @@ def test_replay_of_a_committed_txid_is_a_no_op() -> None:
     before = h.snapshot()
     gets = len(h.pending.gets)
     replay = h.run(3, batches[2])
-    assert replay.already_committed
+    assert not replay.applied  # already committed
     assert replay.result is None
     assert h.snapshot() == before
     assert len(h.pending.gets) == gets  # not even read
     # a different batch under the same txid (opaque spout) is also skipped
-    assert h.run(2, {"age": [(0, 99)]}).already_committed
+    assert not h.run(2, {"age": [(0, 99)]}).applied  # already committed
     assert h.snapshot() == before
     res = h.result(4, batches[3])
     assert [row[0] for row in res.joined] == [4, 3, 2, 1, 0]
@@ -615,7 +615,7 @@ def _iter_results(
                 h.run(txid, rows, fail=True)
         res = h.run(txid, rows)
         assert res.applied
-        assert h.run(txid, rows).already_committed  # a replay of the committed txid
+        assert not h.run(txid, rows).applied  # a replay of the committed txid
         assert res.result is not None
         yield txid, res.result
 

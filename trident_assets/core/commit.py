@@ -118,14 +118,10 @@ class CommitResult(Generic[R]):
     scope: str
     txid: int | None
     applied: bool
+    """False: the batch had committed before, and nothing was applied."""
     previous: int | None
     """The scope's last committed txid before this call."""
     result: R | None = None
-
-    @property
-    def already_committed(self) -> bool:
-        """True if the batch had committed before and nothing was applied."""
-        return not self.applied
 
 
 def commit_batch(
