@@ -170,6 +170,30 @@ def test_whole_segments_are_read_without_an_offset_filter(spark: Any, log: Parti
     assert _rows(df.toArrow()) == _rows(pa.concat_tables([log.read(*r) for r in partial]))
 
 
+def _generated_code(df: Any) -> list[str]:
+    """The lines of Spark's generated Java source for ``df``'s plan."""
+    debug = df.sparkSession._jvm.org.apache.spark.sql.execution.debug.package
+    text = debug.codegenString(df._jdf.queryExecution().executedPlan())
+    return [line for line in text.splitlines() if line.startswith("/*")]
+
+
+def test_tagged_whole_segments_are_tagged_by_file_with_the_same_code(
+    spark: Any, log: PartitionedLog
+) -> None:
+    # partition 0 holds segments 0..9, 10..19, 20..29; partition 1 0..10, 11..21, 22..32
+    first = [(0, "events", 0, 0, 9), (1, "events", 0, 10, 19), (0, "events", 1, 0, 21)]
+    second = [(0, "events", 0, 10, 19), (1, "events", 0, 20, 29), (0, "events", 1, 22, 32)]
+    codes = []
+    for ranges in (first, second):
+        df = read_ranges_tagged(spark, log, ranges, "txid")
+        assert not _has_filter(df), "whole segments: no offset filter"
+        got = sorted(tuple(r) for r in df.select("partition", "offset", "txid").collect())
+        expected = sorted((p, o, tag) for tag, _, p, a, b in ranges for o in range(a, b + 1))
+        assert got == expected
+        codes.append(_generated_code(df))
+    assert codes[0] == codes[1], "the offsets and file names are no literals in the code"
+
+
 def test_empty_inputs_give_empty_frame_with_schema(spark: Any, log: PartitionedLog) -> None:
     for ranges in ([], [("events", 1, 0, -1)], [("events", 1, 33, 32)]):
         df = read_ranges(spark, log, ranges)

@@ -14,9 +14,9 @@ Only a record whose first window ends at or before ``bound_i`` can be late or pa
 key, window, reason, value): an ordinary record's value is left out, so it adds to its
 windows' partials; a candidate's value is kept, so identical candidates share a row
 (counted in ``__dup``) that keeps its event time and its first and last windows; an
-unreadable record (null or unparseable event time) is a dead letter row. The bound is an
-array literal indexed by the batch tag: the job's generated code is the same for every
-chunk of the same length.
+unreadable record (null or unparseable event time) is a dead letter row. The bounds are an
+array literal indexed by the batch tag, which Spark's generated code references instead of
+inlining: with the log reader's tags by segment file, chunks compile the same code.
 
 At the commit of each txid (inside its transaction, with the committed watermark ``wm``),
 :meth:`WindowSlice.resolve` turns its rows into what :func:`window_input` returns for one
@@ -62,6 +62,10 @@ from trident_assets.stream.state_kinds import EVENT_WINDOW
 
 UNBOUNDED = 1 << 62
 """A batch's largest event time when the log cannot bound it: every record a candidate."""
+
+NO_BOUND = -(1 << 62)
+"""A batch's watermark bound while no event time is known: below every Spark timestamp's
+microseconds (year 1), so no record is a candidate."""
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_context import BatchContext
@@ -277,7 +281,9 @@ def _chunk_frame(parent: Any, state: WindowedState, bounds: Sequence[int | None]
         state, "window_chunk", key, parent, lambda: window_columns(parent, spec, (TXID_COLUMN,))
     )
     tag = F.col(TXID_COLUMN)
-    bound = F.element_at(F.array(*[F.lit(b).cast("bigint") for b in bounds]), (tag + 1).cast("int"))
+    # one SQL call; no null element (its nullability would change the generated code)
+    known = ", ".join(f"{NO_BOUND if b is None else int(b)}L" for b in bounds)
+    bound = F.element_at(F.expr(f"array({known})"), (tag + 1).cast("int"))
     records = parent.select(*c.base, tag).withColumns(c.bounds)
     dead = c.unreadable
     candidate = c.readable & (c.first_end <= bound)

@@ -155,23 +155,28 @@ def read_ranges_tagged(
     """Like :func:`read_ranges` for several batches in ONE scan, tagging each record.
 
     ``ranges`` are ``(tag, topic, partition, first, last)``; every record gets the ``tag``
-    of its range in the bigint ``column``. Ranges must not overlap. Files wholly inside the
-    ranges of one tag are read without a filter. One file index and one
-    scan over the union of the files serve every batch, instead of one per batch; per
-    source partition the filter is the merged offset spans and the tag a comparison chain
-    on ``offset`` (consecutive batches of a partition are adjacent ranges).
+    of its range in the bigint ``column``. Ranges must not overlap. One file index and one
+    scan over the union of the files serve every batch, instead of one per batch. When every
+    file lies wholly inside its range (the usual case in a catch-up), there is no filter and
+    a record's tag is its segment file's, looked up by file name in a map: the offsets are
+    then no literals in Spark's generated code, so every chunk over the same topic
+    partitions runs the same compiled code. Otherwise, per source partition, the filter is
+    the merged offset spans and the tag a comparison chain on ``offset`` (consecutive
+    batches of a partition are adjacent ranges).
     """
     from pyspark.sql import functions as F
 
-    df, indices, whole = _scan(spark, log, [r[1:] for r in ranges])
+    df, files, whole = _scan(spark, log, [r[1:] for r in ranges])
     if df is None:
         empty = spark.createDataFrame([], log_spark_schema())
         return empty.withColumn(column, F.lit(None).cast("bigint"))
-    tags = {int(ranges[i][0]) for i in indices}
+    tags = {int(ranges[i][0]) for i in files}
     if whole and len(tags) == 1:  # one batch of whole files: no filter, one tag
         return df.withColumn(column, F.lit(tags.pop()).cast("bigint"))
+    if whole:  # each file holds one range's records: no filter, the tag is its file's
+        return df.withColumn(column, F.expr(_file_tags_sql(ranges, files)))
     groups: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-    for index in indices:
+    for index in files:
         tag, topic, partition, first, last = ranges[index]
         groups.setdefault((topic, int(partition)), []).append((int(first), int(last), int(tag)))
     keep: list[str] = []
@@ -194,6 +199,28 @@ def read_ranges_tagged(
     # one expression each (two driver round trips instead of a few per range)
     tag_expr = F.expr(f"CASE {' '.join(tags)} END")
     return df.where(F.expr(" OR ".join(keep))).withColumn(column, tag_expr)
+
+
+def _file_tags_sql(
+    ranges: Sequence[tuple[int, str, int, int, int]], files: dict[int, list[str]]
+) -> str:
+    """Spark SQL: a record's tag, by its segment file (``files``: each range's files, whole).
+
+    The file names go in a map literal, which Spark's generated code references instead of
+    inlining (as it does an offset), so chunks over the same topic partitions compile the
+    same code; the names are segment names (:func:`_inside` checked them).
+    """
+    groups: dict[tuple[str, int], list[str]] = {}
+    for index, paths in files.items():
+        tag, topic, partition, _first, _last = ranges[index]
+        entries = groups.setdefault((topic, int(partition)), [])
+        entries += [f"'{os.path.basename(p)}', CAST({int(tag)} AS BIGINT)" for p in paths]
+    cases = " ".join(
+        f"WHEN {_partition_sql(topic, partition)} THEN "
+        f"element_at(map({', '.join(entries)}), `_metadata`.`file_name`)"
+        for (topic, partition), entries in groups.items()
+    )
+    return f"CASE {cases} END"
 
 
 def _partition_sql(topic: str, partition: int) -> str:
@@ -284,16 +311,17 @@ def _inline(
 
 def _scan(
     spark: Any, log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]]
-) -> tuple[DataFrame | None, list[int], bool]:
-    """``(DataFrame over the files holding ranges, indices of the non-empty ranges, whole)``.
+) -> tuple[DataFrame | None, dict[int, list[str]], bool]:
+    """``(DataFrame over the files holding ranges, each non-empty range's files, whole)``.
 
-    The DataFrame is None when every range is empty. ``whole``: every file lies wholly
-    inside a range, so the files hold exactly the union of the ranges' records (the log
-    lists every file a range overlaps, and refuses a range it cannot read whole).
+    The DataFrame is None when every range is empty; the dict maps a range's index to the
+    segment files it overlaps. ``whole``: every file lies wholly inside its range, so the
+    files hold exactly the union of the ranges' records and no file two ranges' records
+    (the log lists every file a range overlaps, and refuses a range it cannot read whole).
     """
     schema = log_spark_schema()
     files: dict[str, None] = {}
-    indices: list[int] = []
+    indices: dict[int, list[str]] = {}
     whole = True
     for index, item in enumerate(ranges):
         topic, partition, first, last = _checked(item)
@@ -304,9 +332,9 @@ def _scan(
         check_segment_files(topic, int(partition), paths, log.checksums_required(topic))
         whole = whole and all(_inside(p, int(first), int(last)) for p in paths)
         files.update(dict.fromkeys(paths))
-        indices.append(index)
+        indices[index] = list(paths)
     if not files:
-        return None, [], True
+        return None, {}, True
     uris = [_file_uri(log, p) for p in files]
     with driver_side_listing(spark, len(uris)):
         df = spark.read.schema(schema).parquet(*uris)
