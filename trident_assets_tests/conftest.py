@@ -107,12 +107,17 @@ def _jvm_temp_dir() -> None:
 
 def _class_archive() -> None:
     from trident_assets.errors import ConfigError
-    from trident_assets.spark.class_cache import archive_options, archive_path, build_archive
+    from trident_assets.spark.class_cache import (
+        archive_current,
+        archive_options,
+        archive_path,
+        build_archive,
+    )
 
     path = archive_path()
     if path is None:
         return
-    if not path.is_file():
+    if not archive_current(path):
         try:
             build_archive(path)
         except (ConfigError, OSError) as exc:  # only speed depends on it

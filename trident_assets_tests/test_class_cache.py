@@ -57,6 +57,50 @@ def test_default_archive_path_is_per_install_under_the_cache_home(
     assert path.suffix == ".jsa"
 
 
+def test_class_cache_rebuilds_an_archive_of_another_workload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive's stamp is its workload's hash: an upgrade that changes it rebuilds."""
+    from typer.testing import CliRunner
+
+    from trident_assets.cli import app
+    from trident_assets.spark import class_cache
+
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setenv(CACHE_ENV, str(archive))
+    dumps: list[str] = []
+
+    def fake_jvm(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        """The child's JVM dumping its archive at exit (``-XX:ArchiveClassesAtExit=``)."""
+        out = next(o for o in cmd[3].split() if o.startswith("-XX:ArchiveClassesAtExit="))
+        Path(out.split("=", 1)[1]).write_bytes(b"classes of " + cmd[2].encode())
+        dumps.append(cmd[2])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(class_cache.subprocess, "run", fake_jvm)
+
+    def class_cache_cli(*args: str) -> str:
+        result = CliRunner().invoke(app, ["class-cache", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    archive.write_bytes(b"an archive from before stamps")
+    assert not class_cache.archive_current(archive), "no stamp: rebuilt"
+    assert "built" in class_cache_cli()
+    assert class_cache.archive_current(archive)
+    assert (tmp_path / "spark.jsa.workload").read_text().strip() == class_cache.workload_stamp()
+    assert "exists" in class_cache_cli(), "the same workload: kept"
+    assert len(dumps) == 1
+    monkeypatch.setattr(class_cache, "_WORKLOAD", class_cache._WORKLOAD + "\nprint('more')\n")
+    assert not class_cache.archive_current(archive), "another workload's archive"
+    assert "built" in class_cache_cli()
+    assert archive.read_bytes().endswith(b"print('more')\n")
+    assert class_cache.archive_current(archive)
+    assert "built" in class_cache_cli("--rebuild"), "--rebuild still dumps anew"
+    assert len(dumps) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spark.jsa", "spark.jsa.workload"]
+
+
 SESSION = """
 from trident_assets.spark.session import build_spark_session
 import sys
@@ -85,7 +129,8 @@ def test_trident_class_cache_builds_an_archive_the_next_driver_jvm_loads(tmp_pat
         ["trident", "class-cache"], env=env, capture_output=True, text=True, timeout=600
     )
     assert again.stdout.startswith(f"class archive {archive} exists ("), again.stdout
-    assert list(archive.parent.iterdir()) == [archive], "no temporary file left"
+    stamp = archive.with_name(f"{archive.name}.workload")
+    assert sorted(archive.parent.iterdir()) == [archive, stamp], "no temporary file left"
 
     loads = tmp_path / "class-load.txt"
     run = subprocess.run(

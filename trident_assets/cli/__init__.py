@@ -162,14 +162,15 @@ def class_cache(
     """Build the class archive local Spark JVMs start from (about twice as fast).
 
     Once per Java and Spark install (`make setup` runs it); about 180 MB under
-    ~/.cache/trident_assets, or at TRIDENT_CLASS_CACHE (`off` disables it). An archive that
-    no longer fits the installed Java or Spark is ignored; run this again with --rebuild.
+    ~/.cache/trident_assets, or at TRIDENT_CLASS_CACHE (`off` disables it). An archive
+    dumped by another version's workload is rebuilt; one that no longer fits the installed
+    Java or Spark is ignored: run this again with --rebuild.
     """
-    from trident_assets.spark.class_cache import archive_path, build_archive
+    from trident_assets.spark.class_cache import archive_current, archive_path, build_archive
 
     with cli_errors():
         path = archive_path()
-        if path is not None and path.is_file() and not rebuild:
+        if path is not None and archive_current(path) and not rebuild:
             typer.echo(f"class archive {path} exists ({path.stat().st_size >> 20} MiB)")
             return
         built = build_archive(path)

@@ -28,7 +28,14 @@ from pathlib import Path
 
 from trident_assets.errors import ConfigError
 
-__all__ = ["CACHE_ENV", "archive_options", "archive_path", "build_archive"]
+__all__ = [
+    "CACHE_ENV",
+    "archive_current",
+    "archive_options",
+    "archive_path",
+    "build_archive",
+    "workload_stamp",
+]
 
 CACHE_ENV = "TRIDENT_CLASS_CACHE"
 """Environment variable: the archive's path, or ``off``."""
@@ -139,6 +146,26 @@ if proc is not None and proc.stdin is not None:
 """
 
 
+def workload_stamp() -> str:
+    """A hash of the workload an archive is dumped from: which classes it holds."""
+    return hashlib.sha256(_WORKLOAD.encode()).hexdigest()[:16]
+
+
+def _stamp_file(path: Path) -> Path:
+    """The file beside the archive at ``path`` that holds its :func:`workload_stamp`."""
+    return path.with_name(f"{path.name}.workload")
+
+
+def archive_current(path: Path) -> bool:
+    """Whether ``path`` holds an archive dumped by this version's workload.
+
+    An archive without a stamp, or from another workload (an upgrade changed it), is still
+    used by the JVM while it fits the install, but ``trident class-cache`` rebuilds it.
+    """
+    stamp = _stamp_file(path)
+    return path.is_file() and stamp.is_file() and stamp.read_text().strip() == workload_stamp()
+
+
 def build_archive(path: Path | None = None, *, timeout_s: float = 600.0) -> Path:
     """Dump the archive (replacing an existing one) from a child process's Spark workload.
 
@@ -148,7 +175,8 @@ def build_archive(path: Path | None = None, *, timeout_s: float = 600.0) -> Path
     embedded log, two txids per Spark job, committed to DuckDB), so the classes the first
     jobs of a run load come from the archive too, and exits; the archive is written to a temporary
     file that then replaces ``path`` (default :func:`archive_path`) atomically, so a JVM
-    starting meanwhile sees either the old archive or the new one.
+    starting meanwhile sees either the old archive or the new one; then the archive's
+    :func:`workload_stamp` is written beside it (``<archive>.workload``).
 
     Raises:
         ConfigError: the archive is disabled (``TRIDENT_CLASS_CACHE=off``) or the JVM wrote
@@ -180,6 +208,10 @@ def build_archive(path: Path | None = None, *, timeout_s: float = 600.0) -> Path
             )
             raise ConfigError(msg)
         os.replace(tmp, target)
+        stamp = _stamp_file(target)
+        stamp_tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
+        stamp_tmp.write_text(workload_stamp() + "\n")
+        os.replace(stamp_tmp, stamp)
     finally:
         tmp.unlink(missing_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
