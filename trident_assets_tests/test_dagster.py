@@ -217,6 +217,36 @@ def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
     assert "txid 1 failed 2 times (max_attempts=2); giving up" in gave_up.skip_message
 
 
+def test_coordinator_gives_up_after_the_retry_policys_max_retries(world) -> None:
+    """A retry policy with ``max_retries=0`` allows one failed run, though max_attempts is 5;
+    the give-up names the setting that stopped it."""
+    import time
+
+    topo, trident, _job, instance = world
+    broken = TridentResource(home=trident.home, state_database="/nonexistent-dir/\0bad")
+    backoff = ExponentialBackoff(initial_delay_s=1, delay_period_s=1, max_retries=0)
+    first = decide_next(instance, topo, trident, backoff, max_attempts=5)
+    request = first.run_requests[0]
+    instance.add_dynamic_partitions("word_count_txids", [request.partition_key])
+    failing = trident_definitions([topo], broken).resolve_implicit_global_asset_job_def()
+    assert not failing.execute_in_process(
+        partition_key=request.partition_key,
+        instance=instance,
+        tags=request.tags,
+        raise_on_error=False,
+    ).success
+    gave_up = decide_next(instance, topo, trident, backoff, max_attempts=5, now=time.time() + 60)
+    assert isinstance(gave_up, dg.SkipReason)
+    assert (
+        "txid 1 failed 1 times (max_retries=0 of the retry policy); giving up. See run "
+        in gave_up.skip_message
+    )
+    assert "by hand or raise max_retries. " in gave_up.skip_message
+    lenient = ExponentialBackoff(initial_delay_s=1, delay_period_s=1, max_retries=9)
+    retry = decide_next(instance, topo, trident, lenient, max_attempts=5, now=time.time() + 60)
+    assert retry.run_requests[0].run_key == "word_count-0000000001-a1", "max_attempts is lower"
+
+
 def test_one_commit_function_on_the_stack_from_the_op_to_the_store(world, monkeypatch) -> None:
     """A txid's path from the Dagster op to the store transaction reads in one stack: one
     function named commit in the runtime (and the core's commit protocol), the engine's apply

@@ -2,7 +2,8 @@
 
 It reads Dagster's instance and the log's offset files, never the DuckDB state (a running
 batch holds its lock). A failed txid is replayed with a new run key per attempt, after
-Storm's exponential backoff; after ``max_attempts`` it stops and says why.
+Storm's exponential backoff; after ``max_attempts`` (or the retry policy's ``max_retries`` + 1,
+if fewer) it stops and says why.
 
 It waits while any run of the topology is in flight, tagged by it or not (a run from the
 UI's Materialize button or a backfill: :func:`~.in_flight.in_flight_run`). The last
@@ -87,7 +88,8 @@ def decide_next(
     When more than one batch of records waits (by each spout's ``max_batch_size``), up to
     ``max_catch_up`` txids are requested as ONE range run (catch-up): each txid still
     commits separately and in order. Replays of a failed txid always run it alone. After
-    ``max_attempts`` failures: ``on_poison="stop"`` stops and says what to run;
+    ``max_attempts`` failures (fewer where ``backoff.max_retries`` says so):
+    ``on_poison="stop"`` stops and says what to run;
     ``"quarantine"`` launches one run that sets the txid's records aside (where sound).
     ``live_job``: the topology's live job (live mode): every run requested is a run of it,
     which commits from the next txid on as records arrive (a quarantine run sets the txid
@@ -119,8 +121,9 @@ def decide_next(
     attempts = instance.get_runs(
         filters=dg.RunsFilter(tags={TOPOLOGY_TAG: topology.name, TXID_TAG: key})
     )
-    if len(attempts) >= max_attempts:
-        return _poison(topology, txid, attempts, max_attempts, on_poison, live_job)
+    limit, setting = _attempt_limit(backoff, max_attempts)
+    if len(attempts) >= limit:
+        return _poison(topology, txid, attempts, setting, on_poison, live_job)
     count = 1
     if attempts:
         record = instance.get_run_record_by_id(attempts[0].run_id)
@@ -169,15 +172,27 @@ def _txid_request(
     return dg.RunRequest(partition_key=key, run_key=f"{name}-{key}-{attempt}", tags=tags)
 
 
+def _attempt_limit(backoff: ExponentialBackoff, max_attempts: int) -> tuple[int, str]:
+    """How many failed runs of a txid are allowed, and the setting that says so.
+
+    The sensor's ``max_attempts``, or fewer where the retry policy's ``max_retries`` (Storm's:
+    failure ``n`` is retried while ``n <= max_retries``) allows fewer.
+    """
+    retries = backoff.max_retries
+    if retries is not None and retries + 1 < max_attempts:
+        return retries + 1, f"max_retries={retries} of the retry policy"
+    return max_attempts, f"max_attempts={max_attempts}"
+
+
 def _poison(
     topology: TridentTopology,
     txid: int,
     attempts: list[Any],
-    max_attempts: int,
+    setting: str,
     on_poison: str,
     live_job: str | None = None,
 ) -> dg.SensorResult | dg.SkipReason:
-    """A txid that failed ``max_attempts`` times: quarantine it (if asked and sound), or stop.
+    """A txid out of attempts (``setting`` names the limit): quarantine it if asked, or stop.
 
     In live mode (``live_job``) the quarantine run is a live run that sets the txid aside first.
     """
@@ -186,17 +201,16 @@ def _poison(
     tried = [run for run in attempts if QUARANTINE_TAG in run.tags]
     if on_poison == "quarantine" and refusal is None and not tried:
         reason = (
-            f"txid {txid} failed {len(attempts)} times (max_attempts={max_attempts}); "
-            f"last run {attempts[0].run_id}"
+            f"txid {txid} failed {len(attempts)} times ({setting}); last run {attempts[0].run_id}"
         )
         tags = {TOPOLOGY_TAG: name, TXID_TAG: key, QUARANTINE_TAG: reason}
         return dg.SensorResult(
             run_requests=[_txid_request(name, key, "quarantine", tags, live_job)]
         )
     head = (
-        f"{name}: txid {txid} failed {len(attempts)} times (max_attempts={max_attempts}); "
+        f"{name}: txid {txid} failed {len(attempts)} times ({setting}); "
         f"giving up. See run {attempts[0].run_id}. Fix the cause, then launch partition {key} "
-        "by hand or raise max_attempts"
+        f"by hand or raise {setting.split('=')[0]}"
     )
     if tried:
         return dg.SkipReason(f"{head}. Its quarantine run {tried[0].run_id} failed too.")
@@ -239,7 +253,9 @@ def coordinator_sensor(
     """The coordinator sensor of ``topology`` (running by default), ticking every ``interval_s``.
 
     ``max_catch_up`` caps how many pending txids one run may process (1: one run per txid).
-    ``on_poison``: what to do with a txid that failed ``max_attempts`` times: ``"stop"``
+    A txid is given up after ``max_attempts`` failed runs, or after ``max_retries + 1`` where
+    the retry policy's ``max_retries`` is lower.
+    ``on_poison``: what to do with a txid given up: ``"stop"``
     (the skip reason says what to run) or ``"quarantine"`` (set its records aside and move
     on, where :func:`~trident_assets.planner.quarantine_refusal` allows).
     Replays wait ``backoff``, else the ``retry`` policy a spout declares (e.g. a KafkaSpout's),
