@@ -170,7 +170,8 @@ class BatchRun(SpoutDeadLetters):
         a = node.args
         if node.kind == "spout":
             observation = self.mode.observation(a["spout_id"])
-            good, dead = a["spout"].scheme.decode(
+            decoded = self.mode.decode(self, a["spout_id"], reads_for(a["spout"]), observation)
+            good, dead = decoded or a["spout"].scheme.decode(
                 self.raw(node), keep=self.mode.keep, observation=observation
             )
             self.dead[a["spout_id"]] = (dead, observation)

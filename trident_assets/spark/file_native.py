@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SCAN_FILES",
     "changed_message",
+    "checked_scan",
     "native_frame",
     "reads_natively",
     "spark_path",
@@ -189,16 +190,10 @@ def _scan(spark: Any, location: Location, entries: list[FileEntry], fmt: str, dd
             ]
         ),
     )
-    fact = F.col("__fact")
-    check = F.when(
-        fact.isNull(),
-        F.raise_error(F.concat(F.lit("file "), F.col("__path"), F.lit(_UNRECORDED))),
-    ).when(
-        (F.col("__size") != fact["size"]) | (F.col("__mtime_ms") != fact["mtime_ms"]),
-        F.raise_error(F.concat(fact["before"], F.col("__size").cast("string"), fact["after"])),
-    )
+    check = _unchanged(F.col("__fact"))
     if fmt != "parquet":
-        check = check.when(F.col("__split"), F.raise_error(fact["split"]))
+        check = check.when(F.col("__split"), F.raise_error(F.col("__fact")["split"]))
+    fact = F.col("__fact")
     provenance = [
         fact["topic"].alias("topic"),
         F.lit(0).cast("int").alias("partition"),
@@ -223,3 +218,54 @@ def _scan(spark: Any, location: Location, entries: list[FileEntry], fmt: str, dd
         stripped.alias("value"),
         F.lit(None).cast(schema["headers"].dataType).alias("headers"),
     )
+
+
+def _unchanged(fact: Any) -> Any:
+    """A CASE failing the job for a row of a file not recorded, or changed since recorded.
+
+    Reads ``__fact`` (the file's entry of :func:`_facts`), ``__path``, ``__size`` and
+    ``__mtime_ms`` (Spark's ``_metadata``); continue it with ``.when`` or ``.otherwise``.
+    """
+    from pyspark.sql import functions as F
+
+    return F.when(
+        fact.isNull(),
+        F.raise_error(F.concat(F.lit("file "), F.col("__path"), F.lit(_UNRECORDED))),
+    ).when(
+        (F.col("__size") != fact["size"]) | (F.col("__mtime_ms") != fact["mtime_ms"]),
+        F.raise_error(F.concat(fact["before"], F.col("__size").cast("string"), fact["after"])),
+    )
+
+
+def checked_scan(
+    spark: Any,
+    location: Location,
+    entries: list[FileEntry],
+    fmt: str,
+    ddl: str,
+    options: dict[str, str],
+) -> Any:
+    """One scan of ``entries`` (all :func:`reads_natively`) by Spark's ``fmt`` source.
+
+    Its columns are ``ddl``'s; every row fails the job if its file is not one of ``entries``
+    or its size or modification time is not the recorded one. Spark may split and pack the
+    files as it likes (the rows carry no position).
+    """
+    from pyspark.sql import functions as F
+
+    from trident_assets.spark.log_reader import driver_side_listing
+
+    uris = [location.uri(e.path) for e in entries]
+    with driver_side_listing(spark, len(uris)):
+        frame = spark.read.format(fmt).schema(ddl).options(**options).load(uris)
+    meta = F.col("_metadata")
+    data = [F.col(f"`{c}`") for c in frame.columns]
+    located = frame.select(
+        *data,
+        F.try_element_at(_facts(location, entries), meta.getField("file_path")).alias("__fact"),
+        meta.getField("file_path").alias("__path"),
+        meta.getField("file_size").alias("__size"),
+        F.unix_millis(meta.getField("file_modification_time")).alias("__mtime_ms"),
+    )
+    checked = located.where(_unchanged(F.col("__fact")).otherwise(F.lit(True)))
+    return checked.select(*data)

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from trident_assets.spouts.file_listing import FileEntry, Location
 
-__all__ = ["NATIVE_FORMATS", "read_files"]
+__all__ = ["NATIVE_FORMATS", "deal_files", "read_files", "verified_bytes"]
 
 NATIVE_FORMATS: tuple[str, ...] = ("parquet",)
 """The formats read by Spark's own sources unless a read says otherwise: Parquet (one scan
@@ -79,7 +79,7 @@ _ARROW_NAMES = {
 """Per declared scalar type, the Parquet (Arrow) types a file's column may have."""
 
 
-def _deal(entries: Sequence[FileEntry], tasks: int) -> list[list[int]]:
+def deal_files(entries: Sequence[FileEntry], tasks: int) -> list[list[int]]:
     """The indices of ``entries`` per task: largest first, each to the least loaded task."""
     heap = [(0, t) for t in range(tasks)]
     dealt: list[list[int]] = [[] for _ in range(tasks)]
@@ -108,7 +108,8 @@ def _read_bytes(local: bool, target: str) -> bytes:
         return bytes(stream.read())
 
 
-def _verified(local: bool, target: str, uri: str, entry: FileEntry) -> bytes:
+def verified_bytes(local: bool, target: str, uri: str, entry: FileEntry) -> bytes:
+    """The file's content; fails (naming it) unless its size and fingerprint are as recorded."""
     data = _read_bytes(local, target)
     if len(data) != entry.size or fingerprint_bytes(data) != entry.fingerprint:
         raise RuntimeError(changed_message(uri, entry, str(len(data))))
@@ -316,7 +317,7 @@ def _python_frame(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(spark_schema, timezone="UTC")
-    dealt = _deal(entries, max(1, min(default_parallelism(spark), len(entries))))
+    dealt = deal_files(entries, max(1, min(default_parallelism(spark), len(entries))))
     files = [(location.full(e.path), location.uri(e.path), e) for e in entries]
     local = location.local
     names = list(scheme.types) if fmt == "parquet" else []
@@ -326,7 +327,7 @@ def _python_frame(
             for task in batch.column("id").to_pylist():
                 for i in dealt[task]:
                     target, uri, entry = files[i]
-                    data = _verified(local, target, uri, entry)
+                    data = verified_bytes(local, target, uri, entry)
                     if fmt == "parquet":
                         yield from _parquet_batches(data, uri, entry.mtime_ns, names, schema)
                     else:

@@ -130,7 +130,8 @@ class JsonScheme(Scheme):
         self.optional = tuple(optional)
         self.strict = strict
 
-    def _ddl(self) -> str:
+    def ddl(self) -> str:
+        """The declared fields as a Spark DDL schema (names quoted)."""
         return ", ".join(f"`{n}` {t}" for n, t in self.types.items())
 
     def stages(self) -> list[dict[str, Any]]:
@@ -141,16 +142,8 @@ class JsonScheme(Scheme):
         from pyspark.sql import functions as F
 
         text = F.col(_TEXT)
-        options = {
-            "mode": "PERMISSIVE",
-            "columnNameOfCorruptRecord": "__corrupt",
-            "allowSingleQuotes": "false",
-            "allowNonNumericNumbers": "false",
-            "allowNumericLeadingZeros": "false",
-            "allowUnquotedFieldNames": "false",
-            "allowComments": "false",
-        }
-        parsed = F.from_json(text, f"{self._ddl()}, `__corrupt` string", options)
+        options = json_options("__corrupt")
+        parsed = F.from_json(text, f"{self.ddl()}, `__corrupt` string", options)
         stages = [{_TEXT: F.col("value").cast("string")}, {_PARSED: parsed}]
         if not self.strict:
             return stages
@@ -179,7 +172,7 @@ class JsonScheme(Scheme):
 
         text = F.col(_TEXT)
         bad_utf8 = utf8_error("value", text)
-        ddl = self._ddl()
+        ddl = self.ddl()
         parsed = F.col(_PARSED)
         corrupt = F.when(
             parsed.isNull() | parsed["__corrupt"].isNotNull(),
@@ -242,6 +235,22 @@ class JsonScheme(Scheme):
                     )
                 )
         return checks
+
+
+def json_options(corrupt: str) -> dict[str, str]:
+    """Spark's JSON parser options of a :class:`JsonScheme`; ``corrupt``: the corrupt-record column.
+
+    PERMISSIVE, and none of the leniencies beyond RFC 8259 that Spark can turn off.
+    """
+    return {
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": corrupt,
+        "allowSingleQuotes": "false",
+        "allowNonNumericNumbers": "false",
+        "allowNumericLeadingZeros": "false",
+        "allowUnquotedFieldNames": "false",
+        "allowComments": "false",
+    }
 
 
 _TEXT, _PARSED, _DIGEST = "__scheme_text", "__scheme_parsed", "__scheme_digest"

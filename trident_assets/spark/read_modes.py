@@ -47,6 +47,11 @@ class _Alone:
         conf = spout.read_conf(log, [(0, plan)]) if hasattr(spout, "read_conf") else {}
         return spout.read(run.spark, log, plan, inline=inline), conf
 
+    def decode(
+        self, run: BatchContext, sid: str, spout: Any, observation: Any
+    ) -> tuple[Any, Any] | None:
+        return None
+
     def tag(self, frame: Any) -> Any:
         return tag_first(frame)
 
@@ -98,6 +103,24 @@ class _Tagged:
     def read(self, run: BatchContext, sid: str, spout: Any) -> tuple[Any, dict[str, str]]:
         mine = [plans[sid] for _, plans in run.batches]
         return tagged_read(spout, run.spark, run.runner.log, mine)
+
+    def decode(
+        self, run: BatchContext, sid: str, spout: Any, observation: Any
+    ) -> tuple[Any, Any] | None:
+        """The spout reader's own decode of the chunk (``decode_many``), if it has one.
+
+        Its job settings join the chunk's (:attr:`~.batch_context.BatchContext.conf`).
+        """
+        many = getattr(spout, "decode_many", None)
+        if many is None:
+            return None
+        log, mine = run.runner.log, [plans[sid] for _, plans in run.batches]
+        decoded = many(run.spark, log, mine, TXID_COLUMN, observation)
+        if decoded is None:
+            return None
+        good, dead, conf = decoded
+        run.conf.update(conf)
+        return good, dead
 
     def tag(self, frame: Any) -> Any:
         return frame

@@ -136,10 +136,24 @@ class Scheme(ABC):
         records that failed, from the first action over the decoded tuples (so dead
         letters need a Spark job of their own only when there are any).
         """
+        return self.split_staged(self.staged(raw, keep=keep), keep=keep, observation=observation)
+
+    def staged(self, raw: Any, *, keep: tuple[str, ...] = ()) -> Any:
+        """``raw`` records with their decoded fields and error, not yet split (see :meth:`decode`).
+
+        Columns: ``__f_<field>`` per field of :meth:`columns`, ``__error`` (null for a good
+        record), ``topic, partition, offset, timestamp, value`` and ``keep``.
+        """
         columns = self._decoding(raw.sparkSession, tuple(keep))
         for stage in columns.stages:
             raw = raw.select(*stage)
-        staged = raw.select(columns.staged_once)
+        return raw.select(columns.staged_once)
+
+    def split_staged(
+        self, staged: Any, *, keep: tuple[str, ...] = (), observation: Any = None
+    ) -> tuple[Any, Any]:
+        """:meth:`staged` records split into (decoded tuples, dead letters), as :meth:`decode`."""
+        columns = self._decoding(staged.sparkSession, tuple(keep))
         if observation is not None:
             staged = staged.observe(observation, columns.dead_count)
         good = staged.where(columns.is_good).select(*columns.good)

@@ -14,6 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.spark import file_reader
+from trident_assets.spark.file_json import (
+    JSON_SOURCE_CONF,
+    clean_files,
+    fast_decodable,
+    json_source_staged,
+)
 from trident_assets.spark.file_native import whole_file_conf
 from trident_assets.spark.file_reader import read_files
 from trident_assets.spark.log_reader import read_ranges, read_ranges_tagged
@@ -111,6 +117,62 @@ class FileReads:
         entries = spout.files(log, plan)
         spout.check(plan, entries)
         return read_files(spark, spout.location, entries, spout.scheme, spout.format, plan.txid)
+
+    def decode_many(
+        self,
+        spark: Any,
+        log: Any,
+        plans: Sequence[BatchPlan],
+        column: str,
+        observation: Any,
+    ) -> tuple[Any, Any, dict[str, str]] | None:
+        """Decoded tuples, dead letters and job settings of several batches, tagged in ``column``.
+
+        For a lenient ``JsonScheme`` over local JSON lines files only (else None: decode the
+        read records as usual): the clean files are decoded by Spark's JSON source, the
+        others as usual (:mod:`~trident_assets.spark.file_json`); ``observation`` counts
+        the dead letters of both, which are then read the usual way, with their lines. The
+        settings are :meth:`read_conf`'s and :data:`~.file_json.JSON_SOURCE_CONF`.
+        A batch's tag is its position in ``plans``, as :func:`~.txid_tags.tagged_read` tags.
+
+        Raises:
+            BatchUnavailableError: a file was removed or changed since it was numbered.
+        """
+        from functools import reduce
+
+        from pyspark.sql import functions as F
+
+        spout, keep = self.spout, (column,)
+        scheme, location = spout.scheme, spout.location
+        batches = []
+        for tag, plan in enumerate(plans):
+            if plan.record_count > 0:
+                entries = spout.files(log, plan)
+                batches.append((tag, plan, entries))
+        everything = [e for _, _, entries in batches for e in entries]
+        if not fast_decodable(spark, scheme, spout.format, location, everything):
+            return None
+        for _, plan, entries in batches:
+            spout.check(plan, entries)
+        flags = iter(clean_files(spark, location, everything))
+        staged, raws = [], []
+        for tag, plan, entries in batches:
+            txid = F.lit(tag).cast("bigint")
+            clean = [next(flags) for _ in entries]
+            fast = [e for e, ok in zip(entries, clean, strict=True) if ok]
+            slow = [e for e, ok in zip(entries, clean, strict=True) if not ok]
+            if fast:
+                staged.append(json_source_staged(spark, location, fast, scheme, {column: txid}))
+            if slow:
+                raw = read_files(spark, location, slow, scheme, spout.format, plan.txid)
+                staged.append(scheme.staged(raw.withColumn(column, txid), keep=keep))
+            raw = read_files(spark, location, entries, scheme, spout.format, plan.txid)
+            raws.append(raw.withColumn(column, txid))
+        union = reduce(lambda a, b: a.unionByName(b), staged)
+        good, _ = scheme.split_staged(union, keep=keep, observation=observation)
+        _, dead = scheme.decode(reduce(lambda a, b: a.unionByName(b), raws), keep=keep)
+        conf = self.read_conf(log, [(tag, plan) for tag, plan, _ in batches])
+        return good, dead, {**conf, **JSON_SOURCE_CONF}
 
 
 READS: dict[type, Callable[[Any], Any]] = {LogSpout: LogReads, FileSpout: FileReads}
