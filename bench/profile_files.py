@@ -129,8 +129,10 @@ def main(argv: list[str] | None = None) -> None:
             run, store = _ours_run(spark, folder, Path(tmp), args.max_files, txids, args.strict)
             _partials_frame(run).explain("formatted")
             store.close()
-    for name in chosen:  # warm-up
+    for name in chosen:  # warm-up: the first run in this JVM, printed apart
+        t = time.perf_counter()
         cases[name]()
+        print(f"{name:24s} first run {time.perf_counter() - t:7.3f} s  {dict(times)}")
     times.clear()
     for _ in range(args.rounds):
         for name in chosen:
