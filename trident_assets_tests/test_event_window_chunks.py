@@ -283,16 +283,19 @@ def test_a_chunks_commit_reads_the_watermark_row_once_per_txid(
     the committed watermark row, inside its commit transaction: one read per txid, the
     one-batch path's rows exactly."""
     from trident_assets.backends import window_store
+    from trident_assets.spark import state_engines
 
     ref_outcomes, ref_rows, _ = one_batch_runs(TUMBLING)
     reads: list[int] = []
-    real = window_store._last
+    real = window_store.last_committed
 
     def counted(store: Any, state: Any) -> Any:
         reads.append(store.last_committed("clicks") or 0)
         return real(store, state)
 
-    monkeypatch.setattr(window_store, "_last", counted)
+    # every reader of the row: the window store's own and the commit's (its imported name)
+    monkeypatch.setattr(window_store, "last_committed", counted)
+    monkeypatch.setattr(state_engines, "last_committed", counted)
     log = new_log(tmp_path / "log", records(7))
     topo = topology(TUMBLING)
     with ta.DuckDBStore(tmp_path / "state.duckdb") as store:
