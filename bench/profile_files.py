@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -77,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from bench.corpus import CorpusSpec
     from bench.file_spout import write_folders
+    from bench.profile_job import time_cases
     from trident_assets.spark.session import build_spark_session
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -129,19 +129,7 @@ def main(argv: list[str] | None = None) -> None:
             run, store = _ours_run(spark, folder, Path(tmp), args.max_files, txids, args.strict)
             _partials_frame(run).explain("formatted")
             store.close()
-    for name in chosen:  # warm-up: the first run in this JVM, printed apart
-        t = time.perf_counter()
-        cases[name]()
-        print(f"{name:24s} first run {time.perf_counter() - t:7.3f} s  {dict(times)}")
-    times.clear()
-    for _ in range(args.rounds):
-        for name in chosen:
-            t = time.perf_counter()
-            cases[name]()
-            times.setdefault(name, []).append(time.perf_counter() - t)
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"{name:24s} median {med:7.3f} s  {words / med / 1e6:6.2f}M words/s  {ts}")
+    time_cases(cases, chosen, args.rounds, words, times)  # the first run in this JVM apart
     spark.stop()
 
 

@@ -182,21 +182,24 @@ def test_out_of_order_materialization_is_refused(world) -> None:
         assert store.layout("word_count__word_counts") is None, "state unchanged (none)"
 
 
-def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
+def _fail_a_run(world, request_tags: dict, partition_key: str) -> None:
+    """Run the txid's partition against a store path that cannot open: the run fails."""
     topo, trident, _job, instance = world
     broken = TridentResource(home=trident.home, state_database="/nonexistent-dir/\0bad")
+    failing = trident_definitions([topo], broken).resolve_implicit_global_asset_job_def()
+    assert not failing.execute_in_process(
+        partition_key=partition_key, instance=instance, tags=request_tags, raise_on_error=False
+    ).success
+
+
+def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
+    topo, trident, _job, instance = world
     backoff = ExponentialBackoff(initial_delay_s=100, delay_period_s=100, max_delay_s=1000)
     first = decide_next(instance, topo, trident, backoff, max_attempts=2)
     request = first.run_requests[0]
     assert request.run_key == "word_count-0000000001-a0"
     instance.add_dynamic_partitions("word_count_txids", [request.partition_key])
-    failing = trident_definitions([topo], broken).resolve_implicit_global_asset_job_def()
-    assert not failing.execute_in_process(
-        partition_key=request.partition_key,
-        instance=instance,
-        tags=request.tags,
-        raise_on_error=False,
-    ).success
+    _fail_a_run(world, request.tags, request.partition_key)
     waiting = decide_next(instance, topo, trident, backoff, max_attempts=2)
     assert isinstance(waiting, dg.SkipReason)
     assert waiting.skip_message.startswith("word_count: replaying txid 1 in ")
@@ -204,12 +207,7 @@ def test_coordinator_replays_with_backoff_then_gives_up(world) -> None:
 
     retry = decide_next(instance, topo, trident, backoff, max_attempts=2, now=time.time() + 101)
     assert retry.run_requests[0].run_key == "word_count-0000000001-a1", "a new run key per attempt"
-    assert not failing.execute_in_process(
-        partition_key=request.partition_key,
-        instance=instance,
-        tags=retry.run_requests[0].tags,
-        raise_on_error=False,
-    ).success
+    _fail_a_run(world, retry.run_requests[0].tags, request.partition_key)
     gave_up = decide_next(
         instance, topo, trident, backoff, max_attempts=2, now=time.time() + 10_000
     )
@@ -223,18 +221,11 @@ def test_coordinator_gives_up_after_the_retry_policys_max_retries(world) -> None
     import time
 
     topo, trident, _job, instance = world
-    broken = TridentResource(home=trident.home, state_database="/nonexistent-dir/\0bad")
     backoff = ExponentialBackoff(initial_delay_s=1, delay_period_s=1, max_retries=0)
     first = decide_next(instance, topo, trident, backoff, max_attempts=5)
     request = first.run_requests[0]
     instance.add_dynamic_partitions("word_count_txids", [request.partition_key])
-    failing = trident_definitions([topo], broken).resolve_implicit_global_asset_job_def()
-    assert not failing.execute_in_process(
-        partition_key=request.partition_key,
-        instance=instance,
-        tags=request.tags,
-        raise_on_error=False,
-    ).success
+    _fail_a_run(world, request.tags, request.partition_key)
     gave_up = decide_next(instance, topo, trident, backoff, max_attempts=5, now=time.time() + 60)
     assert isinstance(gave_up, dg.SkipReason)
     assert (
