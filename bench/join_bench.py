@@ -3,7 +3,8 @@
 Workload (the soak of trident_assets_tests/test_single_join.py): ids 0..N-1; each id's first
 half (gender or age, at random) arrives in a random batch t1, its partner in t1..t1+T
 (capped at the last batch); 1% of ids never get a partner and expire. The bulk DuckDB join
-(:func:`trident_assets.backends.join_state.apply_join_sides`) runs every batch in its own
+(:func:`trident_assets.backends.join_state.apply_join_batch` over the sides combined by
+:func:`~trident_assets.backends.join_batch_columns.combine_sides`) runs every batch in its own
 transaction on a DuckDB file, as the executor's commit would (Spark not included).
 
     python bench/join_bench.py [--ids 1000000] [--batches 50] [--timeout 5]
@@ -25,8 +26,9 @@ import numpy as np
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.join_batch_columns import combine_sides
 from trident_assets.backends.join_pending_table import pending_count
-from trident_assets.backends.join_state import apply_join_sides
+from trident_assets.backends.join_state import apply_join_batch
 from trident_assets.core.join import SingleJoin
 
 
@@ -63,7 +65,7 @@ def run(ids: int, batches: int, timeout: int, seed: int = 20240611) -> dict:
                     sides[name] = pa.table({"id": picked, name: value})
                     rows_in += picked.size
                 t = time.perf_counter()
-                res = apply_join_sides(store, spec, "pending", txid, sides)
+                res = apply_join_batch(store, spec, "pending", txid, combine_sides(spec, sides))
                 per_batch.append(time.perf_counter() - t)
                 joined += res.joined.num_rows
                 expired += res.expired.num_rows

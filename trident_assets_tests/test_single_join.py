@@ -15,8 +15,8 @@ import pytest
 
 from trident_assets.backends import join_state
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.backends.join_batch_columns import combine_sides
 from trident_assets.backends.join_pending_table import pending_count
-from trident_assets.backends.join_state import apply_join_sides
 from trident_assets.backends.memory import MemoryBackingMap
 from trident_assets.core.join import (
     ARRIVED_TS,
@@ -38,6 +38,22 @@ from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.topology import TridentTopology
 
 GENDER_AGE = [("gender", ["id", "gender"]), ("age", ["id", "age"])]
+
+
+def apply_join_sides(
+    store: Any,
+    spec: SingleJoin,
+    table: str,
+    txid: int,
+    rows_by_side: Mapping[str, pa.Table],
+    *,
+    batch_ts: float | None = None,
+) -> Any:
+    """Apply batch ``txid`` given one Arrow table per side."""
+    batch = combine_sides(spec, rows_by_side)
+    return join_state.apply_join_batch(store, spec, table, txid, batch, batch_ts=batch_ts)
+
+
 TYPES = {"id": pa.int64(), "gender": pa.string(), "age": pa.int64()}
 Rows = Mapping[str, Sequence[tuple[Any, ...]]]
 
@@ -645,7 +661,6 @@ def test_soak_one_million_ids_fifty_batches_one_percent_never_matched(tmp_path: 
 
 def test_bulk_entry_point_takes_a_prebuilt_batch(store: DuckDBStore) -> None:
     spec = seed_spec()
-    from trident_assets.backends.join_batch_columns import combine_sides
 
     batch = combine_sides(spec, arrow_sides(spec, {"gender": [(1, "m")], "age": [(1, 3)]}, TYPES))
     assert batch.column_names == ["__side", "__v0", "__ts", "__v1"]

@@ -20,14 +20,13 @@ failure rolls the PostgreSQL transaction back and changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from trident_assets.backends.duckdb_join import BulkJoinResult, apply_join_batch_sql
 from trident_assets.backends.duckdb_store import DuckDBStore
-from trident_assets.backends.join_batch_columns import combine_sides, key_expressions, quoted
+from trident_assets.backends.join_batch_columns import key_expressions, quoted
 from trident_assets.backends.join_pending_table import (
     create_pending_table,
     join_meta,
@@ -39,7 +38,7 @@ from trident_assets.core.join import ARRIVED_TS, ARRIVED_TXID, SingleJoin, expir
 from trident_assets.errors import StaleTxidError
 from trident_assets.names import validate_identifier
 
-__all__ = ["apply_join_batch", "apply_join_sides"]
+__all__ = ["apply_join_batch"]
 
 
 def apply_join_batch(
@@ -130,21 +129,6 @@ def apply_join_batch(
         after = int(store.fetch_rows(f"SELECT count(*) FROM {pending}")[0][0])
         write_meta(store, table, txid, result.batch_ts, after)
     return BulkJoinResult(result.joined, result.expired, after, result.keys_in, result.batch_ts)
-
-
-def apply_join_sides(
-    store: Any,
-    spec: SingleJoin,
-    table: str,
-    txid: int,
-    rows_by_side: Mapping[str, pa.Table],
-    *,
-    batch_ts: float | None = None,
-) -> BulkJoinResult:
-    """Apply batch ``txid`` given one Arrow table per side."""
-    return apply_join_batch(
-        store, spec, table, txid, combine_sides(spec, rows_by_side), batch_ts=batch_ts
-    )
 
 
 def _apply_locally(

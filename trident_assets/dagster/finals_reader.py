@@ -1,4 +1,4 @@
-"""Reading an event-window state's finals for a time range, from the replica or the store.
+"""Reading an event-window state's finals for a time range from the replica; watermarks.
 
 Apart from :mod:`.window_assets` so that the IO manager imports it without the asset graph.
 """
@@ -17,23 +17,15 @@ import pyarrow as pa
 from trident_assets.backends.map_layout import quote_ident
 from trident_assets.backends.postgres_config import is_postgres_dsn
 from trident_assets.backends.replica import Replica
-from trident_assets.errors import ConfigError, TridentError
+from trident_assets.errors import TridentError
 from trident_assets.stream.event_windows import WindowedState
 
-__all__ = ["committed_watermarks", "naive_utc", "read_finals_range", "read_published_finals"]
+__all__ = ["committed_watermarks", "naive_utc", "read_published_finals"]
 
 
 def naive_utc(value: datetime) -> datetime:
     """An aware instant as the naive UTC datetime the store's TIMESTAMP columns hold."""
     return value.astimezone(UTC).replace(tzinfo=None)
-
-
-def _range_sql(source: str, meta: Mapping[str, Any]) -> str:
-    keys = "".join(f"{quote_ident(k)}, " for k in meta.get("trident/key_fields", []))
-    return (
-        f"SELECT * FROM {source} WHERE window_start >= ? AND window_start < ? "
-        f"ORDER BY {keys}window_start, window_end"
-    )
 
 
 def read_published_finals(
@@ -52,11 +44,14 @@ def read_published_finals(
 
     table = str(meta["trident/table"])
     files = [str(f) for f in replica.appended_files(table, str(meta["trident/scope"]))]
-    bounds = [naive_utc(window.start), naive_utc(window.end)]
+    keys = "".join(f"{quote_ident(k)}, " for k in meta.get("trident/key_fields", []))
+    sql = (
+        "SELECT * FROM read_parquet(?, union_by_name = true) WHERE window_start >= ? AND "
+        f"window_start < ? ORDER BY {keys}window_start, window_end"
+    )
     with quiet_connect() as conn:
-        return conn.sql(
-            _range_sql("read_parquet(?, union_by_name = true)", meta), params=[files, *bounds]
-        ).to_arrow_table()
+        params = [files, naive_utc(window.start), naive_utc(window.end)]
+        return conn.sql(sql, params=params).to_arrow_table()
 
 
 def committed_watermarks(location: str, states: Sequence[WindowedState]) -> dict[str, datetime]:
@@ -88,21 +83,3 @@ def committed_watermarks(location: str, states: Sequence[WindowedState]) -> dict
         return {}
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     return {k: epoch + timedelta(microseconds=v) for k, v in found.items() if v is not None}
-
-
-def read_finals_range(location: str, meta: Mapping[str, Any], window: dg.TimeWindow) -> pa.Table:
-    """The finals rows of a finals asset (``meta``) with window_start in ``window``.
-
-    Opens the state store read-only (a DuckDB file being written by a running batch is
-    locked: read it between batches; the IO manager reads :func:`read_published_finals`).
-    """
-    from trident_assets.backends.state_store import open_state_store
-
-    table = str(meta["trident/table"])
-    with open_state_store(location, read_only=True) as store:
-        if not store.has_table(table):
-            msg = f"finals table {table} does not exist yet: no window is final"
-            raise ConfigError(msg)
-        return store.fetch_arrow(
-            _range_sql(quote_ident(table), meta), [naive_utc(window.start), naive_utc(window.end)]
-        )

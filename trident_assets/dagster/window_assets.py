@@ -39,7 +39,7 @@ the one given to ``trident_definitions(window_partitions=...)``).
   gets all the finals of its day.
 * **Check** (:func:`~.finals_check.finals_check`): each partition's materialization records a
   fingerprint (windows, total, hash); the check recomputes it from the finals table in the
-  state store (:func:`~.finals_reader.read_finals_range`) and fails when a partition was
+  state store (:func:`~.finals_asset.finals_rows`) and fails when a partition was
   materialized twice, its windows changed, or a window is in the finals twice.
 """
 
