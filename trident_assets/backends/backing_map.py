@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trident_assets.backends.closing import ClosesOnExit
 from trident_assets.backends.map_layout import (
     VALUE_COLUMNS,
     MapKind,
@@ -29,6 +28,7 @@ from trident_assets.backends.map_layout import (
     sql_to_arrow,
     validate_table_name,
 )
+from trident_assets.core.closing import ClosesOnExit
 from trident_assets.core.protocols import Key
 from trident_assets.core.values import OpaqueValue, StateType, TransactionalValue
 from trident_assets.errors import ConfigError, StateLayoutError

@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from trident_assets.backends.closing import ClosesOnExit
 from trident_assets.backends.map_layout import (
     MapLayout,
     check_scope,
@@ -26,6 +25,7 @@ from trident_assets.backends.map_layout import (
     validate_table_name,
 )
 from trident_assets.backends.sql_dialect import Dialect
+from trident_assets.core.closing import ClosesOnExit
 from trident_assets.errors import ConfigError, StateLayoutError, TridentError
 from trident_assets.names import CATALOG_TABLE, COMMITS_TABLE, SEQ_COLUMN
 

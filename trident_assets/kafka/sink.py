@@ -25,8 +25,9 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any
 
+from trident_assets.core.closing import ClosesOnExit
 from trident_assets.errors import ConfigError, TridentError
 from trident_assets.stream.topology import StateUpdater
 
@@ -123,7 +124,7 @@ class FieldTopicSelector:
         return out
 
 
-class KafkaUpdater(StateUpdater):
+class KafkaUpdater(StateUpdater, ClosesOnExit):
     """Produce each batch to Kafka inside the batch's commit (Storm's TridentKafkaUpdater).
 
     Args:
@@ -214,12 +215,6 @@ class KafkaUpdater(StateUpdater):
                 producer.flush(self.flush_timeout_s)
             finally:
                 _close_producer(producer)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def update_state(self, store: Any, table: str, batch: Any, txid: int | None) -> None:
         """Produce every tuple of ``batch``; raise if any is not acknowledged.

@@ -8,8 +8,9 @@ Kafka consumer groups; batch metadata lives in our state store. Partition ids ar
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
+from trident_assets.core.closing import ClosesOnExit
 from trident_assets.errors import BatchUnavailableError
 from trident_assets.spouts.ranges import split_partition
 
@@ -20,7 +21,7 @@ TimestampLookup = Literal["broker", "scan"]
 or a scan of the partition's record timestamps from its earliest offset."""
 
 
-class KafkaSource:
+class KafkaSource(ClosesOnExit):
     """Offsets of ``topics`` on a Kafka cluster, through one metadata consumer.
 
     Args:
@@ -65,12 +66,6 @@ class KafkaSource:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def partitions(self) -> list[str]:
         """Every partition of the topics that exist now, re-read from the broker on each call.

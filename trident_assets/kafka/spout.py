@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import reduce
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal
 
+from trident_assets.core.closing import ClosesOnExit
 from trident_assets.core.retry import ExponentialBackoff
 from trident_assets.errors import BatchUnavailableError, ConfigError
 from trident_assets.kafka.reader import GAP_HEADER, read_kafka_ranges
@@ -50,7 +51,7 @@ def backoff_for(topology: Any) -> ExponentialBackoff | None:
     return None
 
 
-class KafkaSpout:
+class KafkaSpout(ClosesOnExit):
     """A spout reading Kafka topics, decoded by a scheme.
 
     Args:
@@ -165,12 +166,6 @@ class KafkaSpout:
             self._source.close()
             self._source = None
         self._release()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _release(self) -> None:
         for frame in self._cached:

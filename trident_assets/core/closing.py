@@ -1,4 +1,4 @@
-"""A context manager that closes its object on exit (stores and backing maps)."""
+"""A context manager that closes its object on exit (stores, backing maps, Kafka clients)."""
 
 from __future__ import annotations
 
