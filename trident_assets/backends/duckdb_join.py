@@ -55,19 +55,18 @@ from trident_assets.backends.join_fold_sql import expired_sql, fold_sql, joined_
 from trident_assets.backends.join_pending_table import (
     ensure_meta_table,
     ensure_pending_table,
-    join_meta,
     key_column,
+    read_meta,
     side_column,
     write_meta,
 )
 from trident_assets.core.join import (
     DuplicateJoinSideError,
-    JoinInputError,
     SingleJoin,
     check_event_time,
+    check_txid,
     expiry_cutoff,
 )
-from trident_assets.errors import StaleTxidError
 from trident_assets.names import validate_identifier
 
 __all__ = ["BulkJoinResult", "apply_join_batch_sql", "batch_event_time"]
@@ -100,7 +99,7 @@ def batch_event_time(store: DuckDBStore, table: str, batch: pa.Table) -> float |
     The watermark is the largest event time of any batch applied to ``table`` so far, so the
     event-time clock never goes backwards. None when no row ever had an event time.
     """
-    _, watermark = join_meta(store, table)
+    _, watermark, _ = read_meta(store, table)
     latest = None
     if TS_COLUMN in batch.column_names and batch.num_rows:
         latest = pc.max(batch.column(TS_COLUMN)).as_py()
@@ -142,9 +141,7 @@ def apply_join_batch_sql(
         StaleTxidError: ``txid`` is not after the last txid applied to ``table``.
         StateLayoutError: ``table`` exists with another layout.
     """
-    if isinstance(txid, bool) or not isinstance(txid, int) or txid < 1:
-        msg = f"a join batch needs an integer txid >= 1, got {txid!r}"
-        raise JoinInputError(msg)
+    check_txid(txid)
     ts = check_event_time(batch_ts)
     validate_identifier(table, "join state table")
     batch = with_ord(batch)
@@ -152,13 +149,7 @@ def apply_join_batch_sql(
     min_ts = cutoff.min_live_ts if ts is not None else None
     conn = store.conn
     with store.transaction(), store.registered(batch) as view:
-        last_txid, _ = join_meta(store, table)
-        if last_txid is not None and txid <= last_txid:
-            msg = (
-                f"join batch {txid} is not after the last batch applied to {table!r} "
-                f"({last_txid}): it was applied already"
-            )
-            raise StaleTxidError(msg)
+        read_meta(store, table, txid)
         ensure_meta_table(store)
         ensure_pending_table(store, spec, table, view)
         pending = quoted(table)

@@ -15,14 +15,13 @@ import pyarrow as pa
 from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.join_batch_columns import key_expressions, quoted, value_column
 from trident_assets.core.join_spec import ARRIVED_TS, ARRIVED_TXID, SingleJoin
-from trident_assets.errors import StateLayoutError
+from trident_assets.errors import StaleTxidError, StateLayoutError
 from trident_assets.names import JOIN_META_TABLE, validate_identifier
 
 __all__ = [
     "create_pending_table",
     "ensure_meta_table",
     "ensure_pending_table",
-    "join_meta",
     "key_column",
     "pending_count",
     "read_meta",
@@ -62,10 +61,15 @@ def write_meta(store: Any, table: str, txid: int, watermark: float | None, pendi
     )
 
 
-def read_meta(store: Any, table: str) -> tuple[int | None, float | None, int]:
+def read_meta(
+    store: Any, table: str, txid: int | None = None
+) -> tuple[int | None, float | None, int]:
     """``(last txid applied, watermark, pending entries)`` of join ``table`` (any store).
 
     ``(None, None, 0)`` before its first batch.
+
+    Raises:
+        StaleTxidError: join batch ``txid`` (when given) is not after the last txid applied.
     """
     if not store.has_table(JOIN_META_TABLE):
         return None, None, 0
@@ -76,12 +80,13 @@ def read_meta(store: Any, table: str) -> tuple[int | None, float | None, int]:
     if not rows:
         return None, None, 0
     last, watermark, pending = rows[0]
+    if isinstance(txid, int) and txid <= last:  # (a bad txid is refused by the apply)
+        msg = (
+            f"join batch {txid} is not after the last batch applied to {table!r} "
+            f"({last}): it was applied already"
+        )
+        raise StaleTxidError(msg)
     return int(last), None if watermark is None else float(watermark), int(pending)
-
-
-def join_meta(store: Any, table: str) -> tuple[int | None, float | None]:
-    """The last txid applied to join table ``table`` and its watermark (any store)."""
-    return read_meta(store, table)[:2]
 
 
 def _columns(store: Any, table: str) -> list[str] | None:

@@ -29,13 +29,12 @@ from trident_assets.backends.duckdb_store import DuckDBStore
 from trident_assets.backends.join_batch_columns import key_expressions, quoted
 from trident_assets.backends.join_pending_table import (
     create_pending_table,
-    join_meta,
+    read_meta,
     stored_columns,
     write_meta,
 )
 from trident_assets.backends.kv_join_clock import expiring_condition
 from trident_assets.core.join import ARRIVED_TS, ARRIVED_TXID, SingleJoin, expiry_cutoff
-from trident_assets.errors import StaleTxidError
 from trident_assets.names import validate_identifier
 
 __all__ = ["apply_join_batch"]
@@ -63,13 +62,7 @@ def apply_join_batch(
     fields = list(spec.join_fields or ())
     keys = [f"key_{f}" for f in fields]
     with DuckDBStore(":memory:") as local, store.transaction():
-        last_txid, watermark = join_meta(store, table)
-        if last_txid is not None and isinstance(txid, int) and txid <= last_txid:
-            msg = (
-                f"join batch {txid} is not after the last batch applied to {table!r} "
-                f"({last_txid}): it was applied already"
-            )
-            raise StaleTxidError(msg)
+        last_txid, watermark, _ = read_meta(store, table, txid)
         stored_cols = stored_columns(store, spec, table)
         with local.registered(batch) as view:
             exprs = key_expressions(spec)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from trident_assets.errors import ConfigError, TridentError
 
-__all__ = ["LocalPostgres", "find_pg_bin", "local_postgres"]
+__all__ = ["LocalPostgres", "find_pg_bin", "free_port", "local_postgres"]
 
 START_TIMEOUT_S = 60.0
 _SETTING_RE = re.compile(r"^[A-Za-z0-9_.]+$")
@@ -55,7 +55,8 @@ def find_pg_bin() -> Path:
     raise ConfigError(msg)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -132,7 +133,7 @@ def start_postgres(
         log.touch()
         for path in (sock, data, log):
             shutil.chown(path, user)
-    server = LocalPostgres(data, _free_port(), bin_dir, user)
+    server = LocalPostgres(data, free_port(), bin_dir, user)
     init = subprocess.run(
         server._cmd("initdb", "-D", str(data), "-A", "trust", "-E", "UTF8", "--no-sync"),
         capture_output=True,

@@ -134,9 +134,7 @@ class RotatingMap(Generic[K, V]):
         """Return whether ``key`` is present, without refreshing it."""
         return any(key in bucket for bucket in self._buckets)
 
-    def __contains__(self, key: object) -> bool:
-        """Return whether ``key`` is present, without refreshing it."""
-        return any(key in bucket for bucket in self._buckets)
+    __contains__ = contains
 
     def remove(self, key: K) -> V | None:
         """Remove ``key`` from the newest bucket that holds it; return its value or None."""
@@ -149,9 +147,7 @@ class RotatingMap(Generic[K, V]):
         """Return the number of entries over all buckets."""
         return sum(len(bucket) for bucket in self._buckets)
 
-    def __len__(self) -> int:
-        """Return the number of entries over all buckets."""
-        return self.size()
+    __len__ = size
 
     def rotate(self) -> dict[K, V]:
         """Drop the oldest bucket, add an empty newest one, and return the dropped entries.
@@ -214,12 +210,9 @@ class TimeCacheMap(Generic[K, V]):
         """How many rotations have been performed (caught up) so far."""
         return self._rotations
 
-    def _next_due(self) -> float:
-        return self._start + (self._rotations + 1) * self.rotation_period_s
-
     def _catch_up(self) -> dict[K, V]:
         now = self._clock()
-        if now < self._next_due():
+        if now < self._start + (self._rotations + 1) * self.rotation_period_s:
             return {}
         due = max(self._rotations + 1, math.floor((now - self._start) / self.rotation_period_s))
         # Guard against float rounding of the division in either direction.
@@ -261,9 +254,7 @@ class TimeCacheMap(Generic[K, V]):
             self._catch_up()
             return self._map.contains(key)
 
-    def __contains__(self, key: object) -> bool:
-        """Return whether ``key`` is present and not expired, without refreshing it."""
-        return self.contains(key)  # type: ignore[arg-type]
+    __contains__ = contains
 
     def remove(self, key: K) -> V | None:
         """Remove ``key``; return its value, or None if absent or expired."""
@@ -277,9 +268,7 @@ class TimeCacheMap(Generic[K, V]):
             self._catch_up()
             return self._map.size()
 
-    def __len__(self) -> int:
-        """Return the number of unexpired entries."""
-        return self.size()
+    __len__ = size
 
 
 class BatchExpiry:

@@ -46,7 +46,6 @@ from trident_assets.backends.kv_join_records import (
 from trident_assets.backends.kv_target import MEMCACHED
 from trident_assets.backends.memcached_map import check_sentinels
 from trident_assets.core.join import SingleJoin, expiry_cutoff
-from trident_assets.errors import StaleTxidError
 from trident_assets.runtime.outcomes import Applied, StateInput, StateOutcome
 from trident_assets.spark.single_join import join_batch_frame
 from trident_assets.spark.user_errors import worker_errors
@@ -133,13 +132,7 @@ def apply_kv_join(run: BatchContext, state: TridentState, batch: KeyValueJoinBat
     store = run.runner.store
     spec: SingleJoin = state.node.args[SINGLE_JOIN]
     txid, table = run.txid, state.table
-    last, watermark, pending = read_meta(store, table)
-    if last is not None and txid <= last:
-        msg = (
-            f"join batch {txid} is not after the last batch applied to {table!r} "
-            f"({last}): it was applied already"
-        )
-        raise StaleTxidError(msg)
+    last, watermark, pending = read_meta(store, table, txid)
     ts = batch.latest_ts if watermark is None else watermark
     if batch.latest_ts is not None and ts is not None:
         ts = max(ts, batch.latest_ts)

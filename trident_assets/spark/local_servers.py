@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from trident_assets.backends.postgres_server import free_port
 from trident_assets.errors import TridentError
 from trident_assets.spark.session import JAVA_OPTIONS, driver_java_options, local_daemon_conf
 
@@ -30,7 +31,6 @@ __all__ = [
     "SparkServer",
     "StandaloneCluster",
     "die_with_parent",
-    "free_port",
     "start_connect_server",
     "start_standalone",
     "stop_process_group",
@@ -46,13 +46,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

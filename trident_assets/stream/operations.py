@@ -31,6 +31,7 @@ from trident_assets.stream.map_functions import (
 from trident_assets.stream.typed_outputs import (
     arrow_schema,
     call_rows,
+    check_typed,
     output_ddl,
     typed_outputs,
 )
@@ -131,12 +132,7 @@ class PyFunction(Function):
 
     def validate(self, inputs: Sequence[str], outputs: Sequence[str]) -> None:
         """The output fields must be exactly those typed in ``output_types``."""
-        if list(outputs) != list(self.output_types):
-            msg = (
-                f"PyFunction outputs {list(outputs)} must match the keys of output_types "
-                f"{list(self.output_types)}"
-            )
-            raise ConfigError(msg)
+        check_typed("PyFunction", self.output_types, inputs, outputs)
 
     def apply(
         self, df: Any, inputs: Sequence[str], outputs: Sequence[str], step: str = "each"
