@@ -62,11 +62,6 @@ class Overview:
         return round(total / len(self.commits_per_minute), 2)
 
     @property
-    def dead_letter_total(self) -> int:
-        """Dead letters in the txids shown."""
-        return sum(n for _, n, _ in self.dead_letters)
-
-    @property
     def quarantined(self) -> str:
         """The quarantined txids and their records, in words."""
         if not self.quarantined_txids:

@@ -93,10 +93,6 @@ class SpoutJoins:
         joined = self.joined.get(spout)
         return joined is None or txid < joined
 
-    def absent_through(self, spout: str, last: int) -> bool:
-        """True when ``spout`` was absent in every txid ``1..last`` (:meth:`absent` of each)."""
-        return self.absent(spout, 1) and self.absent(spout, last)
-
 
 def spout_joins(store: StateStore, topology: str) -> SpoutJoins:
     """The :class:`SpoutJoins` of ``topology`` (one grouped statement)."""

@@ -47,7 +47,6 @@ __all__ = [
     "apply_window_batch",
     "Committed",
     "last_committed",
-    "last_max_event_us",
     "last_watermark_us",
     "StoredWindow",
     "read_finals",
@@ -84,11 +83,6 @@ def last_committed(store: StateStore, state: WindowedState) -> Committed:
         return None, None, None
     top, wm, txid = rows[0]
     return (None if top is None else int(top)), (None if wm is None else int(wm)), int(txid)
-
-
-def last_max_event_us(store: StateStore, state: WindowedState) -> int | None:
-    """The largest event time ``state`` committed, in epoch microseconds (None before any)."""
-    return last_committed(store, state)[0]
 
 
 def last_watermark_us(store: StateStore, state: WindowedState) -> int | None:

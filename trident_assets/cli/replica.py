@@ -107,16 +107,6 @@ def value_name(replica: Replica | None, table: str) -> str:
     return str((layout or {}).get("value_field") or "value")
 
 
-def find_published(replica: Replica, topology: str, state: str) -> PublishedState:
-    """Return ``topology``'s published ``state``.
-
-    Raises:
-        ConfigError: an invalid name, or no such topology or state (the message lists those
-            that exist).
-    """
-    return find_named(published_states(replica), topology, state, str(replica.root))
-
-
 def read_state(
     replica: Replica, ref: PublishedState, as_of: int | None, key: list[str] | None = None
 ) -> tuple[pa.Table, int | None]:

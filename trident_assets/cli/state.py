@@ -241,14 +241,15 @@ def _read(
 
     ``key``: only its rows (``[]``: a global state's value). Replica first, else the file.
     """
-    from trident_assets.cli.replica import check_key, find_published, home_replica, read_state
+    from trident_assets.cli.replica import check_key, home_replica, published_states, read_state
     from trident_assets.core.caching import GLOBAL_KEY
+    from trident_assets.names import find_named
 
     wanted = None if key is None else key or list(GLOBAL_KEY)
     replica = home_replica(home, database)
     if replica is not None:
         try:
-            ref: Any = find_published(replica, topology, state)
+            ref: Any = find_named(published_states(replica), topology, state, str(replica.root))
         except ConfigError:
             return event_windows_instead(home, database, wait, topology, state, txid)
         if key == [] and not ref.is_global:

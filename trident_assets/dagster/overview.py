@@ -97,7 +97,7 @@ def overview_event(
         "last failure": dg.MetadataValue.text(overview.last_failure or "none"),
         "quarantined": dg.MetadataValue.text(overview.quarantined),
         "quarantined records": dg.MetadataValue.int(overview.quarantined_records),
-        "dead letters": dg.MetadataValue.int(overview.dead_letter_total),
+        "dead letters": dg.MetadataValue.int(sum(n for _, n, _ in overview.dead_letters)),
         "dead letters per txid": dg.MetadataValue.md(overview.dead_letters_markdown()),
         "dead letter reasons": dg.MetadataValue.md(overview.reasons_markdown()),
         "txids committed per minute": dg.MetadataValue.md(overview.commits_markdown()),

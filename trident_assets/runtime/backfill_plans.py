@@ -175,7 +175,7 @@ def plan_backfill(
         raise StateContractError(msg)
     joins = spout_joins(store, topology.name)
     spouts = state.contract().spouts
-    if all(joins.absent_through(s, last) for s in spouts):
+    if all(joins.absent(s, 1) and joins.absent(s, last) for s in spouts):  # in none of 1..last
         return last + 1
     _, missing, gone = unreadable_txids(topology, store, log, spouts, last, joins)
     bad = missing | gone

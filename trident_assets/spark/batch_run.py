@@ -141,10 +141,6 @@ class BatchRun(SpoutDeadLetters):
             self._first = self.mode.txid_run(self, self.txid)
         return self._first
 
-    def for_txid(self, txid: int) -> BatchRun:
-        """The chunk's ``txid`` as a chunk of one, to commit it (typed by the chunk's types)."""
-        return self.mode.txid_run(self, txid)
-
     def chunk_of_one(self, txid: int) -> BatchRun:
         """The chunk's ``txid`` as a new chunk of one, typed by the value types known so far."""
         plans, types = dict(self.batches)[txid], dict(self.value_types)

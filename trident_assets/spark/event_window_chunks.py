@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_assets.backends.window_store import last_max_event_us
+from trident_assets.backends import window_store
 from trident_assets.errors import TridentError
 from trident_assets.log.timestamps import UNKNOWN
 from trident_assets.spark.batch_context import ChunkPartials
@@ -244,7 +244,7 @@ def window_chunk_job(
     assert spout is not None  # the planner admits no other window into a chunk
     sid, reader = spout.args["spout_id"], spout.args["spout"]
     runner = frames.runner
-    committed = last_max_event_us(runner.store, state)
+    committed = window_store.last_committed(runner.store, state)[0]  # largest event time
     before = max((t for t in (committed, inflight) if t is not None), default=None)
     tops: list[int | None] = []
     for _, plans in frames.batches:

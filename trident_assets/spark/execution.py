@@ -55,7 +55,7 @@ class SparkExecution:
     @contextmanager
     def engine(self, chunk: Chunk, txid: int) -> Iterator[SparkTxid]:
         """``txid`` of ``chunk`` as a chunk of one, typed by the chunk's value types."""
-        run = chunk.base.for_txid(txid)
+        run = chunk.base.mode.txid_run(chunk.base, txid)
         try:
             with scoped_conf(self.runner.spark, run.conf):  # a chunk of one's: its commit's jobs
                 yield SparkTxid(run)

@@ -13,7 +13,7 @@ from typing import Any, Protocol, Self, TypeVar
 
 from trident_assets.core.values import StateType
 from trident_assets.errors import ConfigError
-from trident_assets.spouts.config import SpoutKind, validate_name
+from trident_assets.spouts.config import validate_name
 
 BACKFILL_MODES = ("from_start", "from_retained")
 """How a state added to a running topology is built from the retained log."""
@@ -119,10 +119,6 @@ class Node:
             if node.kind == "new_values":
                 todo.append(node.args["state"].node)
         return found
-
-    def spout_kinds(self) -> set[SpoutKind]:
-        """The kinds of every spout upstream of this node."""
-        return {spout.args["spout"].config.kind for spout in self.spouts()}
 
     @property
     def label(self) -> str:

@@ -214,7 +214,7 @@ class TridentTopology:
 
     def check_exactly_once(self, spec: StateSpec, node: Node) -> None:
         """Warn (or raise in strict mode) if ``spec`` fed by ``node`` cannot be exactly-once."""
-        kinds = node.spout_kinds()
+        kinds = {spout.args["spout"].config.kind for spout in node.spouts()}
         problems = []
         if spec.state_type is StateType.NON_TRANSACTIONAL:
             problems.append("a non-transactional state counts replays twice")
