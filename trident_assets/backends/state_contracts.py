@@ -32,7 +32,6 @@ __all__ = [
     "check_state_asset_scope",
     "check_topology_scope",
     "delete_state_rows",
-    "forget_left",
     "record_left",
     "refuse_value_type",
     "states_left",
@@ -118,11 +117,6 @@ def delete_state_rows(store: StateStore, table: str, topology: str, states: Iter
     store.execute(
         f"DELETE FROM {table} WHERE topology = ? AND state IN ({marks})", [topology, *names]
     )
-
-
-def forget_left(store: StateStore, topology: str, states: Iterable[str]) -> None:
-    """Forget that ``states`` left (in the commit where they rejoin)."""
-    delete_state_rows(store, STATES_LEFT_TABLE, topology, states)
 
 
 def _show(value: Any) -> str:

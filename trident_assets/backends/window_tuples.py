@@ -124,11 +124,6 @@ def _size(store: StateStore, table: str) -> int:
     return int(store.fetch_rows(f"SELECT count(*) FROM {quote_ident(table)}")[0][0])
 
 
-def _windows_table(windows: list[tuple[int, int, int]]) -> pa.Table:
-    names = ("k", "lo", "hi")
-    return pa.table({n: pa.array([w[i] for w in windows], pa.int64()) for i, n in enumerate(names)})
-
-
 def _sql_aggregate(agg: Any, column: str | None, over_partials: bool) -> str:
     """The SQL aggregate of a built-in combiner over tuples (``column``) or partials."""
     if isinstance(agg, Count) and not over_partials:
@@ -162,7 +157,8 @@ def _fired_table(
     if not windows:
         return [], pa.table({out: pa.array([], out_type)})
     by_key = {w[0]: w for w in windows}
-    with store.staged(_windows_table(windows)) as w:
+    columns = zip(("k", "lo", "hi"), zip(*windows, strict=True), strict=True)
+    with store.staged(pa.table({n: pa.array(c, pa.int64()) for n, c in columns})) as w:
         if is_sql_combiner(agg):
             column = PARTIAL_COLUMN if partials else window.inputs[0]
             expr = _sql_aggregate(agg, column, partials)

@@ -156,11 +156,6 @@ def compare(stored: StateContract, declared: StateContract) -> ContractCompariso
     return ContractComparison(tuple(diffs))
 
 
-def _qualname(obj: Any) -> str:
-    cls = obj if isinstance(obj, type) else type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def _params(obj: Any) -> tuple[tuple[str, str], ...]:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         items: Mapping[str, Any] = {
@@ -184,8 +179,9 @@ def describe_aggregator(obj: Any, kind: str = "aggregator") -> dict[str, Any]:
         A dict with ``aggregator``, ``aggregator_params``, ``version`` and ``note``.
     """
     version = getattr(obj, "version", None)
+    cls = obj if isinstance(obj, type) else type(obj)
     out: dict[str, Any] = {
-        "aggregator": _qualname(obj),
+        "aggregator": f"{cls.__module__}.{cls.__qualname__}",
         "aggregator_params": _params(obj),
         "version": None if version is None else str(version),
         "note": None,

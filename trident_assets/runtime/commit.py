@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from trident_assets.backends.quarantine import add_entries, mark_replayed
 from trident_assets.backends.replica import PARTIALS_KEPT
 from trident_assets.backends.spout_history import record_history
-from trident_assets.backends.state_contracts import delete_state_rows, write_contracts
+from trident_assets.backends.state_contracts import write_contracts
 from trident_assets.backends.txid_rows import store_dead_letters, store_rows
 from trident_assets.core.commit import CommitMarker, StoreTransaction, commit_batch
 from trident_assets.core.txids import validate_txid
@@ -63,7 +63,6 @@ __all__ = [
     "StateAlone",
     "TxidEngine",
     "commit",
-    "drop_progress",
     "progress",
 ]
 
@@ -319,11 +318,6 @@ def progress(store: StateStore, topology: str) -> dict[str, tuple[int, int]]:
         [topology],
     )
     return {str(s): (int(f), int(d)) for s, f, d in rows}
-
-
-def drop_progress(store: StateStore, topology: str, states: Iterable[str]) -> None:
-    """Forget the progress of ``states`` (in the commit where they join the topology)."""
-    delete_state_rows(store, PROGRESS_TABLE, topology, states)
 
 
 @dataclass

@@ -35,16 +35,17 @@ from trident_assets.backends.duckdb_spout_meta import DuckDBSpoutMetaStore
 from trident_assets.backends.quarantine import QuarantineEntry, entries
 from trident_assets.backends.replica import DEFAULT_KEEP_TXIDS, Replica
 from trident_assets.backends.state_contracts import (
-    forget_left,
+    delete_state_rows,
     record_left,
     write_contracts,
 )
 from trident_assets.backends.txid_rows import ensure_dead_letters_table
 from trident_assets.core.txids import validate_txid
 from trident_assets.errors import ConfigError
+from trident_assets.names import STATES_LEFT_TABLE
 from trident_assets.planner import pipelinable
 from trident_assets.runtime.backfill_plans import BackfillOutcome
-from trident_assets.runtime.commit import drop_progress, progress
+from trident_assets.runtime.commit import PROGRESS_TABLE, progress
 from trident_assets.runtime.outcomes import BatchOutcome
 from trident_assets.runtime.publishing import described as describe
 from trident_assets.runtime.publishing import (
@@ -333,8 +334,8 @@ class Runner(ABC):
         joining, self._joining = self._joining, set()
         try:
             write_contracts(self.store, pending)
-            drop_progress(self.store, self.scope, joining)
-            forget_left(self.store, self.scope, joining)
+            for table in (PROGRESS_TABLE, STATES_LEFT_TABLE):  # they join: no progress, not left
+                delete_state_rows(self.store, table, self.scope, joining)
             record_left(self.store, self.scope, self._absent, txid - 1)
             return write()
         except BaseException:

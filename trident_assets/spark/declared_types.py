@@ -20,14 +20,8 @@ from trident_assets.stream.state_kinds import state_kind
 
 if TYPE_CHECKING:
     from trident_assets.spark.batch_context import RunContext
-    from trident_assets.stream.streams import TridentState
 
 __all__ = ["check_value_types"]
-
-
-def _typed_by_input(state: TridentState) -> bool:
-    """True for a Sum/Min/Max state whose value type comes from its input field."""
-    return state_kind(state.node).typed_by_input and not depends_on_new_values(state.node)
 
 
 def check_value_types(runner: RunContext) -> None:
@@ -45,7 +39,8 @@ def check_value_types(runner: RunContext) -> None:
     topo = runner.topology
     run: BatchRun | None = None
     for state in topo.states.values():
-        if not _typed_by_input(state):
+        # a Sum/Min/Max state whose value type comes from its input field
+        if not state_kind(state.node).typed_by_input or depends_on_new_values(state.node):
             continue
         stored = runner.store.layout(state.table)
         if stored is None:

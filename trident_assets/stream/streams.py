@@ -226,12 +226,11 @@ class Stream:
             raise ConfigError(msg)
         if isinstance(query, TupleCollectionGet):
             outs = query.output_fields(state, output)
-            check_distinct(outs, self.fields, "state_query")
             args: dict[str, Any] = {"outputs": outs}
         else:
             (out,) = outs = as_fields(output, "state_query output")
-            check_distinct(outs, self.fields, "state_query")
             args = {"output": out}
+        check_distinct(outs, self.fields, "state_query")
         stream = self.derive(
             "query", (*self.fields, *outs), inputs=ins, query=query, state=state, **args
         )
