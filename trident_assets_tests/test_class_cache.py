@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trident_assets.spark.class_cache import CACHE_ENV, archive_options, archive_path
-from trident_assets.spark.session import LOG4J2_CONFIG, driver_java_options
+from trident_assets.spark.session import LOCAL_GC_OPTION, LOG4J2_CONFIG, driver_java_options
 
 BIN = Path(sys.executable).parent
 C1 = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -41,6 +41,42 @@ def test_driver_options_add_ours_and_keep_the_users(
     monkeypatch.setenv(CACHE_ENV, "off")
     assert archive_path() is None
     assert driver_java_options(own) == f"-Dx=1 {LOG4J}"
+
+
+def test_a_local_driver_gets_the_parallel_collector_unless_the_user_chose_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = tmp_path / "spark.jsa"
+    archive.write_bytes(b"x")
+    monkeypatch.setenv(CACHE_ENV, str(archive))
+    for name in ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    cds = f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    assert LOCAL_GC_OPTION == "-XX:+UseParallelGC"
+    local = {"spark.master": "local[2]"}
+    assert driver_java_options(local) == f"{LOG4J} -XX:+UseParallelGC {cds}"
+    assert driver_java_options({"spark.master": "local"}) == f"{LOG4J} -XX:+UseParallelGC {cds}"
+    assert driver_java_options({**local, "spark.driver.extraJavaOptions": "-Dx=1"}) == (
+        f"-Dx=1 {LOG4J} -XX:+UseParallelGC {cds}"
+    )
+    assert driver_java_options({"spark.master": "spark://h:7077"}) == f"{LOG4J} {cds}"
+    assert driver_java_options({}) == f"{LOG4J} {cds}", "no master: not known to be local"
+    mine = {**local, "spark.driver.extraJavaOptions": "-XX:+UseG1GC -Dx=1"}
+    assert driver_java_options(mine) == f"-XX:+UseG1GC -Dx=1 {LOG4J} {cds}"
+    default = {**local, "spark.driver.defaultJavaOptions": "-XX:+UseSerialGC"}
+    assert driver_java_options(default) == f"{LOG4J} {cds}"
+    overhead = {**local, "spark.driver.extraJavaOptions": "-XX:+UseGCOverheadLimit"}
+    assert driver_java_options(overhead) == (
+        f"-XX:+UseGCOverheadLimit {LOG4J} -XX:+UseParallelGC {cds}"
+    ), "not a collector"
+    server_env = {"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    assert driver_java_options(local, environ=server_env) == f"{LOG4J} {cds}"
+    assert driver_java_options(local, environ={}) == f"{LOG4J} -XX:+UseParallelGC {cds}"
+    for name in ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+        monkeypatch.setenv(name, "-Xss4m -XX:+UseZGC")
+        assert driver_java_options(local) == f"{LOG4J} {cds}", name
+        monkeypatch.delenv(name)
+    assert driver_java_options(local) == f"{LOG4J} -XX:+UseParallelGC {cds}"
 
 
 def test_default_archive_path_is_per_install_under_the_cache_home(

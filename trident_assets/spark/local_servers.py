@@ -189,7 +189,11 @@ def start_connect_server(
         "spark.pyspark.python": python,
         **(conf or {}),
     }
-    settings[JAVA_OPTIONS] = driver_java_options(settings, quiet_log=False)
+    settings[JAVA_OPTIONS] = driver_java_options(
+        {"spark.master": master, **settings},
+        quiet_log=False,
+        environ=os.environ if env is None else env,
+    )
     settings.update(local_daemon_conf({"spark.master": master, **settings}, same_cwd=False))
     cmd = [
         str(home / "bin" / "spark-submit"),
