@@ -25,7 +25,7 @@ from typing import Any
 # (label, file suffix, function name): cumulative seconds of the function, summed over matches
 PARTS: list[tuple[str, str, str]] = [
     ("run (execute_in_process)", "job_definition.py", "execute_in_process"),
-    ("batches (run_batches)", "spark/executor.py", "run_batches"),
+    ("batches (run_batches)", "runtime/runner.py", "run_batches"),
     ("dagster: create run", "instance/methods/run_methods.py", "create_run_for_job"),
     ("dagster: .. planned events", "instance/runs/run_domain.py", "_log_asset_planned_events"),
     ("dagster: handle_new_event (event writes)", "methods/event_methods.py", "handle_new_event"),
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         "ReusingSqliteEventLogStorage (one SQLAlchemy engine per database, not per write)",
     )
     parser.add_argument("--out", default=None, help="result JSON")
+    parser.add_argument("--dump", default=None, help="write the raw profile here (pstats)")
     args = parser.parse_args(argv)
 
     from bench.pipeline import _instance, _trident, batch_timings, build_topology, drive
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     profiler.disable()
     wall = time.perf_counter() - start
     stats = pstats.Stats(profiler)
+    if args.dump:
+        stats.dump_stats(args.dump)
     n = len(txids)
     stages = batch_timings(instance, limit=n + args.warmup + 10)
     outside = [w - stages[t]["total"] for w, t in zip(walls, txids, strict=True)]

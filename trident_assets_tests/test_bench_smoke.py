@@ -146,6 +146,46 @@ def test_dagster_floor_runs_the_do_nothing_job_with_our_event_count(tmp_path: Pa
     assert min(after_warm) - 0.001 <= result["median_run_s"] <= max(after_warm) + 0.001
 
 
+def test_dagster_floor_lineage_is_the_example_word_counts() -> None:
+    """``--lineage`` gives the floor's six assets exactly the example's dependency edges."""
+    from bench.dagster_floor import LINEAGE
+    from trident_assets.dagster.graph import topology_graph
+
+    graph = topology_graph(pipeline.build_topology("example", 10))
+    index = {node.key: i for i, node in enumerate(graph.values())}
+    edges = {index[n.key]: tuple(index[d] for d in n.deps) for n in graph.values() if n.deps}
+    assert list(graph) == [
+        "spout:sentences",
+        "spout:queries",
+        "partials:word_counts",
+        "state:word_counts",
+        "new_values:word_counts",
+        "output:words",
+    ]
+    assert edges == LINEAGE == {2: (0,), 3: (2,), 4: (3,), 5: (1, 3)}
+
+
+def test_dagster_floor_with_the_example_lineage_and_dynamic_partitions(tmp_path: Path) -> None:
+    """`python -m bench.dagster_floor --lineage --dynamic`: the same events, the full shape."""
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.dagster_floor", "--runs", "2", "--warm", "1",
+         "--lineage", "--dynamic"],
+        cwd=repo, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["lineage"], result["dynamic_partitions"]) == (True, True)
+    assert (result["assets"], result["checks"], result["events_per_run"]) == (6, 9, 54)
+    assert result["event_log_storage"] == "SqliteEventLogStorage"
+    assert result["median_run_s"] == result["run_walls_s"][1]
+
+
 def test_codegen_batches_compares_both_modes_on_the_same_records(tmp_path: Path) -> None:
     """`python -m bench.codegen_batches`, as documented, in a clean child process."""
     import json
