@@ -395,7 +395,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ):
         p.add_argument(f"--skip-{what}", action="store_true")
     peers.add_args(p)
-    p.add_argument("--work", type=Path, default=None, help="work directory (default: temp)")
+    p.add_argument(
+        "--work", type=Path, default=None, help="work directory, created if missing (default: temp)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -441,6 +443,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         partitions=args.partitions,
     )
     machine = describe()
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="trident-bench-", dir=args.work))
     log(f"work directory {work}; machine: {one_line(machine)}")
     results: dict[str, Any] = {}
