@@ -55,7 +55,6 @@ from trident_assets.spark.window_columns import (
     WS,
     N,
     T,
-    WindowColumns,
     window_columns,
 )
 from trident_assets.stream.graph import record_time_spout
@@ -73,7 +72,6 @@ if TYPE_CHECKING:
     from trident_assets.stream.event_windows import WindowedAggregation, WindowedState
 
 __all__ = [
-    "BOUND",
     "UNBOUNDED",
     "WindowSlice",
     "chunk_bounds",
@@ -272,39 +270,26 @@ def window_chunk_job(
     return run, after
 
 
-BOUND = "__bound"
-"""A record's column in a chunk's job: the bound of its batch's watermark (epoch micros)."""
-
-
-@dataclass(frozen=True)
-class _ChunkColumns:
-    """The Columns of a chunk's job that no chunk changes (built once per state and JVM).
-
-    Only a record's bound (:data:`BOUND`, an array literal indexed by its batch tag) differs
-    from one chunk to the next: every other expression reads it by name.
-    """
-
-    window: WindowColumns
-    rows: list[Any]
-    """Select list of the records: tag, keys, value (a candidate's) and window start."""
-    keys: list[Any]
-    """The job's grouping: (batch, key, window, reason, value, source)."""
-    aggs: list[Any]
-    out: list[Any]
-    """Select list of the result, typed."""
-
-
-def _chunk_columns(parent: Any, spec: WindowedAggregation) -> _ChunkColumns:
-    """:class:`_ChunkColumns` of ``spec`` over ``parent`` (the state's input, tagged)."""
+def _chunk_frame(parent: Any, state: WindowedState, bounds: Sequence[int | None]) -> Any:
+    """The chunk job's DataFrame over ``parent`` (the state's input, tagged by batch)."""
     from pyspark.sql import functions as F
 
+    spec: WindowedAggregation = state.node.args[EVENT_WINDOW]
     w, group = spec.window, list(spec.group)
-    c = window_columns(parent, spec, (TXID_COLUMN,))
+    key = (spec, parent.schema.json(), "chunk")
+    c = reuse(
+        state, "window_chunk", key, parent, lambda: window_columns(parent, spec, (TXID_COLUMN,))
+    )
     tag = F.col(TXID_COLUMN)
+    # one SQL call; no null element (its nullability would change the generated code)
+    known = ", ".join(f"{NO_BOUND if b is None else int(b)}L" for b in bounds)
+    bound = F.element_at(F.expr(f"array({known})"), (tag + 1).cast("int"))
+    records = parent.select(*c.base, tag).withColumns(c.bounds)
     dead = c.unreadable
-    keep = dead | (c.readable & (c.first_end <= F.col(BOUND)))  # a dead letter or candidate
+    candidate = c.readable & (c.first_end <= bound)
+    sliding = w.slide_us != w.size_us
     ws = F.when(~dead, c.windows)
-    rows = [
+    rows = records.select(
         tag,
         *[F.col(g) for g in group],
         F.col("__in"),
@@ -312,17 +297,17 @@ def _chunk_columns(parent: Any, spec: WindowedAggregation) -> _ChunkColumns:
         F.col(FIRST),
         F.col(LAST),
         F.when(dead, F.col(REASON)).alias(REASON),
-        F.when(keep, F.col(VALUE)).alias(VALUE),
-        *[F.when(keep, F.col(s)).alias(s) for s in c.source],
-        (F.explode_outer(ws) if w.slide_us != w.size_us else ws).alias(WS),
-    ]
-    aggs = [
+        F.when(dead | candidate, F.col(VALUE)).alias(VALUE),
+        *[F.when(dead | candidate, F.col(s)).alias(s) for s in c.source],
+        (F.explode_outer(ws) if sliding else ws).alias(WS),
+    ).withColumn(WE, c.window_end)
+    grouped = rows.groupBy(tag, *group, WS, WE, REASON, VALUE, *c.source).agg(
         *c.aggs,
         F.count(F.lit(1)).alias(DUP),
         F.max(FIRST).alias(FIRST),
         F.max(LAST).alias(LAST),
-    ]
-    out = [
+    )
+    return grouped.select(
         tag,
         *[F.col(g) for g in group],
         F.col(WS).cast("bigint").alias(WS),
@@ -335,27 +320,4 @@ def _chunk_columns(parent: Any, spec: WindowedAggregation) -> _ChunkColumns:
         F.col(FIRST).cast("bigint").alias(FIRST),
         F.col(LAST).cast("bigint").alias(LAST),
         *[F.col(s) for s in c.source],
-    ]
-    keys = [tag, *[F.col(g) for g in group], F.col(WS), F.col(WE), F.col(REASON), F.col(VALUE)]
-    keys += [F.col(s) for s in c.source]
-    return _ChunkColumns(c, rows, keys, aggs, out)
-
-
-def _chunk_frame(parent: Any, state: WindowedState, bounds: Sequence[int | None]) -> Any:
-    """The chunk job's DataFrame over ``parent`` (the state's input, tagged by batch).
-
-    Its Columns are built once per state and input schema (:func:`_chunk_columns`): a chunk
-    builds its bounds' one expression and its DataFrame's steps only.
-    """
-    from pyspark.sql import functions as F
-
-    spec: WindowedAggregation = state.node.args[EVENT_WINDOW]
-    key = (spec, parent.schema.json(), "chunk")
-    cc = reuse(state, "window_chunk", key, parent, lambda: _chunk_columns(parent, spec))
-    c = cc.window
-    # one SQL call; no null element (its nullability would change the generated code)
-    known = ", ".join(f"{NO_BOUND if b is None else int(b)}L" for b in bounds)
-    bound = F.expr(f"element_at(array({known}), CAST(`{TXID_COLUMN}` + 1 AS INT))").alias(BOUND)
-    records = parent.select(*c.base, F.col(TXID_COLUMN), bound).withColumns(c.bounds)
-    rows = records.select(*cc.rows).withColumn(WE, c.window_end)
-    return rows.groupBy(*cc.keys).agg(*cc.aggs).select(*cc.out)
+    )
