@@ -39,7 +39,6 @@ import itertools
 import json
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,17 +51,12 @@ from typing import Any
 
 from trident_assets.backends.replica import Replica
 from trident_assets.cli.ui import stop_process_group, ui_environment
+from trident_assets.local_ports import free_port
 from trident_assets.log.store import PartitionedLog
 
 TOPOLOGY = "word_count"
 NEW_VALUES = "word_count__word_counts__new_values"
 POLL_S = 0.02
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_http(port: int, timeout_s: float) -> None:
@@ -502,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             args.records,
             args.gap,
             home,
-            _free_port(),
+            free_port(),
             live=not args.per_txid,
             local_spark=args.local_spark,
             peer=args.ss,

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from trident_assets.cli.ui import stop_process_group
+from trident_assets.local_ports import free_port
 from trident_assets_tests.children import TRIDENT, clean_env
 
 __all__ = [
@@ -53,13 +53,6 @@ rows => rows
   .map(row => Array.from(row.cells).map(cell => cell.innerText.trim()))
 """
 """Cell texts of the page's table rows, without rows of tables nested in a cell (a preview)."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout_s: float, log: Path) -> Any:

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,8 +28,9 @@ from glob import glob
 from pathlib import Path
 
 from trident_assets.errors import ConfigError, TridentError
+from trident_assets.local_ports import free_port
 
-__all__ = ["LocalPostgres", "find_pg_bin", "free_port", "local_postgres"]
+__all__ = ["LocalPostgres", "find_pg_bin", "local_postgres"]
 
 START_TIMEOUT_S = 60.0
 _SETTING_RE = re.compile(r"^[A-Za-z0-9_.]+$")
@@ -53,13 +53,6 @@ def find_pg_bin() -> Path:
         "install them (Debian: apt-get install postgresql) or run scripts/setup.sh"
     )
     raise ConfigError(msg)
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from trident_assets.backends.postgres_server import free_port
 from trident_assets.errors import TridentError
+from trident_assets.local_ports import free_port
 from trident_assets.spark.session import JAVA_OPTIONS, driver_java_options, local_daemon_conf
 
 __all__ = [
