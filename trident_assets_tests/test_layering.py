@@ -307,7 +307,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("declarations", ("stream", "spouts.config")),
     ("graph analysis", ("planner",)),
     ("sources", ("log", "kafka", "spouts")),
-    ("stores", ("backends", "lakehouse", "home_lock", "status")),
+    ("stores", ("backends", "lakehouse", "home_lock", "local_ports", "status")),
     ("runtime", ("runtime",)),
     ("engine", ("spark",)),
     ("Dagster", ("dagster", "overview")),
