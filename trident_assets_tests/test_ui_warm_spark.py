@@ -1,10 +1,11 @@
 """`trident ui` as a user runs it: `dagster dev` plus a warm Spark Connect server for its runs.
 
 A child process with a clean environment, in a directory holding the user's own package,
-started with ``--module my_pkg.defs``: the webserver lists the user's assets and not the
-built-in examples, the coordinator sensor's run commits the user's txids on the warm server
-(its log says so), the counts are exact, and stopping `trident ui` stops `dagster dev` and
-the server by PID. A server whose supervisor is SIGKILLed stops too.
+started with ``--module my_pkg.defs``: the server is warmed up (one line says so), the
+webserver lists the user's assets and not the built-in examples, the coordinator sensor's
+run commits the user's txids on the warm server (its log says so), the counts are exact,
+and stopping `trident ui` stops `dagster dev` and the server (its whole group) by PID.
+A server whose supervisor is SIGKILLed stops too.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from trident_assets.cli.ui import (
 )
 from trident_assets.examples.word_count import SENTENCES
 from trident_assets.log.store import PartitionedLog
+from trident_assets.spark.warm_up import WARM_UP_BATCHES
 from trident_assets_tests.children import TRIDENT, clean_env
 from trident_assets_tests.conftest import JVM_ENV
 from trident_assets_tests.dagster_dev_helpers import free_port, gone, server_up, start_ui, wait_for
@@ -130,13 +132,19 @@ def test_ui_module_runs_the_users_topology_on_its_warm_spark_then_stops_everythi
         assert last >= 2, "a chunk of several txids (the pipelined path) ran"
         idle = f"skipped: my_clicks: no new records after txid {last}"
         wait_for("the sensor's reason to skip", lambda: idle in out_path.read_text(), 60, out_path)
+        warmed = re.compile(r"^Spark Connect warmed up in \d+\.\d s \((\d+) batches\)$", re.M)
+        wait_for("the warm-up", lambda: warmed.search(out_path.read_text()), 240, out_path)
     finally:
         stop_process_group(proc, timeout_s=120)
     assert proc.returncode == 0, out_path.read_text()[-4000:]
     assert gone(server_pid), "the Spark Connect server outlived `trident ui`"
+    assert gone(server_pid, group=True), "a process of the server's group outlived `trident ui`"
     assert gone(dev_pid), "dagster dev outlived `trident ui`"
     assert gone(dev_pid, group=True), "a process of dagster dev's group outlived `trident ui`"
     logged = out_path.read_text()
+    (batches,) = warmed.findall(logged)  # once, on one line
+    assert 1 <= int(batches) <= len(WARM_UP_BATCHES)
+    assert "warm-up failed" not in logged
     assert "telemetry" not in logged.lower().replace("telemetry:", "")
     assert "SupersessionWarning" not in logged
     assert "will not be used" not in logged

@@ -5,8 +5,8 @@
 and nux off, one run at a time per topology), ``TRIDENT_HOME`` set to the home, and the
 shipped code location ``trident_assets.definitions``. By default it also starts a warm Spark
 (a Spark Connect server) that every run ``dagster dev`` launches connects to
-(``TRIDENT_SPARK_REMOTE``), instead of each run starting a JVM of its own:
-:func:`serve_ui`.
+(``TRIDENT_SPARK_REMOTE``), instead of each run starting a JVM of its own, and warms it
+up in the background: :func:`serve_ui`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -44,6 +47,7 @@ __all__ = [
     "instance_dir",
     "stop_process_group",
     "ui_environment",
+    "warm_up_server",
 ]
 
 
@@ -184,7 +188,8 @@ def serve_ui(
     Spark for the runs ``dagster dev`` launches: ``spark_remote`` (a Spark Connect URL) if
     given; else, with ``warm_spark``, a Spark Connect server (``local[2]``, log
     ``<home>/spark-connect.log``) started here first and shared by every run, so a run does not
-    start a JVM of its own; else local Spark in each run's process. ``modules``: the code
+    start a JVM of its own, and warmed up in the background once ``dagster dev`` is started
+    (:func:`warm_up_server`); else local Spark in each run's process. ``modules``: the code
     location modules (default: the shipped one), imported from the current directory.
     ``live``: every topology runs live (``TRIDENT_LIVE=all``: a live run per topology commits
     each txid seconds after its records arrive; :mod:`trident_assets.dagster.live`).
@@ -229,6 +234,9 @@ def serve_ui(
     copier: threading.Thread | None = None
     previous = {s: signal.signal(s, _request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     server = None
+    warming: threading.Thread | None = None
+    scratch: Path | None = None  # the warm-up's log
+    stopping = threading.Event()  # set before the server stops: a warm-up then stays quiet
     try:
         if spark_remote is None and warm_spark:
             log_path = Path(home).resolve() / "spark-connect.log"
@@ -274,6 +282,9 @@ def serve_ui(
         echo(f"dagster dev: pid {dev.pid}")
         sys.stdout.flush()
         copier.start()
+        if server is not None:
+            scratch = Path(tempfile.mkdtemp(prefix="trident-warm-up-"))
+            warming = warm_up_server(server.url, scratch, echo, stopping)
         while dev.poll() is None and not stop_requested:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 dev.wait(timeout=0.5)  # a signal's handler runs meanwhile
@@ -287,8 +298,13 @@ def serve_ui(
             stop_process_group(dev)
         if copier is not None:
             copier.join(timeout=10)
+        stopping.set()
         if server is not None:
             server.stop()
+        if warming is not None:
+            warming.join(timeout=10)  # its server is gone: it ends with an error
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         if graceful:
             clear_stop(Path(env["DAGSTER_HOME"]))
         if stop_requested:
@@ -296,6 +312,46 @@ def serve_ui(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         lock.release()
+
+
+def warm_up_server(
+    url: str, directory: Path, echo: Callable[[str], None], stopping: threading.Event
+) -> threading.Thread:
+    """Warm up the Spark Connect server at ``url`` in a daemon thread (started; returned).
+
+    A client session runs :func:`~trident_assets.spark.warm_up.warm_up` (the word count's
+    batch phase on synthetic batches, its log of its own in the empty ``directory``, removed
+    when it ends), then stops. ``echo`` gets one line: the seconds it took and the batches it
+    ran, or why it failed (a failure is ignored; after ``stopping`` is set, nothing is
+    echoed). A stopped server ends it with an error.
+    """
+
+    def run() -> None:
+        started = time.perf_counter()
+        try:
+            from trident_assets.spark.session import build_spark_session
+            from trident_assets.spark.warm_up import warm_up
+
+            spark = build_spark_session(remote=url)
+            try:
+                done = warm_up(spark, directory)
+            finally:
+                with contextlib.suppress(Exception):
+                    spark.stop()
+        except Exception as exc:  # never fails trident ui: one line, then ignored
+            if not stopping.is_set():
+                reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+                echo(f"Spark Connect warm-up failed, ignored ({type(exc).__name__}: {reason})")
+                sys.stdout.flush()
+            return
+        if not stopping.is_set():
+            seconds = time.perf_counter() - started
+            echo(f"Spark Connect warmed up in {seconds:.1f} s ({done} batches)")
+            sys.stdout.flush()
+
+    thread = threading.Thread(target=run, name="spark-connect-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 _IMPORT_CHECK = """
