@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from trident_assets import Count, Sum
 from trident_assets.backends.duckdb_store import DuckDBStore
+from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.arrow_partials import (
     DEAD_COLUMN,
     CountSplit,
@@ -29,6 +31,7 @@ from trident_assets.spark.partials import combiner_partials
 from trident_assets.spark.schemes import JsonScheme, StringScheme
 from trident_assets.spark.txid_tags import TXID_COLUMN
 from trident_assets.spouts.config import SpoutConfig
+from trident_assets.spouts.file_spout import FileSpout
 from trident_assets.spouts.log_spout import LogSpout
 from trident_assets.stream.operations import FilterNull, Split
 from trident_assets.stream.topology import StateSpec, TridentTopology
@@ -302,3 +305,56 @@ def test_small_batches_use_sparks_operators(spark: Any, tmp_path: Path) -> None:
         run = BatchRun(runner, batches)
         run.plan()()
         assert _counted(run) == {"sentences": 3}
+
+
+def _text_files(land: Path) -> None:
+    """``VALUES`` as three text files of four lines each (an empty line is no record)."""
+    land.mkdir()
+    for i in range(3):
+        path = land / f"{i}.txt"
+        path.write_bytes(b"".join(v + b"\n" for v in VALUES[4 * i : 4 * i + 4]))
+        os.utime(path, ns=(1_700_000_000_000_000_000 + i, 1_700_000_000_000_000_000 + i))
+
+
+def _file_word_count(land: Path) -> TridentTopology:
+    topo = TridentTopology("files")
+    spout = FileSpout(str(land), StringScheme("sentence"), max_files=1, stable_after=0)
+    stream = topo.new_stream("files", spout).each("sentence", Split(" "), "word")
+    stream.group_by("word").persistent_aggregate(
+        StateSpec.opaque("counts"), "word", Count(), "value"
+    )
+    return topo
+
+
+def test_a_chunk_of_a_text_file_spout_runs_the_kernel_and_commits_what_sparks_plan_commits(
+    spark: Any, tmp_path: Path
+) -> None:
+    land = tmp_path / "in"
+    _text_files(land)
+    log = PartitionedLog(tmp_path / "log")
+    with DuckDBStore(tmp_path / "plan.duckdb") as store:
+        runner = TopologyRunner(_file_word_count(land), spark, store, log, max_spout_pending=3)
+        batches, _ = runner.txid_loop().emit(1, 3)
+        run = BatchRun(runner, batches)
+        run.plan()()
+        assert _counted(run) == {"files": 3}, "the kernel counted the chunk's dead letters"
+    results = []
+    for kernel in (True, False):
+        spark.conf.set(ARROW_KERNEL_CONF, str(kernel).lower())
+        try:
+            with DuckDBStore(tmp_path / f"{kernel}.duckdb") as store:
+                topo = _file_word_count(land)
+                runner = TopologyRunner(topo, spark, store, log, max_spout_pending=3)
+                assert [o.txid for o in runner.run_batches([1, 2, 3])] == [1, 2, 3]
+                state = {r["word"]: r["value"] for r in store.scan("files__counts").to_pylist()}
+                dead = store.fetch_rows(
+                    'SELECT txid, topic, "offset", reason FROM _trident_dead_letters ORDER BY ALL'
+                )
+                results.append((state, dead))
+        finally:
+            spark.conf.unset(ARROW_KERNEL_CONF)
+    assert results[0] == results[1]
+    state, dead = results[0]
+    assert state == {k[0]: v for k, v in _expected(" ", ("word",)).items()}
+    uri = f"file://{land}/1.txt"
+    assert dead == [(2, uri, n, "value is not valid UTF-8") for n in (2, 3, 4)]

@@ -207,3 +207,55 @@ def test_files_above_sparks_split_size_are_read_whole_with_exact_line_numbers(
         (f"file://{land}/{i}.jsonl", n + 1, "value is not valid JSON (RFC 8259)") for i in range(2)
     ]
     store.close()
+
+
+def _parquet(folder: Path, name: str, words: list[str]) -> FileEntry:
+    path = folder / name
+    pq.write_table(pa.table({"word": words}), path)
+    os.utime(path, ns=(T0_NS, T0_NS))
+    return FileEntry(name, path.stat().st_size, T0_NS, fingerprint_bytes(path.read_bytes()))
+
+
+def test_batches_read_together_share_a_scan_and_tag_each_row_with_its_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Parquet files of two batches: one native scan, rows tagged by their file's batch."""
+    a, b, c, odd = (
+        _parquet(tmp_path, name, [f"{name[0]}1", f"{name[0]}2"])
+        for name in ("a.parquet", "b.parquet", "c.parquet", "odd name.parquet")
+    )
+    location = Location(str(tmp_path))
+    scheme = ParquetScheme({"word": "string"})
+    frame = file_reader.read_file_batches(
+        spark, location, [(0, 7, [a, b]), (2, 8, []), (3, 9, [c, odd])], scheme, "parquet", "t"
+    )
+    assert frame.columns == [
+        "topic", "partition", "offset", "timestamp", "value", "__file_word", "t"
+    ]  # fmt: skip
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("FileScan parquet") == 1, "a, b and c: one scan of three files"
+    assert "MapInArrow" in plan, "the odd name: the Python reader"
+    assert _rows(frame, "__file_word", "offset", "t") == [
+        ("a1", 1, 0), ("a2", 2, 0), ("b1", 1, 0), ("b2", 2, 0),
+        ("c1", 1, 3), ("c2", 2, 3), ("o1", 1, 3), ("o2", 2, 3),
+    ]  # fmt: skip
+    empty = file_reader.read_file_batches(spark, location, [(0, 7, [])], scheme, "parquet", "t")
+    assert empty.columns == frame.columns
+    assert empty.count() == 0
+
+
+def test_a_changed_file_of_a_later_batch_refuses_the_read_naming_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    first = _parquet(tmp_path, "a.parquet", ["a"])
+    second = _parquet(tmp_path, "b.parquet", ["b"])
+    grown = FileEntry(second.path, second.size + 1, second.mtime_ns, second.fingerprint)
+    with pytest.raises(BatchUnavailableError, match=re.escape(f"file://{tmp_path}/b.parquet")):
+        file_reader.read_file_batches(
+            spark,
+            Location(str(tmp_path)),
+            [(0, 1, [first]), (1, 2, [grown])],
+            ParquetScheme({"word": "string"}),
+            "parquet",
+            "t",
+        )

@@ -17,8 +17,9 @@ could make the two disagree:
   against its recorded size and fingerprint, and test them with numpy);
 * the JSON source reads with ``lineSep`` ``\n``, PERMISSIVE with a corrupt-record column and
   the scheme's options; every row checks its file's size and modification time against the
-  recorded ones (:func:`~trident_assets.spark.file_native.checked_scan`); a txid's clean
-  files are one scan (several files may share a task: good records carry no line number).
+  recorded ones (:func:`~trident_assets.spark.file_native.checked_scan`); the clean files
+  of a chunk's txids share scans, each row's txid tag looked up with its file's recorded
+  facts (several files may share a task: good records carry no line number).
 
 Other files (and strict schemes, ``with_metadata``, files Spark would read differently) take
 the usual way: the Python reader's numbered lines and the scheme's decode. The dead letters'
@@ -37,6 +38,7 @@ from trident_assets.spark.file_native import checked_scan, reads_natively
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from trident_assets.spark.file_native import Tagging
     from trident_assets.spark.json_scheme import JsonScheme
     from trident_assets.spouts.file_listing import FileEntry, Location
 
@@ -140,13 +142,13 @@ def json_source_staged(
     location: Location,
     entries: Sequence[FileEntry],
     scheme: JsonScheme,
-    keep: dict[str, Any],
+    tags: Tagging,
 ) -> Any:
     """``entries`` (clean) read by Spark's JSON source, as the scheme's staged columns.
 
     The columns of :meth:`~trident_assets.spark.scheme_base.Scheme.staged`: ``__f_<field>``,
     ``__error`` (null for a good record), the record columns (null: never used, the dead
-    letters come from the usual way) and ``keep`` (name -> Column, e.g. the txid tag).
+    letters come from the usual way) and ``tags``' column (each row's file's tag, bigint).
     """
     from pyspark.sql import functions as F
 
@@ -156,7 +158,7 @@ def json_source_staged(
     corrupt = "__corrupt"
     ddl = f"{scheme.ddl()}, `{corrupt}` string"
     options = {**json_options(corrupt), "lineSep": "\n"}
-    frame = checked_scan(spark, location, list(entries), "json", ddl, options)
+    frame = checked_scan(spark, location, list(entries), "json", ddl, options, tags)
     error = F.coalesce(
         F.when(
             F.col(corrupt).isNotNull(),
@@ -175,5 +177,5 @@ def json_source_staged(
             F.lit(None).cast(schema[c].dataType).alias(c)
             for c in ("topic", "partition", "offset", "timestamp", "value")
         ],
-        *[col.alias(name) for name, col in keep.items()],
+        F.col(tags[0]),
     )

@@ -24,6 +24,7 @@ the generated code the same from file to file and txid to txid (compiled once).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -102,19 +103,33 @@ def reads_natively(location: Location, entry: FileEntry, fmt: str) -> bool:
 
 
 def native_frame(
-    spark: Any, location: Location, entries: list[FileEntry], fmt: str, ddl: str
+    spark: Any,
+    location: Location,
+    entries: list[FileEntry],
+    fmt: str,
+    ddl: str,
+    tags: Tagging | None = None,
 ) -> Any:
     """The records of ``entries`` (all :func:`reads_natively`), as the Python reader's columns.
 
     Parquet: one scan per :data:`SCAN_FILES` files; lines: one scan per file. ``ddl`` is the
-    declared Parquet fields (ignored for lines).
+    declared Parquet fields (ignored for lines). ``tags``: ``(column, tag of each entry)``,
+    the bigint column after the others (files of several batches share a scan).
     """
     per_scan = SCAN_FILES if fmt == "parquet" else LINE_SCAN_FILES
     frames = [
-        _scan(spark, location, entries[i : i + per_scan], fmt, ddl)
+        _scan(spark, location, entries[i : i + per_scan], fmt, ddl, _slice(tags, i, per_scan))
         for i in range(0, len(entries), per_scan)
     ]
     return reduce(lambda a, b: a.union(b), frames)
+
+
+Tagging = tuple[str, Sequence[int]]
+"""``(column, tag per file)``: the bigint column a scan's rows carry their file's tag in."""
+
+
+def _slice(tags: Tagging | None, start: int, size: int) -> Tagging | None:
+    return None if tags is None else (tags[0], tags[1][start : start + size])
 
 
 def spark_path(location: Location, entry: FileEntry) -> str:
@@ -122,23 +137,24 @@ def spark_path(location: Location, entry: FileEntry) -> str:
     return "file:" + location.full(entry.path)
 
 
-def _facts(location: Location, entries: list[FileEntry]) -> Any:
+def _facts(location: Location, entries: list[FileEntry], tags: Sequence[int] = ()) -> Any:
     """A map literal: Spark's path of each file -> what its rows are checked and tagged with.
 
     One literal (not a literal per value), so the generated code is the same for every read;
-    built from one SQL expression (one call to the JVM, not a few per file).
+    built from one SQL expression (one call to the JVM, not a few per file). ``tags``: each
+    entry's tag (none: 0).
     """
     from pyspark.sql import functions as F
 
     pairs = []
-    for entry in entries:
+    for i, entry in enumerate(entries):
         uri = location.uri(entry.path)
         before, after = changed_message(uri, entry, "\0").split("\0")
         fact = (
             f"named_struct('topic', {_sql(uri)}, 'size', {int(entry.size)}L, "
             f"'mtime_ms', {entry.mtime_ns // 1_000_000}L, 'mtime_us', {entry.mtime_ns // 1000}L, "
             f"'before', {_sql(before)}, 'after', {_sql(after)}, "
-            f"'split', {_sql(split_message(uri))})"
+            f"'split', {_sql(split_message(uri))}, 'tag', {int(tags[i]) if tags else 0}L)"
         )
         pairs.append(f"{_sql(spark_path(location, entry))}, {fact}")
     return F.expr(f"map({', '.join(pairs)})")
@@ -149,7 +165,14 @@ def _sql(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _scan(spark: Any, location: Location, entries: list[FileEntry], fmt: str, ddl: str) -> Any:
+def _scan(
+    spark: Any,
+    location: Location,
+    entries: list[FileEntry],
+    fmt: str,
+    ddl: str,
+    tags: Tagging | None,
+) -> Any:
     from pyspark.sql import functions as F
 
     from trident_assets.spark.log_reader import driver_side_listing
@@ -175,7 +198,7 @@ def _scan(spark: Any, location: Location, entries: list[FileEntry], fmt: str, dd
     located = frame.select(
         *data,
         offset.alias("offset"),
-        F.try_element_at(_facts(location, entries), path).alias("__fact"),
+        F.try_element_at(_facts(location, entries, tags[1] if tags else ()), path).alias("__fact"),
         path.alias("__path"),
         size.alias("__size"),
         F.unix_millis(meta.getField("file_modification_time")).alias("__mtime_ms"),
@@ -200,10 +223,12 @@ def _scan(spark: Any, location: Location, entries: list[FileEntry], fmt: str, dd
         F.col("offset"),
         F.timestamp_micros(fact["mtime_us"]).alias("timestamp"),
     ]
+    tagged = [] if tags is None else [fact["tag"].alias(tags[0])]
     checked = located.where(check.otherwise(F.lit(True)))
     if fmt == "parquet":
         fields = [F.col(f"`{FILE_COLUMN_PREFIX}{f}`") for f in frame.columns]
-        return checked.select(*provenance, F.lit(None).cast("binary").alias("value"), *fields)
+        value = F.lit(None).cast("binary").alias("value")
+        return checked.select(*provenance, value, *fields, *tagged)
     text = F.col("__text")
     line = text.cast("binary")
     crlf = text.endswith("\r")  # bytes compared; the cut on bytes (a string cut counts chars)
@@ -217,6 +242,7 @@ def _scan(spark: Any, location: Location, entries: list[FileEntry], fmt: str, dd
         F.lit(None).cast("binary").alias("key"),
         stripped.alias("value"),
         F.lit(None).cast(schema["headers"].dataType).alias("headers"),
+        *tagged,
     )
 
 
@@ -244,13 +270,39 @@ def checked_scan(
     fmt: str,
     ddl: str,
     options: dict[str, str],
+    tags: Tagging | None = None,
 ) -> Any:
-    """One scan of ``entries`` (all :func:`reads_natively`) by Spark's ``fmt`` source.
+    """``entries`` (all :func:`reads_natively`) read by Spark's ``fmt`` source.
 
-    Its columns are ``ddl``'s; every row fails the job if its file is not one of ``entries``
-    or its size or modification time is not the recorded one. Spark may split and pack the
-    files as it likes (the rows carry no position).
+    One scan per :data:`SCAN_FILES` files. Its columns are ``ddl``'s (then ``tags``'
+    column: each row's file's tag, as in :func:`native_frame`); every row fails the job if
+    its file is not one of its scan's or its size or modification time is not the recorded
+    one. Spark may split and pack the files as it likes (the rows carry no position).
     """
+    frames = [
+        _checked(
+            spark,
+            location,
+            entries[i : i + SCAN_FILES],
+            fmt,
+            ddl,
+            options,
+            _slice(tags, i, SCAN_FILES),
+        )
+        for i in range(0, len(entries), SCAN_FILES)
+    ]
+    return reduce(lambda a, b: a.union(b), frames)
+
+
+def _checked(
+    spark: Any,
+    location: Location,
+    entries: list[FileEntry],
+    fmt: str,
+    ddl: str,
+    options: dict[str, str],
+    tags: Tagging | None,
+) -> Any:
     from pyspark.sql import functions as F
 
     from trident_assets.spark.log_reader import driver_side_listing
@@ -260,12 +312,13 @@ def checked_scan(
         frame = spark.read.format(fmt).schema(ddl).options(**options).load(uris)
     meta = F.col("_metadata")
     data = [F.col(f"`{c}`") for c in frame.columns]
+    facts = _facts(location, entries, tags[1] if tags else ())
     located = frame.select(
         *data,
-        F.try_element_at(_facts(location, entries), meta.getField("file_path")).alias("__fact"),
+        F.try_element_at(facts, meta.getField("file_path")).alias("__fact"),
         meta.getField("file_path").alias("__path"),
         meta.getField("file_size").alias("__size"),
         F.unix_millis(meta.getField("file_modification_time")).alias("__mtime_ms"),
     )
     checked = located.where(_unchanged(F.col("__fact")).otherwise(F.lit(True)))
-    return checked.select(*data)
+    return checked.select(*data, *([] if tags is None else [F.col("__fact")["tag"].alias(tags[0])]))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Sequence
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.errors import BatchUnavailableError, ConfigError
@@ -46,7 +47,13 @@ if TYPE_CHECKING:
 
     from trident_assets.spouts.file_listing import FileEntry, Location
 
-__all__ = ["NATIVE_FORMATS", "deal_files", "read_files", "verified_bytes"]
+__all__ = [
+    "NATIVE_FORMATS",
+    "deal_files",
+    "read_file_batches",
+    "read_files",
+    "verified_bytes",
+]
 
 NATIVE_FORMATS: tuple[str, ...] = ("parquet",)
 """The formats read by Spark's own sources unless a read says otherwise: Parquet (one scan
@@ -273,7 +280,40 @@ def read_files(
             Spark job).
         BatchUnavailableError: a file natively read is no longer as recorded (before any job).
     """
-    from pyspark.sql.types import StructField, StructType
+    return _read(spark, location, [(0, txid, entries)], scheme, fmt, None, native)
+
+
+def read_file_batches(
+    spark: Any,
+    location: Location,
+    batches: Sequence[tuple[int, int, Sequence[FileEntry]]],
+    scheme: Any,
+    fmt: str,
+    column: str,
+) -> Any:
+    """The records of several batches' files as :func:`read_files` gives them, tagged.
+
+    ``batches`` are ``(tag, txid, entries)``; each row carries its batch's tag in the bigint
+    ``column`` (last). The files of all batches read natively share scans (a file's tag is
+    looked up with its recorded facts), so a chunk of many txids is planned as a few scans.
+
+    Raises:
+        ConfigError, BatchUnavailableError: as :func:`read_files`, naming the batch's txid.
+    """
+    return _read(spark, location, batches, scheme, fmt, column, None)
+
+
+def _read(
+    spark: Any,
+    location: Location,
+    batches: Sequence[tuple[int, int, Sequence[FileEntry]]],
+    scheme: Any,
+    fmt: str,
+    column: str | None,
+    native: bool | None,
+) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
 
     ddl = ", ".join(f"`{n}` {t}" for n, t in scheme.types.items()) if fmt == "parquet" else ""
     if fmt == "parquet":
@@ -287,22 +327,36 @@ def read_files(
         )
     else:
         spark_schema = log_spark_schema()
-    if not entries:
-        return spark.createDataFrame([], spark_schema)
-    if fmt == "csv":
-        _check_csv(location, entries, scheme, txid)
-    elif fmt == "parquet":
-        _check_parquet(location, entries, scheme, txid)
+    if not any(entries for _, _, entries in batches):
+        fields = [] if column is None else [StructField(column, LongType())]
+        return spark.createDataFrame([], StructType([*spark_schema.fields, *fields]))
+    for _, txid, entries in batches:
+        if fmt == "csv":
+            _check_csv(location, entries, scheme, txid)
+        elif fmt == "parquet":
+            _check_parquet(location, entries, scheme, txid)
     native = fmt in NATIVE_FORMATS if native is None else native
-    mine = [e for e in entries if native and reads_natively(location, e, fmt)]
-    rest = [e for e in entries if not (native and reads_natively(location, e, fmt))]
+    mine = [
+        (tag, e)
+        for tag, _, entries in batches
+        for e in entries
+        if native and reads_natively(location, e, fmt)
+    ]
     frames = []
     if mine:
-        _check_fingerprints(location, mine)
-        frames.append(native_frame(spark, location, mine, fmt, ddl))
-    if rest:
-        frames.append(_python_frame(spark, location, rest, scheme, fmt, spark_schema))
-    return frames[0] if len(frames) == 1 else frames[0].union(frames[1])
+        files = [e for _, e in mine]
+        _check_fingerprints(location, files)
+        tags = None if column is None else (column, [tag for tag, _ in mine])
+        frames.append(native_frame(spark, location, files, fmt, ddl, tags))
+    for tag, _, entries in batches:
+        rest = [e for e in entries if not (native and reads_natively(location, e, fmt))]
+        if rest:
+            frame = _python_frame(spark, location, rest, scheme, fmt, spark_schema)
+            tagged = (
+                frame if column is None else frame.withColumn(column, F.lit(tag).cast("bigint"))
+            )
+            frames.append(tagged)
+    return reduce(lambda a, b: a.union(b), frames)
 
 
 def _python_frame(

@@ -42,6 +42,7 @@ __all__ = [
     "INLINE_MAX_RECORDS_CONF",
     "driver_side_listing",
     "inline_max_records",
+    "per_file_tasks",
     "read_ranges",
     "read_ranges_tagged",
     "split_conf",
@@ -249,10 +250,16 @@ def split_conf(log: PartitionedLog, ranges: Sequence[tuple[str, int, int, int]])
     paths: dict[str, None] = {}
     for topic, partition, first, last in ranges:
         paths.update(dict.fromkeys(log.segment_files(topic, partition, first, last)))
-    if len(paths) < 2:
-        return {}
-    sizes = [os.path.getsize(p) for p in paths]
-    if sum(sizes) / len(sizes) < PER_FILE_TASK_MIN_BYTES:
+    return per_file_tasks([os.path.getsize(p) for p in paths])
+
+
+def per_file_tasks(sizes: Sequence[int]) -> dict[str, str]:
+    """Spark settings giving each of a scan's files (of ``sizes`` bytes) its own task(s).
+
+    None for fewer than two files or a mean under :data:`PER_FILE_TASK_MIN_BYTES` (tiny
+    files stay packed); a file over ``spark.sql.files.maxPartitionBytes`` is still split.
+    """
+    if len(sizes) < 2 or sum(sizes) / len(sizes) < PER_FILE_TASK_MIN_BYTES:
         return {}
     # an open cost above the split size closes a split after every file
     return {_OPEN_COST_KEY: str(1 << 40)}

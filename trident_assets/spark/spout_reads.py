@@ -21,8 +21,8 @@ from trident_assets.spark.file_json import (
     json_source_staged,
 )
 from trident_assets.spark.file_native import whole_file_conf
-from trident_assets.spark.file_reader import read_files
-from trident_assets.spark.log_reader import read_ranges, read_ranges_tagged
+from trident_assets.spark.file_reader import read_file_batches, read_files
+from trident_assets.spark.log_reader import per_file_tasks, read_ranges, read_ranges_tagged
 from trident_assets.spark.log_reader import split_conf as log_split_conf
 from trident_assets.spouts.file_spout import FileSpout
 from trident_assets.spouts.log_spout import LogSpout
@@ -96,6 +96,36 @@ class FileReads:
         """
         return sum(e.size for e in self.spout.files(log, plan)) // FILE_BYTES_PER_RECORD
 
+    def read_many(
+        self, spark: Any, log: Any, plans: Sequence[tuple[int, BatchPlan]], column: str
+    ) -> Any:
+        """The records of several batches, each tagged with its batch in the bigint ``column``.
+
+        ``plans`` are ``(tag, plan)``; each plan's files are checked as by :meth:`read`, and
+        the files read natively share scans (:func:`~.file_reader.read_file_batches`).
+
+        Raises:
+            BatchUnavailableError: a file was removed or changed since it was numbered.
+            ConfigError: a CSV header or a Parquet schema disagrees with the declared fields.
+        """
+        spout = self.spout
+        batches = []
+        for tag, plan in plans:
+            entries = spout.files(log, plan)
+            spout.check(plan, entries)
+            batches.append((tag, plan.txid, entries))
+        return read_file_batches(spark, spout.location, batches, spout.scheme, spout.format, column)
+
+    def split_conf(self, log: Any, plans: Sequence[tuple[int, BatchPlan]]) -> dict[str, str]:
+        """Spark settings for :meth:`read_many`'s job: :meth:`read_conf`'s, and a task per file.
+
+        Files of several batches share a scan; a task of one file sees one batch, so its
+        partial aggregation by ``(txid, key)`` holds one batch's keys
+        (:func:`~.log_reader.per_file_tasks`).
+        """
+        sizes = [e.size for _, plan in plans for e in self.spout.files(log, plan)]
+        return {**per_file_tasks(sizes), **self.read_conf(log, plans)}
+
     def read_conf(self, log: Any, plans: Sequence[tuple[int, BatchPlan]]) -> dict[str, str]:
         """Spark settings for the jobs reading ``plans``: each file read whole, by one task.
 
@@ -132,16 +162,12 @@ class FileReads:
         read records as usual): the clean files are decoded by Spark's JSON source, the
         others as usual (:mod:`~trident_assets.spark.file_json`); ``observation`` counts
         the dead letters of both, which are then read the usual way, with their lines. The
-        settings are :meth:`read_conf`'s and :data:`~.file_json.JSON_SOURCE_CONF`.
+        settings are :meth:`split_conf`'s and :data:`~.file_json.JSON_SOURCE_CONF`.
         A batch's tag is its position in ``plans``, as :func:`~.txid_tags.tagged_read` tags.
 
         Raises:
             BatchUnavailableError: a file was removed or changed since it was numbered.
         """
-        from functools import reduce
-
-        from pyspark.sql import functions as F
-
         spout, keep = self.spout, (column,)
         scheme, location = spout.scheme, spout.location
         batches = []
@@ -155,23 +181,25 @@ class FileReads:
         for _, plan, entries in batches:
             spout.check(plan, entries)
         flags = iter(clean_files(spark, location, everything))
-        staged, raws = [], []
+        fast: list[tuple[int, Any]] = []
+        slow: list[tuple[int, int, list[Any]]] = []
         for tag, plan, entries in batches:
-            txid = F.lit(tag).cast("bigint")
-            clean = [next(flags) for _ in entries]
-            fast = [e for e, ok in zip(entries, clean, strict=True) if ok]
-            slow = [e for e, ok in zip(entries, clean, strict=True) if not ok]
-            if fast:
-                staged.append(json_source_staged(spark, location, fast, scheme, {column: txid}))
-            if slow:
-                raw = read_files(spark, location, slow, scheme, spout.format, plan.txid)
-                staged.append(scheme.staged(raw.withColumn(column, txid), keep=keep))
-            raw = read_files(spark, location, entries, scheme, spout.format, plan.txid)
-            raws.append(raw.withColumn(column, txid))
-        union = reduce(lambda a, b: a.unionByName(b), staged)
+            clean = [(e, next(flags)) for e in entries]
+            fast += [(tag, e) for e, ok in clean if ok]
+            slow.append((tag, plan.txid, [e for e, ok in clean if not ok]))
+        staged = []
+        if fast:
+            tags = (column, [tag for tag, _ in fast])
+            staged.append(json_source_staged(spark, location, [e for _, e in fast], scheme, tags))
+        if any(entries for _, _, entries in slow):
+            raw = read_file_batches(spark, location, slow, scheme, spout.format, column)
+            staged.append(scheme.staged(raw, keep=keep))
+        union = staged[0] if len(staged) == 1 else staged[0].unionByName(staged[1])
         good, _ = scheme.split_staged(union, keep=keep, observation=observation)
-        _, dead = scheme.decode(reduce(lambda a, b: a.unionByName(b), raws), keep=keep)
-        conf = self.read_conf(log, [(tag, plan) for tag, plan, _ in batches])
+        every = [(tag, plan.txid, entries) for tag, plan, entries in batches]
+        raws = read_file_batches(spark, location, every, scheme, spout.format, column)
+        _, dead = scheme.decode(raws, keep=keep)
+        conf = self.split_conf(log, [(tag, plan) for tag, plan, _ in batches])
         return good, dead, {**conf, **JSON_SOURCE_CONF}
 
 
