@@ -11,6 +11,7 @@ Spark settings its reads' jobs run with, whether a txid is read alone or with ot
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from trident_assets.spark import file_reader
@@ -180,27 +181,46 @@ class FileReads:
             return None
         for _, plan, entries in batches:
             spout.check(plan, entries)
-        flags = iter(clean_files(spark, location, everything))
+        every = [(tag, plan.txid, entries) for tag, plan, entries in batches]
+        with ThreadPoolExecutor(1, thread_name_prefix="trident-clean-files") as pool:
+            found = pool.submit(clean_files, spark, location, everything)
+            # planned meanwhile: the dead letters' read, and the fast read of every file
+            # (all clean, the usual case)
+            _, dead = scheme.decode(
+                read_file_batches(spark, location, every, scheme, spout.format, column), keep=keep
+            )
+            tags = (column, [tag for tag, _, entries in batches for _ in entries])
+            staged = json_source_staged(spark, location, everything, scheme, tags)
+            flags = found.result()
+        if not all(flags):
+            staged = self._staged(spark, batches, iter(flags), column)
+        good, _ = scheme.split_staged(staged, keep=keep, observation=observation)
+        conf = self.split_conf(log, [(tag, plan) for tag, plan, _ in batches])
+        return good, dead, {**conf, **JSON_SOURCE_CONF}
+
+    def _staged(
+        self, spark: Any, batches: Sequence[tuple[int, Any, Any]], flags: Any, column: str
+    ) -> Any:
+        """The staged columns of ``batches``' files, some not clean (``flags``, per file).
+
+        The clean files are read by the JSON source, the others the usual way.
+        """
+        spout = self.spout
         fast: list[tuple[int, Any]] = []
         slow: list[tuple[int, int, list[Any]]] = []
         for tag, plan, entries in batches:
             clean = [(e, next(flags)) for e in entries]
             fast += [(tag, e) for e, ok in clean if ok]
             slow.append((tag, plan.txid, [e for e, ok in clean if not ok]))
-        staged = []
-        if fast:
-            tags = (column, [tag for tag, _ in fast])
-            staged.append(json_source_staged(spark, location, [e for _, e in fast], scheme, tags))
-        if any(entries for _, _, entries in slow):
-            raw = read_file_batches(spark, location, slow, scheme, spout.format, column)
-            staged.append(scheme.staged(raw, keep=keep))
-        union = staged[0] if len(staged) == 1 else staged[0].unionByName(staged[1])
-        good, _ = scheme.split_staged(union, keep=keep, observation=observation)
-        every = [(tag, plan.txid, entries) for tag, plan, entries in batches]
-        raws = read_file_batches(spark, location, every, scheme, spout.format, column)
-        _, dead = scheme.decode(raws, keep=keep)
-        conf = self.split_conf(log, [(tag, plan) for tag, plan, _ in batches])
-        return good, dead, {**conf, **JSON_SOURCE_CONF}
+        raw = read_file_batches(spark, spout.location, slow, spout.scheme, spout.format, column)
+        staged = spout.scheme.staged(raw, keep=(column,))
+        if not fast:
+            return staged
+        tags = (column, [tag for tag, _ in fast])
+        files = [e for _, e in fast]
+        return json_source_staged(spark, spout.location, files, spout.scheme, tags).unionByName(
+            staged
+        )
 
 
 READS: dict[type, Callable[[Any], Any]] = {LogSpout: LogReads, FileSpout: FileReads}
