@@ -10,10 +10,15 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from trident_assets.cli.ui import warm_up_server
 from trident_assets.log.records import LOG_SCHEMA
 from trident_assets.log.store import PartitionedLog
-from trident_assets.spark.warm_up import append_batch, synthetic_batch, warm_up, warm_up_topology
+from trident_assets.spark.warm_up import (
+    append_batch,
+    synthetic_batch,
+    warm_up,
+    warm_up_server,
+    warm_up_topology,
+)
 
 
 def test_synthetic_batch_is_log_records_of_six_words_each_a_new_word_per_record() -> None:

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -47,7 +46,6 @@ __all__ = [
     "instance_dir",
     "stop_process_group",
     "ui_environment",
-    "warm_up_server",
 ]
 
 
@@ -189,8 +187,9 @@ def serve_ui(
     given; else, with ``warm_spark``, a Spark Connect server (``local[2]``, log
     ``<home>/spark-connect.log``) started here first and shared by every run, so a run does not
     start a JVM of its own, and warmed up in the background once ``dagster dev`` is started
-    (:func:`warm_up_server`); else local Spark in each run's process. ``modules``: the code
-    location modules (default: the shipped one), imported from the current directory.
+    (:func:`~trident_assets.spark.warm_up.warm_up_server`); else local Spark in each run's
+    process. ``modules``: the code location modules (default: the shipped one), imported
+    from the current directory.
     ``live``: every topology runs live (``TRIDENT_LIVE=all``: a live run per topology commits
     each txid seconds after its records arrive; :mod:`trident_assets.dagster.live`).
     ``dagster dev`` runs in ``<home>/dagster`` (so a ``dagster.yaml`` of the current directory
@@ -284,6 +283,8 @@ def serve_ui(
         copier.start()
         if server is not None:
             scratch = Path(tempfile.mkdtemp(prefix="trident-warm-up-"))
+            from trident_assets.spark.warm_up import warm_up_server
+
             warming = warm_up_server(server.url, scratch, echo, stopping)
         while dev.poll() is None and not stop_requested:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -312,46 +313,6 @@ def serve_ui(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         lock.release()
-
-
-def warm_up_server(
-    url: str, directory: Path, echo: Callable[[str], None], stopping: threading.Event
-) -> threading.Thread:
-    """Warm up the Spark Connect server at ``url`` in a daemon thread (started; returned).
-
-    A client session runs :func:`~trident_assets.spark.warm_up.warm_up` (the word count's
-    batch phase on synthetic batches, its log of its own in the empty ``directory``, removed
-    when it ends), then stops. ``echo`` gets one line: the seconds it took and the batches it
-    ran, or why it failed (a failure is ignored; after ``stopping`` is set, nothing is
-    echoed). A stopped server ends it with an error.
-    """
-
-    def run() -> None:
-        started = time.perf_counter()
-        try:
-            from trident_assets.spark.session import build_spark_session
-            from trident_assets.spark.warm_up import warm_up
-
-            spark = build_spark_session(remote=url)
-            try:
-                done = warm_up(spark, directory)
-            finally:
-                with contextlib.suppress(Exception):
-                    spark.stop()
-        except Exception as exc:  # never fails trident ui: one line, then ignored
-            if not stopping.is_set():
-                reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-                echo(f"Spark Connect warm-up failed, ignored ({type(exc).__name__}: {reason})")
-                sys.stdout.flush()
-            return
-        if not stopping.is_set():
-            seconds = time.perf_counter() - started
-            echo(f"Spark Connect warmed up in {seconds:.1f} s ({done} batches)")
-            sys.stdout.flush()
-
-    thread = threading.Thread(target=run, name="spark-connect-warm-up", daemon=True)
-    thread.start()
-    return thread
 
 
 _IMPORT_CHECK = """

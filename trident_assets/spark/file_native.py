@@ -24,7 +24,7 @@ the generated code the same from file to file and txid to txid (compiled once).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -117,19 +117,27 @@ def native_frame(
     the bigint column after the others (files of several batches share a scan).
     """
     per_scan = SCAN_FILES if fmt == "parquet" else LINE_SCAN_FILES
-    frames = [
-        _scan(spark, location, entries[i : i + per_scan], fmt, ddl, _slice(tags, i, per_scan))
-        for i in range(0, len(entries), per_scan)
-    ]
-    return reduce(lambda a, b: a.union(b), frames)
+    return _in_scans(
+        entries, tags, per_scan, lambda part, t: _scan(spark, location, part, fmt, ddl, t)
+    )
 
 
 Tagging = tuple[str, Sequence[int]]
 """``(column, tag per file)``: the bigint column a scan's rows carry their file's tag in."""
 
 
-def _slice(tags: Tagging | None, start: int, size: int) -> Tagging | None:
-    return None if tags is None else (tags[0], tags[1][start : start + size])
+def _in_scans(
+    entries: list[FileEntry],
+    tags: Tagging | None,
+    per_scan: int,
+    scan: Callable[[list[FileEntry], Tagging | None], Any],
+) -> Any:
+    """The union of ``scan`` over ``entries`` cut into parts of ``per_scan`` (their tags)."""
+    frames = []
+    for i in range(0, len(entries), per_scan):
+        part = None if tags is None else (tags[0], tags[1][i : i + per_scan])
+        frames.append(scan(entries[i : i + per_scan], part))
+    return reduce(lambda a, b: a.union(b), frames)
 
 
 def spark_path(location: Location, entry: FileEntry) -> str:
@@ -279,46 +287,26 @@ def checked_scan(
     its file is not one of its scan's or its size or modification time is not the recorded
     one. Spark may split and pack the files as it likes (the rows carry no position).
     """
-    frames = [
-        _checked(
-            spark,
-            location,
-            entries[i : i + SCAN_FILES],
-            fmt,
-            ddl,
-            options,
-            _slice(tags, i, SCAN_FILES),
+
+    def scan(part: list[FileEntry], t: Tagging | None) -> Any:
+        from pyspark.sql import functions as F
+
+        from trident_assets.spark.log_reader import driver_side_listing
+
+        uris = [location.uri(e.path) for e in part]
+        with driver_side_listing(spark, len(uris)):
+            frame = spark.read.format(fmt).schema(ddl).options(**options).load(uris)
+        meta = F.col("_metadata")
+        data = [F.col(f"`{c}`") for c in frame.columns]
+        facts = _facts(location, part, t[1] if t else ())
+        located = frame.select(
+            *data,
+            F.try_element_at(facts, meta.getField("file_path")).alias("__fact"),
+            meta.getField("file_path").alias("__path"),
+            meta.getField("file_size").alias("__size"),
+            F.unix_millis(meta.getField("file_modification_time")).alias("__mtime_ms"),
         )
-        for i in range(0, len(entries), SCAN_FILES)
-    ]
-    return reduce(lambda a, b: a.union(b), frames)
+        checked = located.where(_unchanged(F.col("__fact")).otherwise(F.lit(True)))
+        return checked.select(*data, *([] if t is None else [F.col("__fact")["tag"].alias(t[0])]))
 
-
-def _checked(
-    spark: Any,
-    location: Location,
-    entries: list[FileEntry],
-    fmt: str,
-    ddl: str,
-    options: dict[str, str],
-    tags: Tagging | None,
-) -> Any:
-    from pyspark.sql import functions as F
-
-    from trident_assets.spark.log_reader import driver_side_listing
-
-    uris = [location.uri(e.path) for e in entries]
-    with driver_side_listing(spark, len(uris)):
-        frame = spark.read.format(fmt).schema(ddl).options(**options).load(uris)
-    meta = F.col("_metadata")
-    data = [F.col(f"`{c}`") for c in frame.columns]
-    facts = _facts(location, entries, tags[1] if tags else ())
-    located = frame.select(
-        *data,
-        F.try_element_at(facts, meta.getField("file_path")).alias("__fact"),
-        meta.getField("file_path").alias("__path"),
-        meta.getField("file_size").alias("__size"),
-        F.unix_millis(meta.getField("file_modification_time")).alias("__mtime_ms"),
-    )
-    checked = located.where(_unchanged(F.col("__fact")).otherwise(F.lit(True)))
-    return checked.select(*data, *([] if tags is None else [F.col("__fact")["tag"].alias(tags[0])]))
+    return _in_scans(entries, tags, SCAN_FILES, scan)

@@ -10,13 +10,17 @@ on synthetic batches of each of those sizes (:data:`WARM_UP_BATCHES`). Its topol
 here and its log is its own, in a directory the caller gives (removed when it ends): it needs
 no topology of the user's and reads or writes no home, log or store of theirs. ``trident ui``
 runs it on the server it starts, its log in a temporary directory
-(:func:`trident_assets.cli.ui.warm_up_server`).
+(:func:`warm_up_server`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -41,6 +45,7 @@ __all__ = [
     "WARM_UP_BUDGET_S",
     "synthetic_batch",
     "warm_up",
+    "warm_up_server",
     "warm_up_topology",
 ]
 
@@ -196,3 +201,43 @@ def warm_up(
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return len(batches)
+
+
+def warm_up_server(
+    url: str, directory: Path, echo: Callable[[str], None], stopping: threading.Event
+) -> threading.Thread:
+    """Warm up the Spark Connect server at ``url`` in a daemon thread (started; returned).
+
+    A client session runs :func:`~trident_assets.spark.warm_up.warm_up` (the word count's
+    batch phase on synthetic batches, its log of its own in the empty ``directory``, removed
+    when it ends), then stops. ``echo`` gets one line: the seconds it took and the batches it
+    ran, or why it failed (a failure is ignored; after ``stopping`` is set, nothing is
+    echoed). A stopped server ends it with an error.
+    """
+
+    def run() -> None:
+        started = time.perf_counter()
+        try:
+            from trident_assets.spark.session import build_spark_session
+            from trident_assets.spark.warm_up import warm_up
+
+            spark = build_spark_session(remote=url)
+            try:
+                done = warm_up(spark, directory)
+            finally:
+                with contextlib.suppress(Exception):
+                    spark.stop()
+        except Exception as exc:  # never fails trident ui: one line, then ignored
+            if not stopping.is_set():
+                reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+                echo(f"Spark Connect warm-up failed, ignored ({type(exc).__name__}: {reason})")
+                sys.stdout.flush()
+            return
+        if not stopping.is_set():
+            seconds = time.perf_counter() - started
+            echo(f"Spark Connect warmed up in {seconds:.1f} s ({done} batches)")
+            sys.stdout.flush()
+
+    thread = threading.Thread(target=run, name="spark-connect-warm-up", daemon=True)
+    thread.start()
+    return thread
