@@ -10,6 +10,8 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from trident_assets.log.records import LOG_SCHEMA
 from trident_assets.log.store import PartitionedLog
 from trident_assets.spark.warm_up import (
@@ -70,19 +72,32 @@ def test_warm_up_topology_is_the_word_counts_counting_stream() -> None:
     )
 
 
-def test_a_failed_warm_up_is_one_line_and_nothing_after_a_stop(tmp_path: Path) -> None:
+def test_a_failed_warm_up_is_one_line_and_nothing_after_a_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever fails (here the session: no server answers), one line names it, then quiet.
+
+    The failure is made here, not left to Spark: a session of this process (the suite's
+    local one) would refuse a remote session first, with another message.
+    """
+    from trident_assets.spark import session
+
+    def refuse(**_: object) -> None:
+        raise ConnectionRefusedError("no Spark Connect server at sc://127.0.0.1:1")
+
+    monkeypatch.setattr(session, "build_spark_session", refuse)
     lines: list[str] = []
-    warm_up_server("http://127.0.0.1:1", tmp_path, lines.append, threading.Event()).join(60)
+    warm_up_server("sc://127.0.0.1:1", tmp_path, lines.append, threading.Event()).join(60)
     assert lines == [
-        "Spark Connect warm-up failed, ignored (PySparkValueError: [INVALID_CONNECT_URL] "
-        "Invalid URL for Spark Connect: The URL must start with 'sc://'. Please update the "
-        "URL to follow the correct format, e.g., 'sc://hostname:port'.)"
+        "Spark Connect warm-up failed, ignored (ConnectionRefusedError: "
+        "no Spark Connect server at sc://127.0.0.1:1)"
     ]
     stopping = threading.Event()
     stopping.set()
     quiet: list[str] = []
-    warm_up_server("http://127.0.0.1:1", tmp_path, quiet.append, stopping).join(60)
+    warm_up_server("sc://127.0.0.1:1", tmp_path, quiet.append, stopping).join(60)
     assert quiet == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_no_warm_up_batch_starts_after_the_budget_and_its_log_is_removed(tmp_path: Path) -> None:
