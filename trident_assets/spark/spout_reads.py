@@ -125,6 +125,12 @@ class FileReads:
         (:func:`~.log_reader.per_file_tasks`).
         """
         sizes = [e.size for _, plan in plans for e in self.spout.files(log, plan)]
+        return self._chunk_conf(log, plans, sizes)
+
+    def _chunk_conf(
+        self, log: Any, plans: Sequence[tuple[int, BatchPlan]], sizes: Sequence[int]
+    ) -> dict[str, str]:
+        """:meth:`split_conf` for files of ``sizes`` bytes, already listed."""
         return {**per_file_tasks(sizes), **self.read_conf(log, plans)}
 
     def read_conf(self, log: Any, plans: Sequence[tuple[int, BatchPlan]]) -> dict[str, str]:
@@ -195,7 +201,8 @@ class FileReads:
         if not all(flags):
             staged = self._staged(spark, batches, iter(flags), column)
         good, _ = scheme.split_staged(staged, keep=keep, observation=observation)
-        conf = self.split_conf(log, [(tag, plan) for tag, plan, _ in batches])
+        plans_tagged = [(tag, plan) for tag, plan, _ in batches]
+        conf = self._chunk_conf(log, plans_tagged, [e.size for e in everything])
         return good, dead, {**conf, **JSON_SOURCE_CONF}
 
     def _staged(
