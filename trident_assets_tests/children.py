@@ -24,6 +24,8 @@ TRIDENT = Path(sys.executable).parent / "trident"
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
     """A clean environment with ``HOME`` at ``home``, plus ``extra`` variables."""
     env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    # a child that dies of a signal prints every thread's Python stack to its stderr
+    env["PYTHONFAULTHANDLER"] = "1"
     env.update(JVM_ENV)
     env.update(extra)
     assert "PYSPARK_PYTHON" not in env

@@ -116,6 +116,24 @@ def test_every_single_bit_flip_is_detected_by_the_spark_read(spark: Any, tmp_pat
     assert [bytes(r["value"]) for r in rows][:2] == [b"word-0", b"word-1"]
 
 
+def test_a_segment_is_read_into_arrows_memory(tmp_path: Path) -> None:
+    """The verified bytes are an Arrow allocation, not a Python object: Parquet's decode
+    threads may release them after the read returned, even while the interpreter exits."""
+    import pyarrow as pa
+
+    from trident_assets.log.corruption import read_verified
+    from trident_assets.log.segments import list_segments
+
+    log, seg_path = _topic(tmp_path)
+    (seg,) = list_segments(seg_path.parent)
+    before = pa.total_allocated_bytes()
+    data = read_verified("words", 0, seg, True)
+    assert isinstance(data, pa.Buffer)
+    assert data.to_pybytes() == seg_path.read_bytes()
+    assert pa.total_allocated_bytes() - before >= seg_path.stat().st_size
+    assert log.read("words", 0, 0, 9).column("value").to_pylist()[9] == b"word-9"
+
+
 def test_a_mismatch_names_topic_partition_offsets_and_file(tmp_path: Path) -> None:
     log, seg = _topic(tmp_path / "log")
     seg.write_bytes(_flip(seg.read_bytes(), 100, 3))

@@ -134,7 +134,7 @@ def crc32_text(data: bytes | memoryview) -> str:
     return f"crc32:{zlib.crc32(data):08x}\n"
 
 
-def checksum_problem(path: Path, data: bytes, required: bool) -> str | None:
+def checksum_problem(path: Path, data: bytes | pa.Buffer, required: bool) -> str | None:
     """Compare ``data`` (all bytes of segment file ``path``) with its checksum file.
 
     ``required``: the topic was created with checksums (``"checksum": "crc32"`` in
@@ -161,14 +161,20 @@ def checksum_problem(path: Path, data: bytes, required: bool) -> str | None:
     return None
 
 
-def read_verified(topic: str, partition: int, seg: Segment, required: bool) -> bytes:
+def read_verified(topic: str, partition: int, seg: Segment, required: bool) -> pa.Buffer:
     """Read all bytes of ``seg`` and verify them against its checksum file.
+
+    The bytes are in Arrow's own memory, not a Python ``bytes`` object: Parquet's decode
+    threads may drop their last reference to the buffer after the read returned, and
+    releasing a Python object needs the interpreter, which at process exit is finalizing
+    (the thread is then unwound and the process aborts).
 
     Raises:
         CorruptSegmentError: the checksum does not match, or is missing when required.
         FileNotFoundError: the segment file is gone (retention; the caller decides).
     """
-    data = seg.path.read_bytes()
+    with pa.OSFile(str(seg.path)) as file:
+        data = file.read_buffer()
     problem = checksum_problem(seg.path, data, required)
     if problem is not None:
         raise corrupt_segment_error(topic, partition, seg, problem)
