@@ -40,9 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SEGMENT_RECORDS",
-    "append_batch",
     "WARM_UP_BATCHES",
     "WARM_UP_BUDGET_S",
+    "append_batch",
     "synthetic_batch",
     "warm_up",
     "warm_up_server",
@@ -208,7 +208,7 @@ def warm_up_server(
 ) -> threading.Thread:
     """Warm up the Spark Connect server at ``url`` in a daemon thread (started; returned).
 
-    A client session runs :func:`~trident_assets.spark.warm_up.warm_up` (the word count's
+    A client session runs :func:`warm_up` (the word count's
     batch phase on synthetic batches, its log of its own in the empty ``directory``, removed
     when it ends), then stops. ``echo`` gets one line: the seconds it took and the batches it
     ran, or why it failed (a failure is ignored; after ``stopping`` is set, nothing is
@@ -219,7 +219,6 @@ def warm_up_server(
         started = time.perf_counter()
         try:
             from trident_assets.spark.session import build_spark_session
-            from trident_assets.spark.warm_up import warm_up
 
             spark = build_spark_session(remote=url)
             try:
